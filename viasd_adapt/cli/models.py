@@ -1,0 +1,55 @@
+"""``viasd models build`` and ``viasd models list``.
+
+Heavy imports (torch, transformers) happen inside ``build`` only, so ``viasd models list`` and
+``viasd --help`` stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from viasd_adapt.models.presets import PRESETS
+from viasd_adapt.models.registry import cache_dir, list_pairs
+
+
+@click.group()
+def models() -> None:
+    """Build and list self-trained target/drafter pairs."""
+
+
+@models.command()
+@click.option("--preset", "preset_name", type=click.Choice(sorted(PRESETS)), default="demo", show_default=True,
+              help="Sizes and training budget (tiny: seconds, for tests; demo: the shipped pair).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for initialisation, data order and masks.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Directory under which <preset>/ is written [default: $VIASD_CACHE or ~/.cache/viasd-adapt].")
+def build(preset_name: str, seed: int, out_dir: Path | None) -> None:
+    """Train a tokenizer, a target and a drafter on stdlib code, and write them with a report."""
+    from viasd_adapt.models.build import build_pair
+
+    pair_dir = build_pair(preset_name, out_dir=out_dir, seed=seed)
+    report = json.loads((pair_dir / "build_report.json").read_text())
+    click.echo(f"built {preset_name} in {report['build_seconds']:.0f}s -> {pair_dir}")
+    losses = report["heldout_loss"]
+    click.echo(f"  held-out loss: target {losses['target']:.3f}, draft {losses['draft']:.3f}")
+    click.echo(f"  drafter acceptance: {report['drafter_acceptance']['speculative_acceptance_rate']:.1%}")
+
+
+@models.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="Print name and paths of every pair as JSON, for scripts.")
+def list_command(as_json: bool) -> None:
+    """Show built pairs (in the cache) and shipped pairs (in the package)."""
+    pairs = list_pairs()
+    if as_json:
+        click.echo(json.dumps([pair.to_json() for pair in pairs], indent=2))
+        return
+    click.echo(f"cache: {cache_dir()}")
+    if not pairs:
+        click.echo("no model pairs found; build one with `viasd models build --preset tiny`")
+    for pair in pairs:
+        extras = [label for label, path in (("eagle_head", pair.eagle_head), ("mask", pair.mask)) if path]
+        suffix = f" (+{', '.join(extras)})" if extras else ""
+        click.echo(f"{pair.name:12s} {pair.source:8s} {pair.root}{suffix}")

@@ -1,0 +1,182 @@
+"""``viasd models build``: tokenizer, target and drafter trained on stdlib code, plus a report.
+
+The output is an ordinary pair of Hugging Face checkpoints (safetensors in fp16, config,
+tokenizer files in each model directory), so everything downstream loads them through
+``from_pretrained`` exactly as it would load a Llama-2 or Qwen checkpoint.
+
+Weights are rounded to fp16 before evaluation, so ``build_report.json`` describes the weights on
+disk, not a slightly better fp32 version of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import tokenizers
+import torch
+import transformers
+
+from viasd_adapt.models import corpus, evaluate
+from viasd_adapt.models.layer_skip import random_mask
+from viasd_adapt.models.presets import Preset, get_preset
+from viasd_adapt.models.registry import cache_dir
+from viasd_adapt.models.tokenizer import train_tokenizer
+from viasd_adapt.models.train import chunk, llama_config, new_model, token_stream, train_model
+
+# Training uses at most this many CPU threads: the machines are shared, and a fixed count keeps
+# floating-point reductions, hence the weights, the same from run to run.
+MAX_THREADS = 2
+
+
+def _stable_order_key(source: corpus.SourceFile) -> str:
+    return hashlib.sha256(source.relative_path.encode("utf-8")).hexdigest()
+
+
+def _training_texts(preset: Preset) -> tuple[list[str], list[corpus.SourceFile]]:
+    """The train split, or a fixed pseudo-random subset of it when the preset caps its size."""
+    train_files, _ = corpus.split_files()
+    if preset.max_train_chars is None:
+        return [f.read() for f in train_files], train_files
+    texts, used, total = [], [], 0
+    for source in sorted(train_files, key=_stable_order_key):
+        if total >= preset.max_train_chars:
+            break
+        text = source.read()
+        texts.append(text)
+        used.append(source)
+        total += len(text)
+    return texts, used
+
+
+def _evaluation_rows(rows: torch.Tensor, count: int) -> torch.Tensor:
+    """``count`` held-out rows spread evenly over the held-out files."""
+    if rows.size(0) <= count:
+        return rows
+    picks = torch.linspace(0, rows.size(0) - 1, count).round().long()
+    return rows[picks]
+
+
+def _parameter_count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _round_to_fp16(model: torch.nn.Module) -> None:
+    """Make the fp32 weights exactly what the fp16 files will hold."""
+    model.half().float()
+
+
+def build_pair(preset: str | Preset, out_dir: str | Path | None = None, seed: int = 0, progress: bool = True) -> Path:
+    """Train and write the pair ``<out_dir>/<preset>/{tokenizer,target,draft,build_report.json}``.
+
+    ``out_dir`` defaults to the cache (``$VIASD_CACHE`` or ``~/.cache/viasd-adapt``). The pair
+    is written to a temporary directory first and moved into place at the end, so an interrupted
+    build never leaves a half-written pair behind. Returns the pair directory.
+    """
+    preset = get_preset(preset) if isinstance(preset, str) else preset
+    root = Path(out_dir).expanduser() if out_dir is not None else cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    pair_dir = root / preset.name
+    started = time.perf_counter()
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(min(MAX_THREADS, previous_threads))
+    try:
+        with tempfile.TemporaryDirectory(prefix=f".{preset.name}-", dir=root) as staging:
+            staging_dir = Path(staging)
+            report = _train_and_write(preset, seed, staging_dir, progress)
+            report["build_seconds"] = round(time.perf_counter() - started, 1)
+            (staging_dir / "build_report.json").write_text(json.dumps(report, indent=2) + "\n")
+            if pair_dir.exists():
+                shutil.rmtree(pair_dir)
+            shutil.move(str(staging_dir), str(pair_dir))
+            staging_dir.mkdir()  # so that TemporaryDirectory's clean-up finds something to remove
+    finally:
+        torch.set_num_threads(previous_threads)
+    return pair_dir
+
+
+def _train_and_write(preset: Preset, seed: int, out: Path, progress: bool) -> dict:
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    texts, train_files = _training_texts(preset)
+    tokenizer = train_tokenizer(texts, preset.vocab_size)
+    train_rows = chunk(token_stream(texts, tokenizer), preset.seq_len)
+    heldout_rows = _evaluation_rows(chunk(token_stream(corpus.heldout_text(), tokenizer), preset.seq_len), preset.eval_sequences)
+    timings["tokenizer_and_data"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    target = new_model(llama_config(preset.target, tokenizer, preset.seq_len), seed)
+    target_losses = train_model(target, train_rows, preset.target_training, seed, "target", progress)
+    timings["train_target"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    draft = new_model(llama_config(preset.draft, tokenizer, preset.seq_len), seed + 1)
+    draft_losses = train_model(draft, train_rows, preset.draft_training, seed + 1, "draft", progress)
+    timings["train_draft"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    _round_to_fp16(target)
+    _round_to_fp16(draft)
+    report = _evaluate_pair(preset, seed, tokenizer, target, draft, heldout_rows)
+    timings["evaluate"] = time.perf_counter() - clock
+
+    tokenizer.save_pretrained(out / "tokenizer")
+    for name, model in (("target", target), ("draft", draft)):
+        model.half().save_pretrained(out / name)
+        tokenizer.save_pretrained(out / name)
+
+    report.update(
+        preset=preset.to_dict(),
+        seed=seed,
+        corpus={
+            "python": platform.python_version(),
+            "train_files": len(train_files),
+            "train_tokens": int(train_rows.numel()),
+            "heldout_files": len(corpus.split_files()[1]),
+            "fingerprint": corpus.corpus_fingerprint(train_files),
+        },
+        final_train_loss={
+            "target": sum(target_losses[-20:]) / len(target_losses[-20:]),
+            "draft": sum(draft_losses[-20:]) / len(draft_losses[-20:]),
+        },
+        versions={"torch": torch.__version__, "transformers": transformers.__version__, "tokenizers": tokenizers.__version__},
+        threads=torch.get_num_threads(),
+        timings_seconds={key: round(value, 1) for key, value in timings.items()},
+    )
+    return report
+
+
+def _evaluate_pair(preset: Preset, seed: int, tokenizer, target, draft, rows: torch.Tensor) -> dict:
+    """Losses, argmax agreement with the target (drafter and random masks) and acceptance."""
+    num_layers = target.config.num_hidden_layers
+    target_argmax = evaluate.argmax_predictions(target, rows)
+    mask_rng = random.Random(seed)
+    masks = []
+    for _ in range(preset.report_masks):
+        skip = random_mask(num_layers, preset.mask_ratio, mask_rng)
+        masks.append(
+            {
+                "skipped_layers": skip,
+                "heldout_loss": evaluate.heldout_loss(target, rows, skip),
+                "argmax_agreement_with_target": evaluate.agreement(evaluate.argmax_predictions(target, rows, skip), target_argmax),
+            }
+        )
+    prompts = corpus.heldout_prompts(preset.eval_prompts, seed=seed)
+    acceptance = evaluate.drafter_acceptance(
+        target, draft, tokenizer, prompts, preset.eval_new_tokens, preset.speculation_length
+    )
+    return {
+        "parameters": {"target": _parameter_count(target), "draft": _parameter_count(draft)},
+        "heldout_tokens": int(rows.numel()),
+        "heldout_loss": {"target": evaluate.heldout_loss(target, rows), "draft": evaluate.heldout_loss(draft, rows)},
+        "argmax_agreement_with_target": {"draft": evaluate.agreement(evaluate.argmax_predictions(draft, rows), target_argmax)},
+        "random_masks": {"ratio": preset.mask_ratio, "layer_0_kept": True, "masks": masks},
+        "drafter_acceptance": acceptance,
+    }
