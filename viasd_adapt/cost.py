@@ -1,0 +1,143 @@
+"""The KL-style log-margin verification cost of VIA-SD (paper Eq. 11; VIA-SD.md section 2).
+
+For a verifier ``a`` checking a proposer ``b`` at one position, with log-probabilities ``lb`` and
+``la`` over the vocabulary::
+
+    z1(v) = log(1 - alpha) + lb(v) - la(v)    # a's support for b's token falls short of (1 - alpha)
+    z2(v) = la(v) - lb(v) - log(beta)         # a must borrow mass beyond beta * b (residual)
+    R(a || b) = sum_v b(v) phi(z1(v)) + sum_v a(v) phi(z2(v))
+
+The block cost sums R over positions, and a routed path p -> u -> q beats the direct path when
+``Delta(u) = C(q||p) - [C(u||p) + C(q||u)] > 0``.
+
+Everything here is pure tensor code over log-probabilities, batched over leading dimensions, so it
+can be unit-tested without a model and reused by the mask search.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Literal
+
+import torch
+import torch.nn.functional as F
+
+Phi = Literal["relu", "softplus"]
+
+_PHI: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "softplus": F.softplus}
+
+
+def _resolve_phi(phi: Phi | Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    if callable(phi):
+        return phi
+    try:
+        return _PHI[phi]
+    except KeyError:
+        raise ValueError(f"phi must be one of {sorted(_PHI)} or a callable, got {phi!r}") from None
+
+
+def _weighted_violation(weights_log: torch.Tensor, margin: torch.Tensor, phi) -> torch.Tensor:
+    """sum_v exp(weights_log(v)) * phi(margin(v)), with 0 * anything = 0.
+
+    Top-k / top-p filtering leaves -inf log-probs. Where the weight is zero the term must vanish even
+    if the margin is +inf or NaN (inf - inf), so the weight decides before the margin is looked at.
+    """
+    weights = weights_log.exp()
+    violation = phi(torch.nan_to_num(margin, nan=0.0, posinf=torch.finfo(margin.dtype).max))
+    return torch.where(weights > 0, weights * violation, torch.zeros_like(weights)).sum(dim=-1)
+
+
+def verification_cost(
+    logp_verifier: torch.Tensor,
+    logp_proposer: torch.Tensor,
+    alpha: float = 0.0,
+    beta: float = 1.0,
+    phi: Phi | Callable[[torch.Tensor], torch.Tensor] = "relu",
+) -> torch.Tensor:
+    """Per-position cost R(a || b) for verifier ``a`` checking proposer ``b``.
+
+    Args:
+        logp_verifier: log-probabilities of the verifier ``a``, shape ``(..., V)``.
+        logp_proposer: log-probabilities of the proposer ``b``, same shape.
+        alpha: acceptance tolerance in [0, 1).
+        beta: residual tolerance, >= 1.
+        phi: ``"relu"`` (hard margin, the default), ``"softplus"`` or a callable.
+
+    Returns:
+        A tensor of shape ``(...)``: one cost per position.
+    """
+    if not 0.0 <= alpha < 1.0:
+        raise ValueError(f"alpha must be in [0, 1), got {alpha}")
+    if beta < 1.0:
+        raise ValueError(f"beta must be >= 1, got {beta}")
+    if logp_verifier.shape != logp_proposer.shape:
+        raise ValueError(
+            f"verifier and proposer log-probs differ in shape: {tuple(logp_verifier.shape)} vs "
+            f"{tuple(logp_proposer.shape)} (different vocabularies?)"
+        )
+    phi_fn = _resolve_phi(phi)
+    la = logp_verifier.float()
+    lb = logp_proposer.float()
+    log_ratio = lb - la  # may be +-inf or NaN where either side is masked
+    z1 = math.log1p(-alpha) + log_ratio
+    z2 = -log_ratio - math.log(beta)
+    return _weighted_violation(lb, z1, phi_fn) + _weighted_violation(la, z2, phi_fn)
+
+
+def block_cost(
+    logp_verifier: torch.Tensor,
+    logp_proposer: torch.Tensor,
+    alpha: float = 0.0,
+    beta: float = 1.0,
+    phi: Phi | Callable[[torch.Tensor], torch.Tensor] = "relu",
+    position_weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """C(a || b): R summed over the position axis (the second-to-last dimension).
+
+    ``position_weights`` (shape ``(..., T)``, 0/1) excludes padding positions from the sum.
+    """
+    per_position = verification_cost(logp_verifier, logp_proposer, alpha, beta, phi)
+    if position_weights is not None:
+        per_position = per_position * position_weights.to(per_position.dtype)
+    return per_position.sum(dim=-1)
+
+
+def routed_path_cost(
+    logp_full: torch.Tensor,
+    logp_slim: torch.Tensor,
+    logp_draft: torch.Tensor,
+    alpha1: float = 0.5,
+    alpha2: float = 0.3,
+    beta: float = 1.0,
+    phi: Phi | Callable[[torch.Tensor], torch.Tensor] = "relu",
+    position_weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """C(u || p) + C(q || u): the cost of the routed path p -> u -> q (what DIMR minimises).
+
+    Gate 1 (u checking p) uses ``alpha1`` and gate 2 (q checking u) uses ``alpha2``, matching the
+    tolerances the tiers apply at inference.
+    """
+    first = block_cost(logp_slim, logp_draft, alpha1, beta, phi, position_weights)
+    second = block_cost(logp_full, logp_slim, alpha2, beta, phi, position_weights)
+    return first + second
+
+
+def routing_delta(
+    logp_full: torch.Tensor,
+    logp_slim: torch.Tensor,
+    logp_draft: torch.Tensor,
+    alpha: float = 0.0,
+    beta: float = 1.0,
+    phi: Phi | Callable[[torch.Tensor], torch.Tensor] = "relu",
+    alpha_slim: tuple[float, float] | None = None,
+    position_weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Delta(u) = C(q||p) - [C(u||p) + C(q||u)]: positive when inserting u helps.
+
+    ``alpha`` is the direct path's tolerance; ``alpha_slim`` = (alpha1, alpha2) the routed path's
+    (default: ``alpha`` on both segments, the paper's Eq. 10 as written).
+    """
+    a1, a2 = alpha_slim if alpha_slim is not None else (alpha, alpha)
+    direct = block_cost(logp_full, logp_draft, alpha, beta, phi, position_weights)
+    routed = routed_path_cost(logp_full, logp_slim, logp_draft, a1, a2, beta, phi, position_weights)
+    return direct - routed

@@ -1,0 +1,237 @@
+"""The framework-independent verify step and decoding loop.
+
+:class:`TieredVerifier` is the single place where a block of drafts meets the slim and full
+verifiers, for every mode. Adapters supply drafts (HF assistant model, PEARL's drafter, ...) and get
+back the committed tokens; the tier math itself lives in :mod:`viasd_adapt.tiers`.
+
+KV caches: the slim verifier and the full verifier each own a :class:`CachedRunner`. Each cycle both
+are asked about ``committed + drafts``; a runner crops whatever it fed that is no longer part of
+the committed sequence and feeds the rest in one forward, so q catches up on tokens committed by
+tiers 1-2 in the same forward that verifies the next block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Protocol
+
+import pluggy
+import torch
+from torch import nn
+
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.hooks import HookRules, TierObserver, make_plugin_manager
+from viasd_adapt.metrics import TierMetrics
+from viasd_adapt.routing.slim import SlimVerifier
+from viasd_adapt.rules import lossless_accept_prob
+from viasd_adapt.runner import CachedRunner
+from viasd_adapt.sampling import SamplingConfig, probs_from_logits, sample_or_argmax
+from viasd_adapt.settings import Mode, TierSettings, check_max_new_tokens
+from viasd_adapt.tiers import (
+    CycleResult,
+    Tier,
+    audit_cycle,
+    cascade_candidates,
+    combine_cycle,
+    escalation_stage,
+    slim_stage,
+    verify_block,
+)
+
+
+class Drafter(Protocol):
+    """Anything that proposes a block: returns ``(tokens (g,), p (g, V))`` given the committed ids."""
+
+    passes: int
+
+    def propose(self, sequence: list[int], gamma: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class ModelDrafter:
+    """An independent small LM drafting ``gamma`` tokens autoregressively (HF assisted generation,
+    classic SD, PEARL)."""
+
+    def __init__(self, model: nn.Module, sampling: SamplingConfig):
+        self.runner = CachedRunner(model)
+        self.sampling = sampling
+
+    @property
+    def passes(self) -> int:
+        return self.runner.passes
+
+    def propose(self, sequence, gamma, generator=None):
+        drafted: list[int] = []
+        rows = []
+        for _ in range(gamma):
+            logits = self.runner.logits_for(sequence + drafted, 1)[0]
+            probs = probs_from_logits(logits, self.sampling)
+            drafted.append(sample_or_argmax(probs, self.sampling.greedy, generator))
+            rows.append(probs)
+        return torch.tensor(drafted, dtype=torch.long), torch.stack(rows)
+
+
+@dataclass
+class TieredVerifier:
+    """Verifies draft blocks for one generation in the chosen mode and keeps the metrics."""
+
+    target: nn.Module
+    settings: TierSettings
+    sampling: SamplingConfig
+    slim: SlimVerifier | None = None
+    plugin_manager: pluggy.PluginManager | None = None
+    framework: str = "hf"
+    metrics: TierMetrics = field(default_factory=TierMetrics)
+
+    def __post_init__(self) -> None:
+        mode = self.settings.mode
+        if mode is not Mode.NONE and self.slim is None:
+            raise ConfigError(f"mode {mode.value!r} needs a routing mask (slim verifier); pass mask=...")
+        self.plugin_manager = self.plugin_manager or make_plugin_manager()
+        self.rules = HookRules(self.plugin_manager)
+        self.observer = TierObserver(self.plugin_manager, self.framework, mode.value)
+        self.full = CachedRunner(self.target)
+        self.slim_runner = CachedRunner(self.slim.model, self.slim.new_cache) if self.slim is not None else None
+
+    # ------------------------------------------------------------------ helpers
+    def _dist(self, runner: CachedRunner, sequence: list[int], n_tail: int) -> torch.Tensor:
+        return probs_from_logits(runner.logits_for(sequence, n_tail), self.sampling)
+
+    @property
+    def greedy(self) -> bool:
+        return self.sampling.greedy
+
+    def first_token(self, prompt: list[int], generator: torch.Generator | None) -> int:
+        """The first token after the prompt, from q (one prefill; every mode starts this way)."""
+        probs = self._dist(self.full, prompt, 1)[0]
+        self.metrics.full_passes += 1
+        return sample_or_argmax(probs, self.greedy, generator)
+
+    # ------------------------------------------------------------------ one cycle
+    def verify(
+        self, sequence: list[int], drafts: torch.Tensor, p: torch.Tensor, generator: torch.Generator | None = None
+    ) -> CycleResult:
+        """Verifies ``drafts`` (proposed after ``sequence`` with distributions ``p``)."""
+        mode = self.settings.mode
+        if mode is Mode.NONE:
+            result = self._verify_plain(sequence, drafts, p, generator)
+        elif mode is Mode.LOSSLESS:
+            result = self._verify_cascade(sequence, drafts, p, generator)
+        else:
+            result = self._verify_tiered(sequence, drafts, p, generator, audit=mode is Mode.AUDIT)
+        first_index = len(self.metrics.token_tiers)
+        self.metrics.record_cycle(result, drafted=int(drafts.shape[0]))
+        self.observer.cycle(result, self.metrics, first_index)
+        return result
+
+    def _verify_plain(self, sequence, drafts, p, generator) -> CycleResult:
+        g = drafts.shape[0]
+        q = self._dist(self.full, sequence + drafts.tolist(), g + 1)
+        self.metrics.full_passes += 1
+        verdict = verify_block(drafts, p, q, lossless_accept_prob(drafts, p, q[:-1], self.greedy), self.greedy, generator)
+        return _plain_result(drafts, verdict.n_accepted, verdict.next_token)
+
+    def _verify_cascade(self, sequence, drafts, p, generator) -> CycleResult:
+        g = drafts.shape[0]
+        u = self._dist(self.slim_runner, sequence + drafts.tolist(), g + 1)
+        self.metrics.slim_passes += 1
+        candidates, cand_probs, n_kept = cascade_candidates(drafts, p, u, self.greedy, generator)
+        c = candidates.shape[0]
+        q = self._dist(self.full, sequence + candidates.tolist(), c + 1)
+        self.metrics.full_passes += 1
+        verdict = verify_block(
+            candidates, cand_probs, q, lossless_accept_prob(candidates, cand_probs, q[:-1], self.greedy),
+            self.greedy, generator,
+        )
+        n = verdict.n_accepted
+        tokens = candidates[:n].tolist() + [verdict.next_token]
+        tiers = [Tier.DRAFT if i < n_kept else Tier.SLIM for i in range(n)] + [Tier.FULL]
+        drafts_kept = min(n, n_kept)
+        return CycleResult(tokens, tiers, drafts_kept + int(drafts_kept < g), int(drafts_kept < g))
+
+    def _verify_tiered(self, sequence, drafts, p, generator, audit: bool) -> CycleResult:
+        g = drafts.shape[0]
+        block = sequence + drafts.tolist()
+        u = self._dist(self.slim_runner, block, g + 1)
+        self.metrics.slim_passes += 1
+        q = None
+        if audit:  # shadow q every cycle; reused if the cycle escalates
+            q = self._dist(self.full, block, g + 1)
+            self.metrics.full_passes += 1
+        slim = slim_stage(drafts, p, u, self.settings, self.greedy, generator, self.rules)
+        escalation = None
+        if slim.escalate_at is not None:
+            if q is None:
+                q = self._dist(self.full, block, g + 1)
+                self.metrics.full_passes += 1
+            escalation = escalation_stage(drafts, p, q, slim.escalate_at, self.settings, self.greedy, generator, self.rules)
+        result = combine_cycle(drafts, slim, escalation)
+        if audit:
+            record = audit_cycle(drafts, p, u, q, slim, result, self.settings, self.greedy)
+            self.metrics.record_audit(record, offset=len(self.metrics.token_tiers))
+        return result
+
+
+def _plain_result(drafts: torch.Tensor, n_accepted: int, next_token: int) -> CycleResult:
+    g = drafts.shape[0]
+    return CycleResult(
+        drafts[:n_accepted].tolist() + [next_token],
+        [Tier.DRAFT] * n_accepted + [Tier.FULL],
+        n_accepted + int(n_accepted < g),
+        int(n_accepted < g),
+    )
+
+
+@dataclass
+class GenerationOutput:
+    """Generated ids (prompt excluded), their tiers, and the metrics."""
+
+    tokens: list[int]
+    tiers: list[int]
+    metrics: TierMetrics
+
+
+def speculative_generate(
+    drafter: Drafter,
+    verifier: TieredVerifier,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    eos_token_ids: Iterable[int] = (),
+    generator: torch.Generator | None = None,
+    on_tokens: Callable[[list[int]], None] | None = None,
+    should_stop: Callable[[list[int]], bool] | None = None,
+) -> GenerationOutput:
+    """The draft -> verify loop shared by the HF lossy path and the CLI.
+
+    Starts with one q prefill for the first token (as every SD loop does), then runs cycles until
+    ``max_new_tokens``, an EOS token, or ``should_stop(all_ids)``. The last block is shortened so no
+    more than ``max_new_tokens`` are drafted for, and a cycle that overshoots is trimmed, with the
+    metrics trimmed alike.
+    """
+    check_max_new_tokens(max_new_tokens)
+    if not prompt_ids:
+        raise ConfigError("the prompt is empty: at least one token is needed to condition on")
+    eos = set(int(e) for e in eos_token_ids)
+    generated = [verifier.first_token(prompt_ids, generator)]
+    verifier.metrics.token_tiers.append(int(Tier.FULL))
+    verifier.metrics.accepted_lengths.append(1)
+    verifier.metrics.cycles += 1
+    if on_tokens:
+        on_tokens(generated[:])
+    while len(generated) < max_new_tokens and generated[-1] not in eos:
+        if should_stop and should_stop(prompt_ids + generated):
+            break
+        gamma = min(verifier.settings.gamma, max_new_tokens - len(generated))
+        drafts, p = drafter.propose(prompt_ids + generated, gamma, generator)
+        result = verifier.verify(prompt_ids + generated, drafts, p, generator)
+        new = result.tokens
+        for i, token in enumerate(new):
+            if token in eos:
+                new = new[: i + 1]
+                break
+        new = new[: max_new_tokens - len(generated)]
+        generated += new
+        if on_tokens:
+            on_tokens(new)
+    verifier.metrics.trim_to(len(generated))
+    verifier.metrics.draft_passes = drafter.passes
+    return GenerationOutput(generated, verifier.metrics.token_tiers[:], verifier.metrics)

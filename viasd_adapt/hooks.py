@@ -1,0 +1,147 @@
+"""The pluggy hook interface: every gate, rule and threshold of the tier is replaceable.
+
+Rule hooks are ``firstresult``: the first plugin that returns something other than ``None`` wins.
+The built-in VIA-SD rules are registered as an ordinary plugin marked ``trylast``, so any plugin a
+user registers runs before them and may either answer or return ``None`` to defer. Observer hooks
+(``viasd_token_decided``, ``viasd_cycle_finished``) are called on every plugin.
+
+Third-party plugins are found through the ``viasd_adapt`` entry-point group::
+
+    [project.entry-points.viasd_adapt]
+    my_router = "my_package.my_module"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import pluggy
+import torch
+
+from viasd_adapt.rules import BUILTIN_RULES
+from viasd_adapt.settings import TierSettings
+
+PROJECT_NAME = "viasd_adapt"
+ENTRY_POINT_GROUP = "viasd_adapt"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One committed token, as observers see it."""
+
+    index: int  # position in the generated text (0 = first new token)
+    token: int
+    tier: int  # viasd_adapt.tiers.Tier value
+    framework: str
+    mode: str
+
+
+class ViasdHookSpec:
+    """Hook specifications. Tensors follow the shapes of :mod:`viasd_adapt.tiers`."""
+
+    @hookspec(firstresult=True)
+    def viasd_gate1_accept_prob(
+        self, tokens: torch.Tensor, p: torch.Tensor, u: torch.Tensor, settings: TierSettings, greedy: bool
+    ) -> torch.Tensor | None:
+        """Probability, per draft position, that gate 1 (p -> u) accepts the draft token.
+
+        Greedy callers treat the value as a 0/1 decision (> 0.5 passes).
+        """
+
+    @hookspec(firstresult=True)
+    def viasd_slim_confidence(
+        self, p: torch.Tensor, u: torch.Tensor, settings: TierSettings
+    ) -> torch.Tensor | None:
+        """The router's confidence score at each of the ``g + 1`` positions (the last: bonus)."""
+
+    @hookspec(firstresult=True)
+    def viasd_slim_resolves(self, confidence: torch.Tensor, settings: TierSettings) -> torch.Tensor | None:
+        """Bool per position: may the slim verifier commit its own token there (tier 2)?"""
+
+    @hookspec(firstresult=True)
+    def viasd_escalation_accept_prob(
+        self, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, settings: TierSettings, greedy: bool
+    ) -> torch.Tensor | None:
+        """Probability, per escalated position, that the full verifier accepts the draft token."""
+
+    @hookspec
+    def viasd_token_decided(self, event: TokenEvent) -> None:
+        """Observe every committed token and its tier."""
+
+    @hookspec
+    def viasd_cycle_finished(self, cycle: Any, metrics: Any) -> None:
+        """Observe each draft-verify cycle (a :class:`~viasd_adapt.tiers.CycleResult`) and the
+        running :class:`~viasd_adapt.metrics.TierMetrics`."""
+
+
+class BuiltinRulesPlugin:
+    """The paper's rules (:class:`viasd_adapt.rules.BuiltinRules`) registered as a plugin."""
+
+    @hookimpl(trylast=True)
+    def viasd_gate1_accept_prob(self, tokens, p, u, settings, greedy):
+        return BUILTIN_RULES.gate1_accept_prob(tokens, p, u, settings, greedy)
+
+    @hookimpl(trylast=True)
+    def viasd_slim_confidence(self, p, u, settings):
+        return BUILTIN_RULES.slim_confidence(p, u, settings)
+
+    @hookimpl(trylast=True)
+    def viasd_slim_resolves(self, confidence, settings):
+        return BUILTIN_RULES.slim_resolves(confidence, settings)
+
+    @hookimpl(trylast=True)
+    def viasd_escalation_accept_prob(self, tokens, p, q, settings, greedy):
+        return BUILTIN_RULES.escalation_accept_prob(tokens, p, q, settings, greedy)
+
+
+BUILTIN_PLUGIN_NAME = "viasd-builtin-rules"
+
+
+def make_plugin_manager(plugins: Iterable[object] = (), load_entrypoints: bool = True) -> pluggy.PluginManager:
+    """A plugin manager with the built-in rules, entry-point plugins, then ``plugins``."""
+    manager = pluggy.PluginManager(PROJECT_NAME)
+    manager.add_hookspecs(ViasdHookSpec)
+    manager.register(BuiltinRulesPlugin(), name=BUILTIN_PLUGIN_NAME)
+    if load_entrypoints:
+        manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    for plugin in plugins:
+        manager.register(plugin)
+    return manager
+
+
+class HookRules:
+    """Adapts a plugin manager to the :class:`~viasd_adapt.rules.TierRules` protocol, so the pure
+    decision functions call plugins without importing pluggy."""
+
+    def __init__(self, manager: pluggy.PluginManager):
+        self.manager = manager
+
+    def gate1_accept_prob(self, tokens, p, u, settings, greedy):
+        return self.manager.hook.viasd_gate1_accept_prob(tokens=tokens, p=p, u=u, settings=settings, greedy=greedy)
+
+    def slim_confidence(self, p, u, settings):
+        return self.manager.hook.viasd_slim_confidence(p=p, u=u, settings=settings)
+
+    def slim_resolves(self, confidence, settings):
+        return self.manager.hook.viasd_slim_resolves(confidence=confidence, settings=settings)
+
+    def escalation_accept_prob(self, tokens, p, q, settings, greedy):
+        return self.manager.hook.viasd_escalation_accept_prob(tokens=tokens, p=p, q=q, settings=settings, greedy=greedy)
+
+
+class TierObserver:
+    """Sends committed tokens and finished cycles to the observer hooks."""
+
+    def __init__(self, manager: pluggy.PluginManager, framework: str, mode: str):
+        self.manager, self.framework, self.mode = manager, framework, mode
+
+    def cycle(self, cycle, metrics, first_index: int) -> None:
+        for offset, (token, tier) in enumerate(zip(cycle.tokens, cycle.tiers)):
+            self.manager.hook.viasd_token_decided(
+                event=TokenEvent(first_index + offset, int(token), int(tier), self.framework, self.mode)
+            )
+        self.manager.hook.viasd_cycle_finished(cycle=cycle, metrics=metrics)

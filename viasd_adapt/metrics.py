@@ -1,0 +1,136 @@
+"""The one metrics type every adapter and the benchmark report.
+
+Definitions (also in the README):
+
+* ``committed`` = ``accepted + slim_regenerated + escalated``: every generated token is attributed
+  to exactly one tier: the tier of the decision that committed it.
+* ``rejection_rate`` = rejected drafts / judged drafts. A draft is *judged* when some verifier looked
+  at it (positions after the first final rejection of a block are discarded, not judged), and
+  *rejected* when it was judged and not committed as drafted.
+* ``mean_accepted_length`` = committed tokens per cycle (the usual "tau" of SD papers, counting the
+  corrected or bonus token).
+* ``full_passes_per_token`` and ``slim_passes_per_token``: forward passes of the full target and of
+  the slim verifier per committed token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from viasd_adapt.tiers import AuditRecord, CycleResult, Tier
+
+
+@dataclass
+class TierMetrics:
+    """Counters of one generation (or a sum of several).
+
+    ``token_tiers`` holds the tier of every committed token in order; the per-tier counts derive
+    from it, so they always add up to ``committed``, also after a trim at EOS or the token budget.
+    """
+
+    drafted: int = 0
+    drafts_judged: int = 0
+    drafts_rejected: int = 0
+    cycles: int = 0
+    full_passes: int = 0
+    slim_passes: int = 0
+    draft_passes: int = 0
+    token_tiers: list[int] = field(default_factory=list)
+    accepted_lengths: list[int] = field(default_factory=list)
+    audited: int = 0
+    overrule_sum: float = 0.0
+    overruled_positions: list[int] = field(default_factory=list)
+    tv_sum: float = 0.0
+
+    # ------------------------------------------------------------------ recording
+    def record_cycle(self, result: CycleResult, drafted: int) -> None:
+        """Adds one cycle's committed tokens and draft accounting."""
+        self.cycles += 1
+        self.drafted += drafted
+        self.drafts_judged += result.drafts_judged
+        self.drafts_rejected += result.drafts_rejected
+        self.token_tiers += [int(t) for t in result.tiers]
+        self.accepted_lengths.append(len(result.tokens))
+
+    def record_audit(self, record: AuditRecord, offset: int) -> None:
+        """Adds a shadow audit; ``offset`` is the generated-token index of the cycle's first token."""
+        self.audited += len(record.overrule)
+        self.overrule_sum += sum(record.overrule)
+        self.tv_sum += sum(record.tv)
+        self.overruled_positions += [offset + j for j, o in zip(record.positions, record.overrule) if o >= 0.5]
+
+    def trim_to(self, n_tokens: int) -> None:
+        """Drops tokens committed past ``n_tokens`` (generation stopped mid-block: EOS, budget)."""
+        surplus = self.committed - n_tokens
+        if surplus <= 0:
+            return
+        del self.token_tiers[n_tokens:]
+        self.accepted_lengths[-1] = max(0, self.accepted_lengths[-1] - surplus)
+
+    # ------------------------------------------------------------------ derived
+    def _count(self, tier: Tier) -> int:
+        return sum(1 for t in self.token_tiers if t == tier)
+
+    @property
+    def accepted(self) -> int:
+        return self._count(Tier.DRAFT)
+
+    @property
+    def slim_regenerated(self) -> int:
+        return self._count(Tier.SLIM)
+
+    @property
+    def escalated(self) -> int:
+        return self._count(Tier.FULL)
+
+    @property
+    def committed(self) -> int:
+        return len(self.token_tiers)
+
+    @property
+    def rejection_rate(self) -> float:
+        return self.drafts_rejected / self.drafts_judged if self.drafts_judged else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return self.committed / self.cycles if self.cycles else 0.0
+
+    @property
+    def full_passes_per_token(self) -> float:
+        return self.full_passes / self.committed if self.committed else 0.0
+
+    @property
+    def slim_passes_per_token(self) -> float:
+        return self.slim_passes / self.committed if self.committed else 0.0
+
+    @property
+    def overrule_rate(self) -> float | None:
+        return self.overrule_sum / self.audited if self.audited else None
+
+    @property
+    def tv_distance(self) -> float | None:
+        return self.tv_sum / self.audited if self.audited else None
+
+    def merge(self, other: "TierMetrics") -> "TierMetrics":
+        """Sum of two metrics (for aggregating prompts); lists are concatenated."""
+        merged = TierMetrics()
+        for name, value in asdict(self).items():
+            setattr(merged, name, value + getattr(other, name))
+        return merged
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(
+            committed=self.committed,
+            accepted=self.accepted,
+            slim_regenerated=self.slim_regenerated,
+            escalated=self.escalated,
+            rejection_rate=self.rejection_rate,
+            mean_accepted_length=self.mean_accepted_length,
+            full_passes_per_token=self.full_passes_per_token,
+            slim_passes_per_token=self.slim_passes_per_token,
+            overrule_rate=self.overrule_rate,
+            tv_distance=self.tv_distance,
+        )
+        return data

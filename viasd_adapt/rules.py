@@ -1,0 +1,95 @@
+"""The built-in VIA-SD gate rules, as pure functions over probability tensors.
+
+Each rule is vectorised over the positions of a draft block so that one call decides a whole block.
+The hook layer (:mod:`viasd_adapt.hooks`) exposes each of them as a pluggable hook; the decision
+functions in :mod:`viasd_adapt.tiers` receive them through a :class:`TierRules` bundle and never
+import pluggy, so they stay testable in isolation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from viasd_adapt.settings import TierSettings
+
+
+def gather_token_probs(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``probs[i, tokens[i]]`` for each position i (probs: ``(g, V)``, tokens: ``(g,)``)."""
+    return probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def tolerant_accept_prob(
+    tokens: torch.Tensor,
+    proposer_probs: torch.Tensor,
+    verifier_probs: torch.Tensor,
+    alpha: float,
+    greedy: bool,
+) -> torch.Tensor:
+    """Acceptance probability of the tolerant SD rule ``v(x) >= (1 - alpha) * b(x)``.
+
+    Sampling: ``min(1, v(x) / ((1 - alpha) b(x)))``, which for alpha = 0 is the lossless rule.
+    Greedy: the same inequality as a 0/1 test.
+    """
+    b = gather_token_probs(proposer_probs, tokens)
+    v = gather_token_probs(verifier_probs, tokens)
+    scaled = (1.0 - alpha) * b
+    if greedy:
+        return (v >= scaled).float()
+    return torch.where(scaled > 0, (v / scaled.clamp_min(1e-30)).clamp(max=1.0), torch.ones_like(v))
+
+
+def lossless_accept_prob(
+    tokens: torch.Tensor, proposer_probs: torch.Tensor, verifier_probs: torch.Tensor, greedy: bool
+) -> torch.Tensor:
+    """Standard SD: ``min(1, v/b)`` when sampling; ``x == argmax v`` when greedy (token-exact)."""
+    if greedy:
+        return (verifier_probs.argmax(dim=-1) == tokens).float()
+    return tolerant_accept_prob(tokens, proposer_probs, verifier_probs, 0.0, greedy=False)
+
+
+class TierRules(Protocol):
+    """What the tier decision needs to be told; the built-ins below, or pluggy hooks."""
+
+    def gate1_accept_prob(
+        self, tokens: torch.Tensor, p: torch.Tensor, u: torch.Tensor, settings: TierSettings, greedy: bool
+    ) -> torch.Tensor: ...
+
+    def slim_confidence(self, p: torch.Tensor, u: torch.Tensor, settings: TierSettings) -> torch.Tensor: ...
+
+    def slim_resolves(self, confidence: torch.Tensor, settings: TierSettings) -> torch.Tensor: ...
+
+    def escalation_accept_prob(
+        self, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, settings: TierSettings, greedy: bool
+    ) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class BuiltinRules:
+    """VIA-SD.md section 4, our reading of the paper.
+
+    * Gate 1: ``u(x) >= (1 - alpha1) p(x)``.
+    * Router: confidence of the slim verifier = ``max_v u(v)``; it resolves a position on its own
+      when that is ``>= 1 - alpha2``.
+    * Escalation: q with tolerance ``settings.escalation_tolerance`` (0 = the lossless rule).
+    """
+
+    def gate1_accept_prob(self, tokens, p, u, settings, greedy):
+        return tolerant_accept_prob(tokens, p, u, settings.alpha1, greedy)
+
+    def slim_confidence(self, p, u, settings):
+        return u.max(dim=-1).values
+
+    def slim_resolves(self, confidence, settings):
+        return confidence >= 1.0 - settings.alpha2
+
+    def escalation_accept_prob(self, tokens, p, q, settings, greedy):
+        tolerance = settings.escalation_tolerance
+        if tolerance == 0.0:
+            return lossless_accept_prob(tokens, p, q, greedy)
+        return tolerant_accept_prob(tokens, p, q, tolerance, greedy)
+
+
+BUILTIN_RULES = BuiltinRules()

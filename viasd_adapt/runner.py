@@ -1,0 +1,113 @@
+"""Incremental forward passes with a KV cache that follows a changing token sequence.
+
+Speculative loops feed drafts that may later be thrown away, and the full verifier may lag behind
+tokens the slim tier committed on its own. :class:`CachedRunner` handles both with one rule: it
+remembers which tokens its cache holds, keeps the longest prefix shared with the sequence it is
+asked about, crops the rest, and feeds everything after that prefix in a single forward. That one
+forward is how q "catches up" on tokens it never saw.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+import torch
+from torch import nn
+from transformers import DynamicCache
+
+from viasd_adapt.errors import ConfigError
+
+
+def cache_kwarg_name(model: nn.Module) -> str:
+    """transformers 5.24 renamed ``past_key_values`` to ``cache``; accept both."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def cache_length(cache) -> int:
+    """Longest layer of a cache (robust to empty skipped layers)."""
+    return max((layer.get_seq_length() for layer in cache.layers), default=0)
+
+
+def truncate_cache(cache, length: int) -> None:
+    """Crops every layer longer than ``length`` back to ``length`` tokens.
+
+    Per layer, so that a cache with empty (skipped) layers is cropped correctly: a whole-cache
+    ``crop(-k)`` would compute k from one layer and apply it to all.
+    """
+    for layer in cache.layers:
+        extra = layer.get_seq_length() - length
+        if extra > 0:
+            layer.crop(-extra)
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class CachedRunner:
+    """Runs ``model`` over a growing sequence, returning next-token logits for the requested tail.
+
+    Attributes:
+        passes: number of forward passes made (the metric "forward passes").
+        fed: token ids whose keys/values the cache holds.
+    """
+
+    def __init__(self, model: nn.Module, cache_factory: Callable[[], object] | None = None):
+        self.model = model
+        self._cache_factory = cache_factory or (lambda: DynamicCache(config=model.config))
+        self._cache_kwarg = cache_kwarg_name(model)
+        self.cache = self._cache_factory()
+        self.fed: list[int] = []
+        self.passes = 0
+        self.last_hidden: torch.Tensor | None = None
+
+    def reset(self) -> None:
+        self.cache = self._cache_factory()
+        self.fed = []
+
+    @torch.no_grad()
+    def logits_for(self, sequence: list[int], n_tail: int, output_hidden: bool = False) -> torch.Tensor:
+        """Logits predicting the token after each of the last ``n_tail`` tokens of ``sequence``.
+
+        Returns a float tensor of shape ``(n_tail, V)``.
+        """
+        if not sequence:
+            raise ConfigError("cannot run a model on an empty sequence (empty prompt?)")
+        if not 1 <= n_tail <= len(sequence):
+            raise ValueError(f"n_tail={n_tail} must be in [1, {len(sequence)}]")
+        keep = min(common_prefix_length(self.fed, sequence), len(sequence) - n_tail)
+        truncate_cache(self.cache, keep)
+        new = sequence[keep:]
+        device = next(self.model.parameters()).device
+        input_ids = torch.tensor([new], dtype=torch.long, device=device)
+        position_ids = torch.arange(keep, len(sequence), device=device).unsqueeze(0)
+        kwargs = {self._cache_kwarg: self.cache, "use_cache": True, "position_ids": position_ids}
+        if output_hidden:
+            kwargs["output_hidden_states"] = True
+        out = self.model(input_ids=input_ids, **kwargs)
+        self.passes += 1
+        self.fed = list(sequence)
+        if output_hidden:
+            self.last_hidden = out.hidden_states[-1][0, -n_tail:]
+        return out.logits[0, -n_tail:].float()
+
+    def rollback(self, length: int) -> None:
+        """Forgets everything after the first ``length`` tokens."""
+        truncate_cache(self.cache, length)
+        self.fed = self.fed[:length]
+
+    def cache_bytes(self) -> int:
+        """Bytes held by the cache's key/value tensors."""
+        total = 0
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                tensor = getattr(layer, name, None)
+                if isinstance(tensor, torch.Tensor):
+                    total += tensor.numel() * tensor.element_size()
+        return total

@@ -1,0 +1,85 @@
+"""Turning logits into the distributions the gates compare.
+
+Every tier must compare the *same kind* of distribution: if the drafter samples at temperature 0.7
+with top-p 0.9, then p, u and q must all be warped the same way, or acceptance ratios are biased.
+These helpers are pure and shared by every adapter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from viasd_adapt.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How tokens are chosen. ``temperature == 0`` (or ``do_sample=False``) means greedy."""
+
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if self.do_sample and self.temperature == 0:
+            object.__setattr__(self, "do_sample", False)
+        if self.top_k < 0:
+            raise ConfigError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return not self.do_sample
+
+
+def warp_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
+    """Applies temperature, top-k and top-p to logits of shape ``(..., V)``; masked entries -> -inf.
+
+    In greedy mode only the float conversion happens: the gates then compare the models' plain
+    softmax distributions, and tokens are argmaxes.
+    """
+    logits = logits.float()
+    if config.greedy:
+        return logits
+    if config.temperature != 1.0:
+        logits = logits / config.temperature
+    if config.top_k and config.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, config.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if config.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        # Drop a token when the mass *before* it already reaches top_p; the top token always stays.
+        drop_sorted = (cumulative - sorted_logits.softmax(dim=-1)) >= config.top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def probs_from_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
+    """Softmax of the warped logits, in float32."""
+    return warp_logits(logits, config).softmax(dim=-1)
+
+
+def sample_or_argmax(probs: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> int:
+    """One token from a single distribution row."""
+    if greedy:
+        return int(probs.argmax())
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def normalise_residual(residual: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """``norm(max(0, residual))``, or ``fallback`` when the residual has no mass.
+
+    The residual is empty exactly when the verifier already agrees everywhere the proposer put mass;
+    then any resample from the verifier itself is correct.
+    """
+    residual = residual.clamp_min(0.0)
+    total = residual.sum(dim=-1, keepdim=True)
+    return torch.where(total > 1e-12, residual / total.clamp_min(1e-30), fallback)
