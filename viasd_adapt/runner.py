@@ -30,6 +30,36 @@ def cache_length(cache) -> int:
     return max((layer.get_seq_length() for layer in cache.layers), default=0)
 
 
+def enable_rollback(cache) -> None:
+    """Lets sliding-window layers (Gemma2, Mistral with a window) be cropped after the window fills.
+
+    transformers' ``DynamicSlidingWindowLayer`` drops keys older than the window on every update and
+    then refuses ``crop`` once the window is reached; with past recording on, it keeps the states of
+    the last forward until the next crop, which is exactly what discarding rejected drafts needs.
+    """
+    for layer in cache.layers:
+        if getattr(layer, "is_sliding", False) and hasattr(layer, "activate_past_recording"):
+            layer.activate_past_recording()
+
+
+def can_truncate(cache, length: int) -> bool:
+    """Whether cropping to ``length`` tokens leaves every layer the states its next forward needs.
+
+    A sliding layer only holds its most recent keys; cropping deeper than what it still holds would
+    silently lose tokens inside the window, so the caller must rebuild the cache instead.
+    """
+    for layer in cache.layers:
+        if not getattr(layer, "is_sliding", False) or layer.get_seq_length() <= length:
+            continue
+        if layer.get_seq_length() >= layer.sliding_window and not getattr(layer, "record_past", False):
+            return False
+        stored = layer.keys.shape[-2] if layer.is_initialized and layer.keys is not None else 0
+        first_stored = layer.get_seq_length() - stored
+        if first_stored > max(0, length - layer.sliding_window + 1):
+            return False
+    return True
+
+
 def truncate_cache(cache, length: int) -> None:
     """Crops every layer longer than ``length`` back to ``length`` tokens.
 
@@ -62,13 +92,18 @@ class CachedRunner:
         self.model = model
         self._cache_factory = cache_factory or (lambda: DynamicCache(config=model.config))
         self._cache_kwarg = cache_kwarg_name(model)
-        self.cache = self._cache_factory()
+        self.cache = self._new_cache()
         self.fed: list[int] = []
         self.passes = 0
         self.last_hidden: torch.Tensor | None = None
 
+    def _new_cache(self):
+        cache = self._cache_factory()
+        enable_rollback(cache)
+        return cache
+
     def reset(self) -> None:
-        self.cache = self._cache_factory()
+        self.cache = self._new_cache()
         self.fed = []
 
     @torch.no_grad()
@@ -82,6 +117,9 @@ class CachedRunner:
         if not 1 <= n_tail <= len(sequence):
             raise ValueError(f"n_tail={n_tail} must be in [1, {len(sequence)}]")
         keep = min(common_prefix_length(self.fed, sequence), len(sequence) - n_tail)
+        if not can_truncate(self.cache, keep):
+            self.reset()
+            keep = 0
         truncate_cache(self.cache, keep)
         new = sequence[keep:]
         device = next(self.model.parameters()).device
@@ -99,6 +137,9 @@ class CachedRunner:
 
     def rollback(self, length: int) -> None:
         """Forgets everything after the first ``length`` tokens."""
+        if not can_truncate(self.cache, length):
+            self.reset()
+            return
         truncate_cache(self.cache, length)
         self.fed = self.fed[:length]
 
