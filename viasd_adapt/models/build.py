@@ -86,18 +86,17 @@ def build_pair(preset: str | Preset, out_dir: str | Path | None = None, seed: in
     started = time.perf_counter()
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(min(MAX_THREADS, previous_threads))
+    staging_dir = Path(tempfile.mkdtemp(prefix=f".{preset.name}-building-", dir=root))
     try:
-        with tempfile.TemporaryDirectory(prefix=f".{preset.name}-", dir=root) as staging:
-            staging_dir = Path(staging)
-            report = _train_and_write(preset, seed, staging_dir, progress)
-            report["build_seconds"] = round(time.perf_counter() - started, 1)
-            (staging_dir / "build_report.json").write_text(json.dumps(report, indent=2) + "\n")
-            if pair_dir.exists():
-                shutil.rmtree(pair_dir)
-            shutil.move(str(staging_dir), str(pair_dir))
-            staging_dir.mkdir()  # so that TemporaryDirectory's clean-up finds something to remove
+        report = _train_and_write(preset, seed, staging_dir, progress)
+        report["build_seconds"] = round(time.perf_counter() - started, 1)
+        (staging_dir / "build_report.json").write_text(json.dumps(report, indent=2) + "\n")
+        if pair_dir.exists():
+            shutil.rmtree(pair_dir)
+        staging_dir.rename(pair_dir)
     finally:
         torch.set_num_threads(previous_threads)
+        shutil.rmtree(staging_dir, ignore_errors=True)  # only left over if the build failed
     return pair_dir
 
 
