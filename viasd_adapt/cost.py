@@ -36,6 +36,13 @@ def _resolve_phi(phi: Phi | Callable[[torch.Tensor], torch.Tensor]) -> Callable[
         raise ValueError(f"phi must be one of {sorted(_PHI)} or a callable, got {phi!r}") from None
 
 
+# Largest margin (in nats) a single token can contribute. Mass on a token the other side masked out
+# (-inf log-prob) has an infinite margin; capping it keeps per-position costs, and their sums over a
+# block or a calibration window, finite and still ordered (a capped violation dwarfs any real one:
+# nonzero float32 probabilities are at most ~104 nats apart).
+MARGIN_CAP = 1e4
+
+
 def _weighted_violation(weights_log: torch.Tensor, margin: torch.Tensor, phi) -> torch.Tensor:
     """sum_v exp(weights_log(v)) * phi(margin(v)), with 0 * anything = 0.
 
@@ -43,7 +50,7 @@ def _weighted_violation(weights_log: torch.Tensor, margin: torch.Tensor, phi) ->
     if the margin is +inf or NaN (inf - inf), so the weight decides before the margin is looked at.
     """
     weights = weights_log.exp()
-    violation = phi(torch.nan_to_num(margin, nan=0.0, posinf=torch.finfo(margin.dtype).max))
+    violation = phi(torch.nan_to_num(margin, nan=0.0, posinf=MARGIN_CAP).clamp(max=MARGIN_CAP))
     return torch.where(weights > 0, weights * violation, torch.zeros_like(weights)).sum(dim=-1)
 
 
