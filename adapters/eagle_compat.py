@@ -1,0 +1,349 @@
+"""Making eagle-llm 1.2.1 build correct models on transformers 5, and proving each load sane.
+
+eagle-llm was written against transformers 4.3x. On transformers 5 it imports, but its modified
+Llama (``eagle.model.modeling_llama_kv``) and its head (``eagle.model.cnets``) come out broken in
+three ways, each of which this module repairs without editing eagle's files:
+
+1. **``rope_scaling`` KeyError.** transformers 5 made ``config.rope_scaling`` an alias of
+   ``config.rope_parameters`` (``{"rope_type": "default", "rope_theta": ...}``), so eagle's
+   ``_init_rope`` finds a non-None dict and reads ``["type"]``. We swap both eagle ``_init_rope``
+   methods, for the duration of a load only, for :func:`_init_rope_from_config`, which reads
+   either config dialect and builds *eagle's own* rotary classes, passing ``rope_theta`` as the
+   base (eagle itself always used 10000, silently wrong for models with another theta).
+2. **``_tied_weights_keys`` AttributeError.** transformers 5 expects a ``{target: source}`` dict,
+   eagle declares the 4.x list. The class attribute is swapped for the dict form during the load.
+3. **NaN rotary caches.** transformers 5 builds the model on the meta device and only
+   materialises what the checkpoint holds. Eagle's rotary ``inv_freq`` (a persistent buffer the
+   checkpoint never had) and the ``cos_cached``/``sin_cached`` tables come back uninitialised, so
+   every attention score is NaN and greedy decoding silently emits token 0.
+   :func:`repair_rotary_caches` recomputes them from the config after loading. This is not a
+   patch: it fixes the buffers of the loaded instance.
+
+Every swap is done by :func:`eagle_compat`, a context manager that restores the original
+attributes on exit, also when the load raises; nothing leaks into later code.
+
+Because the failure mode is *silent* garbage, a compatibility layer alone is not enough:
+:func:`check_base_model` runs the loaded EAGLE base model and the stock Hugging Face model on the
+same checkpoint over a probe sequence, through both a plain forward and eagle's own KV-cache path,
+and raises :class:`~viasd_adapt.errors.ModelMismatchError` on any difference beyond float noise.
+:func:`load_ea_model` does load + repair + check in one call and is what the adapter uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+import transformers
+from torch import nn
+
+from viasd_adapt.errors import ConfigError, ModelMismatchError, UnsupportedModelError, ViasdError
+
+TRANSFORMERS_MAJOR = int(transformers.__version__.split(".")[0])
+
+# Logit agreement demanded of the EAGLE base model against the stock model (float32 on CPU differs
+# by ~1e-6; a broken rotary table or a missing weight differs by O(1)).
+LOGIT_ATOL = 1e-3
+LOGIT_RTOL = 1e-3
+
+
+def _eagle_modules():
+    """eagle's model modules, imported lazily so that viasd-adapt works without eagle-llm."""
+    try:
+        from eagle.model import cnets, ea_model, modeling_llama_kv
+    except ImportError as err:  # pragma: no cover - exercised only without eagle-llm installed
+        raise ViasdError(f"eagle-llm is not importable ({err}); install it with `pip install eagle-llm`") from None
+    return ea_model, modeling_llama_kv, cnets
+
+
+# --------------------------------------------------------------------------- rope parameters
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """The rotary embedding a config asks for, in either transformers dialect."""
+
+    kind: str  # "default", "linear" or "dynamic"
+    theta: float
+    factor: float = 1.0
+
+
+def rope_spec(config) -> RopeSpec:
+    """Reads rope settings from a 4.x config (``rope_scaling`` + ``rope_theta``) or a 5.x config
+    (``rope_parameters``). Raises UnsupportedModelError for rope types eagle cannot express."""
+    params = getattr(config, "rope_parameters", None)
+    if TRANSFORMERS_MAJOR < 5 or params is None:
+        params = getattr(config, "rope_scaling", None)
+    theta = float(getattr(config, "rope_theta", None) or 10000.0)
+    if not params:
+        return RopeSpec("default", theta)
+    params = dict(params)
+    theta = float(params.get("rope_theta", theta))
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind == "default":
+        return RopeSpec("default", theta)
+    if kind in ("linear", "dynamic"):
+        return RopeSpec(kind, theta, float(params.get("factor", 1.0)))
+    raise UnsupportedModelError(
+        f"eagle-llm implements only default, linear and dynamic RoPE; this model uses {kind!r}"
+    )
+
+
+def _init_rope_from_config(attention: nn.Module) -> None:
+    """Replacement for eagle's ``LlamaAttention._init_rope`` (both copies): same classes, read
+    from either config dialect, with the config's theta as base."""
+    module = __import__(type(attention).__module__, fromlist=["LlamaRotaryEmbedding"])
+    spec = rope_spec(attention.config)
+    common = dict(max_position_embeddings=attention.max_position_embeddings, base=spec.theta)
+    if spec.kind == "default":
+        attention.rotary_emb = module.LlamaRotaryEmbedding(attention.head_dim, **common)
+    elif spec.kind == "linear":
+        attention.rotary_emb = module.LlamaLinearScalingRotaryEmbedding(
+            attention.head_dim, scaling_factor=spec.factor, **common
+        )
+    else:
+        attention.rotary_emb = module.LlamaDynamicNTKScalingRotaryEmbedding(
+            attention.head_dim, scaling_factor=spec.factor, **common
+        )
+
+
+# --------------------------------------------------------------------------- scoped patching
+
+
+@contextlib.contextmanager
+def _swapped(owner: object, name: str, value: object) -> Iterator[None]:
+    """Sets ``owner.name = value`` and restores the previous state (also its absence) on exit."""
+    missing = object()
+    previous = owner.__dict__.get(name, missing) if isinstance(owner, type) else getattr(owner, name, missing)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        if previous is missing:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, previous)
+
+
+@contextlib.contextmanager
+def eagle_compat() -> Iterator[None]:
+    """Scope in which eagle-llm builds correct models on the installed transformers.
+
+    Only class attributes of eagle's own classes are swapped, and all are restored on exit. Under
+    transformers 4.x the rope fix still applies (it makes eagle honour ``rope_theta``) and the
+    tied-weights list is left alone.
+    """
+    _, kv, cnets = _eagle_modules()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_swapped(kv.LlamaAttention, "_init_rope", _init_rope_from_config))
+        stack.enter_context(_swapped(cnets.LlamaAttention, "_init_rope", _init_rope_from_config))
+        if TRANSFORMERS_MAJOR >= 5:
+            stack.enter_context(
+                _swapped(kv.LlamaForCausalLM, "_tied_weights_keys", {"lm_head.weight": "model.embed_tokens.weight"})
+            )
+        yield
+
+
+def repair_rotary_caches(model: nn.Module) -> int:
+    """Recomputes ``inv_freq`` and the cos/sin tables of every eagle rotary module in ``model``.
+
+    Returns how many modules were repaired. Safe on a healthy model (it recomputes the same values).
+    """
+    _, kv, cnets = _eagle_modules()
+    classes = (kv.LlamaRotaryEmbedding, cnets.LlamaRotaryEmbedding)
+    repaired = 0
+    for module in model.modules():
+        if not isinstance(module, classes):
+            continue
+        device = next((b.device for b in module.buffers() if b.device.type != "meta"), torch.device("cpu"))
+        exponent = torch.arange(0, module.dim, 2, dtype=torch.float32, device=device) / module.dim
+        inv_freq = 1.0 / (module.base ** exponent)
+        persistent = "inv_freq" not in module._non_persistent_buffers_set
+        module.register_buffer("inv_freq", inv_freq, persistent=persistent)
+        module._set_cos_sin_cache(seq_len=module.max_position_embeddings, device=device, dtype=torch.float32)
+        repaired += 1
+    return repaired
+
+
+# --------------------------------------------------------------------------- sanity check
+
+
+def _probe_ids(vocab_size: int, length: int = 24, seed: int = 1234) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (1, length), generator=generator)
+
+
+@torch.no_grad()
+def _eagle_logits_plain(base_model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    inner = base_model.model
+    saved = getattr(inner, "tree_mask", None), getattr(inner, "tree_mode", None)
+    inner.tree_mask, inner.tree_mode = None, None
+    try:
+        hidden = inner(input_ids=ids, past_key_values=None, use_cache=False, return_dict=False)[0]
+    finally:
+        inner.tree_mask, inner.tree_mode = saved
+    return base_model.lm_head(hidden).float()
+
+
+@torch.no_grad()
+def _eagle_logits_cached(base_model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """The same logits through eagle's pre-allocated KV cache, fed in two chunks (checks cached
+    rotary positions too)."""
+    from eagle.model.kv_cache import initialize_past_key_values
+
+    inner = base_model.model
+    saved = getattr(inner, "tree_mask", None), getattr(inner, "tree_mode", None)
+    inner.tree_mask, inner.tree_mode = None, None
+    past, data, lengths = initialize_past_key_values(base_model)
+    try:
+        half = ids.shape[1] // 2
+        outs = []
+        for start, stop in ((0, half), (half, ids.shape[1])):
+            position_ids = torch.arange(start, stop, device=ids.device)[None]
+            hidden = inner(input_ids=ids[:, start:stop], past_key_values=past, position_ids=position_ids, return_dict=False)[0]
+            outs.append(base_model.lm_head(hidden).float())
+    finally:
+        inner.tree_mask, inner.tree_mode = saved
+        del past, data, lengths
+    return torch.cat(outs, dim=1)
+
+
+@dataclass(frozen=True)
+class SanityReport:
+    """What :func:`check_base_model` measured."""
+
+    max_abs_diff_plain: float
+    max_abs_diff_cached: float
+    argmax_agreement: float
+    probe_tokens: int
+
+
+def compare_logits(name: str, eagle_logits: torch.Tensor, stock_logits: torch.Tensor) -> float:
+    """Max abs difference, raising ModelMismatchError on NaN or a difference beyond tolerance."""
+    if not torch.isfinite(eagle_logits).all():
+        raise ModelMismatchError(
+            f"the EAGLE base model produces non-finite logits ({name}); its rotary caches or weights did not "
+            "load (transformers-5 incompatibility?). Refusing to run: generation would silently emit token 0."
+        )
+    diff = (eagle_logits - stock_logits).abs()
+    limit = LOGIT_ATOL + LOGIT_RTOL * stock_logits.abs()
+    if bool((diff > limit).any()):
+        raise ModelMismatchError(
+            f"the EAGLE base model disagrees with the stock transformers model on the same weights ({name}): "
+            f"max |logit difference| = {float(diff.max()):.4g} (tolerance {LOGIT_ATOL} + {LOGIT_RTOL}*|logit|). "
+            "Refusing to run a model that is not the target."
+        )
+    return float(diff.max())
+
+
+def check_base_model(base_model: nn.Module, reference: nn.Module, probe_length: int = 24) -> SanityReport:
+    """Proves the EAGLE base model computes the same function as ``reference`` (stock HF model).
+
+    Raises :class:`ModelMismatchError` otherwise. Both models are compared in float32 on a seeded
+    random probe, once by a plain forward and once through eagle's KV cache in two chunks.
+    """
+    if base_model.config.vocab_size != reference.config.vocab_size:
+        raise ModelMismatchError(
+            f"vocabulary sizes differ: EAGLE base {base_model.config.vocab_size}, stock {reference.config.vocab_size}"
+        )
+    device = next(base_model.parameters()).device
+    ids = _probe_ids(base_model.config.vocab_size, probe_length).to(device)
+    with torch.no_grad():
+        stock = reference(input_ids=ids.to(next(reference.parameters()).device), use_cache=False).logits.float().to(device)
+    plain = _eagle_logits_plain(base_model, ids)
+    diff_plain = compare_logits("plain forward", plain, stock)
+    cached = _eagle_logits_cached(base_model, ids)
+    diff_cached = compare_logits("KV-cache forward", cached, stock)
+    agreement = float((plain.argmax(-1) == stock.argmax(-1)).float().mean())
+    return SanityReport(diff_plain, diff_cached, agreement, probe_length)
+
+
+def _load_stock(base_model_path: str | os.PathLike, dtype: torch.dtype) -> nn.Module:
+    return transformers.AutoModelForCausalLM.from_pretrained(base_model_path, dtype=dtype).eval()
+
+
+def load_ea_model(
+    base_model_path: str | os.PathLike,
+    ea_model_path: str | os.PathLike,
+    dtype: torch.dtype = torch.float32,
+    sanity_check: bool = True,
+    **kwargs,
+):
+    """``EaModel.from_pretrained`` made to work on the installed transformers, then proven sane.
+
+    Returns the EaModel with ``ea_model.viasd_sanity`` set to the :class:`SanityReport` (None when
+    ``sanity_check=False``). The check loads the stock model once more, so the peak memory of a
+    load is about twice the target's; pass ``sanity_check=False`` only for a model already checked.
+    """
+    ea_model_mod, _, _ = _eagle_modules()
+    base_model_path, ea_model_path = Path(base_model_path), Path(ea_model_path)
+    for label, path, needed in (("base model", base_model_path, "config.json"), ("EAGLE head", ea_model_path, "config.json")):
+        if not (path / needed).is_file():
+            raise ViasdError(f"{label} directory {path} has no {needed}")
+    if not (ea_model_path / "pytorch_model.bin").is_file():
+        raise ViasdError(f"EAGLE head directory {ea_model_path} has no pytorch_model.bin")
+    architecture = (transformers.AutoConfig.from_pretrained(base_model_path).architectures or ["?"])[0]
+    if architecture != "LlamaForCausalLM":
+        raise UnsupportedModelError(
+            f"the eagle-llm 1.2.1 adapter supports Llama targets only (its Mixtral path is untested); got {architecture}"
+        )
+    check_head_matches(base_model_path, ea_model_path)
+    with eagle_compat():
+        model = ea_model_mod.EaModel.from_pretrained(
+            base_model_path=str(base_model_path), ea_model_path=str(ea_model_path), dtype=dtype, **kwargs
+        )
+    repair_rotary_caches(model.base_model)
+    model.eval()
+    model.viasd_sanity = None
+    if sanity_check:
+        reference = _load_stock(base_model_path, dtype)
+        try:
+            model.viasd_sanity = check_base_model(model.base_model, reference)
+        finally:
+            del reference
+    return model
+
+
+def check_head_matches(base_model_path: str | os.PathLike, ea_model_path: str | os.PathLike) -> None:
+    """Refuses a head trained for another base model, before anything is built.
+
+    Compares the head's config (and, when the head was trained by viasd-adapt, the recorded target
+    fingerprint) with the base model's config.
+    """
+    import json
+
+    base = json.loads((Path(base_model_path) / "config.json").read_text())
+    head = json.loads((Path(ea_model_path) / "config.json").read_text())
+    problems = [
+        f"{key}: head {head.get(key)!r}, base model {base.get(key)!r}"
+        for key in ("hidden_size", "vocab_size")
+        if head.get(key) != base.get(key)
+    ]
+    recorded = head.get("viasd_target_fingerprint")
+    if recorded is not None and not problems:
+        from viasd_adapt.models.eagle_head import target_weights_digest
+
+        actual = target_weights_digest(base_model_path)
+        if actual != recorded:
+            problems.append(f"target weights digest: head was trained on {recorded[:12]}, this base model is {actual[:12]}")
+    if problems:
+        raise ModelMismatchError(
+            f"the EAGLE head in {ea_model_path} belongs to another base model: " + "; ".join(problems)
+        )
+
+
+__all__ = [
+    "RopeSpec",
+    "SanityReport",
+    "check_base_model",
+    "check_head_matches",
+    "compare_logits",
+    "eagle_compat",
+    "load_ea_model",
+    "repair_rotary_caches",
+    "rope_spec",
+]
