@@ -44,9 +44,12 @@ def tolerant_accept_prob(
 def lossless_accept_prob(
     tokens: torch.Tensor, proposer_probs: torch.Tensor, verifier_probs: torch.Tensor, greedy: bool
 ) -> torch.Tensor:
-    """Standard SD: ``min(1, v/b)`` when sampling; ``x == argmax v`` when greedy (token-exact)."""
+    """Standard SD: ``min(1, v/b)`` when sampling; ``x == argmax v`` when greedy (token-exact).
+
+    ``verifier_probs`` may carry the extra bonus row of the tier shapes (``g + 1``); it is ignored.
+    """
     if greedy:
-        return (verifier_probs.argmax(dim=-1) == tokens).float()
+        return (verifier_probs[: tokens.shape[0]].argmax(dim=-1) == tokens).float()
     return tolerant_accept_prob(tokens, proposer_probs, verifier_probs, 0.0, greedy=False)
 
 
