@@ -1,0 +1,159 @@
+"""What a benchmark row actually ran: forward passes per model and tensor memory.
+
+Counting is done from the outside, with forward hooks on the target and the drafter, so every row
+is measured the same way whatever framework drives the models (our engine, a patched
+``generate``, PEARL's threads). Why hooks rather than each framework's own counters: an unpatched
+framework has no counters, and a row must not be able to under-report its own work.
+
+The slim verifier is a shallow-copied *view* of the target (:mod:`viasd_adapt.routing.slim`); the
+copy shares the target's hook dictionary, so a hook registered on the target also fires for the
+view, with ``module`` being the view. That is how slim passes are told apart from full passes.
+
+Memory (CPU): parameter bytes of every model that ran at least once, plus, for each KV cache object
+seen during the run, its largest size, summed (an upper bound on the caches alive at once).
+On CUDA: ``torch.cuda.max_memory_allocated`` over the run, which includes everything. The JSON says
+which one was used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+MB = 1024 * 1024
+
+
+def tensor_bytes(tensor: Any) -> int:
+    return tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
+
+
+def cache_bytes(cache: Any) -> int:
+    """Bytes of the key/value tensors of an HF cache object (0 for anything unknown)."""
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        return 0
+    return sum(tensor_bytes(getattr(layer, "keys", None)) + tensor_bytes(getattr(layer, "values", None)) for layer in layers)
+
+
+def parameter_bytes(*models: nn.Module) -> int:
+    """Bytes of the distinct parameter tensors of ``models`` (shared weights counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for model in models:
+        for param in model.parameters():
+            key = param.data_ptr()
+            if key not in seen:
+                seen.add(key)
+                total += tensor_bytes(param)
+    return total
+
+
+def _cache_of(kwargs: dict, output: Any) -> Any:
+    for key in ("past_key_values", "cache"):
+        if kwargs.get(key) is not None:
+            return kwargs[key]
+    return getattr(output, "past_key_values", None)
+
+
+@dataclass
+class RunMeasure:
+    """What one generation ran."""
+
+    full_passes: int = 0
+    slim_passes: int = 0
+    draft_passes: int = 0
+    cache_peaks: dict[int, int] = field(default_factory=dict)
+    models_used: dict[str, nn.Module] = field(default_factory=dict)
+
+    @property
+    def peak_cache_bytes(self) -> int:
+        return sum(self.cache_peaks.values())
+
+
+class PassMeter:
+    """Forward hooks on target and drafter; ``with meter.measure() as m:`` records one run.
+
+    Hooks are removed by :meth:`close` (also a context manager), even if a run raises.
+    """
+
+    def __init__(self, target: nn.Module, draft: nn.Module | None = None, extra: dict[str, nn.Module] | None = None):
+        self.target = target
+        self.draft = draft
+        self.current: RunMeasure | None = None
+        self._handles = [target.register_forward_hook(self._on_target, with_kwargs=True)]
+        if draft is not None:
+            self._handles.append(draft.register_forward_hook(self._on_draft, with_kwargs=True))
+        for name, module in (extra or {}).items():
+            self._handles.append(module.register_forward_hook(self._make_extra(name), with_kwargs=True))
+
+    # ------------------------------------------------------------------ hooks
+    def _record_cache(self, kwargs: dict, output: Any) -> None:
+        cache = _cache_of(kwargs, output)
+        if cache is not None and self.current is not None:
+            size = cache_bytes(cache)
+            key = id(cache)
+            if size > self.current.cache_peaks.get(key, 0):
+                self.current.cache_peaks[key] = size
+
+    def _on_target(self, module, args, kwargs, output) -> None:
+        if self.current is None:
+            return
+        if module is self.target:
+            self.current.full_passes += 1
+            self.current.models_used["target"] = module
+        else:  # a routed view sharing the target's hook dictionary: the slim verifier
+            self.current.slim_passes += 1
+            self.current.models_used["target"] = self.target
+        self._record_cache(kwargs, output)
+
+    def _on_draft(self, module, args, kwargs, output) -> None:
+        if self.current is None:
+            return
+        self.current.draft_passes += 1
+        self.current.models_used["draft"] = module
+        self._record_cache(kwargs, output)
+
+    def _make_extra(self, name: str):
+        def hook(module, args, kwargs, output) -> None:
+            if self.current is not None:
+                self.current.draft_passes += 1
+                self.current.models_used[name] = module
+                self._record_cache(kwargs, output)
+
+        return hook
+
+    # ------------------------------------------------------------------ use
+    def start(self) -> RunMeasure:
+        self.current = RunMeasure()
+        return self.current
+
+    def stop(self) -> RunMeasure:
+        measure, self.current = self.current, None
+        return measure or RunMeasure()
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def __enter__(self) -> "PassMeter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def peak_memory_mb(measure: RunMeasure, device: torch.device, cuda_peak_bytes: int | None) -> float:
+    """Peak tensor memory of one run in MiB (see the module docstring for what is counted)."""
+    if device.type == "cuda" and cuda_peak_bytes is not None:
+        return cuda_peak_bytes / MB
+    return (parameter_bytes(*measure.models_used.values()) + measure.peak_cache_bytes) / MB
+
+
+def memory_source(device: torch.device) -> str:
+    if device.type == "cuda":
+        return "torch.cuda.max_memory_allocated"
+    return "parameter bytes of the models used + peak KV-cache bytes (sum over caches)"
