@@ -1,0 +1,116 @@
+"""``viasd search`` end to end on tiny random checkpoints written to disk, and its input errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from viasd_adapt.cli.main import cli
+from viasd_adapt.models.tiny import tiny_model
+from viasd_adapt.routing.mask import MaskArtifact
+
+torch.set_num_threads(1)
+
+
+def char_tokenizer(vocab_size: int = 96, shift: int = 0):
+    """A character-level tokenizer with ``vocab_size`` ids (``shift`` permutes the ids)."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = [chr(32 + i) for i in range(vocab_size - 1)]
+    vocab = {c: (i + shift) % (vocab_size - 1) for i, c in enumerate(chars)}
+    vocab["<unk>"] = vocab_size - 1
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
+    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>")
+
+
+def save_model(path, family, seed, num_layers, vocab_size=96, shift=0):
+    tiny_model(family, seed=seed, num_layers=num_layers, vocab_size=vocab_size).save_pretrained(path)
+    char_tokenizer(vocab_size, shift).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpt")
+    return {
+        "target": save_model(root / "target", "qwen2", 0, 6),
+        "draft": save_model(root / "draft", "qwen2", 1, 1),
+        "draft_vocab": save_model(root / "draft_vocab", "qwen2", 1, 1, vocab_size=128),
+        "draft_tok": save_model(root / "draft_tok", "qwen2", 1, 1, shift=3),
+        "root": root,
+    }
+
+
+@pytest.fixture()
+def calib(tmp_path):
+    path = tmp_path / "calib.txt"
+    path.write_text("def add(a, b):\nclass Point:\nfor i in range(10):\n")
+    return path
+
+
+def run(args):
+    return CliRunner().invoke(cli, ["search", *map(str, args)])
+
+
+def test_search_writes_artifact_plot_and_summary(checkpoints, calib, tmp_path):
+    out, plot = tmp_path / "m" / "mask.json", tmp_path / "conv.png"
+    result = run(["--target", checkpoints["target"], "--draft", checkpoints["draft"], "--calib", calib,
+                  "--steps", 7, "--bo-every", 3, "--seed", 2, "--ratio", 0.5, "--new-tokens", 4,
+                  "--heldout-prompts", 2, "--compare-random", 3, "--out", out, "--plot", plot,
+                  "--no-progress", "--threads", 1])
+    assert result.exit_code == 0, result.output
+    assert "DIMR: best mask skips" in result.output and "7 evaluations (2 BO)" in result.output
+    from transformers import AutoModelForCausalLM
+
+    target = AutoModelForCausalLM.from_pretrained(checkpoints["target"], dtype=torch.float32)
+    artifact = MaskArtifact.load(out, model=target)
+    assert artifact.mask.num_skipped == 3 and artifact.delta is not None
+    assert artifact.search["seed"] == 2 and artifact.search["calibration"]["calib_file"] == str(calib)
+    assert len(artifact.report["random_compare"]["costs"]) == 3
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unwritable_out_fails_before_loading_anything(tmp_path, calib):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    # the model paths do not exist: the error must be about --out, so it came first
+    result = run(["--target", tmp_path / "nope", "--draft", tmp_path / "nope", "--out", blocker / "mask.json"])
+    assert result.exit_code == 2 and "--out" in result.output and "not writable" in result.output
+    result = run(["--target", tmp_path / "nope", "--draft", tmp_path / "nope", "--out", tmp_path])
+    assert result.exit_code == 2 and "is a directory" in result.output
+
+
+@pytest.mark.parametrize("ratio", ["0", "1", "1.5", "-0.1"])
+def test_ratio_outside_unit_interval(tmp_path, ratio):
+    result = run(["--target", tmp_path, "--draft", tmp_path, "--ratio", ratio, "--out", tmp_path / "m.json"])
+    assert result.exit_code == 2 and "(0, 1)" in result.output
+
+
+def test_too_many_or_no_skipped_layers(checkpoints, calib, tmp_path):
+    common = ["--target", checkpoints["target"], "--draft", checkpoints["draft"], "--calib", calib,
+              "--out", tmp_path / "m.json", "--no-progress"]
+    result = run([*common, "--ratio", 0.95])  # round(5.7) = 6 of 6 layers
+    assert result.exit_code == 2 and "at least one layer must remain" in result.output
+    result = run([*common, "--ratio", 0.05])  # round(0.3) = 0 layers
+    assert result.exit_code == 2 and "at least one layer" in result.output
+
+
+def test_empty_calibration_file(checkpoints, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    result = run(["--target", checkpoints["target"], "--draft", checkpoints["draft"], "--calib", empty,
+                  "--out", tmp_path / "m.json"])
+    assert result.exit_code == 2 and "empty" in result.output
+
+
+@pytest.mark.parametrize("draft, message", [("draft_vocab", "different vocabularies"), ("draft_tok", "tokenizers differ")])
+def test_mismatched_drafter(checkpoints, calib, tmp_path, draft, message):
+    result = run(["--target", checkpoints["target"], "--draft", checkpoints[draft], "--calib", calib,
+                  "--out", tmp_path / "m.json", "--no-progress"])
+    assert result.exit_code == 2 and message in result.output
+    assert not (tmp_path / "m.json").exists()

@@ -1,0 +1,176 @@
+"""``viasd search``: find the slim verifier's routing mask for a target/drafter pair (DIMR).
+
+Every check that can fail on user input (ratio, output paths, calibration file, vocabularies)
+runs before the search starts, so a typo never costs a search's worth of CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from viasd_adapt.errors import ConfigError, ViasdError
+
+
+def ensure_writable(path: Path, what: str) -> None:
+    """Raises ConfigError unless ``path`` can be created or overwritten as a file."""
+    if path.is_dir():
+        raise ConfigError(f"{what} {path} is a directory; give a file path")
+    ancestor = path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"{what} {path} is not writable: {ancestor} is not a directory")
+    if ancestor == path.parent:
+        try:
+            with tempfile.NamedTemporaryFile(dir=ancestor, prefix=".viasd-write-test-"):
+                pass
+        except OSError as err:
+            raise ConfigError(f"{what} {path} is not writable: {err.strerror or err}") from None
+        if path.exists() and not os.access(path, os.W_OK):
+            raise ConfigError(f"{what} {path} is not writable (permission denied)")
+    elif not os.access(ancestor, os.W_OK):
+        raise ConfigError(f"{what} {path} is not writable: cannot create directories under {ancestor}")
+
+
+def check_ratio(ratio: float) -> float:
+    if not 0.0 < ratio < 1.0:
+        raise ConfigError(f"--ratio (fraction of decoder layers skipped) must be in (0, 1), got {ratio}")
+    return ratio
+
+
+def _load_model(path: Path, role: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if not (path / "config.json").is_file():
+        raise ViasdError(f"{role} model not found: {path} has no config.json")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except (OSError, ValueError) as err:
+        raise ViasdError(f"cannot load the {role} model from {path}: {err}") from None
+    return model.eval()
+
+
+def _load_tokenizer(path: Path, role: str, required: bool):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, TypeError) as err:
+        if required:
+            raise ConfigError(f"no usable tokenizer with the {role} model at {path}: {err}") from None
+        return None
+
+
+@click.command()
+@click.option("--target", "target_path", type=click.Path(path_type=Path), default=None,
+              help="Target (full verifier q) checkpoint directory.")
+@click.option("--draft", "draft_path", type=click.Path(path_type=Path), default=None,
+              help="Drafter (p) checkpoint directory, same tokenizer as the target.")
+@click.option("--pair", default=None, help="A pair name or directory from `viasd models list` instead of --target/--draft.")
+@click.option("--ratio", type=float, default=0.45, show_default=True, help="Fraction r of decoder layers skipped: round(r*L).")
+@click.option("--steps", type=int, default=120, show_default=True, help="S: most masks evaluated.")
+@click.option("--bo-every", "bo_every", type=int, default=5, show_default=True,
+              help="theta: a BoTorch proposal every theta steps (0 = random search only).")
+@click.option("--patience", type=int, default=40, show_default=True,
+              help="P: stop when the best mask is unchanged for P steps (0 = never).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the search and the random baseline.")
+@click.option("--calib", "calib_file", type=click.Path(path_type=Path), default=None,
+              help="Calibration prompts: one per line or a JSON list [default: held-out stdlib snippets].")
+@click.option("--calib-prompts", type=int, default=16, show_default=True, help="Corpus prompts used when --calib is not given.")
+@click.option("--heldout-prompts", type=int, default=16, show_default=True, help="Held-out prompts for the agreement report.")
+@click.option("--new-tokens", type=int, default=48, show_default=True, help="Target's greedy tokens per calibration prompt.")
+@click.option("--out", "out_path", type=click.Path(path_type=Path), default=Path("mask.json"), show_default=True,
+              help="Where the mask artifact (JSON) is written.")
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None,
+              help="Convergence PNG [default: <out>-convergence.png].")
+@click.option("--compare-random", "compare_random", type=int, default=0, show_default=True,
+              help="Also score K seeded random masks at the same r and record them in the report.")
+@click.option("--threads", type=int, default=None, help="torch CPU threads [default: torch's choice].")
+@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+def search(target_path, draft_path, pair, ratio, steps, bo_every, patience, seed, calib_file, calib_prompts,
+           heldout_prompts, new_tokens, out_path, plot_path, compare_random, threads, no_progress) -> None:
+    """DIMR: search the routing mask of the slim verifier (random + BoTorch, fixed cardinality)."""
+    started = time.perf_counter()
+    check_ratio(ratio)
+    if pair is not None:
+        if target_path or draft_path:
+            raise ConfigError("give either --pair or --target/--draft, not both")
+        from viasd_adapt.models.registry import resolve_pair
+
+        resolved = resolve_pair(pair)
+        target_path, draft_path = resolved.target, resolved.draft
+    if target_path is None or draft_path is None:
+        raise ConfigError("both --target and --draft are required (or --pair)")
+    if compare_random < 0:
+        raise ConfigError(f"--compare-random must be >= 0, got {compare_random}")
+    plot_path = plot_path or out_path.with_name(out_path.stem + "-convergence.png")
+    ensure_writable(out_path, "--out")
+    ensure_writable(plot_path, "--plot")
+
+    from viasd_adapt.search.calibration import check_compatible, load_prompt_file
+    from viasd_adapt.search.dimr import SearchSettings
+
+    if calib_file is not None:
+        load_prompt_file(calib_file)  # fail fast on an empty or unreadable file
+    settings = SearchSettings(steps=steps, bo_every=bo_every, patience=patience, seed=seed)
+
+    import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    target = _load_model(Path(target_path), "target")
+    draft = _load_model(Path(draft_path), "draft")
+    target_tok = _load_tokenizer(Path(target_path), "target", required=True)
+    draft_tok = _load_tokenizer(Path(draft_path), "draft", required=False)
+    check_compatible(target, draft, target_tok, draft_tok)
+
+    from tqdm import tqdm
+
+    from viasd_adapt.routing.layers import find_decoder_stack
+    from viasd_adapt.routing.mask import skip_count
+    from viasd_adapt.search.dimr import check_cardinality
+    from viasd_adapt.search.pipeline import CalibrationSpec, prompt_token_ids, search_mask
+    from viasd_adapt.search.plot import plot_convergence
+
+    num_layers = find_decoder_stack(target).num_layers
+    check_cardinality(num_layers, skip_count(num_layers, ratio))
+    spec = CalibrationSpec(calib_file=calib_file, n_calibration=calib_prompts, n_heldout=heldout_prompts,
+                           new_tokens=new_tokens, prompt_seed=seed)
+    calib_ids, heldout_ids = prompt_token_ids(target_tok, spec)
+
+    bar = tqdm(total=steps, desc="DIMR", unit="mask", disable=no_progress, leave=False)
+
+    def on_step(evaluation, best):
+        bar.update(1)
+        bar.set_postfix(step=evaluation.step, best=f"{best:.3f}", kind=evaluation.kind)
+
+    try:
+        outcome = search_mask(target, draft, calib_ids, heldout_ids, ratio=ratio, settings=settings,
+                              compare_random=compare_random, new_tokens=new_tokens,
+                              on_step=on_step, calibration_info=spec.to_dict())
+    finally:
+        bar.close()
+    artifact = outcome.artifact
+    artifact.search["target"] = str(target_path)
+    artifact.search["draft"] = str(draft_path)
+    total = time.perf_counter() - started
+    artifact.search["total_wall_seconds"] = round(total, 2)
+    artifact.save(out_path)
+    plot_convergence(outcome.result, plot_path, outcome.random_costs,
+                     title=f"DIMR on {Path(target_path).name}: r={ratio}, seed {seed}")
+    report = artifact.report
+    line = (f"{outcome.summary}; total wall {total:.1f}s")
+    if "heldout_agreement" in report:
+        line += (f"; held-out greedy agreement with q: slim {report['heldout_agreement']:.3f}, "
+                 f"drafter {report['drafter_heldout_agreement']:.3f}")
+        if "random_compare" in report:
+            line += f", random-mask median {report['random_compare']['median_heldout_agreement']:.3f}"
+    click.echo(line)
+    click.echo(f"mask -> {out_path}; plot -> {plot_path}")

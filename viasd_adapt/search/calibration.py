@@ -1,0 +1,249 @@
+"""The calibration window DIMR scores masks on (VIA-SD.md section 3).
+
+A window is a prompt followed by the target's own greedy continuation, run teacher-forced. Only the
+positions that predict continuation tokens are scored: they are the positions a verifier actually
+judges during decoding, while prompt positions mostly measure how well a model reads human text.
+
+Why right padding without an attention mask is exact here: every model we route is causal, so a
+real position never attends to a pad that comes after it, and position ids count from 0 for every
+row. Windows of different lengths can therefore share one batch with no per-family padding logic.
+
+The drafter's (p) and target's (q) log-probabilities over the scored positions are computed ONCE;
+each candidate mask then costs one slim forward over the same batch (see ``objective.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
+from viasd_adapt.runner import CachedRunner
+
+DEFAULT_CALIB_PROMPTS = 16
+DEFAULT_HELDOUT_PROMPTS = 16
+DEFAULT_NEW_TOKENS = 48
+DEFAULT_PROMPT_TOKENS = 96
+
+
+# ---------------------------------------------------------------------------- prompts
+
+
+def load_prompt_file(path: str | Path) -> list[str]:
+    """Prompts from ``path``: a JSON list of strings, or one prompt per non-empty line.
+
+    An empty file (or one with only blank lines / an empty list) is an error: searching a mask on
+    no data would silently return an arbitrary mask.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"calibration file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read calibration file {path}: {err}") from None
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"calibration file {path} looks like JSON but does not parse: {err}") from None
+        if not isinstance(data, list) or not all(isinstance(item, str) for item in data):
+            raise ConfigError(f"calibration file {path} must hold a JSON list of strings")
+        prompts = [item for item in data if item.strip()]
+    else:
+        prompts = [line for line in text.splitlines() if line.strip()]
+    if not prompts:
+        raise ConfigError(f"calibration file {path} is empty: give one prompt per line or a JSON list of strings")
+    return prompts
+
+
+def default_prompts(n_calibration: int, n_heldout: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Calibration and evaluation prompts from held-out stdlib files (``models.corpus``).
+
+    One draw of ``n_calibration + n_heldout`` snippets is split in two, so the evaluation prompts
+    are never the calibration prompts (the corpus draws are reproducible for a given seed).
+    """
+    from viasd_adapt.models.corpus import heldout_prompts
+
+    prompts = heldout_prompts(n_calibration + n_heldout, seed=seed)
+    return prompts[:n_calibration], prompts[n_calibration:]
+
+
+# ---------------------------------------------------------------------------- compatibility
+
+
+def vocab_size_of(model: nn.Module) -> int:
+    """Rows of the output head: the size of the distribution the cost compares."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    return int(model.config.vocab_size)
+
+
+def check_compatible(target: nn.Module, draft: nn.Module, target_tokenizer=None, draft_tokenizer=None) -> None:
+    """Refuses a drafter whose distribution is not over the target's vocabulary.
+
+    The KL-style cost compares p and q token by token, so the two vocabularies must be the same
+    list in the same order: equal head sizes, and equal tokenizer vocabularies when given.
+    """
+    v_target, v_draft = vocab_size_of(target), vocab_size_of(draft)
+    if v_target != v_draft:
+        raise ModelMismatchError(
+            f"drafter and target have different vocabularies: {v_draft} vs {v_target} output tokens; "
+            "DIMR compares their next-token distributions token by token, so they must share one tokenizer"
+        )
+    if target_tokenizer is not None and draft_tokenizer is not None:
+        if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+            raise ModelMismatchError(
+                "drafter and target tokenizers differ (same size, different token ids); "
+                "use a drafter trained with the target's tokenizer"
+            )
+
+
+def max_positions(model: nn.Module) -> int | None:
+    config = model.config
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+# ---------------------------------------------------------------------------- windows
+
+
+@dataclass(frozen=True)
+class TokenWindows:
+    """Right-padded prompt + continuation rows and which positions are scored.
+
+    Attributes:
+        input_ids: ``(W, T)`` token ids, right-padded.
+        scored: ``(W, T)`` bool; True at positions whose next token is a continuation token.
+    """
+
+    input_ids: torch.Tensor
+    scored: torch.Tensor
+
+    @property
+    def num_scored(self) -> int:
+        """tau: the number of scored positions."""
+        return int(self.scored.sum())
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str], max_prompt_tokens: int = DEFAULT_PROMPT_TOKENS) -> list[list[int]]:
+    """Token ids of each prompt, keeping the first ``max_prompt_tokens`` (so a BOS survives)."""
+    encoded = []
+    for prompt in prompts:
+        ids = list(tokenizer(prompt)["input_ids"])[:max_prompt_tokens]
+        if not ids:
+            raise ConfigError(f"prompt {prompt[:40]!r} encodes to no tokens")
+        encoded.append(ids)
+    return encoded
+
+
+@torch.no_grad()
+def greedy_continuation(model: nn.Module, prompt_ids: Sequence[int], new_tokens: int) -> list[int]:
+    """``new_tokens`` greedy tokens of ``model`` after ``prompt_ids`` (EOS does not stop it: the
+    window only needs the target's own most likely text, not a well-formed ending)."""
+    runner = CachedRunner(model)
+    sequence = list(prompt_ids)
+    for _ in range(new_tokens):
+        sequence.append(int(runner.logits_for(sequence, 1)[-1].argmax()))
+    return sequence[len(prompt_ids):]
+
+
+def build_windows(
+    target: nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    new_tokens: int = DEFAULT_NEW_TOKENS,
+    pad_id: int = 0,
+) -> TokenWindows:
+    """Windows of prompt + the target's greedy continuation of ``new_tokens`` tokens.
+
+    ``pad_id`` only fills the tail of shorter rows, which no scored position can see (causal
+    attention), so any in-vocabulary id will do.
+    """
+    if not prompt_ids:
+        raise ConfigError("no calibration prompts")
+    if new_tokens < 1:
+        raise ConfigError(f"calibration needs at least 1 new token per prompt, got {new_tokens}")
+    limit = max_positions(target)
+    vocab = vocab_size_of(target)
+    rows = []
+    for ids in prompt_ids:
+        ids = list(ids)
+        if not ids:
+            raise ConfigError("a calibration prompt has no tokens")
+        if max(ids) >= vocab or min(ids) < 0:
+            raise ModelMismatchError(
+                f"prompt token id {max(ids)} is outside the target's vocabulary of {vocab} tokens "
+                "(tokenizer and model do not belong together?)"
+            )
+        if limit is not None and len(ids) + new_tokens > limit:
+            ids = ids[: max(1, limit - new_tokens)]
+            if len(ids) + new_tokens > limit:
+                raise ConfigError(f"{new_tokens} new tokens do not fit the target's {limit} positions")
+        rows.append((ids, greedy_continuation(target, ids, new_tokens)))
+    length = max(len(p) + len(c) for p, c in rows)
+    input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    scored = torch.zeros((len(rows), length), dtype=torch.bool)
+    for row, (prompt, continuation) in enumerate(rows):
+        window = prompt + continuation
+        input_ids[row, : len(window)] = torch.tensor(window)
+        # position t predicts token t + 1: continuation tokens sit at len(prompt) .. len(window) - 1
+        scored[row, len(prompt) - 1 : len(window) - 1] = True
+    return TokenWindows(input_ids, scored)
+
+
+@torch.no_grad()
+def scored_log_probs(model: nn.Module, windows: TokenWindows, batch_size: int = 16) -> torch.Tensor:
+    """Teacher-forced log-probabilities at the scored positions, shape ``(tau, V)``, float32."""
+    chunks = []
+    for start in range(0, windows.input_ids.size(0), batch_size):
+        ids = windows.input_ids[start : start + batch_size]
+        logits = model(input_ids=ids, use_cache=False).logits
+        chunks.append(torch.log_softmax(logits[windows.scored[start : start + batch_size]].float(), dim=-1))
+    return torch.cat(chunks)
+
+
+@dataclass(frozen=True)
+class CalibrationSet:
+    """Windows plus p's and q's log-probs over their scored positions, computed once."""
+
+    windows: TokenWindows
+    logp_draft: torch.Tensor  # (tau, V)
+    logp_full: torch.Tensor  # (tau, V)
+
+    @property
+    def tau(self) -> int:
+        return self.windows.num_scored
+
+    @property
+    def full_argmax(self) -> torch.Tensor:
+        return self.logp_full.argmax(-1)
+
+
+def build_calibration(
+    target: nn.Module,
+    draft: nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    new_tokens: int = DEFAULT_NEW_TOKENS,
+    pad_id: int = 0,
+    batch_size: int = 16,
+) -> CalibrationSet:
+    """Greedy windows from the target, then p's and q's scored log-probs (once)."""
+    check_compatible(target, draft)
+    windows = build_windows(target, prompt_ids, new_tokens, pad_id)
+    logp_full = scored_log_probs(target, windows, batch_size)
+    logp_draft = scored_log_probs(draft, windows, batch_size)
+    if logp_full.shape != logp_draft.shape:  # defensive: heads that disagree with their config
+        raise ModelMismatchError(f"drafter and target logits differ in shape: {tuple(logp_draft.shape)} vs {tuple(logp_full.shape)}")
+    if not torch.isfinite(logp_full).any(dim=-1).all():
+        raise ViasdError("the target produced non-finite log-probabilities on the calibration window")
+    return CalibrationSet(windows, logp_draft, logp_full)

@@ -1,0 +1,180 @@
+"""DIMR: random search over fixed-cardinality masks with a BoTorch proposal every theta steps.
+
+The loop is independent of models: it minimises any ``cost(bits) -> float`` over masks of
+``num_layers`` bits with exactly ``k`` zeros (skipped layers). That keeps the strategy testable on
+constructed objectives and lets the benchmark compare strategies on one cached objective.
+
+Reproducibility: random proposals draw from their own ``torch.Generator`` (seed), BO pool draws
+from another (seed + 1), and each BO fit/sampler reseeds the global RNG with (seed, step); with a
+fixed ``torch.set_num_threads`` the same seed gives the same sequence of masks.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import torch
+
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.search.bo import BOSettings, propose_bo
+from viasd_adapt.search.candidates import Bits, random_mask, random_unseen, space_size
+
+RANDOM, BO = "random", "bo"
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Budget and schedule of one search.
+
+    Attributes:
+        steps: S, the most masks evaluated.
+        bo_every: theta; steps theta, 2 theta, ... are BO proposals (0 = random search only). A BO
+            step needs at least ``min_observations`` evaluated masks, otherwise it draws at random.
+        patience: P; stop once the best cost has not improved for P steps (0 = never).
+        seed: seeds every random choice of the search.
+    """
+
+    steps: int = 120
+    bo_every: int = 5
+    patience: int = 40
+    seed: int = 0
+    min_observations: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "bo_every", "patience", "seed", "min_observations"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name} must be an integer, got {value!r}")
+        if self.steps < 1:
+            raise ConfigError(f"steps must be >= 1, got {self.steps}")
+        if self.bo_every < 0 or self.patience < 0:
+            raise ConfigError("bo_every and patience must be >= 0 (0 disables them)")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    step: int
+    bits: Bits
+    cost: float
+    kind: str  # RANDOM or BO
+    seconds: float
+
+    @property
+    def skipped(self) -> list[int]:
+        return [i for i, b in enumerate(self.bits) if b == 0]
+
+
+@dataclass
+class SearchResult:
+    history: list[Evaluation]
+    stop_reason: str
+    wall_seconds: float
+    settings: SearchSettings
+    bo_seconds: float = 0.0
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def best(self) -> Evaluation:
+        return min(self.history, key=lambda e: (e.cost, e.step))
+
+    def best_curve(self) -> list[float]:
+        """Best cost after each step (what the convergence plot draws)."""
+        curve, best = [], float("inf")
+        for e in self.history:
+            best = min(best, e.cost)
+            curve.append(best)
+        return curve
+
+    @property
+    def evaluations(self) -> int:
+        return len(self.history)
+
+
+def check_cardinality(num_layers: int, k: int) -> None:
+    if not isinstance(num_layers, int) or num_layers < 2:
+        raise ConfigError(f"mask search needs a model with at least 2 decoder layers, got {num_layers}")
+    if k < 1:
+        raise ConfigError(
+            f"the ratio skips 0 of {num_layers} layers; a slim verifier must skip at least one layer (raise --ratio)"
+        )
+    if k >= num_layers:
+        raise ConfigError(f"cannot skip {k} of {num_layers} layers; at least one layer must remain")
+
+
+def dimr_search(
+    cost: Callable[[Bits], float],
+    num_layers: int,
+    k: int,
+    settings: SearchSettings = SearchSettings(),
+    bo_settings: BOSettings = BOSettings(),
+    on_step: Callable[[Evaluation, float], None] | None = None,
+) -> SearchResult:
+    """Minimise ``cost`` over masks with exactly ``k`` skipped layers.
+
+    ``on_step(evaluation, best_cost)`` is called after every evaluation (the CLI's progress bar).
+    Costs are treated as exact (our calibration is fixed), so the result's best is the observed
+    minimum without re-evaluation.
+    """
+    check_cardinality(num_layers, k)
+    random_gen = torch.Generator().manual_seed(settings.seed)
+    pool_gen = torch.Generator().manual_seed(settings.seed + 1)
+    history: list[Evaluation] = []
+    seen: set[Bits] = set()
+    best, since_best = float("inf"), 0
+    bo_seconds = 0.0
+    stop_reason = "steps"
+    started = time.perf_counter()
+    total = space_size(num_layers, k)
+    for step in range(1, settings.steps + 1):
+        if len(seen) >= total:
+            stop_reason = "exhausted"
+            break
+        t0 = time.perf_counter()
+        is_bo_step = settings.bo_every > 0 and step % settings.bo_every == 0 and len(history) >= settings.min_observations
+        bits = None
+        if is_bo_step:
+            bits = propose_bo(
+                [e.bits for e in history], [e.cost for e in history], k, pool_gen,
+                seed=settings.seed * 100_003 + step, settings=bo_settings,
+            )
+            bo_seconds += time.perf_counter() - t0
+        kind = BO if bits is not None else RANDOM
+        if bits is None:
+            bits = random_unseen(num_layers, k, seen, random_gen)
+        if bits is None:
+            stop_reason = "exhausted"
+            break
+        if bits in seen or sum(1 for b in bits if b == 0) != k:  # invariant, never expected
+            raise AssertionError(f"search proposed an invalid or repeated mask {bits}")
+        value = float(cost(bits))
+        seen.add(bits)
+        evaluation = Evaluation(step, bits, value, kind, time.perf_counter() - t0)
+        history.append(evaluation)
+        if value < best:
+            best, since_best = value, 0
+        else:
+            since_best += 1
+        if on_step is not None:
+            on_step(evaluation, best)
+        if settings.patience and since_best >= settings.patience:
+            stop_reason = "patience"
+            break
+    return SearchResult(history, stop_reason, time.perf_counter() - started, settings, bo_seconds)
+
+
+def random_masks(num_layers: int, k: int, count: int, seed: int) -> list[Bits]:
+    """``count`` independent uniform masks (the random baseline; repeats allowed, as in the paper's
+    "random skip set" ablation)."""
+    check_cardinality(num_layers, k)
+    generator = torch.Generator().manual_seed(seed)
+    return [random_mask(num_layers, k, generator) for _ in range(count)]
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None

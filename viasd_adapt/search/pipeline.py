@@ -1,0 +1,183 @@
+"""From a target/drafter pair to a fingerprinted mask artifact: calibrate, search, compare, report.
+
+Model plumbing only; the search strategy lives in ``dimr.py`` and the cost in ``objective.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from viasd_adapt.routing.layers import find_decoder_stack
+from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint, skip_count
+from viasd_adapt.search import calibration as cal
+from viasd_adapt.search.bo import BOSettings
+from viasd_adapt.search.dimr import SearchResult, SearchSettings, check_cardinality, dimr_search, median, random_masks
+from viasd_adapt.search.objective import AgreementProbe, MaskObjective
+from viasd_adapt.settings import TierSettings
+
+
+@dataclass(frozen=True)
+class CalibrationSpec:
+    """Where calibration and held-out prompts come from and how long the windows are."""
+
+    calib_file: Path | None = None
+    n_calibration: int = cal.DEFAULT_CALIB_PROMPTS
+    n_heldout: int = cal.DEFAULT_HELDOUT_PROMPTS
+    new_tokens: int = cal.DEFAULT_NEW_TOKENS
+    max_prompt_tokens: int = cal.DEFAULT_PROMPT_TOKENS
+    prompt_seed: int = 0
+
+    def to_dict(self) -> dict:
+        return {
+            "calib_file": str(self.calib_file) if self.calib_file else None,
+            "source": "file" if self.calib_file else "stdlib held-out corpus (viasd_adapt.models.corpus)",
+            "n_calibration": self.n_calibration,
+            "n_heldout": self.n_heldout,
+            "new_tokens": self.new_tokens,
+            "max_prompt_tokens": self.max_prompt_tokens,
+            "prompt_seed": self.prompt_seed,
+        }
+
+
+def prompt_token_ids(tokenizer, spec: CalibrationSpec) -> tuple[list[list[int]], list[list[int]]]:
+    """(calibration, held-out) token ids. With a calibration file, held-out prompts still come from
+    the corpus, so agreement is always measured on text the search never saw."""
+    if spec.calib_file is not None:
+        calib_text = cal.load_prompt_file(spec.calib_file)
+        _, heldout_text = cal.default_prompts(0, spec.n_heldout, seed=spec.prompt_seed)
+    else:
+        calib_text, heldout_text = cal.default_prompts(spec.n_calibration, spec.n_heldout, seed=spec.prompt_seed)
+    return (cal.encode_prompts(tokenizer, calib_text, spec.max_prompt_tokens),
+            cal.encode_prompts(tokenizer, heldout_text, spec.max_prompt_tokens))
+
+
+@dataclass
+class SearchOutcome:
+    artifact: MaskArtifact
+    result: SearchResult
+    random_costs: list[float] = field(default_factory=list)
+    summary: str = ""
+
+
+def _rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(float(value), digits)
+
+
+def search_mask(
+    target: nn.Module,
+    draft: nn.Module,
+    calib_ids: Sequence[Sequence[int]],
+    heldout_ids: Sequence[Sequence[int]] = (),
+    ratio: float = 0.45,
+    settings: SearchSettings = SearchSettings(),
+    tier: TierSettings | None = None,
+    compare_random: int = 0,
+    new_tokens: int = cal.DEFAULT_NEW_TOKENS,
+    pad_id: int = 0,
+    bo_settings: BOSettings = BOSettings(),
+    on_step: Callable | None = None,
+    calibration_info: dict | None = None,
+) -> SearchOutcome:
+    """Calibrate once, run DIMR, score the random baseline, and build the artifact.
+
+    Bad inputs fail before any model runs: mismatched vocabularies (:class:`ModelMismatchError`),
+    a ratio outside (0, 1) or one that skips no layer or every layer (:class:`ConfigError`).
+    """
+    tier = tier or TierSettings(ratio=ratio)
+    num_layers = find_decoder_stack(target).num_layers
+    k = skip_count(num_layers, ratio)
+    check_cardinality(num_layers, k)
+    cal.check_compatible(target, draft)
+    started = time.perf_counter()
+
+    calibration = cal.build_calibration(target, draft, calib_ids, new_tokens, pad_id)
+    objective = MaskObjective(target, calibration, tier)
+    calibration_seconds = time.perf_counter() - started
+
+    def cost(bits) -> float:
+        return objective(RoutingMask.from_bits(bits))
+
+    result = dimr_search(cost, num_layers, k, settings, bo_settings, on_step)
+    best_mask = RoutingMask.from_bits(result.best.bits)
+    best_score = objective.score(best_mask)
+
+    report: dict = {
+        "tau": calibration.tau,
+        "calibration_windows": int(calibration.windows.input_ids.size(0)),
+        "num_layers": num_layers,
+        "skipped_count": k,
+        "cost_per_token": _rounded(best_score.per_token(calibration.tau), 6),
+        "direct_cost_alpha2": _rounded(objective.direct_cost),
+        "calib_agreement": _rounded(best_score.agreement),
+        "evaluations": result.evaluations,
+        "bo_evaluations": sum(1 for e in result.history if e.kind == "bo"),
+        "stop_reason": result.stop_reason,
+        "calibration_seconds": round(calibration_seconds, 2),
+        "search_seconds": round(result.wall_seconds, 2),
+        "bo_seconds": round(result.bo_seconds, 2),
+        "history": [[e.step, e.kind, round(e.cost, 5)] for e in result.history],
+        "costs_exact": "calibration is fixed and forwards are deterministic, so the observed minimum is exact; no re-evaluation",
+    }
+    probe = AgreementProbe(target, cal.build_windows(target, heldout_ids, new_tokens, pad_id)) if heldout_ids else None
+    if probe is not None:
+        report["heldout_tau"] = probe.windows.num_scored
+        report["heldout_agreement"] = _rounded(probe.of_mask(best_mask))
+        report["drafter_heldout_agreement"] = _rounded(probe.of_model(draft))
+
+    random_costs: list[float] = []
+    if compare_random:
+        masks = random_masks(num_layers, k, compare_random, seed=settings.seed + 7919)
+        scores = [objective.score(RoutingMask.from_bits(b)) for b in masks]
+        random_costs = [s.cost for s in scores]
+        entry = {
+            "count": compare_random,
+            "seed": settings.seed + 7919,
+            "skipped_layers": [[i for i, b in enumerate(bits) if b == 0] for bits in masks],
+            "costs": [_rounded(c) for c in random_costs],
+            "median_cost": _rounded(median(random_costs)),
+            "dimr_cost_ratio_to_median": _rounded(median(random_costs) / best_score.cost, 3) if best_score.cost > 0 else None,
+            "calib_agreement": [_rounded(s.agreement) for s in scores],
+            "deltas": [_rounded(s.delta) for s in scores],
+        }
+        if probe is not None:
+            agreements = [probe.of_mask(RoutingMask.from_bits(b)) for b in masks]
+            entry["heldout_agreement"] = [_rounded(a) for a in agreements]
+            entry["median_heldout_agreement"] = _rounded(median(agreements))
+        report["random_compare"] = entry
+
+    search_info = settings.to_dict() | {
+        "ratio": ratio,
+        "alpha1": tier.alpha1,
+        "alpha2": tier.alpha2,
+        "beta": tier.beta,
+        "objective": "C_alpha1(u||p) + C_alpha2(q||u), relu margins, summed over tau continuation positions",
+        "delta_reading": "C_alpha2(q||p) - [C_alpha1(u||p) + C_alpha2(q||u)]",
+        "strategy": "random k-subsets + SingleTaskGP/qLogNEI over swap-neighbour pool every bo_every steps",
+        "bo": bo_settings.__dict__,
+        "calibration": calibration_info or {},
+        "wall_seconds": round(time.perf_counter() - started, 2),
+        "torch_threads": torch.get_num_threads(),
+    }
+    artifact = MaskArtifact(
+        mask=best_mask,
+        ratio=ratio,
+        score=round(best_score.cost, 6),
+        delta=round(best_score.delta, 6),
+        search=search_info,
+        fingerprint=model_fingerprint(target),
+        report=report,
+    )
+    summary = (
+        f"DIMR: best mask skips {list(best_mask.skipped)} of {num_layers} layers; "
+        f"cost {best_score.cost:.3f} ({best_score.per_token(calibration.tau):.4f}/token), Delta {best_score.delta:+.3f}; "
+        f"{result.evaluations} evaluations ({report['bo_evaluations']} BO) in {search_info['wall_seconds']:.1f}s"
+    )
+    if random_costs:
+        summary += f"; median of {len(random_costs)} random masks {median(random_costs):.3f}"
+    return SearchOutcome(artifact, result, random_costs, summary)
