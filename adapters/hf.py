@@ -101,6 +101,7 @@ class TierSession:
     history: list[TierMetrics] = field(default_factory=list)
     fallbacks: list[str] = field(default_factory=list)
     closed: bool = False
+    plugin_manager: Any = field(default=None, repr=False)
     _call: "_LosslessCall | None" = field(default=None, repr=False)
 
     @property
@@ -203,7 +204,8 @@ def patch(
     if tokenizer is not None and assistant_tokenizer is not None:
         _check_tokenizers(tokenizer, assistant_tokenizer)
     session = TierSession(target, settings, slim, tuple(plugins), tokenizer, assistant_tokenizer)
-    make_plugin_manager(session.plugins)  # fail now on a malformed plugin, not mid-generation
+    # Built once: fails now on a malformed plugin, and entry-point discovery is not paid per call.
+    session.plugin_manager = make_plugin_manager(session.plugins)
     with _REGISTRY_LOCK:
         record = _PATCHES.get(id(target))
         if record is None or record.model is not target:
@@ -406,8 +408,7 @@ class _LosslessCall:
     def __init__(self, session: TierSession):
         self.session = session
         self.metrics = TierMetrics()
-        self.manager = make_plugin_manager(session.plugins)
-        self.observer = TierObserver(self.manager, FRAMEWORK, session.mode.value)
+        self.observer = TierObserver(session.plugin_manager, FRAMEWORK, session.mode.value)
         self.wrapper: TieredCandidateGenerator | None = None
 
     def wrap(self, generator, kwargs: dict):
@@ -594,7 +595,7 @@ class _OwnLoop:
         max_new = check_max_new_tokens(int(config.max_length) - len(prompt))
         sampling = sampling_from_generation_config(config)
         verifier = TieredVerifier(model, session.settings, sampling, session.slim,
-                                  make_plugin_manager(session.plugins), framework=FRAMEWORK)
+                                  session.plugin_manager, framework=FRAMEWORK)
         drafter = ModelDrafter(self.assistant, sampling)
         device = input_ids.device
 
