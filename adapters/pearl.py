@@ -1,0 +1,569 @@
+"""PEARL (Parallel spEculative decoding with Adaptive dRaft Length) with the VIA-SD slim tier.
+
+Paper: Liu et al., "PEARL: Parallel Speculative Decoding with Adaptive Draft Length", ICLR 2025
+(arXiv 2408.11850). PEARL ships no package; its reference code (smart-lty/ParallelSpeculativeDecoding)
+runs the drafter and the target in two processes on two GPUs with the verification written inline.
+This module is our own implementation of the algorithm, for batch 1, with the verify step routed
+through :class:`viasd_adapt.engine.TieredVerifier` so that the slim tier plugs in exactly as it does
+for every other framework. No code is copied from the reference.
+
+One round, as implemented here
+------------------------------
+State between rounds: the *committed* ids (prompt + generated) and the *pending* drafts: tokens the
+drafter already proposed past the committed ids that nobody has verified yet.
+
+1. Drafter thread: drafts ``k`` tokens (``k = gamma``, fewer at the end of the budget) after
+   ``committed + pending`` and hands over its first token ``d1`` as soon as it exists.
+2. Target thread: verifies the block ``pending + [d1]`` through the seam
+   (:meth:`PearlVerifier.verify`) while the drafter keeps drafting ``d2..dk``.
+
+   * pending empty -> **pre-verify**: the block is ``[d1]``, the first draft token checked early,
+     while the rest of the block is still being drafted;
+   * pending non-empty -> **post-verify**: the current block is checked while the drafter already
+     drafts the next one.
+3. Join both threads. If the round committed exactly the block, every draft was accepted, and
+   ``d2..dk`` simply become the next pending drafts: drafting *continued* (**adaptive draft
+   length**: a run of accepted drafts spans as many rounds as it lasts). Otherwise the round ended
+   with the verifier's correction: both models roll back (their :class:`~viasd_adapt.runner.CachedRunner`
+   caches crop to the committed ids on their next call), the drafts are discarded and the next round
+   is a pre-verify round.
+
+No bonus token. In standard speculative decoding the target's row after a fully accepted block
+yields a free "bonus" token. In PEARL that row verifies the first token of the *next* draft block,
+which the drafter has already produced; a bonus would throw that block away. :class:`PearlVerifier`
+therefore ends a cycle at the block when every draft was committed. This is lossless: whether the
+token after the block is dropped depends only on the tokens before it, so the position is simply
+decided again, next round, by a fresh lossless verification from the same prefix.
+
+Parallelism (see :class:`RoleWorkers`): one dedicated thread per role, so each
+:class:`~viasd_adapt.runner.CachedRunner` (not thread-safe) is only ever used by one thread. The
+drafter's runner lives on the drafter thread; the full and slim runners of the verifier live on the
+target thread. The slim verifier is a routed *view* of the target that never mutates it (see
+:mod:`viasd_adapt.routing.slim`), so sharing weights between the two target-side runners is safe
+(and both run on the same thread anyway). Sequential mode runs the same jobs inline, in the same
+order per role, with one random generator per role, so its output is identical.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import pluggy
+import torch
+from torch import nn
+
+from viasd_adapt.engine import Drafter, GenerationOutput, ModelDrafter, TieredVerifier
+from viasd_adapt.errors import ConfigError, ModelMismatchError
+from viasd_adapt.hooks import make_plugin_manager
+from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
+from viasd_adapt.routing.slim import SlimVerifier
+from viasd_adapt.sampling import SamplingConfig
+from viasd_adapt.settings import Mode, TierSettings, check_max_new_tokens
+from viasd_adapt.tiers import CycleResult, Tier, audit_cycle, combine_cycle, escalation_stage, slim_stage
+
+FRAMEWORK = "pearl"
+
+
+# =============================================================================== pure bookkeeping
+
+
+def end_cycle_at_block(result: CycleResult, block: Sequence[int]) -> CycleResult:
+    """Drops the tokens a cycle committed *after* the block when it committed the whole block.
+
+    Those tokens (the bonus token, and in the lossless cascade also u's bonus candidate) belong to
+    the position the next draft block's first token is verified at. The decision to drop them
+    depends only on the tokens before them, which keeps every mode that was lossless lossless.
+    """
+    g = len(block)
+    if len(result.tokens) <= g or list(result.tokens[:g]) != list(block):
+        return result
+    return CycleResult(
+        list(result.tokens[:g]),
+        list(result.tiers[:g]),
+        drafts_judged=result.drafts_judged,
+        drafts_rejected=result.drafts_rejected,
+        escalated=result.escalated,
+    )
+
+
+def split_at_stop(tokens: list[int], budget: int, eos: set[int]) -> tuple[list[int], bool]:
+    """The tokens to keep from one round (up to the budget and the first EOS) and whether to stop."""
+    kept: list[int] = []
+    for token in tokens[:budget]:
+        kept.append(token)
+        if token in eos:
+            return kept, True
+    return kept, len(kept) >= budget
+
+
+# =============================================================================== the verify seam
+
+
+class PearlVerifier(TieredVerifier):
+    """The shared three-tier verifier, with PEARL's cycle boundary (no bonus token).
+
+    * ``none``: the target's plain lossless SD check of the block (PEARL as published).
+    * ``lossless``: the cascade p -> u -> q of the core, unchanged.
+    * ``lossy`` / ``audit``: the core's tier decisions (:func:`~viasd_adapt.tiers.slim_stage`,
+      :func:`~viasd_adapt.tiers.escalation_stage`, :func:`~viasd_adapt.tiers.combine_cycle`,
+      :func:`~viasd_adapt.tiers.audit_cycle`), except that a block that passes gate 1 entirely ends
+      the cycle: there is no bonus position for u to resolve or for q to be escalated for, since the
+      next block's first draft takes that position. Escalating q only to produce a token PEARL would
+      drop would add full passes for nothing.
+
+    Every result goes through :func:`end_cycle_at_block` before it is recorded in the metrics and
+    shown to observers, so observers see exactly the committed tokens.
+    """
+
+    def _verify_plain(self, sequence, drafts, p, generator) -> CycleResult:
+        return end_cycle_at_block(super()._verify_plain(sequence, drafts, p, generator), drafts.tolist())
+
+    def _verify_cascade(self, sequence, drafts, p, generator) -> CycleResult:
+        return end_cycle_at_block(super()._verify_cascade(sequence, drafts, p, generator), drafts.tolist())
+
+    def _verify_tiered(self, sequence, drafts, p, generator, audit: bool) -> CycleResult:
+        g = drafts.shape[0]
+        block = sequence + drafts.tolist()
+        u = self._dist(self.slim_runner, block, g + 1)
+        self.metrics.slim_passes += 1
+        q = None
+        if audit:  # shadow q every cycle, reused if the cycle escalates
+            q = self._dist(self.full, block, g + 1)
+            self.metrics.full_passes += 1
+        slim = slim_stage(drafts, p, u, self.settings, self.greedy, generator, self.rules)
+        if slim.n_accepted == g:
+            result = CycleResult(drafts.tolist(), [Tier.DRAFT] * g, drafts_judged=g, drafts_rejected=0)
+        else:
+            escalation = None
+            if slim.escalate_at is not None:
+                if q is None:
+                    q = self._dist(self.full, block, g + 1)
+                    self.metrics.full_passes += 1
+                escalation = escalation_stage(
+                    drafts, p, q, slim.escalate_at, self.settings, self.greedy, generator, self.rules
+                )
+            result = end_cycle_at_block(combine_cycle(drafts, slim, escalation), drafts.tolist())
+        if audit:
+            record = audit_cycle(drafts, p, u, q, slim, result, self.settings, self.greedy)
+            self.metrics.record_audit(record, offset=len(self.metrics.token_tiers))
+        return result
+
+
+# =============================================================================== threads / streams
+
+
+class RoleWorkers:
+    """Runs the drafter's and the target's jobs: on two dedicated threads, or inline.
+
+    Parallel mode uses one single-thread :class:`ThreadPoolExecutor` per role, so a role's
+    CachedRunners always run on the same OS thread and the two roles overlap. Jobs are finite
+    (a draft block or one verification) and never wait on each other, so shutting the pools down
+    with ``wait=True`` in ``__exit__`` cannot hang and leaves no thread behind, also when a job
+    raised.
+
+    Intra-op threads: ``torch.set_num_threads`` is process-global. With ``intra_op_threads`` set
+    (default 1), the whole generation runs with that many intra-op threads, set on entry (also
+    inside each worker thread, which is where OpenMP reads it) and restored on exit, even after an
+    error. With 1, each role's ops run on its own thread, so two roles use two cores, which is how
+    PEARL's two devices map onto a 2-core CPU. Other threads of the process see the same setting
+    while a generation runs. Sequential mode uses the same setting, so both modes compute the same
+    numbers.
+
+    CUDA: in parallel mode each role gets its own stream; a job runs under its stream and
+    synchronises it before handing results over. (This path exists but was not run here: the
+    development machine has no GPU.)
+    """
+
+    ROLES = ("drafter", "target")
+
+    def __init__(self, parallel: bool, device: torch.device, intra_op_threads: int | None = 1):
+        if intra_op_threads is not None and (isinstance(intra_op_threads, bool) or int(intra_op_threads) < 1):
+            raise ConfigError(f"intra_op_threads must be a positive integer or None, got {intra_op_threads!r}")
+        self.parallel = parallel
+        self.device = device
+        self.intra_op_threads = intra_op_threads
+        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._streams: dict[str, object] = {}
+        self._saved_threads: int | None = None
+
+    def _init_worker(self) -> None:
+        if self.intra_op_threads is not None:
+            torch.set_num_threads(self.intra_op_threads)
+
+    def __enter__(self) -> "RoleWorkers":
+        if self.intra_op_threads is not None:
+            self._saved_threads = torch.get_num_threads()
+            torch.set_num_threads(self.intra_op_threads)
+        if self.parallel:
+            for role in self.ROLES:
+                self._pools[role] = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix=f"pearl-{role}", initializer=self._init_worker
+                )
+                if self.device.type == "cuda":
+                    self._streams[role] = torch.cuda.Stream(device=self.device)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        try:
+            for pool in self._pools.values():
+                pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            self._pools.clear()
+            if self._saved_threads is not None:
+                torch.set_num_threads(self._saved_threads)
+
+    def sync(self, role: str) -> None:
+        """Waits for the role's queued GPU work, so another stream may read its tensors."""
+        stream = self._streams.get(role)
+        if stream is not None:
+            stream.synchronize()
+
+    def submit(self, role: str, fn: Callable, *args) -> Future:
+        if not self.parallel:
+            future: Future = Future()
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # delivered through the future, like a worker thread's
+                future.set_exception(exc)
+            return future
+        return self._pools[role].submit(self._run_on_stream, role, fn, *args)
+
+    def _run_on_stream(self, role: str, fn: Callable, *args):
+        stream = self._streams.get(role)
+        if stream is None:
+            return fn(*args)
+        with torch.cuda.stream(stream):
+            out = fn(*args)
+        stream.synchronize()
+        return out
+
+
+# =============================================================================== the decoding loop
+
+
+@dataclass
+class DraftBlock:
+    """Draft tokens with the drafter's distribution row for each (``(V,)`` tensors)."""
+
+    tokens: list[int] = field(default_factory=list)
+    probs: list[torch.Tensor] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def rest(self) -> "DraftBlock":
+        return DraftBlock(self.tokens[1:], self.probs[1:])
+
+
+@dataclass
+class PearlStats:
+    """PEARL-specific counters, next to the shared :class:`~viasd_adapt.metrics.TierMetrics`.
+
+    ``accepted_runs`` are PEARL's adaptive draft lengths: how many drafts were accepted in a row
+    between two rejections, across rounds. ``draft_busy_s`` / ``target_busy_s`` are the time each
+    role spent in its jobs; their sum over ``wall_s`` shows how much they overlapped.
+    """
+
+    parallel: bool = True
+    rounds: int = 0
+    pre_verify_rounds: int = 0
+    post_verify_rounds: int = 0
+    drafted_total: int = 0
+    discarded_drafts: int = 0
+    accepted_runs: list[int] = field(default_factory=list)
+    draft_busy_s: float = 0.0
+    target_busy_s: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def overlap(self) -> float:
+        """Busy time of both roles over wall time: 1.0 = no overlap, 2.0 = perfect overlap."""
+        return (self.draft_busy_s + self.target_busy_s) / self.wall_s if self.wall_s else 0.0
+
+
+@dataclass
+class PearlOutput(GenerationOutput):
+    """:class:`GenerationOutput` plus PEARL's own counters."""
+
+    stats: PearlStats = field(default_factory=PearlStats)
+
+
+class PearlDecoder:
+    """One PEARL generation setup: a drafter, a :class:`PearlVerifier`, and the round loop.
+
+    A decoder holds KV caches and metrics, so use one per generation (``pearl_generate`` does).
+    """
+
+    def __init__(
+        self,
+        drafter: Drafter,
+        verifier: PearlVerifier,
+        parallel: bool = True,
+        seed: int | None = None,
+        intra_op_threads: int | None = 1,
+    ):
+        self.drafter = drafter
+        self.verifier = verifier
+        self.parallel = bool(parallel)
+        self.intra_op_threads = intra_op_threads
+        self.device = _model_device(verifier.target)
+        if seed is None:  # reproducible under torch.manual_seed, and one stream per role
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        # One generator per role: each thread draws from its own in a fixed order, so parallel and
+        # sequential runs draw the same numbers.
+        self.draft_generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.target_generator = torch.Generator(device=self.device).manual_seed(seed + 1)
+        self.stats = PearlStats(parallel=self.parallel)
+        self._run = 0
+        self._workers: RoleWorkers | None = None
+
+    # ------------------------------------------------------------------ role jobs
+    def _draft_job(self, sequence: list[int], count: int, first: Future) -> DraftBlock:
+        """Drafter thread: ``count`` tokens after ``sequence``; the first is published early."""
+        start = time.perf_counter()
+        block = DraftBlock()
+        try:
+            for i in range(count):
+                tokens, probs = self.drafter.propose(sequence + block.tokens, 1, self.draft_generator)
+                block.tokens.append(int(tokens[0]))
+                block.probs.append(probs[0])
+                if i == 0:
+                    self._workers.sync("drafter")
+                    first.set_result((block.tokens[0], block.probs[0]))
+        except BaseException as exc:
+            if not first.done():
+                first.set_exception(exc)
+            raise
+        finally:
+            self.stats.draft_busy_s += time.perf_counter() - start
+        return block
+
+    def _verify_job(self, committed: list[int], block: DraftBlock) -> CycleResult:
+        """Target thread: the seam, on the block ``pending + [d1]``."""
+        start = time.perf_counter()
+        try:
+            drafts = torch.tensor(block.tokens, dtype=torch.long, device=self.device)
+            p = torch.stack([row.to(self.device) for row in block.probs])
+            return self.verifier.verify(committed, drafts, p, self.target_generator)
+        finally:
+            self.stats.target_busy_s += time.perf_counter() - start
+
+    # ------------------------------------------------------------------ one round
+    def _round(self, committed: list[int], pending: DraftBlock, budget: int) -> tuple[DraftBlock, CycleResult, DraftBlock]:
+        """Runs one PEARL round; returns ``(verified block, its verdict, the freshly drafted block)``."""
+        workers = self._workers
+        n_new = min(self.verifier.settings.gamma, budget - len(pending))
+        if n_new <= 0:  # the pending drafts alone fill the budget: nothing left to draft
+            block = DraftBlock(pending.tokens[:budget], pending.probs[:budget])
+            return block, workers.submit("target", self._verify_job, committed, block).result(), DraftBlock()
+        first: Future = Future()
+        drafting = workers.submit("drafter", self._draft_job, committed + pending.tokens, n_new, first)
+        verifying = None
+        try:
+            d1, p1 = first.result()  # raises if the drafter failed before its first token
+            block = DraftBlock(pending.tokens + [d1], pending.probs + [p1])
+            verifying = workers.submit("target", self._verify_job, committed, block)
+            result = verifying.result()
+            fresh = drafting.result()
+        finally:  # never leave a job of this round running behind an error
+            for job in (drafting, verifying):
+                if job is not None:
+                    job.exception()
+        self.stats.drafted_total += len(fresh)
+        return block, result, fresh
+
+    # ------------------------------------------------------------------ the loop
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, eos_token_ids: Iterable[int] = ()) -> PearlOutput:
+        check_max_new_tokens(max_new_tokens)
+        eos = {int(e) for e in eos_token_ids}
+        generated: list[int] = []
+        pending = DraftBlock()
+        start = time.perf_counter()
+        with RoleWorkers(self.parallel, self.device, self.intra_op_threads) as workers:
+            self._workers = workers
+            try:
+                while len(generated) < max_new_tokens:
+                    budget = max_new_tokens - len(generated)
+                    self._count_round(pending)
+                    block, result, fresh = self._round(prompt_ids + generated, pending, budget)
+                    kept, stop = split_at_stop(result.tokens, budget, eos)
+                    generated += kept
+                    whole_block = kept == block.tokens
+                    self._track_runs(result, whole_block)
+                    if stop:
+                        break
+                    if whole_block:
+                        pending = fresh.rest()
+                    else:
+                        self.stats.discarded_drafts += len(block) - result.drafts_judged + max(0, len(fresh) - 1)
+                        pending = DraftBlock()
+            finally:
+                self._workers = None
+                self.stats.wall_s = time.perf_counter() - start
+        if self._run:
+            self.stats.accepted_runs.append(self._run)
+        metrics = self.verifier.metrics
+        metrics.trim_to(len(generated))
+        metrics.draft_passes = self.drafter.passes
+        return PearlOutput(generated, metrics.token_tiers[:], metrics, self.stats)
+
+    def _count_round(self, pending: DraftBlock) -> None:
+        self.stats.rounds += 1
+        if pending.tokens:
+            self.stats.post_verify_rounds += 1
+        else:
+            self.stats.pre_verify_rounds += 1
+
+    def _track_runs(self, result: CycleResult, whole_block: bool) -> None:
+        self._run += result.drafts_kept
+        if not whole_block:
+            self.stats.accepted_runs.append(self._run)
+            self._run = 0
+
+
+# =============================================================================== public entry point
+
+
+def pearl_generate(
+    target: nn.Module,
+    drafter: nn.Module | Drafter,
+    prompt_ids: Sequence[int] | torch.Tensor,
+    max_new_tokens: int,
+    settings: TierSettings = TierSettings(mode=Mode.NONE),
+    mask: RoutingMask | MaskArtifact | str | Path | None = None,
+    sampling: SamplingConfig = SamplingConfig(),
+    parallel: bool = True,
+    seed: int | None = None,
+    eos_token_id: int | Iterable[int] | None = None,
+    plugins: Iterable[object] = (),
+    intra_op_threads: int | None = 1,
+    plugin_manager: pluggy.PluginManager | None = None,
+) -> PearlOutput:
+    """Generates up to ``max_new_tokens`` after ``prompt_ids`` (batch 1) with PEARL.
+
+    Args:
+        target: the target LM (HF causal LM).
+        drafter: the draft LM (an HF causal LM on the same vocabulary), or any object with the
+            :class:`~viasd_adapt.engine.Drafter` interface (``propose`` and ``passes``).
+        settings: the tier settings; ``settings.mode`` picks none/lossless/lossy/audit and
+            ``settings.gamma`` is PEARL's draft block length.
+        mask: the routing mask of the slim verifier (needed unless mode is none): a
+            :class:`RoutingMask`, a :class:`MaskArtifact` or the path of a mask JSON; artifacts are
+            checked against ``target``'s fingerprint.
+        parallel: drafter and target on two threads (PEARL) or inline (same output).
+        seed: seeds the two per-role random generators; None draws one from torch's global RNG.
+        intra_op_threads: intra-op threads for the duration of the call (process-global, restored
+            afterwards; see :class:`RoleWorkers`); None leaves torch's setting alone.
+
+    Returns:
+        :class:`PearlOutput`: the generated ids (prompt excluded), each token's tier, the shared
+        :class:`~viasd_adapt.metrics.TierMetrics` and :class:`PearlStats`.
+    """
+    prompt = _as_prompt_list(prompt_ids)
+    check_max_new_tokens(max_new_tokens)
+    if not isinstance(settings, TierSettings):
+        raise ConfigError(f"settings must be a TierSettings, got {type(settings).__name__}")
+    slim = _slim_verifier(target, mask) if settings.mode is not Mode.NONE else None
+    if isinstance(drafter, nn.Module):
+        _check_same_vocabulary(target, drafter)
+        drafter = ModelDrafter(drafter, sampling)
+    elif not callable(getattr(drafter, "propose", None)):
+        raise ConfigError("drafter must be a causal LM (nn.Module) or have a propose(sequence, gamma, generator) method")
+    verifier = PearlVerifier(
+        target,
+        settings,
+        sampling,
+        slim=slim,
+        plugin_manager=plugin_manager or make_plugin_manager(plugins),
+        framework=FRAMEWORK,
+    )
+    eos = _eos_ids(eos_token_id)
+    decoder = PearlDecoder(drafter, verifier, parallel=parallel, seed=seed, intra_op_threads=intra_op_threads)
+    return decoder.generate(prompt, max_new_tokens, eos)
+
+
+# =============================================================================== input checks
+
+
+def _as_prompt_list(prompt_ids: Sequence[int] | torch.Tensor) -> list[int]:
+    if isinstance(prompt_ids, torch.Tensor):
+        if prompt_ids.dim() == 2:
+            if prompt_ids.shape[0] != 1:
+                raise ConfigError(f"PEARL runs batch size 1; got a batch of {prompt_ids.shape[0]} prompts")
+            prompt_ids = prompt_ids[0]
+        elif prompt_ids.dim() != 1:
+            raise ConfigError(f"prompt_ids must be 1-D or (1, n); got shape {tuple(prompt_ids.shape)}")
+        ids = [int(t) for t in prompt_ids.tolist()]
+    else:
+        ids = list(prompt_ids)
+        if ids and isinstance(ids[0], (list, tuple)):
+            if len(ids) != 1:
+                raise ConfigError(f"PEARL runs batch size 1; got a batch of {len(ids)} prompts")
+            ids = list(ids[0])
+        if any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
+            raise ConfigError("prompt_ids must be integer token ids")
+    if not ids:
+        raise ConfigError("the prompt is empty: at least one token is needed to condition on")
+    return ids
+
+
+def _eos_ids(eos_token_id: int | Iterable[int] | None) -> list[int]:
+    if eos_token_id is None:
+        return []
+    if isinstance(eos_token_id, int):
+        return [eos_token_id]
+    return [int(e) for e in eos_token_id]
+
+
+def _slim_verifier(target: nn.Module, mask) -> SlimVerifier:
+    if mask is None:
+        raise ConfigError("this mode needs a routing mask for the slim verifier; pass mask=...")
+    if isinstance(mask, (str, Path)):
+        mask = MaskArtifact.load(mask, model=target)
+    if isinstance(mask, MaskArtifact):
+        mask.check_model(target)
+        mask = mask.mask
+    if not isinstance(mask, RoutingMask):
+        raise ConfigError(f"mask must be a RoutingMask, a MaskArtifact or a path, got {type(mask).__name__}")
+    return SlimVerifier(target, mask)
+
+
+def _vocab_size(model: nn.Module) -> int | None:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and hasattr(head, "weight"):
+        return int(head.weight.shape[0])
+    return getattr(getattr(model, "config", None), "vocab_size", None)
+
+
+def _check_same_vocabulary(target: nn.Module, drafter: nn.Module) -> None:
+    vt, vd = _vocab_size(target), _vocab_size(drafter)
+    if vt is not None and vd is not None and vt != vd:
+        raise ModelMismatchError(
+            f"drafter and target vocabularies differ ({vd} vs {vt} logits): PEARL compares their "
+            "distributions token by token, so they must share a tokenizer"
+        )
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+__all__ = [
+    "FRAMEWORK",
+    "DraftBlock",
+    "PearlDecoder",
+    "PearlOutput",
+    "PearlStats",
+    "PearlVerifier",
+    "RoleWorkers",
+    "end_cycle_at_block",
+    "pearl_generate",
+    "split_at_stop",
+]
