@@ -602,6 +602,29 @@ def _resolve_mask(base_model: nn.Module, mask, settings: TierSettings) -> Routin
 _ACTIVE: dict[int, EagleTierSession] = {}
 
 
+def check_head_embeddings(ea_model: nn.Module) -> None:
+    """Refuses an EaModel whose head was trained for another base model.
+
+    EAGLE heads carry a frozen copy of their base model's token embeddings (eagle's training script
+    and :func:`viasd_adapt.models.eagle_head.train_eagle_head` both copy them), so a head whose
+    embedding table differs from the base model's was trained on another model's features.
+    """
+    head = ea_model.ea_layer.embed_tokens.weight.detach()
+    base = ea_model.base_model.get_input_embeddings().weight.detach()
+    if head.shape != base.shape:
+        raise ModelMismatchError(
+            f"the EAGLE head's embedding table {tuple(head.shape)} does not match the base model's {tuple(base.shape)}: "
+            "a head for another base model"
+        )
+    tolerance = 1e-2 * float(base.float().abs().max()) + 1e-3  # fp16 round-trips pass, other models do not
+    difference = float((head.float().cpu() - base.float().cpu()).abs().max())
+    if difference > tolerance:
+        raise ModelMismatchError(
+            f"the EAGLE head's token embeddings differ from the base model's (max |difference| {difference:.3g}): "
+            "it was trained for another base model"
+        )
+
+
 @contextlib.contextmanager
 def tiered(
     ea_model: nn.Module,
@@ -621,6 +644,7 @@ def tiered(
         raise ConfigError(f"settings must be a TierSettings, got {type(settings).__name__}")
     if not hasattr(ea_model, "ea_layer") or not hasattr(ea_model, "base_model"):
         raise ConfigError(f"expected an eagle EaModel, got {type(ea_model).__name__}")
+    check_head_embeddings(ea_model)
     resolved = _resolve_mask(ea_model.base_model, mask, settings)
     if _ACTIVE:
         raise ViasdError("an eagle.tiered scope is already active: eagle's functions are module globals, scopes cannot nest")
@@ -721,6 +745,7 @@ __all__ = [
     "EagleGeneration",
     "EagleTierSession",
     "SlimTreeVerifier",
+    "check_head_embeddings",
     "check_head_matches",
     "eagle_compat",
     "generate",

@@ -136,11 +136,14 @@ def train_eagle_head(
     classification_weight: float = 0.1,
     max_train_chars: int = 300_000,
     progress: bool = False,
+    save_dtype: torch.dtype = torch.float16,
 ) -> Path:
     """Trains a one-layer EAGLE head for the Llama checkpoint at ``target_path``; writes it to
     ``out_dir`` (``config.json`` + ``pytorch_model.bin``) and returns ``out_dir``.
 
-    Deterministic for a given seed and thread count. Training stats (losses, agreement, seconds)
+    Weights are saved in ``save_dtype`` (fp16 by default, so the demo head fits the package;
+    ``EaModel`` casts them to the base model's dtype on load). Deterministic for a given seed and
+    thread count. Training stats (losses, agreement, seconds)
     are recorded under ``"viasd_training"`` in the config.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -208,7 +211,7 @@ def train_eagle_head(
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     head.eval()
-    torch.save({k: v.detach().clone() for k, v in head.state_dict().items()}, out_dir / "pytorch_model.bin")
+    torch.save({k: v.detach().to(save_dtype).clone() for k, v in head.state_dict().items()}, out_dir / "pytorch_model.bin")
     (out_dir / "config.json").write_text(json.dumps(fields, indent=2) + "\n")
     return out_dir
 

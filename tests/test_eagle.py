@@ -1,0 +1,269 @@
+"""EAGLE adapter on a tiny Llama: transformers-5 compat, load-time sanity check, head training,
+the four modes and bad input. Everything is built in seconds from configs (no download)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+eagle_pkg = pytest.importorskip("eagle.model.ea_model")
+
+from viasd_adapt.adapters import eagle  # noqa: E402
+from viasd_adapt.adapters.eagle_compat import (  # noqa: E402
+    TRANSFORMERS_MAJOR,
+    check_base_model,
+    eagle_compat,
+    repair_rotary_caches,
+)
+from viasd_adapt.errors import ConfigError, ModelMismatchError  # noqa: E402
+from viasd_adapt.models import corpus  # noqa: E402
+from viasd_adapt.models.eagle_head import train_eagle_head  # noqa: E402
+from viasd_adapt.models.tiny import tiny_model  # noqa: E402
+from viasd_adapt.models.tokenizer import train_tokenizer  # noqa: E402
+from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint  # noqa: E402
+from viasd_adapt.settings import TierSettings  # noqa: E402
+
+torch.set_num_threads(1)
+
+NUM_LAYERS = 6
+MASK = RoutingMask.from_skipped(NUM_LAYERS, [2, 4])
+
+
+def _save_target(path, tokenizer, seed: int) -> None:
+    model = tiny_model("llama", seed=seed, vocab_size=len(tokenizer), num_layers=NUM_LAYERS)
+    with torch.no_grad():  # sharper distributions than a plain random init: greedy paths get long
+        model.lm_head.weight.mul_(6.0)
+    model.config.bos_token_id = tokenizer.bos_token_id
+    model.config.eos_token_id = tokenizer.eos_token_id
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_eagle(tmp_path_factory):
+    """A tiny Llama target (saved with save_pretrained), a second one, and a head for the first."""
+    root = tmp_path_factory.mktemp("eagle")
+    texts = [source.read() for source in corpus.split_files()[0][:15]]
+    tokenizer = train_tokenizer(texts, 320)
+    _save_target(root / "target", tokenizer, seed=0)
+    _save_target(root / "other", tokenizer, seed=1)
+    train_eagle_head(root / "target", root / "head", seed=0, steps=40, batch_size=4, seq_len=32, max_train_chars=40_000)
+    return root
+
+
+@pytest.fixture(scope="module")
+def ea_model(tiny_eagle):
+    return eagle.load_ea_model(tiny_eagle / "target", tiny_eagle / "head")
+
+
+def _prompts(ea_model, n=3):
+    tokenizer = ea_model.get_tokenizer()
+    return [tokenizer(text, return_tensors="pt").input_ids[:, :24] for text in corpus.heldout_prompts(n, seed=3)]
+
+
+# --------------------------------------------------------------------------- compat layer
+
+
+@pytest.mark.skipif(TRANSFORMERS_MAJOR < 5, reason="the breakage is specific to transformers 5")
+def test_raw_eagle_cannot_load_on_transformers5(tiny_eagle):
+    from eagle.model.modeling_llama_kv import LlamaForCausalLM as EagleLlama
+
+    with pytest.raises(KeyError):
+        EagleLlama.from_pretrained(tiny_eagle / "target")
+
+
+def test_compat_scope_restores_everything_even_on_error():
+    from eagle.model import cnets, modeling_llama_kv as kv
+
+    before = (kv.LlamaAttention._init_rope, cnets.LlamaAttention._init_rope, kv.LlamaForCausalLM.__dict__.get("_tied_weights_keys"))
+    with pytest.raises(RuntimeError):
+        with eagle_compat():
+            assert kv.LlamaAttention._init_rope is not before[0]
+            raise RuntimeError("boom")
+    after = (kv.LlamaAttention._init_rope, cnets.LlamaAttention._init_rope, kv.LlamaForCausalLM.__dict__.get("_tied_weights_keys"))
+    assert after == before
+
+
+def test_load_passes_sanity_check_and_matches_stock_greedy(ea_model, tiny_eagle):
+    report = ea_model.viasd_sanity
+    assert report.max_abs_diff_plain < 1e-4 and report.max_abs_diff_cached < 1e-4
+    assert report.argmax_agreement == 1.0
+    from transformers import AutoModelForCausalLM
+
+    stock = AutoModelForCausalLM.from_pretrained(tiny_eagle / "target", dtype=torch.float32).eval()
+    ids = _prompts(ea_model, 1)[0]
+    plain = ea_model.eagenerate(ids, max_new_tokens=12)[0, ids.shape[1] :]
+    reference = stock.generate(ids, max_new_tokens=plain.shape[0], do_sample=False)[0, ids.shape[1] :]
+    assert plain.tolist() == reference.tolist()
+
+
+def _load_base_without_repair(path):
+    from eagle.model.modeling_llama_kv import LlamaForCausalLM as EagleLlama
+
+    with eagle_compat():
+        return EagleLlama.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def test_unrepaired_rotary_caches_are_refused(tiny_eagle):
+    from transformers import AutoModelForCausalLM
+
+    stock = AutoModelForCausalLM.from_pretrained(tiny_eagle / "target", dtype=torch.float32).eval()
+    base = _load_base_without_repair(tiny_eagle / "target")
+    if TRANSFORMERS_MAJOR >= 5:
+        with pytest.raises(ModelMismatchError, match="non-finite|disagrees"):
+            check_base_model(base, stock)
+    assert repair_rotary_caches(base) == NUM_LAYERS
+    assert check_base_model(base, stock).max_abs_diff_plain < 1e-4
+
+
+def test_deliberately_broken_model_is_refused(tiny_eagle):
+    from transformers import AutoModelForCausalLM
+
+    stock = AutoModelForCausalLM.from_pretrained(tiny_eagle / "target", dtype=torch.float32).eval()
+    base = _load_base_without_repair(tiny_eagle / "target")
+    repair_rotary_caches(base)
+    with torch.no_grad():
+        base.model.layers[3].mlp.down_proj.weight.mul_(-1.0)
+    with pytest.raises(ModelMismatchError, match="disagrees"):
+        check_base_model(base, stock)
+    other = AutoModelForCausalLM.from_pretrained(tiny_eagle / "other", dtype=torch.float32).eval()
+    base_ok = _load_base_without_repair(tiny_eagle / "target")
+    repair_rotary_caches(base_ok)
+    with pytest.raises(ModelMismatchError):
+        check_base_model(base_ok, other)
+
+
+# --------------------------------------------------------------------------- head
+
+
+def test_head_layout_and_config(tiny_eagle):
+    config = json.loads((tiny_eagle / "head" / "config.json").read_text())
+    assert config["hidden_size"] == 32 and config["num_hidden_layers"] == 1 and config["bias"] is True
+    assert (tiny_eagle / "head" / "pytorch_model.bin").is_file()
+    assert config["viasd_training"]["steps"] == 40
+    state = torch.load(tiny_eagle / "head" / "pytorch_model.bin")
+    assert "fc.weight" in state and "embed_tokens.weight" in state
+
+
+def test_head_training_is_seeded(tiny_eagle, tmp_path):
+    a = train_eagle_head(tiny_eagle / "target", tmp_path / "a", seed=5, steps=3, batch_size=2, seq_len=16, max_train_chars=20_000)
+    b = train_eagle_head(tiny_eagle / "target", tmp_path / "b", seed=5, steps=3, batch_size=2, seq_len=16, max_train_chars=20_000)
+    c = train_eagle_head(tiny_eagle / "target", tmp_path / "c", seed=6, steps=3, batch_size=2, seq_len=16, max_train_chars=20_000)
+    sa, sb, sc = (torch.load(p / "pytorch_model.bin") for p in (a, b, c))
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not torch.equal(sa["fc.weight"], sc["fc.weight"])
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_head_for_another_base_model_is_refused(tiny_eagle, ea_model):
+    with pytest.raises(ModelMismatchError, match="another base model"):
+        eagle.load_ea_model(tiny_eagle / "other", tiny_eagle / "head")
+    saved = ea_model.ea_layer.embed_tokens.weight.data.clone()
+    try:
+        ea_model.ea_layer.embed_tokens.weight.data.normal_()
+        with pytest.raises(ModelMismatchError, match="another base model"):
+            eagle.generate(ea_model, _prompts(ea_model, 1)[0], 4, mask=MASK, settings=TierSettings(mode="lossy"))
+    finally:
+        ea_model.ea_layer.embed_tokens.weight.data.copy_(saved)
+    assert not eagle.is_patched()
+
+
+def test_mask_for_another_model_is_refused(tiny_eagle, ea_model, tmp_path):
+    ids = _prompts(ea_model, 1)[0]
+    with pytest.raises(ModelMismatchError):
+        eagle.generate(ea_model, ids, 4, mask=RoutingMask.from_skipped(NUM_LAYERS + 2, [1]), settings=TierSettings(mode="lossy"))
+    from transformers import AutoModelForCausalLM
+
+    other = AutoModelForCausalLM.from_pretrained(tiny_eagle / "other", dtype=torch.float32)
+    MaskArtifact(MASK, ratio=MASK.ratio, fingerprint=model_fingerprint(other)).save(tmp_path / "mask.json")
+    with pytest.raises(ModelMismatchError, match="another model"):
+        eagle.generate(ea_model, ids, 4, mask=tmp_path / "mask.json", settings=TierSettings(mode="lossless"))
+    # the same artifact fingerprinted on the right model is accepted
+    MaskArtifact(MASK, ratio=MASK.ratio, fingerprint=model_fingerprint(ea_model.base_model)).save(tmp_path / "ok.json")
+    assert len(eagle.generate(ea_model, ids, 4, mask=tmp_path / "ok.json", settings=TierSettings(mode="lossless")).tokens) == 4
+
+
+@pytest.mark.parametrize("bad", [dict(alpha1=1.5), dict(alpha2=-0.1), dict(alpha1=float("nan")), dict(mode="fast")])
+def test_thresholds_out_of_range(bad):
+    with pytest.raises(ConfigError):
+        TierSettings(**bad)
+
+
+def test_bad_generation_arguments(ea_model):
+    ids = _prompts(ea_model, 1)[0]
+    with pytest.raises(ConfigError, match="batch size|one sequence"):
+        eagle.generate(ea_model, ids.repeat(2, 1), 4, mask=MASK, settings=TierSettings(mode="lossy"))
+    with pytest.raises(ConfigError):
+        eagle.generate(ea_model, ids, 0)
+    with pytest.raises(ConfigError, match="top_p"):
+        eagle.generate(ea_model, ids, 4, temperature=1.0, top_p=0.0)
+    with pytest.raises(ConfigError, match="needs a routing mask"):
+        eagle.generate(ea_model, ids, 4, settings=TierSettings(mode="lossy"))
+    with pytest.raises(ConfigError, match="KV cache"):
+        eagle.generate(ea_model, ids, 10_000)
+    assert not eagle.is_patched()
+
+
+# --------------------------------------------------------------------------- modes
+
+
+def test_lossless_greedy_is_token_identical_to_unwrapped_eagenerate(ea_model):
+    for ids in _prompts(ea_model, 3):
+        raw = ea_model.eagenerate(ids, max_new_tokens=20)[0, ids.shape[1] :].tolist()
+        assert not eagle.is_patched()
+        result = eagle.generate(ea_model, ids, 20, mask=MASK, settings=TierSettings(mode="lossless"))
+        assert result.tokens == raw[:20]
+        assert result.metrics.committed == len(result.tokens) == 20
+        assert result.metrics.slim_passes > 0
+        assert result.metrics.slim_regenerated + result.metrics.accepted + result.metrics.escalated == 20
+
+
+def test_scope_restores_patches_and_tree_mode_even_on_error(ea_model):
+    ids = _prompts(ea_model, 1)[0]
+    with pytest.raises(ZeroDivisionError):
+        with eagle.tiered(ea_model, mask=MASK, settings=TierSettings(mode="lossy")):
+            assert eagle.is_patched()
+            ea_model.eagenerate(ids, max_new_tokens=4)
+            1 / 0
+    assert not eagle.is_patched()
+    assert ea_model.base_model.model.tree_mask is None
+
+
+def test_max_new_tokens_overshoot_is_trimmed(ea_model):
+    ids = _prompts(ea_model, 1)[0]
+    result = eagle.generate(ea_model, ids, 7, settings=TierSettings(mode="none"))
+    assert result.raw_new_tokens > 7  # upstream eagenerate overshoots ...
+    assert len(result.tokens) == 7 and result.metrics.committed == 7  # ... the adapter does not
+
+
+def test_lossy_and_audit_make_the_same_decisions_and_audit_reports(ea_model):
+    settings = TierSettings(mode="lossy", alpha1=0.9, alpha2=0.6)
+    for ids in _prompts(ea_model, 2):
+        lossy = eagle.generate(ea_model, ids, 24, mask=MASK, settings=settings)
+        audit = eagle.generate(ea_model, ids, 24, mask=MASK, settings=settings.with_(mode="audit"))
+        assert audit.tokens == lossy.tokens
+        m = audit.metrics
+        assert m.audited > 0 and 0.0 <= m.overrule_rate <= 1.0 and 0.0 <= m.tv_distance <= 1.0
+        assert m.full_passes >= m.cycles  # shadow q every cycle
+        assert lossy.metrics.full_passes <= m.full_passes
+        # greedy audit: a token is overruled exactly when it differs from q's greedy choice
+        none = eagle.generate(ea_model, ids, 24, settings=TierSettings(mode="none"))
+        first_diff = next((i for i, (a, b) in enumerate(zip(lossy.tokens, none.tokens)) if a != b), None)
+        if first_diff is None:
+            assert m.overrule_rate == 0.0
+        else:
+            assert min(m.overruled_positions) <= first_diff
+
+
+def test_sampling_modes_run_with_warped_bonus(ea_model):
+    ids = _prompts(ea_model, 1)[0]
+    for mode in ("none", "lossless", "lossy", "audit"):
+        torch.manual_seed(0)
+        result = eagle.generate(ea_model, ids, 12, mask=MASK if mode != "none" else None,
+                                settings=TierSettings(mode=mode), temperature=0.8, top_p=0.9)
+        assert len(result.tokens) == 12 and result.metrics.committed == 12
