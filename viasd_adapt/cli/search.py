@@ -145,9 +145,14 @@ def search(target_path, draft_path, pair, ratio, steps, bo_every, patience, seed
                            new_tokens=new_tokens, prompt_seed=seed)
     calib_ids, heldout_ids = prompt_token_ids(target_tok, spec)
 
-    bar = tqdm(total=steps, desc="DIMR", unit="mask", disable=no_progress, leave=False)
+    if not no_progress:
+        click.echo(f"calibrating: {len(calib_ids)} prompts x {new_tokens} greedy tokens of the target ...", err=True)
+    bars = []  # created at the first step, so that calibration time does not count as a step
 
     def on_step(evaluation, best):
+        if not bars:
+            bars.append(tqdm(total=steps, desc="DIMR", unit="mask", disable=no_progress, leave=False))
+        bar = bars[0]
         bar.update(1)
         bar.set_postfix(step=evaluation.step, best=f"{best:.3f}", kind=evaluation.kind)
 
@@ -156,7 +161,8 @@ def search(target_path, draft_path, pair, ratio, steps, bo_every, patience, seed
                               compare_random=compare_random, new_tokens=new_tokens,
                               on_step=on_step, calibration_info=spec.to_dict())
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
     artifact = outcome.artifact
     artifact.search["target"] = str(target_path)
     artifact.search["draft"] = str(draft_path)
@@ -164,7 +170,7 @@ def search(target_path, draft_path, pair, ratio, steps, bo_every, patience, seed
     artifact.search["total_wall_seconds"] = round(total, 2)
     artifact.save(out_path)
     plot_convergence(outcome.result, plot_path, outcome.random_costs,
-                     title=f"DIMR on {Path(target_path).name}: r={ratio}, seed {seed}")
+                     title=f"DIMR on {Path(target_path).parent.name}/{Path(target_path).name}: r={ratio}, seed {seed}")
     report = artifact.report
     line = (f"{outcome.summary}; total wall {total:.1f}s")
     if "heldout_agreement" in report:

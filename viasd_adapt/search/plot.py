@@ -31,10 +31,13 @@ def plot_convergence(result: SearchResult, path: str | Path, random_costs: list[
 
         ax.axhline(statistics.median(random_costs), color="k", linestyle="--", linewidth=1,
                    label=f"median of {len(random_costs)} random masks")
+    costs = [e.cost for e in result.history] + list(random_costs or [])
+    if min(costs) > 0 and max(costs) / min(costs) > 3:
+        ax.set_yscale("log")  # random masks can be orders of magnitude worse than the best ones
     ax.set_xlabel("step (mask evaluations)")
     ax.set_ylabel("routed-path cost C(u||p) + C(q||u)")
     ax.set_title(title)
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     path = Path(path)
