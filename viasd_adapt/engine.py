@@ -28,6 +28,7 @@ from viasd_adapt.runner import CachedRunner
 from viasd_adapt.sampling import SamplingConfig, probs_from_logits, sample_or_argmax
 from viasd_adapt.settings import Mode, TierSettings, check_max_new_tokens
 from viasd_adapt.tiers import (
+    AuditRecord,
     CycleResult,
     Tier,
     audit_cycle,
@@ -108,20 +109,40 @@ class TieredVerifier:
 
     # ------------------------------------------------------------------ one cycle
     def verify(
-        self, sequence: list[int], drafts: torch.Tensor, p: torch.Tensor, generator: torch.Generator | None = None
+        self,
+        sequence: list[int],
+        drafts: torch.Tensor,
+        p: torch.Tensor,
+        generator: torch.Generator | None = None,
+        max_tokens: int | None = None,
+        eos_token_ids: Iterable[int] = (),
     ) -> CycleResult:
-        """Verifies ``drafts`` (proposed after ``sequence`` with distributions ``p``)."""
+        """Verifies ``drafts`` (proposed after ``sequence`` with distributions ``p``).
+
+        ``max_tokens`` and ``eos_token_ids`` cut the committed tokens (budget, first EOS) *before*
+        they are counted and shown to observers, so hooks never see a token the caller drops.
+        """
         mode = self.settings.mode
+        record = None
         if mode is Mode.NONE:
             result = self._verify_plain(sequence, drafts, p, generator)
         elif mode is Mode.LOSSLESS:
             result = self._verify_cascade(sequence, drafts, p, generator)
         else:
-            result = self._verify_tiered(sequence, drafts, p, generator, audit=mode is Mode.AUDIT)
-        first_index = len(self.metrics.token_tiers)
-        self.metrics.record_cycle(result, drafted=int(drafts.shape[0]))
-        self.observer.cycle(result, self.metrics, first_index)
+            result, record = self._verify_tiered(sequence, drafts, p, generator, audit=mode is Mode.AUDIT)
+        _clip_cycle(result, max_tokens, eos_token_ids)
+        if record is not None:
+            n = len(result.tokens)
+            del record.overrule[n:], record.tv[n:], record.positions[n:]
+            self.metrics.record_audit(record, offset=len(self.metrics.token_tiers))
+        self.commit(result, drafted=int(drafts.shape[0]))
         return result
+
+    def commit(self, result: CycleResult, drafted: int) -> None:
+        """Counts a cycle's committed tokens and shows them to the observer hooks."""
+        first_index = len(self.metrics.token_tiers)
+        self.metrics.record_cycle(result, drafted=drafted)
+        self.observer.cycle(result, self.metrics, first_index)
 
     def _verify_plain(self, sequence, drafts, p, generator) -> CycleResult:
         g = drafts.shape[0]
@@ -148,7 +169,7 @@ class TieredVerifier:
         drafts_kept = min(n, n_kept)
         return CycleResult(tokens, tiers, drafts_kept + int(drafts_kept < g), int(drafts_kept < g))
 
-    def _verify_tiered(self, sequence, drafts, p, generator, audit: bool) -> CycleResult:
+    def _verify_tiered(self, sequence, drafts, p, generator, audit: bool) -> tuple[CycleResult, AuditRecord | None]:
         g = drafts.shape[0]
         block = sequence + drafts.tolist()
         u = self._dist(self.slim_runner, block, g + 1)
@@ -165,10 +186,21 @@ class TieredVerifier:
                 self.metrics.full_passes += 1
             escalation = escalation_stage(drafts, p, q, slim.escalate_at, self.settings, self.greedy, generator, self.rules)
         result = combine_cycle(drafts, slim, escalation)
-        if audit:
-            record = audit_cycle(drafts, p, u, q, slim, result, self.settings, self.greedy)
-            self.metrics.record_audit(record, offset=len(self.metrics.token_tiers))
-        return result
+        record = audit_cycle(drafts, p, u, q, slim, result, self.settings, self.greedy) if audit else None
+        return result, record
+
+
+def _clip_cycle(result: CycleResult, max_tokens: int | None, eos_token_ids: Iterable[int]) -> None:
+    """Drops committed tokens after the first EOS and beyond ``max_tokens`` (in place)."""
+    eos = set(int(e) for e in eos_token_ids)
+    keep = len(result.tokens)
+    for i, token in enumerate(result.tokens):
+        if token in eos:
+            keep = i + 1
+            break
+    if max_tokens is not None:
+        keep = min(keep, max_tokens)
+    del result.tokens[keep:], result.tiers[keep:]
 
 
 def _plain_result(drafts: torch.Tensor, n_accepted: int, next_token: int) -> CycleResult:
@@ -212,9 +244,7 @@ def speculative_generate(
         raise ConfigError("the prompt is empty: at least one token is needed to condition on")
     eos = set(int(e) for e in eos_token_ids)
     generated = [verifier.first_token(prompt_ids, generator)]
-    verifier.metrics.token_tiers.append(int(Tier.FULL))
-    verifier.metrics.accepted_lengths.append(1)
-    verifier.metrics.cycles += 1
+    verifier.commit(CycleResult(generated[:], [Tier.FULL]), drafted=0)  # the prefill counts as a cycle
     if on_tokens:
         on_tokens(generated[:])
     while len(generated) < max_new_tokens and generated[-1] not in eos:
@@ -222,7 +252,9 @@ def speculative_generate(
             break
         gamma = min(verifier.settings.gamma, max_new_tokens - len(generated))
         drafts, p = drafter.propose(prompt_ids + generated, gamma, generator)
-        result = verifier.verify(prompt_ids + generated, drafts, p, generator)
+        result = verifier.verify(
+            prompt_ids + generated, drafts, p, generator, max_new_tokens - len(generated), eos
+        )
         new = result.tokens
         for i, token in enumerate(new):
             if token in eos:
