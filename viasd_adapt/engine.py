@@ -28,7 +28,6 @@ from viasd_adapt.runner import CachedRunner
 from viasd_adapt.sampling import SamplingConfig, probs_from_logits, sample_or_argmax
 from viasd_adapt.settings import Mode, TierSettings, check_max_new_tokens
 from viasd_adapt.tiers import (
-    AuditRecord,
     CycleResult,
     Tier,
     audit_cycle,
@@ -92,6 +91,7 @@ class TieredVerifier:
         self.observer = TierObserver(self.plugin_manager, self.framework, mode.value)
         self.full = CachedRunner(self.target)
         self.slim_runner = CachedRunner(self.slim.model, self.slim.new_cache) if self.slim is not None else None
+        self._cycle_limits: tuple[int | None, tuple[int, ...]] = (None, ())
 
     # ------------------------------------------------------------------ helpers
     def _dist(self, runner: CachedRunner, sequence: list[int], n_tail: int) -> torch.Tensor:
@@ -123,18 +123,14 @@ class TieredVerifier:
         they are counted and shown to observers, so hooks never see a token the caller drops.
         """
         mode = self.settings.mode
-        record = None
+        self._cycle_limits = (max_tokens, tuple(eos_token_ids))  # read by _verify_tiered's audit
         if mode is Mode.NONE:
             result = self._verify_plain(sequence, drafts, p, generator)
         elif mode is Mode.LOSSLESS:
             result = self._verify_cascade(sequence, drafts, p, generator)
         else:
-            result, record = self._verify_tiered(sequence, drafts, p, generator, audit=mode is Mode.AUDIT)
-        _clip_cycle(result, max_tokens, eos_token_ids)
-        if record is not None:
-            n = len(result.tokens)
-            del record.overrule[n:], record.tv[n:], record.positions[n:]
-            self.metrics.record_audit(record, offset=len(self.metrics.token_tiers))
+            result = self._verify_tiered(sequence, drafts, p, generator, audit=mode is Mode.AUDIT)
+        _clip_cycle(result, *self._cycle_limits)
         self.commit(result, drafted=int(drafts.shape[0]))
         return result
 
@@ -169,7 +165,7 @@ class TieredVerifier:
         drafts_kept = min(n, n_kept)
         return CycleResult(tokens, tiers, drafts_kept + int(drafts_kept < g), int(drafts_kept < g))
 
-    def _verify_tiered(self, sequence, drafts, p, generator, audit: bool) -> tuple[CycleResult, AuditRecord | None]:
+    def _verify_tiered(self, sequence, drafts, p, generator, audit: bool) -> CycleResult:
         g = drafts.shape[0]
         block = sequence + drafts.tolist()
         u = self._dist(self.slim_runner, block, g + 1)
@@ -186,8 +182,11 @@ class TieredVerifier:
                 self.metrics.full_passes += 1
             escalation = escalation_stage(drafts, p, q, slim.escalate_at, self.settings, self.greedy, generator, self.rules)
         result = combine_cycle(drafts, slim, escalation)
-        record = audit_cycle(drafts, p, u, q, slim, result, self.settings, self.greedy) if audit else None
-        return result, record
+        if audit:  # audit only what will be committed
+            _clip_cycle(result, *getattr(self, "_cycle_limits", (None, ())))
+            record = audit_cycle(drafts, p, u, q, slim, result, self.settings, self.greedy)
+            self.metrics.record_audit(record, offset=len(self.metrics.token_tiers))
+        return result
 
 
 def _clip_cycle(result: CycleResult, max_tokens: int | None, eos_token_ids: Iterable[int]) -> None:
