@@ -135,3 +135,20 @@ def test_bad_cardinalities_are_clear_errors():
 
 def test_all_masks_enumeration_is_complete():
     assert len(set(all_masks(7, 3))) == 35 == len(list(itertools.combinations(range(7), 3)))
+
+
+def test_bo_leaves_global_rng_alone_and_a_failed_fit_falls_back_to_random(monkeypatch):
+    state = torch.get_rng_state()
+    dimr_search(layered_cost(8), 8, 3, SearchSettings(steps=6, bo_every=3, patience=0))
+    assert torch.equal(state, torch.get_rng_state())
+
+    import viasd_adapt.search.dimr as dimr
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("cholesky failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(dimr, "propose_bo", broken)
+        result = dimr_search(layered_cost(8), 8, 3, SearchSettings(steps=6, bo_every=3, patience=0))
+    assert {e.kind for e in result.history} == {RANDOM} and result.evaluations == 6
+    assert len(result.extras["bo_failures"]) == 2 and "cholesky" in result.extras["bo_failures"][0]

@@ -78,12 +78,19 @@ def propose_bo(
     RNG for the fit and the QMC sampler, which together with ``generator`` (pool draws) makes the
     proposal reproducible.
     """
+    # the fit and the QMC sampler draw from the global RNG: seed it, scoped, so callers' streams
+    # are left as they were
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return _propose(evaluated, costs, k, generator, seed, settings)
+
+
+def _propose(evaluated, costs, k, generator, seed, settings) -> Bits | None:
     from botorch.acquisition.logei import qLogNoisyExpectedImprovement
     from botorch.sampling.normal import SobolQMCNormalSampler
 
     num_layers = len(evaluated[0])
     seen = set(evaluated)
-    torch.manual_seed(seed)
     train_x = torch.tensor(evaluated, dtype=torch.float64)
     train_y = -torch.tensor(costs, dtype=torch.float64).unsqueeze(-1)
     model = _fit_gp(train_x, train_y, settings.fit_maxiter)

@@ -25,6 +25,16 @@ from viasd_adapt.search.candidates import Bits, random_mask, random_unseen, spac
 RANDOM, BO = "random", "bo"
 
 
+def _bo_failure_types() -> tuple[type[BaseException], ...]:
+    from botorch.exceptions.errors import BotorchError, ModelFittingError
+
+    # NotPSDError and Cholesky failures are RuntimeErrors
+    return (BotorchError, ModelFittingError, RuntimeError, ValueError)
+
+
+_BO_FAILURES = _bo_failure_types()
+
+
 @dataclass(frozen=True)
 class SearchSettings:
     """Budget and schedule of one search.
@@ -128,6 +138,7 @@ def dimr_search(
     seen: set[Bits] = set()
     best, since_best = float("inf"), 0
     bo_seconds = 0.0
+    bo_failures: list[str] = []
     stop_reason = "steps"
     started = time.perf_counter()
     total = space_size(num_layers, k)
@@ -139,10 +150,13 @@ def dimr_search(
         is_bo_step = settings.bo_every > 0 and step % settings.bo_every == 0 and len(history) >= settings.min_observations
         bits = None
         if is_bo_step:
-            bits = propose_bo(
-                [e.bits for e in history], [e.cost for e in history], k, pool_gen,
-                seed=settings.seed * 100_003 + step, settings=bo_settings,
-            )
+            try:
+                bits = propose_bo(
+                    [e.bits for e in history], [e.cost for e in history], k, pool_gen,
+                    seed=settings.seed * 100_003 + step, settings=bo_settings,
+                )
+            except _BO_FAILURES as err:  # a failed GP fit costs one random step, not the search
+                bo_failures.append(f"step {step}: {type(err).__name__}: {err}"[:200])
             bo_seconds += time.perf_counter() - t0
         kind = BO if bits is not None else RANDOM
         if bits is None:
@@ -165,7 +179,8 @@ def dimr_search(
         if settings.patience and since_best >= settings.patience:
             stop_reason = "patience"
             break
-    return SearchResult(history, stop_reason, time.perf_counter() - started, settings, bo_seconds)
+    return SearchResult(history, stop_reason, time.perf_counter() - started, settings, bo_seconds,
+                        extras={"bo_failures": bo_failures})
 
 
 def random_masks(num_layers: int, k: int, count: int, seed: int) -> list[Bits]:

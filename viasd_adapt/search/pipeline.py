@@ -118,6 +118,7 @@ def search_mask(
         "evaluations": result.evaluations,
         "bo_evaluations": sum(1 for e in result.history if e.kind == "bo"),
         "stop_reason": result.stop_reason,
+        "bo_failures": result.extras.get("bo_failures", []),
         "calibration_seconds": round(calibration_seconds, 2),
         "search_seconds": round(result.wall_seconds, 2),
         "bo_seconds": round(result.bo_seconds, 2),
