@@ -57,6 +57,8 @@ class BenchContext:
     eagle_head: str | None = None
     eos_token_ids: tuple[int, ...] = ()
     slim: SlimVerifier | None = field(default=None, init=False)
+    # Objects a framework loads once and reuses across its rows (e.g. EAGLE's EaModel).
+    loaded: dict = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         if self.mask is not None:

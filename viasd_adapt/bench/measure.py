@@ -74,22 +74,44 @@ class RunMeasure:
 
 
 class PassMeter:
-    """Forward hooks on target and drafter; ``with meter.measure() as m:`` records one run.
+    """Forward hooks on the full and draft models; ``meter.start()`` / ``meter.stop()`` bracket
+    one run. More modules can be added later with :meth:`watch` (e.g. EAGLE's own base model).
 
     Hooks are removed by :meth:`close` (also a context manager), even if a run raises.
     """
 
-    def __init__(self, target: nn.Module, draft: nn.Module | None = None, extra: dict[str, nn.Module] | None = None):
-        self.target = target
-        self.draft = draft
+    def __init__(self, target: nn.Module, draft: nn.Module | None = None):
         self.current: RunMeasure | None = None
-        self._handles = [target.register_forward_hook(self._on_target, with_kwargs=True)]
+        self._handles: list = []
+        self._watched: set[int] = set()
+        self.watch(target, "full", name="target")
         if draft is not None:
-            self._handles.append(draft.register_forward_hook(self._on_draft, with_kwargs=True))
-        for name, module in (extra or {}).items():
-            self._handles.append(module.register_forward_hook(self._make_extra(name), with_kwargs=True))
+            self.watch(draft, "draft", name="draft")
 
-    # ------------------------------------------------------------------ hooks
+    def watch(self, module: nn.Module, role: str, name: str) -> None:
+        """Counts forwards of ``module`` as ``role`` ("full" or "draft"). For "full", forwards of
+        shallow-copied views sharing its hook dictionary count as slim passes."""
+        if id(module) in self._watched:
+            return
+        if role not in ("full", "draft"):
+            raise ValueError(f"role must be 'full' or 'draft', got {role!r}")
+        self._watched.add(id(module))
+
+        def hook(called, args, kwargs, output) -> None:
+            current = self.current
+            if current is None:
+                return
+            if role == "draft":
+                current.draft_passes += 1
+            elif called is module:
+                current.full_passes += 1
+            else:  # a routed view sharing this module's hook dictionary: the slim verifier
+                current.slim_passes += 1
+            current.models_used[name] = module
+            self._record_cache(kwargs, output)
+
+        self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
+
     def _record_cache(self, kwargs: dict, output: Any) -> None:
         cache = _cache_of(kwargs, output)
         if cache is not None and self.current is not None:
@@ -97,33 +119,6 @@ class PassMeter:
             key = id(cache)
             if size > self.current.cache_peaks.get(key, 0):
                 self.current.cache_peaks[key] = size
-
-    def _on_target(self, module, args, kwargs, output) -> None:
-        if self.current is None:
-            return
-        if module is self.target:
-            self.current.full_passes += 1
-            self.current.models_used["target"] = module
-        else:  # a routed view sharing the target's hook dictionary: the slim verifier
-            self.current.slim_passes += 1
-            self.current.models_used["target"] = self.target
-        self._record_cache(kwargs, output)
-
-    def _on_draft(self, module, args, kwargs, output) -> None:
-        if self.current is None:
-            return
-        self.current.draft_passes += 1
-        self.current.models_used["draft"] = module
-        self._record_cache(kwargs, output)
-
-    def _make_extra(self, name: str):
-        def hook(module, args, kwargs, output) -> None:
-            if self.current is not None:
-                self.current.draft_passes += 1
-                self.current.models_used[name] = module
-                self._record_cache(kwargs, output)
-
-        return hook
 
     # ------------------------------------------------------------------ use
     def start(self) -> RunMeasure:
@@ -138,6 +133,7 @@ class PassMeter:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self._watched = set()
 
     def __enter__(self) -> "PassMeter":
         return self
@@ -146,11 +142,15 @@ class PassMeter:
         self.close()
 
 
-def peak_memory_mb(measure: RunMeasure, device: torch.device, cuda_peak_bytes: int | None) -> float:
-    """Peak tensor memory of one run in MiB (see the module docstring for what is counted)."""
+def peak_memory_mb(measure: RunMeasure, device: torch.device, cuda_peak_bytes: int | None, extra_bytes: int = 0) -> float:
+    """Peak tensor memory of one run in MiB (see the module docstring for what is counted).
+
+    ``extra_bytes``: buffers a framework allocates outside any HF cache object (EAGLE's
+    pre-allocated KV cache), reported by its row runner.
+    """
     if device.type == "cuda" and cuda_peak_bytes is not None:
         return cuda_peak_bytes / MB
-    return (parameter_bytes(*measure.models_used.values()) + measure.peak_cache_bytes) / MB
+    return (parameter_bytes(*measure.models_used.values()) + measure.peak_cache_bytes + extra_bytes) / MB
 
 
 def memory_source(device: torch.device) -> str:

@@ -38,6 +38,7 @@ class RowSample:
 
     tokens: list[int]
     metrics: TierMetrics | None = None
+    extra_bytes: int = 0  # buffers outside HF cache objects (EAGLE's pre-allocated KV cache)
 
 
 RowRunner = Callable[[list[int], int, int], RowSample]
@@ -54,7 +55,12 @@ class Framework:
         unavailable: ``ctx -> reason or None``; a framework whose module has not landed, or that
             needs an artifact the user did not give, is skipped with this reason.
         has_plain: whether a ``plain`` row (framework without viasd-adapt at all) exists.
-        overlapped_drafting: drafting runs concurrently with verification (analytic bound uses max).
+        bound_kind: how :mod:`viasd_adapt.bench.costs` models the row: ``"sequential"`` (draft,
+            then verify), ``"overlapped"`` (drafting runs concurrently with verification, PEARL) or
+            ``"none"`` (the per-forward costs do not describe the framework, e.g. EAGLE's tree).
+
+    A runner may carry an attribute ``metered``: ``[(module, role, name), ...]`` of models it runs
+    that are not the context's target/drafter (role "full" or "draft"); the bench hooks them too.
     """
 
     name: str
@@ -62,7 +68,7 @@ class Framework:
     description: Callable[[BenchContext], str]
     unavailable: Callable[[BenchContext], str | None] = lambda ctx: None
     has_plain: Callable[[BenchContext], bool] = lambda ctx: False
-    overlapped_drafting: Callable[[BenchContext], bool] = lambda ctx: False
+    bound_kind: Callable[[BenchContext], str] = lambda ctx: "sequential"
 
 
 FRAMEWORKS: dict[str, Framework] = {}
@@ -184,7 +190,7 @@ register_framework(
         make_runner=_pearl_runner,
         description=lambda ctx: "PEARL (viasd_adapt.adapters.pearl.pearl_generate, parallel drafter/target threads)",
         unavailable=lambda ctx: None if module_available(PEARL_ADAPTER) else "adapters/pearl.py has not landed",
-        overlapped_drafting=lambda ctx: True,
+        bound_kind=lambda ctx: "overlapped",
     )
 )
 
@@ -213,7 +219,8 @@ register_framework(
     Framework(
         name="eagle",
         make_runner=_eagle_runner,
-        description=lambda ctx: "EAGLE (viasd_adapt.adapters.eagle)",
+        description=lambda ctx: "EAGLE (eagle-llm EaModel.eagenerate through viasd_adapt.adapters.eagle; its own base-model copy)",
         unavailable=_eagle_unavailable,
+        bound_kind=lambda ctx: "none",
     )
 )

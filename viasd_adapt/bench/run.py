@@ -74,7 +74,7 @@ class PlannedRow:
     framework: str
     mode: str
     runner: RowRunner
-    overlapped_drafting: bool = False
+    bound_kind: str = "sequential"
 
     @property
     def key(self) -> tuple[str, str]:
@@ -128,11 +128,11 @@ def plan_rows(ctx: BenchContext, config: BenchConfig) -> tuple[list[PlannedRow],
         modes = ["none"] + [m for m in config.modes if m != "none"]
         if config.include_plain and framework.has_plain(ctx):
             modes.insert(0, "plain")
-        overlapped = framework.overlapped_drafting(ctx)
+        bound_kind = framework.bound_kind(ctx)
         for mode in modes:
             if mode not in ("plain", "none") and ctx.slim is None:
                 raise ConfigError(f"mode {mode!r} needs a routing mask; pass --mask")
-            rows.append(PlannedRow(name, mode, framework.make_runner(ctx, mode), overlapped))
+            rows.append(PlannedRow(name, mode, framework.make_runner(ctx, mode), bound_kind))
     return rows, skipped, descriptions
 
 
@@ -194,6 +194,9 @@ def run_bench(
 
     stats: dict[tuple[str, str], list[RepeatStats]] = {row.key: [] for row in rows}
     with PassMeter(ctx.target, ctx.draft) as meter:
+        for row in rows:
+            for module, role, name in getattr(row.runner, "metered", ()):
+                meter.watch(module, role, name)
         if config.warmup:
             say("warm-up: one untimed generation per row")
             for row in rows:
@@ -250,7 +253,7 @@ def _run_one(ctx, row: PlannedRow, ids, n, seed, meter: PassMeter, acc: RepeatSt
     acc.draft_passes += measure.draft_passes
     if sample.metrics is not None and measure.slim_passes == 0 and sample.metrics.slim_passes:
         acc.slim_passes += sample.metrics.slim_passes  # a slim view the hooks could not see
-    acc.peak_mem_mb = max(acc.peak_mem_mb, peak_memory_mb(measure, ctx.device, cuda_peak))
+    acc.peak_mem_mb = max(acc.peak_mem_mb, peak_memory_mb(measure, ctx.device, cuda_peak, sample.extra_bytes))
     acc.agree += positional_agreement(tokens, reference)
     acc.argmax_agree += _argmax_agreement(ctx, ids, tokens)
     acc.outputs.append(tokens)
@@ -290,13 +293,15 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts) -> list[dict]
         }
         if row.framework == AR:
             bound = 1.0
+        elif row.bound_kind == "none":
+            bound = None
         else:
             bound = analytic_bound(
                 costs,
                 record["draft_passes_per_token"] or 0.0,
                 record["slim_passes_per_token"] or 0.0,
                 record["full_passes_per_token"] or 0.0,
-                row.overlapped_drafting,
+                row.bound_kind == "overlapped",
             )
         record["analytic_bound"] = bound
         record["fraction_of_bound"] = (

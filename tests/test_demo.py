@@ -1,0 +1,78 @@
+"""``viasd demo`` end to end on a tiny random pair, with the smoke-test budget."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from tests.test_bench import save_tiny_pair
+from viasd_adapt.bench.demo import BUDGET_ENV_VAR, BUDGETS, budget_from_env, render_tiers, tier_string
+from viasd_adapt.cli.main import cli
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.tiers import Tier
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def pair_with_mask(tmp_path_factory):
+    return save_tiny_pair(tmp_path_factory.mktemp("demo") / "pair", with_mask=True)
+
+
+def _tier_lines(output: str) -> list[str]:
+    return re.findall(r"^tiers: ([DSF]*)$", output, flags=re.M)
+
+
+def test_demo_runs_end_to_end_with_the_mask(pair_with_mask, tmp_path, monkeypatch):
+    monkeypatch.setenv(BUDGET_ENV_VAR, "tiny")
+    out_json = tmp_path / "demo.json"
+    res = CliRunner().invoke(cli, ["demo", "--pair", str(pair_with_mask), "--json", str(out_json)])
+    assert res.exit_code == 0, res.output
+    for mode in ("none", "lossless", "lossy", "audit"):
+        assert f"--- {mode} ---" in res.output
+    lines = _tier_lines(res.output)
+    assert len(lines) == 4 and all(len(line) == BUDGETS["tiny"].completion_tokens for line in lines)
+    assert "S" not in lines[0]  # mode none never uses the slim verifier
+    assert "FALLBACK" not in res.output and "mask.json" in res.output
+    data = json.loads(out_json.read_text())
+    modes = {(r["framework"], r["mode"]) for r in data["rows"]}
+    assert {("ar", "-"), ("hf", "none"), ("hf", "lossy"), ("pearl", "audit")} <= modes
+    assert "hf/lossy" in res.output  # the table is printed
+
+
+def test_demo_without_mask_says_so_and_uses_the_labelled_fallback(tmp_path, monkeypatch):
+    pair = save_tiny_pair(tmp_path / "nomask")
+    res = CliRunner().invoke(cli, ["demo", "--pair", str(pair), "--quick", "--frameworks", "hf"])
+    assert res.exit_code == 0, res.output
+    assert "no mask.json shipped with this pair" in res.output
+    assert "FALLBACK fixed mask" in res.output
+    assert len(_tier_lines(res.output)) == 4
+
+
+def test_render_tiers_colours_each_token_by_its_tier():
+    calls = []
+
+    def style(text, **kwargs):
+        calls.append((text, kwargs.get("fg")))
+        return f"<{kwargs.get('fg')}>{text}"
+
+    tiers = [int(Tier.DRAFT), int(Tier.SLIM), int(Tier.FULL)]
+    out = render_tiers(["a", "b", "c"], tiers, style)
+    assert out == "<green>a<yellow>b<magenta>c"
+    assert tier_string(tiers) == "DSF"
+
+
+def test_bad_budget_name_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv(BUDGET_ENV_VAR, "huge")
+    with pytest.raises(ConfigError, match=BUDGET_ENV_VAR):
+        budget_from_env()
+    assert budget_from_env(quick=True) == BUDGETS["tiny"]
+
+
+def test_demo_with_an_unknown_pair_fails_cleanly():
+    res = CliRunner().invoke(cli, ["demo", "--pair", "no-such-pair-xyz", "--quick"])
+    assert res.exit_code == 2 and "no model pair named" in res.output

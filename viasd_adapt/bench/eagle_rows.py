@@ -1,0 +1,56 @@
+"""Rows for EAGLE (eagle-llm's ``EaModel.eagenerate`` through :mod:`viasd_adapt.adapters.eagle`).
+
+EAGLE loads its own copy of the target (eagle's modified Llama with a pre-allocated KV cache)
+next to the head, once per bench. Its forwards are metered by hooking that copy's inner decoder
+(full passes; the adapter's slim view is a shallow copy of it, so slim passes are told apart the
+same way as for the HF target) and the head (draft passes). The pre-allocated KV buffers are
+added to the memory figure. Limits: EAGLE stops at EOS (``eagle.generate`` trims there), so a row
+may generate fewer tokens than asked; and the analytic bound is not computed (its verification
+is a tree, which the block-cost model does not describe).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from viasd_adapt.bench.context import BenchContext
+from viasd_adapt.bench.measure import tensor_bytes
+from viasd_adapt.bench.rows import RowRunner, RowSample
+from viasd_adapt.settings import Mode
+
+
+def load(ctx: BenchContext):
+    """The EaModel for this context (loaded and sanity-checked once)."""
+    if "eagle" not in ctx.loaded:
+        from viasd_adapt.adapters import eagle
+
+        dtype = torch.float32 if ctx.device.type == "cpu" else next(ctx.target.parameters()).dtype
+        kwargs = {"device_map": str(ctx.device)} if ctx.device.type == "cuda" else {}
+        ctx.loaded["eagle"] = eagle.load_ea_model(ctx.target_path, ctx.eagle_head, dtype=dtype, **kwargs)
+    return ctx.loaded["eagle"]
+
+
+def _kv_bytes(ea_model, session_slim) -> int:
+    data = getattr(ea_model, "past_key_values_data", None) or []
+    total = sum(tensor_bytes(t) for t in data)
+    return total + (session_slim.cache_bytes() if session_slim is not None else 0)
+
+
+def make_runner(ctx: BenchContext, mode: str) -> RowRunner:
+    from viasd_adapt.adapters import eagle
+
+    ea_model = load(ctx)
+    settings = ctx.settings.with_(mode=Mode.parse(mode))
+    mask = ctx.mask.mask if (ctx.mask is not None and settings.mode is not Mode.NONE) else None
+    sampling = ctx.sampling
+    temperature = 0.0 if sampling.greedy else sampling.temperature
+
+    def run(prompt_ids: list[int], max_new_tokens: int, seed: int) -> RowSample:
+        torch.manual_seed(seed)
+        ids = torch.tensor([prompt_ids], dtype=torch.long, device=ctx.device)
+        out = eagle.generate(ea_model, ids, max_new_tokens, mask=mask, settings=settings, temperature=temperature,
+                             top_p=sampling.top_p, top_k=sampling.top_k)
+        return RowSample(out.tokens, out.metrics, extra_bytes=_kv_bytes(ea_model, None))
+
+    run.metered = [(ea_model.base_model.model, "full", "eagle_base"), (ea_model.ea_layer, "draft", "eagle_head")]
+    return run
