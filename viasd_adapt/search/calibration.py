@@ -14,6 +14,7 @@ each candidate mask then costs one slim forward over the same batch (see ``objec
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,11 +206,27 @@ def build_windows(
 def scored_log_probs(model: nn.Module, windows: TokenWindows, batch_size: int = 16) -> torch.Tensor:
     """Teacher-forced log-probabilities at the scored positions, shape ``(tau, V)``, float32."""
     chunks = []
+    trims = _accepts_logits_to_keep(model)
     for start in range(0, windows.input_ids.size(0), batch_size):
         ids = windows.input_ids[start : start + batch_size]
-        logits = model(input_ids=ids, use_cache=False).logits
-        chunks.append(torch.log_softmax(logits[windows.scored[start : start + batch_size]].float(), dim=-1))
+        scored = windows.scored[start : start + batch_size]
+        if trims:
+            # the LM head is a large share of a small model's forward: project only the columns
+            # from the first scored position on (HF's logits_to_keep keeps the last N columns)
+            first = int(scored.any(dim=0).nonzero()[0])
+            logits = model(input_ids=ids, use_cache=False, logits_to_keep=ids.size(1) - first).logits
+            scored = scored[:, first:]
+        else:
+            logits = model(input_ids=ids, use_cache=False).logits
+        chunks.append(torch.log_softmax(logits[scored].float(), dim=-1))
     return torch.cat(chunks)
+
+
+def _accepts_logits_to_keep(model: nn.Module) -> bool:
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)
