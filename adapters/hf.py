@@ -377,6 +377,11 @@ def _normalise_call(original, args: tuple, kwargs: dict) -> dict:
 
 def _tiered_generate(session: TierSession, original, args: tuple, kwargs: dict):
     target = session.target
+    if getattr(original, "__func__", None) is not getattr(type(target), "generate", None):
+        reason = "generate() was replaced on this instance before patching; calling that replacement"
+        warnings.warn(f"viasd-adapt: the slim tier is off for this call ({reason})", ViasdFallbackWarning, stacklevel=3)
+        session.fallbacks.append(reason)
+        return original(*args, **kwargs)
     call = _normalise_call(original, args, kwargs)
     reason = _fallback_reason(target, call)
     if reason is not None:

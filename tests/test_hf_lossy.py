@@ -1,0 +1,142 @@
+"""Lossy and audit modes through ``generate(assistant_model=...)``: cost, metrics and the generate contract."""
+
+from __future__ import annotations
+
+import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
+
+from tests.test_hf_pairs import make_pair
+from viasd_adapt.adapters import hf
+from viasd_adapt.settings import TierSettings
+
+torch.set_num_threads(1)
+
+GAMMA = 5
+PROMPTS = [[4, 9, 2, 33], [17, 5], [60, 61, 62, 63, 1, 8], [12]]
+
+
+def pair():
+    target, drafter, mask = make_pair("llama", layers=6, sharpness=3.0)
+    config = drafter.generation_config
+    config.num_assistant_tokens, config.num_assistant_tokens_schedule = GAMMA, "constant"
+    config.assistant_confidence_threshold = 0.0  # stock drafts exactly GAMMA tokens, like the lossy loop
+    return target, drafter, mask
+
+
+def count_full_passes(target, run):
+    """Forward calls of the target itself (the slim view shares its hook dict but is another object)."""
+    calls = []
+    hook = target.register_forward_pre_hook(lambda module, args: calls.append(module is target))
+    try:
+        run()
+    finally:
+        hook.remove()
+    return sum(calls)
+
+
+def test_lossy_cuts_full_passes_and_rejections_versus_stock_assisted_generation():
+    target, drafter, mask = pair()
+    n_new = 24
+    stock_tokens = lossy_tokens = 0
+
+    def stock_run():
+        nonlocal stock_tokens
+        for prompt in PROMPTS:
+            out = target.generate(torch.tensor([prompt]), assistant_model=drafter, max_new_tokens=n_new, do_sample=False)
+            stock_tokens += out.shape[1] - len(prompt)
+
+    with hf.tiered(target, settings=TierSettings(mode="none", gamma=GAMMA)) as baseline:
+        stock_passes = count_full_passes(target, stock_run)
+
+    def lossy_run():
+        nonlocal lossy_tokens
+        for prompt in PROMPTS:
+            out = target.generate(torch.tensor([prompt]), assistant_model=drafter, max_new_tokens=n_new, do_sample=False)
+            lossy_tokens += out.shape[1] - len(prompt)
+
+    with hf.tiered(target, mask=mask, settings=TierSettings(mode="lossy", gamma=GAMMA)) as lossy:
+        lossy_passes = count_full_passes(target, lossy_run)
+
+    m, b = lossy.metrics, baseline.metrics
+    assert m.committed == lossy_tokens and b.committed == stock_tokens
+    assert m.full_passes == lossy_passes and b.full_passes == stock_passes  # metrics match a hook count
+    assert m.accepted + m.slim_regenerated + m.escalated == m.committed
+    assert lossy_passes / lossy_tokens < stock_passes / stock_tokens
+    assert m.rejection_rate < b.rejection_rate
+    assert m.slim_passes > 0
+
+
+def test_audit_runs_q_every_cycle_and_reports_the_quality_audit():
+    target, drafter, mask = pair()
+    with hf.tiered(target, mask=mask, settings=TierSettings(mode="audit", gamma=GAMMA)) as session:
+        lossy_like = target.generate(torch.tensor([PROMPTS[0]]), assistant_model=drafter, max_new_tokens=20,
+                                     do_sample=False, return_dict_in_generate=True)
+    m = lossy_like.viasd_metrics
+    assert m.full_passes == m.cycles  # the prefill cycle plus one shadow q pass per draft cycle
+    # Every token a draft cycle committed is audited (the prefill token is not; a cycle trimmed at the
+    # token budget is audited whole, as TierMetrics.trim_to keeps audit sums).
+    assert m.committed - 1 <= m.audited <= m.committed - 1 + GAMMA
+    assert m.overrule_rate is not None and 0.0 <= m.overrule_rate <= 1.0
+    assert m.tv_distance is not None
+    with hf.tiered(target, mask=mask, settings=TierSettings(mode="lossy", gamma=GAMMA)):
+        lossy = target.generate(torch.tensor([PROMPTS[0]]), assistant_model=drafter, max_new_tokens=20, do_sample=False)
+    assert lossy.tolist() == lossy_like.sequences.tolist()  # audit only observes; decisions are lossy's
+
+
+def test_lossy_honours_eos_max_new_tokens_stopping_criteria_and_streamers():
+    target, drafter, mask = pair()
+    prompt = torch.tensor([PROMPTS[2]])
+    settings = TierSettings(mode="lossy", gamma=GAMMA)
+
+    class Collect(BaseStreamer):
+        def __init__(self):
+            self.chunks, self.ended = [], False
+
+        def put(self, value):
+            self.chunks.append(value.reshape(-1).tolist())
+
+        def end(self):
+            self.ended = True
+
+    class StopAtLength(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), input_ids.shape[1] >= prompt.shape[1] + 7, dtype=torch.bool)
+
+    streamer = Collect()
+    with hf.tiered(target, mask=mask, settings=settings):
+        free = target.generate(prompt, assistant_model=drafter, max_new_tokens=30, do_sample=False, streamer=streamer)
+        new = free[0, prompt.shape[1]:].tolist()
+        assert len(new) == 30
+        assert streamer.ended and sum(streamer.chunks, []) == free[0].tolist()  # prompt, then every token once
+
+        eos = new[9]
+        stopped = target.generate(prompt, assistant_model=drafter, max_new_tokens=30, do_sample=False, eos_token_id=eos)
+        stopped_new = stopped[0, prompt.shape[1]:].tolist()
+        assert stopped_new == new[: new.index(eos) + 1]
+
+        short = target.generate(prompt, assistant_model=drafter, max_new_tokens=3, do_sample=False)
+        assert short[0, prompt.shape[1]:].tolist() == new[:3]
+
+        criteria = StoppingCriteriaList([StopAtLength()])
+        halted = target.generate(prompt, assistant_model=drafter, max_new_tokens=30, do_sample=False,
+                                 stopping_criteria=criteria)
+        n_halted = halted.shape[1] - prompt.shape[1]
+        assert 7 <= n_halted <= 7 + GAMMA and halted[0, prompt.shape[1]:].tolist() == new[:n_halted]
+
+
+def test_lossy_sampling_is_seeded_and_respects_top_k():
+    target, drafter, mask = pair()
+    prompt = torch.tensor([PROMPTS[0]])
+
+    def sample(seed, **sampling):
+        torch.manual_seed(seed)
+        return target.generate(prompt, assistant_model=drafter, max_new_tokens=16, do_sample=True, **sampling).tolist()
+
+    with hf.tiered(target, mask=mask, settings=TierSettings(mode="lossy", gamma=GAMMA)) as session:
+        assert sample(7, temperature=1.0, top_k=0) == sample(7, temperature=1.0, top_k=0)  # seeded
+        assert len({str(sample(seed, temperature=1.0, top_k=0)) for seed in range(4)}) > 1  # really samples
+        # top_k=1 leaves one token per position for every tier: no seed can change the output.
+        assert len({str(sample(seed, temperature=0.8, top_k=1)) for seed in range(3)}) == 1
+    assert len(session.history) == 9  # some samples may stop early at EOS
+    assert session.metrics.committed == sum(m.committed for m in session.history) <= 16 * 9
