@@ -1,0 +1,115 @@
+"""``viasd generate``: framework registry, tier rendering, --json output, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from tests.test_hf_pairs import make_pair
+from viasd_adapt.cli import generate as gen
+from viasd_adapt.cli.main import cli
+from viasd_adapt.display import PLAIN_MARKERS, legend, render_tiers, token_pieces
+from viasd_adapt.models.tokenizer import train_tokenizer
+from viasd_adapt.routing.mask import MaskArtifact, model_fingerprint
+from viasd_adapt.tiers import Tier
+
+torch.set_num_threads(1)
+
+TEXTS = ["def add(a, b):\n    return a + b\n", "for i in range(10):\n    print(i)\n", "class Point:\n    x = 0\n"] * 20
+
+
+@pytest.fixture(scope="module")
+def pair_dir(tmp_path_factory):
+    """A tiny pair on disk laid out like a built pair: target/, draft/ (each with its tokenizer), mask.json."""
+    root = tmp_path_factory.mktemp("pair")
+    tokenizer = train_tokenizer(TEXTS, 320)
+    target, draft, mask = make_pair("llama", vocab_size=len(tokenizer), layers=6, sharpness=3.0)
+    for name, model in (("target", target), ("draft", draft)):
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+    MaskArtifact(mask, ratio=mask.ratio, fingerprint=model_fingerprint(target)).save(root / "mask.json")
+    return root
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, ["generate", *map(str, args)])
+
+
+def paths(root, mask=True):
+    out = ["--target", root / "target", "--draft", root / "draft"]
+    return out + (["--mask", root / "mask.json"] if mask else [])
+
+
+@pytest.mark.parametrize("framework,mode", [("ar", "none"), ("hf", "none"), ("hf", "lossless"), ("hf", "lossy"), ("hf", "audit")])
+def test_generate_writes_tokens_text_and_metrics(pair_dir, tmp_path, framework, mode):
+    out_json = tmp_path / "out.json"
+    result = invoke("--framework", framework, *paths(pair_dir), "--mode", mode, "--prompt", "def add(a, b):",
+                    "--max-new-tokens", 12, "--json", out_json, "--no-color")
+    assert result.exit_code == 0, result.output
+    data = json.loads(out_json.read_text())
+    assert 1 <= len(data["tokens"]) <= 12 and len(data["tiers"]) == len(data["tokens"])
+    assert data["metrics"]["committed"] == len(data["tokens"])
+    m = data["metrics"]
+    assert m["accepted"] + m["slim_regenerated"] + m["escalated"] == m["committed"]
+    if framework == "ar":
+        assert set(data["tiers"]) == {int(Tier.FULL)} and m["full_passes"] == len(data["tokens"])
+    if mode in ("none",):
+        assert m["slim_passes"] == 0
+    if mode in ("lossy", "audit", "lossless"):
+        assert m["slim_passes"] > 0
+    assert "legend:" in result.output and "tokens:" in result.output
+    assert data["text"] in result.output.replace("\u2039", "").replace("\u203a", "").replace("\u00ab", "").replace("\u00bb", "")
+
+
+def test_hf_lossless_cli_matches_ar_greedy(pair_dir, tmp_path):
+    texts = {}
+    for framework, mode in (("ar", "none"), ("hf", "lossless")):
+        out_json = tmp_path / f"{framework}.json"
+        result = invoke("--framework", framework, *paths(pair_dir), "--mode", mode, "--prompt", "for i in",
+                        "--max-new-tokens", 16, "--json", out_json)
+        assert result.exit_code == 0, result.output
+        texts[framework] = json.loads(out_json.read_text())["tokens"]
+    assert texts["ar"] == texts["hf"]
+
+
+def test_clear_errors(pair_dir):
+    cases = [
+        (["--framework", "hf", *paths(pair_dir), "--mode", "lossy", "--prompt", "x", "--max-new-tokens", 0], "max_new_tokens"),
+        (["--framework", "hf", *paths(pair_dir, mask=False), "--mode", "lossy", "--prompt", "x", "--target", pair_dir / "target"], "needs --mask"),
+        (["--framework", "ar", *paths(pair_dir), "--mode", "lossy", "--prompt", "x"], "no tier"),
+        (["--framework", "hf", *paths(pair_dir), "--prompt", "x", "--top-p", 0], "top-p"),
+        (["--framework", "hf", *paths(pair_dir), "--prompt", "x", "--alpha1", 1.5], "alpha1"),
+    ]
+    for args, message in cases:
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output and "Traceback" not in result.output
+
+
+def test_registry_lets_an_adapter_add_a_framework(pair_dir, monkeypatch):
+    monkeypatch.setitem(gen.FRAMEWORKS, "fake", lambda request: gen.GenerateResult(
+        [5, 6], [int(Tier.SLIM), int(Tier.FULL)], __import__("viasd_adapt.metrics").metrics.TierMetrics(
+            token_tiers=[int(Tier.SLIM), int(Tier.FULL)])))
+    assert gen.get_runner("fake") is gen.FRAMEWORKS["fake"]
+    with pytest.raises(gen.ConfigError, match="no `viasd generate` runner"):
+        gen.get_runner("nonexistent")
+
+
+def test_rendering_marks_every_tier_and_reassembles_the_text():
+    tokenizer = train_tokenizer(TEXTS, 320)
+    ids = tokenizer("def add(a, b):\n    return a + b")["input_ids"][1:]
+    pieces = token_pieces(tokenizer, ids)
+    assert "".join(pieces) == tokenizer.decode(ids)
+    tiers = [int(Tier.DRAFT), int(Tier.SLIM), int(Tier.FULL)] * len(ids)
+    plain = render_tiers(pieces, tiers[: len(ids)], colour=False)
+    assert PLAIN_MARKERS[Tier.SLIM][0] + pieces[1] + PLAIN_MARKERS[Tier.SLIM][1] in plain
+    assert PLAIN_MARKERS[Tier.FULL][0] + pieces[2] + PLAIN_MARKERS[Tier.FULL][1] in plain
+    coloured = render_tiers(pieces, tiers[: len(ids)], colour=True)
+    assert "\x1b[" in coloured and "\x1b[" not in plain
+    assert "slim verifier" in legend(False) and "full verifier" in legend(True)
+    with pytest.raises(ValueError):
+        render_tiers(pieces, tiers[:1], colour=False)
