@@ -49,13 +49,13 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
     from tokenizers.pre_tokenizers import Split
 
     chars = [c for c in string.printable if c not in "\x0b\x0c"]
-    vocab = {"<unk>": 0, "<eos>": 1, "<pad>": 2}
+    vocab = {"<unk>": 0, "<eos>": 1, "<pad>": 2, "<bos>": 3}
     for c in chars:
         vocab.setdefault(c, len(vocab))
     assert len(vocab) <= VOCAB
     tok = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = Split("", behavior="isolated")
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>", pad_token="<pad>")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>", pad_token="<pad>", bos_token="<bos>")
 
 
 def tiny_pair_models(seed: int = 0):

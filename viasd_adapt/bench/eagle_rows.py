@@ -7,6 +7,9 @@ same way as for the HF target) and the head (draft passes). The pre-allocated KV
 added to the memory figure. Limits: EAGLE stops at EOS (``eagle.generate`` trims there), so a row
 may generate fewer tokens than asked; and the analytic bound is not computed (its verification
 is a tree, which the block-cost model does not describe).
+
+Rows: ``plain`` (``eagenerate`` with no viasd-adapt scope), ``none`` (inside
+``eagle.tiered(mode="none")``; ``none`` vs ``plain`` is the tier-off overhead) and the tier modes.
 """
 
 from __future__ import annotations
@@ -40,10 +43,22 @@ def make_runner(ctx: BenchContext, mode: str) -> RowRunner:
     from viasd_adapt.adapters import eagle
 
     ea_model = load(ctx)
-    settings = ctx.settings.with_(mode=Mode.parse(mode))
+    settings = ctx.settings.with_(mode=Mode.NONE if mode == "plain" else Mode.parse(mode))
     mask = ctx.mask.mask if (ctx.mask is not None and settings.mode is not Mode.NONE) else None
     sampling = ctx.sampling
     temperature = 0.0 if sampling.greedy else sampling.temperature
+
+    def run_plain(prompt_ids: list[int], max_new_tokens: int, seed: int) -> RowSample:
+        """``eagenerate`` with no viasd-adapt scope at all (output trimmed like eagle.generate)."""
+        torch.manual_seed(seed)
+        ids = torch.tensor([prompt_ids], dtype=torch.long, device=ctx.device)
+        out = ea_model.eagenerate(ids, temperature=temperature, top_p=sampling.top_p if sampling.top_p < 1.0 else 0.0,
+                                  top_k=sampling.top_k, max_new_tokens=max_new_tokens)
+        new = out[0, len(prompt_ids):].tolist()
+        eos = ea_model.tokenizer.eos_token_id
+        if eos is not None and eos in new:
+            new = new[: new.index(eos) + 1]
+        return RowSample(new[:max_new_tokens], None, extra_bytes=_kv_bytes(ea_model, None))
 
     def run(prompt_ids: list[int], max_new_tokens: int, seed: int) -> RowSample:
         torch.manual_seed(seed)
@@ -52,5 +67,6 @@ def make_runner(ctx: BenchContext, mode: str) -> RowRunner:
                              top_p=sampling.top_p, top_k=sampling.top_k)
         return RowSample(out.tokens, out.metrics, extra_bytes=_kv_bytes(ea_model, None))
 
-    run.metered = [(ea_model.base_model.model, "full", "eagle_base"), (ea_model.ea_layer, "draft", "eagle_head")]
-    return run
+    runner = run_plain if mode == "plain" else run
+    runner.metered = [(ea_model.base_model.model, "full", "eagle_base"), (ea_model.ea_layer, "draft", "eagle_head")]
+    return runner

@@ -221,6 +221,7 @@ register_framework(
         make_runner=_eagle_runner,
         description=lambda ctx: "EAGLE (eagle-llm EaModel.eagenerate through viasd_adapt.adapters.eagle; its own base-model copy)",
         unavailable=_eagle_unavailable,
+        has_plain=lambda ctx: True,
         bound_kind=lambda ctx: "none",
     )
 )
