@@ -1,0 +1,308 @@
+"""The slim verifier view, its cache, masks and mask artifacts, on tiny models of every family."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM, DynamicCache
+
+from viasd_adapt.errors import ConfigError, ModelMismatchError, UnsupportedModelError, ViasdError
+from viasd_adapt.models.tiny import FAMILIES, tiny_model
+from viasd_adapt.routing import MaskArtifact, RoutingMask, SlimCache, SlimVerifier, find_decoder_stack, model_fingerprint
+from viasd_adapt.runner import CachedRunner, cache_kwarg_name, cache_length, truncate_cache
+
+torch.set_num_threads(1)
+
+LAYERS = 6
+SEQ = 24  # longer than Gemma2's tiny sliding window (16)
+SKIP_SETS = [(0, 2), (1, 3, 4), (5,)]
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family_model(request):
+    return request.param, tiny_model(request.param, seed=3, num_layers=LAYERS)
+
+
+def ids_for(seed: int, length: int = SEQ, vocab: int = 96) -> torch.Tensor:
+    return torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+def forward(model: nn.Module, ids: torch.Tensor, cache=None, **kw) -> torch.Tensor:
+    kwargs = {cache_kwarg_name(model): cache, "use_cache": cache is not None}
+    with torch.no_grad():
+        return model(input_ids=ids, **kwargs, **kw).logits
+
+
+# ============================================================================== equivalences
+
+
+def test_full_mask_equals_full_forward_exactly(family_model):
+    _, model = family_model
+    ids = ids_for(0)
+    slim = SlimVerifier(model, RoutingMask.full(LAYERS))
+    assert torch.equal(forward(slim.model, ids), forward(model, ids))
+    assert torch.equal(forward(slim.model, ids, slim.new_cache()), forward(model, ids))
+
+
+def reduced_model(model: nn.Module, mask: RoutingMask) -> nn.Module:
+    """A model that really has only the retained layers, with the target's weights copied in."""
+    stack = find_decoder_stack(model)
+    prefix = f"{stack.owner_path}.{stack.attribute}."
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = len(mask.retained)
+    if getattr(config, "layer_types", None) is not None:  # keep each retained layer's attention type
+        config.layer_types = [config.layer_types[i] for i in mask.retained]
+    small = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    renumber = {old: new for new, old in enumerate(mask.retained)}
+    state = {}
+    for key, value in model.state_dict().items():
+        if key.startswith(prefix):
+            index, rest = key[len(prefix):].split(".", 1)
+            if int(index) not in renumber:
+                continue
+            key = f"{prefix}{renumber[int(index)]}.{rest}"
+        state[key] = value
+    missing, unexpected = small.load_state_dict(state, strict=False)
+    assert not unexpected and all("rotary" in k or "inv_freq" in k or "bias" in k and "attn" in k for k in missing), missing
+    return small
+
+
+@pytest.mark.parametrize("skipped", SKIP_SETS)
+def test_slim_forward_equals_a_model_without_those_layers(family_model, skipped):
+    _, model = family_model
+    mask = RoutingMask.from_skipped(LAYERS, skipped)
+    small = reduced_model(model, mask)
+    assert find_decoder_stack(small).num_layers == LAYERS - len(skipped)
+    ids = ids_for(1)
+    slim = SlimVerifier(model, mask)
+    expected = forward(small, ids)
+    torch.testing.assert_close(forward(slim.model, ids), expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(forward(slim.model, ids, slim.new_cache()), expected, rtol=0, atol=1e-6)
+    assert not torch.allclose(expected, forward(model, ids), atol=1e-3)  # skipping really changed something
+
+
+@pytest.mark.parametrize("skipped", [(0,), (0, 1, 3)])
+def test_layer0_skipped_incremental_decoding_equals_full_sequence(family_model, skipped):
+    """HF reads the cache length from layer 0, which stays empty when layer 0 is skipped."""
+    _, model = family_model
+    slim = SlimVerifier(model, RoutingMask.from_skipped(LAYERS, skipped))
+    ids = ids_for(2)
+    expected = forward(slim.model, ids)
+    cache = slim.new_cache()
+    steps = [forward(slim.model, ids[:, :5], cache)]
+    for t in range(5, SEQ):  # no position_ids: the model must find the length through SlimCache
+        steps.append(forward(slim.model, ids[:, t : t + 1], cache))
+        assert cache.get_seq_length() == t + 1
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, rtol=0, atol=1e-5)
+    assert cache.layers[0].get_seq_length() == 0  # the skipped layer never stored anything
+
+
+def test_full_cache_and_outputs_unchanged_by_any_number_of_slim_passes(family_model):
+    _, model = family_model
+    ids = ids_for(3)
+    slims = [SlimVerifier(model, RoutingMask.from_skipped(LAYERS, s)) for s in SKIP_SETS]
+
+    def run_full(interleave: int):
+        cache = DynamicCache(config=model.config)
+        outs = [forward(model, ids[:, :6], cache)]
+        for t in range(6, SEQ, 3):
+            for i in range(interleave):  # slim passes over the same and other prefixes, own caches
+                slim = slims[i % len(slims)]
+                forward(slim.model, ids[:, : t + i + 1], slim.new_cache())
+            outs.append(forward(model, ids[:, t : t + 3], cache))
+        keys = [layer.keys.clone() for layer in cache.layers]
+        return torch.cat(outs, dim=1), keys
+
+    plain_logits, plain_keys = run_full(0)
+    for n in (1, 4):
+        logits, keys = run_full(n)
+        assert torch.equal(logits, plain_logits)
+        assert all(torch.equal(a, b) for a, b in zip(keys, plain_keys))
+
+
+def test_target_is_not_mutated_and_weights_are_shared(family_model):
+    _, model = family_model
+    stack = find_decoder_stack(model)
+    layer_ids = [id(layer) for layer in stack.layers]
+    list_id = id(stack.layers)
+    params_before = {name: (p.data_ptr(), p.clone()) for name, p in model.named_parameters()}
+    ids = ids_for(4)
+    logits_before = forward(model, ids)
+
+    slim = SlimVerifier(model, RoutingMask.from_skipped(LAYERS, (0, 3)))
+    forward(slim.model, ids, slim.new_cache())
+
+    after = find_decoder_stack(model)
+    assert id(after.layers) == list_id and [id(layer) for layer in after.layers] == layer_ids
+    for name, p in model.named_parameters():
+        ptr, value = params_before[name]
+        assert p.data_ptr() == ptr and torch.equal(p, value), name
+    assert torch.equal(forward(model, ids), logits_before)
+    # The view owns no tensor of its own: every parameter is one of the target's.
+    target_ptrs = {p.data_ptr() for p in model.parameters()}
+    assert {p.data_ptr() for p in slim.model.parameters()} <= target_ptrs
+    slim_stack = find_decoder_stack(slim.model)
+    assert slim_stack.layers is not stack.layers
+    assert slim_stack.layers[1] is stack.layers[1]
+    assert type(slim_stack.layers[0]).__name__ == "PassThroughLayer"
+
+
+# ============================================================================== caches
+
+
+def test_cached_runner_on_slim_view_matches_full_sequence_under_crops(family_model):
+    _, model = family_model
+    slim = SlimVerifier(model, RoutingMask.from_skipped(LAYERS, (0, 4)))
+    seq = ids_for(5, length=40)[0].tolist()
+    expected = forward(slim.model, torch.tensor([seq]))[0]
+    runner = CachedRunner(slim.model, slim.new_cache)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(12):
+        n = int(torch.randint(2, 41, (1,), generator=gen))
+        tail = int(torch.randint(1, min(n, 5) + 1, (1,), generator=gen))
+        torch.testing.assert_close(runner.logits_for(seq[:n], tail), expected[n - tail : n], rtol=0, atol=1e-5)
+
+
+def test_truncate_cache_crops_retained_layers_and_leaves_skipped_empty():
+    model = tiny_model("llama", seed=0, num_layers=LAYERS)
+    slim = SlimVerifier(model, RoutingMask.from_skipped(LAYERS, (0, 2)))
+    cache = slim.new_cache()
+    forward(slim.model, ids_for(6, length=10), cache)
+    assert [layer.get_seq_length() for layer in cache.layers] == [0, 10, 0, 10, 10, 10]
+    assert cache_length(cache) == 10 and cache.get_seq_length() == 10
+    truncate_cache(cache, 7)
+    assert [layer.get_seq_length() for layer in cache.layers] == [0, 7, 0, 7, 7, 7]
+    truncate_cache(cache, 9)  # never grows
+    assert cache_length(cache) == 7
+    # Decoding continues correctly from the truncated cache.
+    ids = ids_for(6, length=10)
+    resumed = forward(slim.model, ids[:, 7:], cache, position_ids=torch.arange(7, 10).unsqueeze(0))
+    torch.testing.assert_close(resumed, forward(slim.model, ids)[:, 7:], rtol=0, atol=1e-5)
+
+
+def test_slim_cache_answers_length_queries_from_a_retained_layer_of_the_same_type():
+    model = tiny_model("gemma2", seed=0, num_layers=LAYERS)
+    types = model.config.layer_types
+    assert len(set(types)) == 2  # alternating sliding / full attention
+    slim = SlimVerifier(model, RoutingMask.from_skipped(LAYERS, (0, 1)))
+    cache = slim.new_cache()
+    forward(slim.model, ids_for(7, length=20), cache)
+    assert cache.layers[0].get_seq_length() == 0 and cache.layers[1].get_seq_length() == 0
+    for skipped in (0, 1):
+        stand_in = cache._stand_in(skipped)
+        assert stand_in not in (0, 1) and types[stand_in] == types[skipped]
+        assert cache.get_seq_length(skipped) == 20
+
+
+def test_slim_cache_holds_only_retained_layers():
+    model = tiny_model("qwen2", seed=0, num_layers=LAYERS)
+    full_runner = CachedRunner(model)
+    slim = SlimVerifier(model, RoutingMask.from_skipped(LAYERS, (1, 2, 4)))
+    slim_runner = CachedRunner(slim.model, slim.new_cache)
+    seq = ids_for(8, length=30)[0].tolist()
+    full_runner.logits_for(seq, 1)
+    slim_runner.logits_for(seq, 1)
+    assert slim_runner.cache_bytes() * LAYERS == full_runner.cache_bytes() * 3
+
+
+# ============================================================================== discovery and masks
+
+
+def test_unsupported_model_names_the_paths_tried():
+    class Strange(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(2, 2)])
+
+    with pytest.raises(UnsupportedModelError) as err:
+        find_decoder_stack(Strange())
+    for path in ("model.layers", "transformer.h", "gpt_neox.layers"):
+        assert path in str(err.value)
+    assert "Strange" in str(err.value)
+    with pytest.raises(UnsupportedModelError):
+        SlimVerifier(Strange(), RoutingMask.full(1))
+
+
+@pytest.mark.parametrize("family, owner", [("llama", "model"), ("gemma2", "model"), ("gpt2", "transformer"), ("gpt_neox", "gpt_neox")])
+def test_layer_discovery_per_family(family, owner):
+    stack = find_decoder_stack(tiny_model(family, num_layers=3))
+    assert stack.owner_path == owner and stack.num_layers == 3
+
+
+def test_routing_mask_constructors_and_views():
+    mask = RoutingMask.from_skipped(6, [4, 1, 1])
+    assert mask.skipped == (1, 4) and mask.retained == (0, 2, 3, 5)
+    assert mask.bits() == [1, 0, 1, 1, 0, 1] and str(mask) == "101101"
+    assert mask.num_skipped == 2 and mask.ratio == pytest.approx(2 / 6)
+    assert RoutingMask.from_bits(torch.tensor([1, 0, 1, 1, 0, 1])) == mask
+    assert RoutingMask.full(3).skipped == ()
+    first = RoutingMask.random(20, 0.45, torch.Generator().manual_seed(1))
+    assert first.num_skipped == 9  # round(0.45 * 20)
+    assert RoutingMask.random(20, 0.45, torch.Generator().manual_seed(1)) == first
+    assert len({RoutingMask.random(20, 0.45, torch.Generator().manual_seed(s)) for s in range(10)}) > 1
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: RoutingMask(()), "at least one layer"),
+        (lambda: RoutingMask((False, False)), "keep at least one"),
+        (lambda: RoutingMask.from_skipped(4, [4]), "out of range"),
+        (lambda: RoutingMask.from_skipped(4, [-1]), "out of range"),
+        (lambda: RoutingMask.from_skipped(3, [0, 1, 2]), "cannot skip"),
+        (lambda: RoutingMask.from_bits([1, 2, 0]), "0/1"),
+        (lambda: RoutingMask.random(6, 0.0), "ratio"),
+        (lambda: RoutingMask.random(6, 1.0), "ratio"),
+        (lambda: RoutingMask.random(2, 0.9), "at least one layer must remain"),
+    ],
+)
+def test_routing_mask_validation(build, message):
+    with pytest.raises(ConfigError, match=message):
+        build()
+
+
+def test_mask_for_wrong_layer_count_is_refused():
+    model = tiny_model("llama", num_layers=4)
+    with pytest.raises(ModelMismatchError, match="4 decoder layers"):
+        SlimVerifier(model, RoutingMask.from_skipped(6, [1]))
+
+
+def test_mask_artifact_round_trip_and_model_checks(tmp_path):
+    model = tiny_model("llama", seed=0, num_layers=LAYERS)
+    mask = RoutingMask.from_skipped(LAYERS, [1, 4])
+    artifact = MaskArtifact(
+        mask, ratio=0.33, score=1.25, delta=0.5, search={"steps": 10, "seed": 0}, fingerprint=model_fingerprint(model)
+    )
+    path = artifact.save(tmp_path / "sub" / "mask.json")
+    data = json.loads(path.read_text())
+    assert data["mask"] == [1, 0, 1, 1, 0, 1] and data["skipped_layers"] == [1, 4]
+    assert data["fingerprint"]["num_layers"] == LAYERS and data["fingerprint"]["architecture"] == "LlamaForCausalLM"
+
+    loaded = MaskArtifact.load(path, model)
+    assert loaded.mask == mask and (loaded.ratio, loaded.score, loaded.delta) == (0.33, 1.25, 0.5)
+    assert loaded.search == {"steps": 10, "seed": 0} and loaded.fingerprint == artifact.fingerprint
+    # The same weights in another object (a reload) match; another checkpoint does not.
+    MaskArtifact.load(path, copy.deepcopy(model))
+    with pytest.raises(ModelMismatchError, match="weights_sha256"):
+        MaskArtifact.load(path, tiny_model("llama", seed=1, num_layers=LAYERS))
+    with pytest.raises(ModelMismatchError, match="architecture"):
+        MaskArtifact.load(path, tiny_model("qwen2", seed=0, num_layers=LAYERS))
+    with pytest.raises(ModelMismatchError, match="decoder layers"):
+        MaskArtifact.load(path, tiny_model("llama", seed=0, num_layers=8))
+
+
+def test_mask_artifact_bad_files(tmp_path):
+    with pytest.raises(ViasdError, match="not found"):
+        MaskArtifact.load(tmp_path / "missing.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        MaskArtifact.load(broken)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"hello": 1}))
+    with pytest.raises(ConfigError, match="routing-mask"):
+        MaskArtifact.load(other)
