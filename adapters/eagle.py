@@ -22,7 +22,14 @@ exception) and calls ``reset_tree_mode`` so no tree mask is left set on the base
 What each mode does in a cycle (``root`` = the token the previous cycle decided, the tree's root):
 
 * ``none``: eagle's own functions run unchanged; thin wrappers only count metrics.
-* ``lossless`` (cascade p -> u -> q): the slim verifier u runs over the whole tree instead of q.
+* ``lossless``, ``lossless_strategy="route"`` (default): u runs over the whole tree instead of q,
+  picks the path (greedy: the longest run of drafts matching u's argmax; sampling: see below) and
+  proposes one extra token after it. q runs over ``root + path + extra`` only and verifies every
+  position with the lossless rule against the distribution it was proposed from (p for the
+  head's drafts, u for the extra token). u never cuts the head's path short, so a poor mask costs
+  at most the choice of path; the output is exactly q's.
+* ``lossless``, ``lossless_strategy="cascade"`` (p -> u -> q, VIA-SD.md section 5): u runs over the
+  whole tree instead of q.
   u picks a path and verifies it with the lossless rule, extending it with its own correction
   or bonus token (:func:`viasd_adapt.tiers.cascade_candidates`). q then runs over ``root + that
   path`` only and verifies it with the lossless rule against u. Every committed token is q's
@@ -87,6 +94,7 @@ from viasd_adapt.hooks import HookRules, TierObserver, make_plugin_manager
 from viasd_adapt.metrics import TierMetrics
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
 from viasd_adapt.rules import lossless_accept_prob
+from viasd_adapt.sampling import sample_or_argmax
 from viasd_adapt.settings import Mode, TierSettings, check_max_new_tokens
 from viasd_adapt.tiers import (
     CycleResult,
@@ -100,6 +108,7 @@ from viasd_adapt.tiers import (
 )
 
 HEAD_FEATURES = ("slim", "full")
+LOSSLESS_STRATEGIES = ("route", "cascade")
 PATCHED_NAMES = ("initialize_tree", "generate_candidates", "tree_decoding", "evaluate_posterior", "update_inference_inputs")
 
 
@@ -248,9 +257,12 @@ class EagleTierSession:
     generation run inside it (``generations``; ``last_metrics`` is the latest)."""
 
     def __init__(self, ea_model: nn.Module, settings: TierSettings, mask: RoutingMask | None,
-                 plugins: Iterable[object] = (), head_features: str = "slim"):
+                 plugins: Iterable[object] = (), head_features: str = "slim", lossless_strategy: str = "route"):
         if head_features not in HEAD_FEATURES:
             raise ConfigError(f"head_features must be one of {HEAD_FEATURES}, got {head_features!r}")
+        if lossless_strategy not in LOSSLESS_STRATEGIES:
+            raise ConfigError(f"lossless_strategy must be one of {LOSSLESS_STRATEGIES}, got {lossless_strategy!r}")
+        self.lossless_strategy = lossless_strategy
         self.ea_model = ea_model
         self.settings = settings
         self.head_features = head_features
@@ -459,8 +471,10 @@ class _Patches:
         p = p_nodes[nodes[1:]]
         u = u_paths[j, : g + 1]
 
-        if session.mode is Mode.LOSSLESS:
+        if session.mode is Mode.LOSSLESS and session.lossless_strategy == "cascade":
             result, q_hidden, n_from_tree = self._cascade(input_ids, root, drafts, p, u, greedy, logits_processor)
+        elif session.mode is Mode.LOSSLESS:
+            result, q_hidden, n_from_tree = self._route(input_ids, root, drafts, p, u, greedy, logits_processor)
         else:
             result, q_hidden, n_from_tree = self._tiered(input_ids, root, drafts, p, u, greedy, logits_processor)
 
@@ -494,6 +508,26 @@ class _Patches:
         tiers = [Tier.DRAFT if i < n_kept else Tier.SLIM for i in range(n)] + [Tier.FULL]
         g = drafts.shape[0]
         kept = min(n, n_kept)
+        result = CycleResult(tokens, tiers, kept + int(kept < g), int(kept < g))
+        return result, hidden, kept
+
+    def _route(self, input_ids, root, drafts, p, u, greedy, logits_processor):
+        """Lossless, u as router: q verifies the head's whole path (never cut short by u) plus
+        one token u proposes after it; each position is verified against the distribution it was
+        proposed from (p for drafts, u for the extra token), so the output is exactly q's."""
+        session = self.session
+        g = drafts.shape[0]
+        extra = sample_or_argmax(u[g], greedy, None)
+        cand = torch.cat([drafts, drafts.new_tensor([extra])])
+        proposals = torch.cat([p, u[g : g + 1]])
+        logits, hidden = session._full_forward(input_ids, [root] + cand.tolist())
+        q = session._probs(logits, logits_processor).cpu()
+        accept = lossless_accept_prob(cand, proposals, q[:-1], greedy)
+        verdict = verify_block(cand, proposals, q, accept, greedy)
+        n = verdict.n_accepted
+        tokens = cand[:n].tolist() + [verdict.next_token]
+        tiers = [Tier.DRAFT if i < g else Tier.SLIM for i in range(n)] + [Tier.FULL]
+        kept = min(n, g)
         result = CycleResult(tokens, tiers, kept + int(kept < g), int(kept < g))
         return result, hidden, kept
 
@@ -632,6 +666,7 @@ def tiered(
     settings: TierSettings | None = None,
     plugins: Iterable[object] = (),
     head_features: str = "slim",
+    lossless_strategy: str = "route",
 ) -> Iterator[EagleTierSession]:
     """Scope in which ``ea_model.eagenerate`` runs with the slim tier (see module docstring).
 
@@ -648,7 +683,7 @@ def tiered(
     resolved = _resolve_mask(ea_model.base_model, mask, settings)
     if _ACTIVE:
         raise ViasdError("an eagle.tiered scope is already active: eagle's functions are module globals, scopes cannot nest")
-    session = EagleTierSession(ea_model, settings, resolved, plugins, head_features)
+    session = EagleTierSession(ea_model, settings, resolved, plugins, head_features, lossless_strategy)
     module = _ea_module()
     patches = _Patches(session)
     replacements = {
@@ -705,6 +740,7 @@ def generate(
     top_k: int = 0,
     plugins: Iterable[object] = (),
     head_features: str = "slim",
+    lossless_strategy: str = "route",
     tree_choices=None,
 ) -> EagleGeneration:
     """``eagenerate`` inside :func:`tiered`, with eagle's overshoot trimmed and inputs checked."""
@@ -728,7 +764,8 @@ def generate(
                                   max_new_tokens=max_new_tokens)
     if tree_choices is not None:
         kwargs["tree_choices"] = tree_choices
-    with tiered(ea_model, mask=mask, settings=settings, plugins=plugins, head_features=head_features) as session:
+    with tiered(ea_model, mask=mask, settings=settings, plugins=plugins, head_features=head_features,
+                lossless_strategy=lossless_strategy) as session:
         output = ea_model.eagenerate(input_ids, **kwargs)
     new = output[0, input_ids.shape[1] :].tolist()
     raw = len(new)
@@ -741,8 +778,44 @@ def generate(
     return EagleGeneration(new, metrics.token_tiers[:], metrics, raw)
 
 
+# =========================================================================== `viasd generate --framework eagle`
+
+
+def cli_runner(request):
+    """Runner for ``viasd generate --framework eagle`` (found through ``ADAPTER_MODULES``).
+
+    Loads the target and head with :func:`load_ea_model` (compat + sanity check), then runs
+    :func:`generate` in the requested mode. ``--gamma`` has no effect: EAGLE drafts a tree
+    (eagle's default ``mc_sim_7b_63``, depth 5), not a block.
+    """
+    from viasd_adapt.cli.generate import GenerateResult, encode_prompt
+
+    if request.eagle_head is None:
+        raise ConfigError(
+            "--framework eagle needs --eagle-head (an EAGLE head directory; train one with "
+            "viasd_adapt.models.eagle_head.train_eagle_head)"
+        )
+    ea_model = load_ea_model(request.target, request.eagle_head)
+    tokenizer = ea_model.get_tokenizer()
+    prompt_ids = encode_prompt(tokenizer, request.prompt)
+    torch.manual_seed(request.seed)
+    mask = request.mask if request.mode is not Mode.NONE else None
+    result = generate(
+        ea_model, torch.tensor([prompt_ids]), request.max_new_tokens, mask=mask, settings=request.settings,
+        temperature=request.temperature, top_p=request.top_p,
+    )
+    sanity = ea_model.viasd_sanity
+    notes = [f"EAGLE base model checked against stock transformers: max |logit diff| {sanity.max_abs_diff_plain:.2g}"]
+    if request.mode is Mode.NONE and request.do_sample:
+        notes.append("mode none is eagle-llm unchanged: its bonus token after a fully accepted path ignores temperature/top-p")
+    if result.raw_new_tokens > len(result.tokens):
+        notes.append(f"eagle produced {result.raw_new_tokens} tokens; trimmed to {len(result.tokens)} (budget / EOS)")
+    return GenerateResult(result.tokens, result.tiers, result.metrics, tokenizer, prompt_ids, notes)
+
+
 __all__ = [
     "EagleGeneration",
+    "cli_runner",
     "EagleTierSession",
     "SlimTreeVerifier",
     "check_head_embeddings",
