@@ -614,8 +614,10 @@ class _OwnLoop:
                 self.streamer.put(torch.tensor([new]))
 
         try:
+            # No q prefill: like the stock loop, draft straight after the prompt (q sees the prompt
+            # at its first escalation), so cost is compared with assisted generation cycle for cycle.
             result = speculative_generate(drafter, verifier, prompt, max_new, _eos_ids(config), None,
-                                          on_tokens=on_tokens, should_stop=should_stop)
+                                          on_tokens=on_tokens, should_stop=should_stop, q_prefill=False)
         finally:
             if self.streamer is not None:
                 self.streamer.end()
@@ -643,6 +645,7 @@ def _generate_own_loop(session: TierSession, original, call: dict):
 
 __all__ = [
     "TierSession",
+    "TierSettings",
     "TieredCandidateGenerator",
     "ViasdFallbackWarning",
     "is_patched",

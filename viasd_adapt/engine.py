@@ -230,8 +230,14 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     on_tokens: Callable[[list[int]], None] | None = None,
     should_stop: Callable[[list[int]], bool] | None = None,
+    q_prefill: bool = True,
 ) -> GenerationOutput:
     """The draft -> verify loop shared by the HF lossy path and the CLI.
+
+    ``q_prefill=False`` skips the q prefill and drafts straight after the prompt, as transformers'
+    assisted decoding does; q then first sees the prompt when it is first needed (the first
+    escalation, or every cycle in audit mode), so lossy runs are compared with the stock loop
+    cycle for cycle.
 
     Starts with one q prefill for the first token (as every SD loop does), then runs cycles until
     ``max_new_tokens``, an EOS token, or ``should_stop(all_ids)``. The last block is shortened so no
@@ -242,11 +248,13 @@ def speculative_generate(
     if not prompt_ids:
         raise ConfigError("the prompt is empty: at least one token is needed to condition on")
     eos = set(int(e) for e in eos_token_ids)
-    generated = [verifier.first_token(prompt_ids, generator)]
-    verifier.commit(CycleResult(generated[:], [Tier.FULL]), drafted=0)  # the prefill counts as a cycle
-    if on_tokens:
-        on_tokens(generated[:])
-    while len(generated) < max_new_tokens and generated[-1] not in eos:
+    generated: list[int] = []
+    if q_prefill:
+        generated = [verifier.first_token(prompt_ids, generator)]
+        verifier.commit(CycleResult(generated[:], [Tier.FULL]), drafted=0)  # the prefill counts as a cycle
+        if on_tokens:
+            on_tokens(generated[:])
+    while len(generated) < max_new_tokens and not (generated and generated[-1] in eos):
         if should_stop and should_stop(prompt_ids + generated):
             break
         gamma = min(verifier.settings.gamma, max_new_tokens - len(generated))
