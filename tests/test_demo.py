@@ -10,7 +10,7 @@ import torch
 from click.testing import CliRunner
 
 from tests.test_bench import save_tiny_pair
-from viasd_adapt.bench.demo import BUDGET_ENV_VAR, BUDGETS, budget_from_env, render_tiers, tier_string
+from viasd_adapt.bench.demo import BUDGET_ENV_VAR, BUDGETS, budget_from_env, tier_string
 from viasd_adapt.cli.main import cli
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.tiers import Tier
@@ -53,17 +53,8 @@ def test_demo_without_mask_says_so_and_uses_the_labelled_fallback(tmp_path, monk
     assert len(_tier_lines(res.output)) == 4
 
 
-def test_render_tiers_colours_each_token_by_its_tier():
-    calls = []
-
-    def style(text, **kwargs):
-        calls.append((text, kwargs.get("fg")))
-        return f"<{kwargs.get('fg')}>{text}"
-
-    tiers = [int(Tier.DRAFT), int(Tier.SLIM), int(Tier.FULL)]
-    out = render_tiers(["a", "b", "c"], tiers, style)
-    assert out == "<green>a<yellow>b<magenta>c"
-    assert tier_string(tiers) == "DSF"
+def test_tier_string_has_one_letter_per_token():
+    assert tier_string([int(Tier.DRAFT), int(Tier.SLIM), int(Tier.FULL), int(Tier.DRAFT)]) == "DSFD"
 
 
 def test_bad_budget_name_is_a_clear_error(monkeypatch):

@@ -18,18 +18,18 @@ from viasd_adapt.tiers import Tier
 
 BUDGET_ENV_VAR = "VIASD_DEMO_BUDGET"
 DEMO_MODES = ("none", "lossless", "lossy", "audit")
-TIER_STYLE = {int(Tier.DRAFT): ("green", "D"), int(Tier.SLIM): ("yellow", "S"), int(Tier.FULL): ("magenta", "F")}
+TIER_LETTERS = {int(Tier.DRAFT): "D", int(Tier.SLIM): "S", int(Tier.FULL): "F"}
 
 
 @dataclass(frozen=True)
 class DemoBudget:
     """Sizes of the demo; ``tiny`` is a smoke test."""
 
-    completion_tokens: int = 48
-    bench_prompts: int = 3
+    completion_tokens: int = 32
+    bench_prompts: int = 2
     bench_tokens: int = 32
     bench_repeats: int = 2
-    cost_repeats: int = 5
+    cost_repeats: int = 3
 
 
 BUDGETS = {
@@ -54,86 +54,70 @@ def demo_prompt() -> str:
     return heldout_prompts(1, seed=7, min_chars=120, max_chars=240)[0]
 
 
-def render_tiers(pieces: list[str], tiers: list[int], style: Callable[..., str]) -> str:
-    """The completion with each token coloured by the tier that committed it."""
-    out = []
-    for piece, tier in zip(pieces, tiers):
-        colour, _ = TIER_STYLE.get(int(tier), ("white", "?"))
-        out.append(style(piece, fg=colour))
-    return "".join(out)
-
-
 def tier_string(tiers: list[int]) -> str:
-    """One letter per token (D draft accepted, S slim, F full), readable without colour."""
-    return "".join(TIER_STYLE.get(int(t), ("", "?"))[1] for t in tiers)
+    """One letter per token (D draft accepted, S slim verifier, F full target), for logs and the
+    README, where neither colour nor markers survive well."""
+    return "".join(TIER_LETTERS.get(int(t), "?") for t in tiers)
 
 
-def legend(style: Callable[..., str]) -> str:
-    names = {int(Tier.DRAFT): "drafter token accepted", int(Tier.SLIM): "slim verifier", int(Tier.FULL): "full target"}
-    return "   ".join(style(f"{letter} = {names[t]}", fg=colour) for t, (colour, letter) in TIER_STYLE.items())
-
-
-def _token_pieces(tokenizer, tokens: list[int]) -> list[str]:
-    """Per-token text whose concatenation is the decoded completion (decode prefixes, diff them)."""
-    pieces, previous = [], ""
-    for i in range(len(tokens)):
-        text = tokenizer.decode(tokens[: i + 1])
-        pieces.append(text[len(previous):] if text.startswith(previous) else tokenizer.decode([tokens[i]]))
-        previous = text
-    return pieces
-
-
-def show_completions(ctx: BenchContext, prompt: str, n_tokens: int, echo, style) -> dict:
-    """Generates ``n_tokens`` after ``prompt`` in every mode through the hf rows and prints them."""
+def show_completions(ctx: BenchContext, prompt: str, n_tokens: int, echo, colour: bool) -> dict:
+    """Generates ``n_tokens`` after ``prompt`` in every mode through the hf rows (the product path:
+    ``target.generate(assistant_model=...)`` patched by the HF adapter) and prints each completion
+    with its tiers (:mod:`viasd_adapt.display`)."""
+    from viasd_adapt import display
     from viasd_adapt.bench.rows import FRAMEWORKS
 
     ids = ctx.tokenizer(prompt).input_ids
-    echo(style("prompt:", bold=True))
+    echo(click_style("prompt (held-out stdlib code):", colour))
     echo(prompt.rstrip("\n"))
     echo("")
-    echo(legend(style))
+    echo(display.legend(colour) + ("" if colour else "   (tiers line: D draft, S slim, F full)"))
     results = {}
     for mode in DEMO_MODES:
         sample = FRAMEWORKS["hf"].make_runner(ctx, mode)(ids, n_tokens, 0)
-        tiers = sample.metrics.token_tiers[: len(sample.tokens)] if sample.metrics else []
-        m = sample.metrics
+        tiers = sample.metrics.token_tiers[: len(sample.tokens)]
         echo("")
-        summary = (
-            f"rejection {m.rejection_rate:.2f}, full passes {m.full_passes}, slim passes {m.slim_passes}, "
-            f"tokens by tier D/S/F {m.accepted}/{m.slim_regenerated}/{m.escalated}"
-        ) if m else ""
-        echo(style(f"--- {mode} ---", bold=True) + f"  {summary}")
-        echo(render_tiers(_token_pieces(ctx.tokenizer, sample.tokens), tiers, style))
+        echo(click_style(f"--- {mode} ---", colour) + "  " + display.metrics_summary(sample.metrics))
+        echo(display.render_tiers(display.token_pieces(ctx.tokenizer, sample.tokens), tiers, colour))
         echo(f"tiers: {tier_string(tiers)}")
         results[mode] = {"tokens": sample.tokens, "tiers": tiers}
     return results
+
+
+def click_style(text: str, colour: bool, **kwargs) -> str:
+    if not colour:
+        return text
+    import click
+
+    return click.style(text, bold=True, **kwargs)
 
 
 def run_demo(
     pair: str | None = None,
     budget: DemoBudget | None = None,
     echo: Callable[[str], None] = print,
-    style: Callable[..., str] = lambda text, **_: text,
+    colour: bool = False,
     json_path: str | Path | None = None,
     plot_path: str | Path | None = None,
     frameworks: str = "hf,pearl",
 ) -> dict:
     """The whole demo; returns ``{"completions": ..., "bench": <bench JSON>}``."""
-    from viasd_adapt.bench.session import run_bench_session, set_threads
+    from viasd_adapt.bench.session import quiet_transformers, run_bench_session, set_threads
     from viasd_adapt.models.registry import demo_pair_paths, resolve_pair
 
     budget = budget or budget_from_env()
     set_threads()
+    quiet_transformers()
     paths = resolve_pair(pair) if pair else demo_pair_paths()
     echo(f"pair: {paths.name} ({paths.source}) at {paths.root}")
     if paths.mask is None:
-        echo(style(f"no mask.json shipped with this pair: using the {FALLBACK_MASK_LABEL}", fg="red", bold=True))
+        echo(click_style(f"no mask.json shipped with this pair: using the {FALLBACK_MASK_LABEL}", colour, fg="red"))
     ctx = build_context(paths.target, paths.draft, TierSettings(), SamplingConfig(), mask_path=paths.mask, device="auto")
     ctx_mask = ctx.mask
     echo(f"slim verifier skips layers {list(ctx_mask.mask.skipped)} of {ctx_mask.mask.num_layers} ({ctx_mask.source})")
-    completions = show_completions(ctx, demo_prompt(), budget.completion_tokens, echo, style)
+    completions = show_completions(ctx, demo_prompt(), budget.completion_tokens, echo, colour)
     echo("")
-    echo(style(f"small bench: {budget.bench_prompts} held-out prompts x {budget.bench_tokens} tokens x {budget.bench_repeats} repeats", bold=True))
+    echo(click_style(f"small bench: {budget.bench_prompts} held-out prompts x {budget.bench_tokens} tokens x {budget.bench_repeats} repeats", colour))
     data = run_bench_session(
         paths.target, paths.draft, num_prompts=budget.bench_prompts, max_new_tokens=budget.bench_tokens,
         repeats=budget.bench_repeats, frameworks=frameworks, json_path=json_path, plot_path=plot_path,
@@ -142,4 +126,4 @@ def run_demo(
     return {"completions": completions, "bench": data}
 
 
-__all__ = ["BUDGETS", "DemoBudget", "budget_from_env", "render_tiers", "run_demo", "tier_string"]
+__all__ = ["BUDGETS", "DemoBudget", "budget_from_env", "run_demo", "tier_string"]

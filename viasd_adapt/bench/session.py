@@ -44,6 +44,14 @@ def set_threads() -> int:
     return torch.get_num_threads()
 
 
+def quiet_transformers() -> None:
+    """No weight-loading progress bars or deprecation chatter between the table lines."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 def run_bench_session(
     target_path: Path | str,
     draft_path: Path | str,
@@ -75,6 +83,7 @@ def run_bench_session(
     from viasd_adapt.cli.bench import tier_settings_from_options
 
     threads = set_threads()
+    quiet_transformers()
     settings = tier_settings_from_options(preset, alpha1, alpha2, gamma)
     sampling = SamplingConfig(do_sample=temperature > 0, temperature=temperature if temperature > 0 else 1.0)
     config = BenchConfig(

@@ -62,12 +62,26 @@ def bench_options(function):
 
 
 @click.command()
-@click.option("--target", "target_path", required=True, type=click.Path(file_okay=False, path_type=Path), help="Target model directory.")
-@click.option("--draft", "draft_path", required=True, type=click.Path(file_okay=False, path_type=Path), help="Drafter model directory.")
+@click.option("--target", "target_path", type=click.Path(file_okay=False, path_type=Path), default=None, help="Target model directory.")
+@click.option("--draft", "draft_path", type=click.Path(file_okay=False, path_type=Path), default=None, help="Drafter model directory.")
+@click.option("--pair", default=None, help="Instead of --target/--draft: a pair name (e.g. demo, tiny) or pair directory; "
+              "its mask.json and eagle_head/ are used unless --mask/--eagle-head are given.")
 @click.option("--eagle-head", type=click.Path(path_type=Path), default=None, help="EAGLE draft head (for the eagle rows).")
 @bench_options
-def bench(target_path, draft_path, eagle_head, **options) -> None:
+def bench(target_path, draft_path, pair, eagle_head, **options) -> None:
     """Benchmark the autoregressive target, each framework untiered, and each tier mode."""
     from viasd_adapt.bench.session import run_bench_session
+    from viasd_adapt.errors import ConfigError
 
+    if pair is not None:
+        if target_path or draft_path:
+            raise ConfigError("give either --pair or --target/--draft, not both")
+        from viasd_adapt.models.registry import resolve_pair
+
+        paths = resolve_pair(pair)
+        target_path, draft_path = paths.target, paths.draft
+        eagle_head = eagle_head or paths.eagle_head
+        options["mask_path"] = options["mask_path"] or paths.mask
+    elif not (target_path and draft_path):
+        raise ConfigError("give --target and --draft (model directories), or --pair NAME")
     run_bench_session(target_path, draft_path, eagle_head=eagle_head, echo=click.echo, **options)

@@ -15,7 +15,9 @@ import click
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the bench plot (PNG).")
 def demo(pair, quick, frameworks, json_path, plot_path) -> None:
     """Show the three tiers at work on the shipped demo pair, then run a small bench (about 2 min)."""
+    import sys
+
     from viasd_adapt.bench.demo import budget_from_env, run_demo
 
-    run_demo(pair=pair, budget=budget_from_env(quick), echo=click.echo, style=click.style,
+    run_demo(pair=pair, budget=budget_from_env(quick), echo=click.echo, colour=sys.stdout.isatty(),
              json_path=json_path, plot_path=plot_path, frameworks=frameworks)
