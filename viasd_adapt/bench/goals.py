@@ -61,6 +61,8 @@ def check_goals(rows: list[dict], preset: str = "default") -> list[GoalCheck]:
                                     None if frac is None else frac >= BOUND_FRACTION_MIN))
             agreement = lossy["greedy_agreement"]
             minimum = CONSERVATIVE_AGREEMENT_MIN if preset == "conservative" else LOSSY_AGREEMENT_MIN
+            forced = lossy.get("target_argmax_agreement")
+            note = "" if forced is None else f"teacher-forced argmax agreement {forced:.3f}, for reference"
             checks.append(GoalCheck(f"lossy greedy agreement ({preset} settings)", fw, agreement, f">= {minimum:.0%}",
-                                    None if agreement is None else agreement >= minimum))
+                                    None if agreement is None else agreement >= minimum, note))
     return checks
