@@ -142,6 +142,16 @@ def make_engine_runner(ctx: BenchContext, mode: str, framework: str) -> RowRunne
     return run
 
 
+register_framework(
+    Framework(
+        name="engine",
+        make_runner=lambda ctx, mode: make_engine_runner(ctx, mode, "engine"),
+        description=lambda ctx: "classic SD through viasd_adapt.engine (the loop the hf lossy/audit modes run); "
+        "separates the tier's effect from the difference between that loop and transformers' own",
+    )
+)
+
+
 # ---------------------------------------------------------------------------- hf
 
 
