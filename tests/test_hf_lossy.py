@@ -140,3 +140,36 @@ def test_lossy_sampling_is_seeded_and_respects_top_k():
         assert len({str(sample(seed, temperature=0.8, top_k=1)) for seed in range(3)}) == 1
     assert len(session.history) == 9  # some samples may stop early at EOS
     assert session.metrics.committed == sum(m.committed for m in session.history) <= 16 * 9
+
+
+def test_plugins_observe_every_token_and_can_replace_a_rule():
+    from viasd_adapt.hooks import hookimpl
+    target, drafter, mask = pair()
+
+    class Recorder:
+        def __init__(self):
+            self.events = []
+
+        @hookimpl
+        def viasd_token_decided(self, event):
+            self.events.append(event)
+
+    class RejectEveryDraft:
+        @hookimpl
+        def viasd_gate1_accept_prob(self, tokens, p, u, settings, greedy):
+            return torch.zeros(tokens.shape[0])
+
+    for mode in ("lossless", "lossy"):
+        recorder = Recorder()
+        with hf.tiered(target, mask=mask, settings=TierSettings(mode=mode, gamma=GAMMA), plugins=[recorder]) as session:
+            out = target.generate(torch.tensor([PROMPTS[0]]), assistant_model=drafter, max_new_tokens=15, do_sample=False)
+        new = out[0, len(PROMPTS[0]):].tolist()
+        assert [e.token for e in recorder.events] == new, mode
+        assert [e.tier for e in recorder.events] == session.metrics.token_tiers
+        assert {e.framework for e in recorder.events} == {"hf"} and {e.mode for e in recorder.events} == {mode}
+
+    with hf.tiered(target, mask=mask, settings=TierSettings(mode="lossy", gamma=GAMMA), plugins=[RejectEveryDraft()]) as session:
+        target.generate(torch.tensor([PROMPTS[0]]), assistant_model=drafter, max_new_tokens=15, do_sample=False)
+    assert session.metrics.accepted == 0  # gate 1 never passes: nothing is committed as tier 1
+    assert session.metrics.slim_regenerated + session.metrics.escalated == 15
+    assert session.metrics.committed == 15
