@@ -1,0 +1,82 @@
+"""Lossy on the shipped demo pair (skipped until the pair and its mask are installed).
+
+The acceptance check of VIA-SD.md section 5 for the HF adapter: against stock transformers
+assisted generation with the same drafter and block length, lossy mode makes fewer full-verifier
+passes per token and rejects fewer drafts, and every committed token is attributed to one tier.
+Lossless mode stays token-identical to plain greedy decoding of the target.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from viasd_adapt.adapters import hf
+from viasd_adapt.errors import ViasdError
+from viasd_adapt.settings import TierSettings
+
+torch.set_num_threads(1)
+
+GAMMA, N_PROMPTS, N_NEW, PROMPT_TOKENS = 5, 4, 32, 64
+
+
+def load_demo():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from viasd_adapt.models.corpus import heldout_prompts
+    from viasd_adapt.models.registry import demo_pair_paths
+
+    try:
+        pair = demo_pair_paths()
+    except ViasdError:
+        pytest.skip("the demo pair is not shipped yet")
+    if pair.mask is None:
+        pytest.skip("the demo pair has no mask.json yet")
+    tokenizer = AutoTokenizer.from_pretrained(str(pair.target))
+    target = AutoModelForCausalLM.from_pretrained(str(pair.target), dtype=torch.float32).eval()
+    drafter = AutoModelForCausalLM.from_pretrained(str(pair.draft), dtype=torch.float32).eval()
+    for model in (target, drafter):
+        model.generation_config.eos_token_id = None  # fixed-length runs: same token count per row
+    config = drafter.generation_config
+    config.num_assistant_tokens, config.num_assistant_tokens_schedule = GAMMA, "constant"
+    config.assistant_confidence_threshold = 0.0
+    prompts = [tokenizer(text, return_tensors="pt")["input_ids"][:, -PROMPT_TOKENS:]
+               for text in heldout_prompts(N_PROMPTS, seed=3)]
+    return target, drafter, pair.mask, prompts
+
+
+def run(target, drafter, prompts, mask, mode):
+    calls, outputs = [], []
+    hook = target.register_forward_pre_hook(lambda module, args: calls.append(module is target))
+    try:
+        with hf.tiered(target, mask=mask if mode != "none" else None, settings=TierSettings(mode=mode, gamma=GAMMA)) as session:
+            for ids in prompts:
+                outputs.append(target.generate(ids, assistant_model=drafter, max_new_tokens=N_NEW, do_sample=False))
+    finally:
+        hook.remove()
+    assert not session.fallbacks
+    return session.metrics, sum(calls), outputs
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return load_demo()
+
+
+def test_lossy_beats_stock_assisted_generation_on_the_demo_pair(demo):
+    target, drafter, mask, prompts = demo
+    stock, stock_passes, _ = run(target, drafter, prompts, mask, "none")
+    lossy, lossy_passes, _ = run(target, drafter, prompts, mask, "lossy")
+    assert stock.committed == lossy.committed == N_PROMPTS * N_NEW
+    assert (stock.full_passes, lossy.full_passes) == (stock_passes, lossy_passes)
+    assert lossy.accepted + lossy.slim_regenerated + lossy.escalated == lossy.committed
+    assert lossy.full_passes_per_token < stock.full_passes_per_token
+    assert lossy.rejection_rate < stock.rejection_rate
+    assert lossy.slim_regenerated > 0
+
+
+def test_lossless_is_token_identical_on_the_demo_pair(demo):
+    target, drafter, mask, prompts = demo
+    _, _, outputs = run(target, drafter, prompts, mask, "lossless")
+    for ids, out in zip(prompts, outputs):
+        assert out.tolist() == target.generate(ids, max_new_tokens=N_NEW, do_sample=False).tolist()
