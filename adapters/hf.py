@@ -308,7 +308,8 @@ def _check_pair(session: TierSession, target: nn.Module, assistant: nn.Module, c
         _check_tokenizers(tok, atok)
 
 
-def _check_prompt(call: dict) -> None:
+def _check_prompt(call: dict, rows_supported: bool) -> None:
+    """``rows_supported``: the lossy/audit loop decodes a batch row by row (left padding allowed)."""
     ids = call.get("inputs")
     if ids is None:
         ids = call.get("input_ids")
@@ -318,16 +319,23 @@ def _check_prompt(call: dict) -> None:
         raise ConfigError("the prompt is empty: pass input_ids with at least one token")
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
         raise ConfigError(f"input_ids must be a 2-D tensor (batch, length), got {getattr(ids, 'shape', type(ids))}")
-    if ids.shape[0] != 1:
-        raise ConfigError(
-            f"batch size {ids.shape[0]} is not supported with the slim tier (assisted generation is single-sequence); "
-            "generate one prompt at a time"
-        )
     if ids.shape[1] == 0:
         raise ConfigError("the prompt is empty: at least one token is needed to condition on")
+    if ids.shape[0] != 1 and not rows_supported:
+        raise ConfigError(
+            f"batch size {ids.shape[0]} is not supported in this mode (transformers' assisted loop is "
+            "single-sequence); generate one prompt at a time, or use mode lossy/audit, which decode a batch row by row"
+        )
     mask = call.get("attention_mask")
     if mask is not None and bool((mask == 0).any()):
-        raise ConfigError("padded prompts (attention_mask with zeros) are not supported with the slim tier")
+        if not rows_supported:
+            raise ConfigError("padded prompts (attention_mask with zeros) are not supported in this mode")
+        if bool((mask.sum(dim=-1) == 0).any()):
+            raise ConfigError("the prompt is empty: a row of the batch is all padding")
+        if mask.shape != ids.shape or bool((mask[:, -1] == 0).any()) or bool((mask.diff(dim=-1) < 0).any()):
+            raise ConfigError("only left padding is supported: attention_mask must be 0...0 1...1 on every row")
+    if ids.shape[0] != 1 and call.get("streamer") is not None:
+        raise ConfigError("streamers support a single sequence; pass one prompt when streaming")
 
 
 def _check_budget(target: nn.Module, call: dict) -> None:
@@ -389,7 +397,7 @@ def _tiered_generate(session: TierSession, original, args: tuple, kwargs: dict):
                       ViasdFallbackWarning, stacklevel=3)
         session.fallbacks.append(reason)
         return original(**call)
-    _check_prompt(call)
+    _check_prompt(call, rows_supported=session.mode in (Mode.LOSSY, Mode.AUDIT))
     _check_budget(target, call)
     _check_pair(session, target, call["assistant_model"], call)
     call.pop("assistant_tokenizer", None)  # same vocabulary established above; stock would refuse it
@@ -596,13 +604,37 @@ class _OwnLoop:
         if ignored:
             warnings.warn(f"viasd-adapt {session.mode.value} loop ignores these logits processors: {', '.join(ignored)}",
                           ViasdFallbackWarning, stacklevel=2)
-        prompt = input_ids[0].tolist()
-        max_new = check_max_new_tokens(int(config.max_length) - len(prompt))
+        max_new = check_max_new_tokens(int(config.max_length) - input_ids.shape[1])
+        attention = model_kwargs.get("attention_mask")
+        rows = []
+        try:
+            for b in range(input_ids.shape[0]):
+                row = input_ids[b] if attention is None else input_ids[b][attention[b].bool()]
+                rows.append(self._generate_row(model, row, max_new, stopping_criteria, config))
+        finally:
+            if self.streamer is not None:
+                self.streamer.end()
+        metrics = rows[0].metrics
+        for extra in rows[1:]:
+            metrics = metrics.merge(extra.metrics)
+        self.metrics = metrics
+        sequences = _pad_right(input_ids, [r.tokens for r in rows], _pad_id(config))
+        if config.return_dict_in_generate:
+            from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+            output = GenerateDecoderOnlyOutput(sequences=sequences)
+            output.viasd_row_metrics = [r.metrics for r in rows]
+            return output
+        return sequences
+
+    def _generate_row(self, model, prompt_ids: torch.Tensor, max_new: int, stopping_criteria, config):
+        """One sequence (padding already stripped, so positions start at 0 as HF's mask-derived ones do)."""
+        session = self.session
         sampling = sampling_from_generation_config(config)
         verifier = TieredVerifier(model, session.settings, sampling, session.slim,
                                   session.plugin_manager, framework=FRAMEWORK)
         drafter = ModelDrafter(self.assistant, sampling)
-        device = input_ids.device
+        device = prompt_ids.device
 
         def should_stop(ids: list[int]) -> bool:
             if not stopping_criteria:
@@ -613,21 +645,27 @@ class _OwnLoop:
             if self.streamer is not None and new:
                 self.streamer.put(torch.tensor([new]))
 
-        try:
-            # No q prefill: like the stock loop, draft straight after the prompt (q sees the prompt
-            # at its first escalation), so cost is compared with assisted generation cycle for cycle.
-            result = speculative_generate(drafter, verifier, prompt, max_new, _eos_ids(config), None,
-                                          on_tokens=on_tokens, should_stop=should_stop, q_prefill=False)
-        finally:
-            if self.streamer is not None:
-                self.streamer.end()
-        self.metrics = result.metrics
-        sequences = torch.cat([input_ids, torch.tensor([result.tokens], dtype=input_ids.dtype, device=device)], dim=-1)
-        if config.return_dict_in_generate:
-            from transformers.generation.utils import GenerateDecoderOnlyOutput
+        # No q prefill: like the stock loop, draft straight after the prompt (q sees the prompt at
+        # its first escalation), so cost is compared with assisted generation cycle for cycle.
+        return speculative_generate(drafter, verifier, prompt_ids.tolist(), max_new, _eos_ids(config), None,
+                                    on_tokens=on_tokens, should_stop=should_stop, q_prefill=False)
 
-            return GenerateDecoderOnlyOutput(sequences=sequences)
-        return sequences
+
+def _pad_id(config) -> int:
+    for value in (getattr(config, "_pad_token_tensor", None), getattr(config, "pad_token_id", None)):
+        if value is not None:
+            return int(torch.as_tensor(value).reshape(-1)[0])
+    eos = _eos_ids(config)
+    return eos[0] if eos else 0
+
+
+def _pad_right(input_ids: torch.Tensor, generated: list[list[int]], pad_id: int) -> torch.Tensor:
+    """The (left-padded) prompts followed by each row's tokens, right-padded like HF's batched output."""
+    width = max(len(tokens) for tokens in generated)
+    tail = torch.full((input_ids.shape[0], width), pad_id, dtype=input_ids.dtype, device=input_ids.device)
+    for b, tokens in enumerate(generated):
+        tail[b, : len(tokens)] = torch.tensor(tokens, dtype=input_ids.dtype)
+    return torch.cat([input_ids, tail], dim=-1)
 
 
 def _generate_own_loop(session: TierSession, original, call: dict):

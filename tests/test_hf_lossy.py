@@ -173,3 +173,23 @@ def test_plugins_observe_every_token_and_can_replace_a_rule():
     assert session.metrics.accepted == 0  # gate 1 never passes: nothing is committed as tier 1
     assert session.metrics.slim_regenerated + session.metrics.escalated == 15
     assert session.metrics.committed == 15
+
+
+def test_lossy_decodes_a_left_padded_batch_row_by_row():
+    target, drafter, mask = pair()
+    pad = 0
+    prompts = [PROMPTS[0], PROMPTS[2], PROMPTS[3]]
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    with hf.tiered(target, mask=mask, settings=TierSettings(mode="lossy", gamma=GAMMA)) as session:
+        singles = [target.generate(torch.tensor([p]), assistant_model=drafter, max_new_tokens=12, do_sample=False,
+                                   eos_token_id=None)[0, len(p):].tolist() for p in prompts]
+        batch = target.generate(ids, attention_mask=attention, assistant_model=drafter, max_new_tokens=12,
+                                do_sample=False, eos_token_id=None, pad_token_id=pad, return_dict_in_generate=True)
+    assert batch.sequences.shape == (3, width + 12)
+    assert batch.sequences[:, :width].tolist() == ids.tolist()
+    assert batch.sequences[:, width:].tolist() == singles
+    assert len(batch.viasd_row_metrics) == 3
+    assert batch.viasd_metrics.committed == 36 == sum(m.committed for m in batch.viasd_row_metrics)
+    assert session.history[-1] is batch.viasd_metrics
