@@ -71,3 +71,32 @@ def test_mode_none_counts_stock_assisted_generation_without_changing_it():
     assert session.metrics.slim_passes == 0 and session.metrics.slim_regenerated == 0
     assert session.metrics.full_passes == sum(calls)  # metrics agree with an independent count
     assert session.metrics.committed == 20
+
+
+def test_candidate_strategy_updates_reach_the_wrapped_generator(monkeypatch):
+    """The stock draft-length heuristic must still see each cycle, counted in its own drafts."""
+    from transformers.generation.candidate_generator import AssistedCandidateGenerator
+
+    seen = []
+    stock_update = AssistedCandidateGenerator.update_candidate_strategy
+
+    def spy(self, input_ids, scores, num_matches):
+        seen.append((int(num_matches), scores.shape[1]))
+        return stock_update(self, input_ids, scores, num_matches)
+
+    monkeypatch.setattr(AssistedCandidateGenerator, "update_candidate_strategy", spy)
+    target, drafter, mask = make_pair("llama", sharpness=3.0)
+    config = drafter.generation_config
+    config.num_assistant_tokens, config.num_assistant_tokens_schedule = 4, "heuristic"
+    ids = torch.tensor([[5, 17, 2, 40, 9]])
+    with hf.tiered(target, mask=mask, settings=TierSettings(mode="lossless")) as session:
+        target.generate(ids, assistant_model=drafter, max_new_tokens=30, do_sample=False)
+    metrics = session.metrics
+    assert len(seen) == metrics.cycles
+    assert sum(rows - 1 for _, rows in seen) == metrics.drafted  # rows = that cycle's drafts + 1
+    assert all(0 <= matches <= rows - 1 for matches, rows in seen)
+    assert sum(matches for matches, _ in seen) == metrics.accepted  # drafts that survived both verifiers
+    expected = 4  # transformers' heuristic, replayed: +2 after a fully accepted block, else -1
+    for matches, rows in seen:
+        expected = expected + 2 if matches == rows - 1 else max(1, expected - 1)
+    assert config.num_assistant_tokens == expected  # persisted on the assistant, as the stock loop does
