@@ -248,6 +248,10 @@ def speculative_generate(
     if not prompt_ids:
         raise ConfigError("the prompt is empty: at least one token is needed to condition on")
     eos = set(int(e) for e in eos_token_ids)
+    # Metrics are per generation. A reused verifier gets a fresh object (earlier outputs keep theirs);
+    # otherwise the final trim and the returned tiers would mix in the previous generations' tokens.
+    verifier.metrics = TierMetrics()
+    draft_passes_before = drafter.passes
     generated: list[int] = []
     if q_prefill:
         generated = [verifier.first_token(prompt_ids, generator)]
@@ -272,5 +276,5 @@ def speculative_generate(
         if on_tokens:
             on_tokens(new)
     verifier.metrics.trim_to(len(generated))
-    verifier.metrics.draft_passes = drafter.passes
+    verifier.metrics.draft_passes = drafter.passes - draft_passes_before
     return GenerationOutput(generated, verifier.metrics.token_tiers[:], verifier.metrics)
