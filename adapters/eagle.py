@@ -291,17 +291,22 @@ class EagleTierSession:
             logits = logits_processor(None, logits)
         return logits.softmax(-1)
 
-    def _full_forward(self, input_ids: torch.Tensor, extra: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _full_forward(self, input_ids: torch.Tensor, extra: list[int], tree_mask: torch.Tensor | None = None,
+                      extra_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """q over the lag (committed tokens it has not seen) plus ``extra``, in one forward.
+        ``extra`` is a linear continuation, or a small tree when ``tree_mask`` (``(1, 1, n, n)``)
+        and ``extra_positions`` (offsets from the end of ``input_ids``) are given.
         Returns logits and hidden states for the ``extra`` positions."""
         state, model = self.state, self.ea_model
         lag = input_ids[0, state.q_valid :].tolist()
         feed = torch.tensor([lag + extra], dtype=torch.long, device=input_ids.device)
         model.current_length_data.fill_(state.q_valid)
         positions = torch.arange(state.q_valid, state.q_valid + feed.shape[1], device=input_ids.device)[None]
+        if extra_positions is not None:
+            positions[0, len(lag):] = extra_positions.to(positions.device) + input_ids.shape[1]
         inner = model.base_model.model
         saved = inner.tree_mask
-        inner.tree_mask = None
+        inner.tree_mask = tree_mask
         try:
             with torch.inference_mode():
                 hidden = inner(input_ids=feed, past_key_values=model.past_key_values, position_ids=positions, return_dict=False)[0]
@@ -331,6 +336,20 @@ class EagleTierSession:
             top_probs = values.float().cpu().softmax(-1)
             out[1:].scatter_(1, tokens.cpu()[rows.cpu()], top_probs[rows.cpu()])
         return out
+
+
+def _first_child_chain(retrieve: torch.Tensor, tree_indices: torch.Tensor) -> int:
+    """Row of ``retrieve`` holding the longest path through first children only (rank 0 at every
+    node): the head's top-1 chain when greedy, its first samples when sampling."""
+    from eagle.model.utils import TOPK
+
+    best, best_len = 0, -1
+    for j in range(retrieve.shape[0]):
+        g = _path_length(retrieve[j])
+        nodes = retrieve[j, 1 : g + 1]
+        if bool((((tree_indices[nodes] - 1) % TOPK) == 0).all()) and g > best_len:
+            best, best_len = j, g
+    return best
 
 
 def _path_length(retrieve_row: torch.Tensor) -> int:
@@ -407,6 +426,7 @@ class _Patches:
             if session.state is not None:
                 self._record_plain(candidates, int(best), int(accept_length))
             return best, accept_length, sample_p
+        self._current_tree_tokens = tree_candidates[0].cpu()
         return self._decide(candidates, logits_processor)
 
     def _record_plain(self, candidates: torch.Tensor, best: int, accepted: int) -> None:
@@ -437,14 +457,7 @@ class _Patches:
                 if run > best_len:
                     best, best_len = j, run
             return best
-        tree_indices = self.session.state.cycle.tree_indices.cpu()
-        best, best_len = 0, -1
-        for j in range(retrieve.shape[0]):
-            g = _path_length(retrieve[j])
-            nodes = retrieve[j, 1 : g + 1]
-            if bool((((tree_indices[nodes] - 1) % TOPK) == 0).all()) and g > best_len:
-                best, best_len = j, g
-        return best
+        return _first_child_chain(retrieve, self.session.state.cycle.tree_indices.cpu())
 
     def _decide(self, candidates, logits_processor):
         session = self.session
@@ -471,6 +484,12 @@ class _Patches:
         p = p_nodes[nodes[1:]]
         u = u_paths[j, : g + 1]
 
+        if session.mode is Mode.LOSSLESS and session.lossless_strategy == "route" and greedy:
+            chain = _first_child_chain(retrieve, cycle.tree_indices.cpu())
+            result, q_hidden, committed_nodes = self._route_greedy(
+                input_ids, candidates, retrieve, j, chain, u_nodes, self._current_tree_tokens
+            )
+            return self._finish(result, q_hidden, committed_nodes, root, candidates, retrieve, j)
         if session.mode is Mode.LOSSLESS and session.lossless_strategy == "cascade":
             result, q_hidden, n_from_tree = self._cascade(input_ids, root, drafts, p, u, greedy, logits_processor)
         elif session.mode is Mode.LOSSLESS:
@@ -478,11 +497,17 @@ class _Patches:
         else:
             result, q_hidden, n_from_tree = self._tiered(input_ids, root, drafts, p, u, greedy, logits_processor)
 
+        return self._finish(result, q_hidden, nodes[: n_from_tree + 1], root, candidates, retrieve, j)
+
+    def _finish(self, result: CycleResult, q_hidden, path_nodes: torch.Tensor, root: int, candidates, retrieve, j: int):
+        """Records the cycle's decision for update_inference_inputs and the metrics."""
+        session = self.session
+        state, cycle = session.state, session.state.cycle
         committed_drafts = result.tokens[:-1]
         cycle.committed = [root] + committed_drafts
         cycle.next_root = int(result.tokens[-1])
-        cycle.path_nodes = nodes[: n_from_tree + 1]
-        cycle.slim_lag_tokens = len(committed_drafts) - n_from_tree
+        cycle.path_nodes = path_nodes
+        cycle.slim_lag_tokens = len(committed_drafts) + 1 - path_nodes.numel()
         if q_hidden is not None:
             cycle.features = q_hidden[: len(cycle.committed)]
             cycle.q_fed_committed = True
@@ -494,6 +519,58 @@ class _Patches:
         session.observer.cycle(result, state.metrics, first_index)
         cycle.result = result
         return torch.tensor(j), torch.tensor(len(committed_drafts)), None
+
+    def _route_greedy(self, input_ids, candidates, retrieve, j_u: int, j_chain: int, u_nodes, tree_tokens):
+        """Greedy lossless routing: q verifies a two-path sub-tree in one forward, the path u
+        prefers (plus u's own next token after it) and the head's top-1 chain, with eagle's tree
+        attention; the path q accepts further wins. A poor slim verifier thus costs at most its
+        extra token: the head's best guess is always checked.
+
+        Returns ``(result, q hidden of the committed tokens, tree nodes committed)``; q's cache is
+        compacted here so that it holds exactly the committed tokens.
+        """
+        session, state, model = self.session, self.session.state, self.session.ea_model
+        tree_mask = model.base_model.model.tree_mask[0, 0].cpu()
+        tree_positions = model.tree_buffers["tree_position_ids"].cpu()
+        paths = [retrieve[j, : _path_length(retrieve[j]) + 1] for j in (j_u, j_chain)]
+        nodes = sorted(set(paths[0].tolist()) | set(paths[1].tolist()))
+        where = {node: i for i, node in enumerate(nodes)}
+        index = torch.tensor(nodes)
+        size = len(nodes) + 1  # + u's extra token after its path
+        mask = torch.zeros(size, size)
+        mask[:-1, :-1] = tree_mask[index][:, index]
+        mask[-1, [where[n] for n in paths[0].tolist()]] = 1.0
+        mask[-1, -1] = 1.0
+        positions = torch.cat([tree_positions[index], tree_positions[paths[0][-1:]] + 1])
+        extra = int(u_nodes[int(paths[0][-1])].argmax())
+        tokens = tree_tokens[index].tolist() + [extra]
+        logits, hidden = session._full_forward(input_ids, tokens, mask[None, None].to(tree_mask.dtype), positions)
+        q_argmax = logits.argmax(-1).cpu()
+        best = None
+        for k, path in enumerate(paths):
+            rows = [where[n] for n in path.tolist()] + ([size - 1] if k == 0 else [])
+            fed = torch.tensor(tokens)[rows]
+            matches = (fed[1:] == q_argmax[rows[:-1]]).int()
+            accepted = int(torch.cumprod(matches, 0).sum())
+            if best is None or accepted > best[0]:
+                best = (accepted, rows, k)
+        accepted, rows, k = best
+        g = paths[k].numel() - 1
+        committed_rows = rows[: accepted + 1]
+        next_token = int(q_argmax[committed_rows[-1]])
+        drafts = [tokens[r] for r in committed_rows[1:]]
+        tiers = [Tier.DRAFT if i < g else Tier.SLIM for i in range(accepted)] + [Tier.FULL]
+        kept = min(accepted, g)
+        result = CycleResult(drafts + [next_token], tiers, kept + int(kept < g), int(kept < g))
+        # q's cache: move the committed rows' entries to the committed positions
+        start = input_ids.shape[1]
+        sources = torch.tensor(committed_rows) + start
+        for data in model.past_key_values_data:
+            data[..., start : start + sources.numel(), :] = data[..., sources.to(data.device), :]
+        state.q_valid = start + sources.numel()
+        committed_nodes = paths[k][: min(accepted, g) + 1]
+        state.cycle.q_compacted = True
+        return result, hidden[torch.tensor(committed_rows)], committed_nodes
 
     def _cascade(self, input_ids, root, drafts, p, u, greedy, logits_processor):
         """Lossless: u verifies the path (plus its own extension), q verifies u's candidates."""
@@ -584,7 +661,9 @@ class _Patches:
         committed = torch.tensor([cycle.committed], dtype=input_ids.dtype, device=input_ids.device)
         input_ids = torch.cat([input_ids, committed], dim=-1)
         # q's cache: valid through the committed tokens when q saw them this cycle
-        if cycle.q_fed_committed or getattr(cycle, "audit_q_ran", False):
+        if getattr(cycle, "q_compacted", False):
+            pass  # already compacted and set by the sub-tree verification
+        elif cycle.q_fed_committed or getattr(cycle, "audit_q_ran", False):
             state.q_valid = prev + len(cycle.committed)
         model.current_length_data.fill_(state.q_valid)
         # u's cache: move the committed path's entries into place; tokens it never saw lag
