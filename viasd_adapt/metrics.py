@@ -66,7 +66,12 @@ class TierMetrics:
         if surplus <= 0:
             return
         del self.token_tiers[n_tokens:]
-        self.accepted_lengths[-1] = max(0, self.accepted_lengths[-1] - surplus)
+        for i in reversed(range(len(self.accepted_lengths))):  # the surplus may span several cycles
+            cut = min(surplus, self.accepted_lengths[i])
+            self.accepted_lengths[i] -= cut
+            surplus -= cut
+            if not surplus:
+                break
 
     # ------------------------------------------------------------------ derived
     def _count(self, tier: Tier) -> int:
