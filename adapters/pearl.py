@@ -486,6 +486,50 @@ def pearl_generate(
     return decoder.generate(prompt, max_new_tokens, eos)
 
 
+# =============================================================================== `viasd generate`
+
+
+def cli_runner(request):
+    """The ``pearl`` runner of ``viasd generate`` (found by :func:`viasd_adapt.cli.generate.get_runner`).
+
+    Loads the pair, runs :func:`pearl_generate` in parallel mode, stops at the target's EOS, and
+    returns a ``GenerateResult`` whose notes carry PEARL's own counters.
+    """
+    from viasd_adapt.cli.generate import GenerateResult, encode_prompt, load_model, load_tokenizer
+
+    if request.draft is None:
+        raise ConfigError("--framework pearl needs --draft (the drafter model)")
+    tokenizer = load_tokenizer(request.target)
+    target, drafter = load_model(request.target), load_model(request.draft)
+    prompt_ids = encode_prompt(tokenizer, request.prompt)
+    sampling = SamplingConfig(
+        do_sample=request.do_sample, temperature=request.temperature if request.do_sample else 1.0, top_p=request.top_p
+    )
+    eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    out = pearl_generate(
+        target,
+        drafter,
+        prompt_ids,
+        request.max_new_tokens,
+        settings=request.settings,
+        mask=request.mask if request.settings.mode is not Mode.NONE else None,
+        sampling=sampling,
+        parallel=True,
+        seed=request.seed,
+        eos_token_id=eos,
+    )
+    stats = out.stats
+    runs = stats.accepted_runs
+    notes = [
+        f"PEARL: {stats.rounds} rounds ({stats.pre_verify_rounds} pre-verify, {stats.post_verify_rounds} post-verify), "
+        f"mean run of accepted drafts {sum(runs) / max(1, len(runs)):.1f}, {stats.discarded_drafts} drafts discarded, "
+        f"drafter/target overlap {stats.overlap:.2f}x"
+    ]
+    return GenerateResult(out.tokens, out.tiers, out.metrics, tokenizer, prompt_ids, notes)
+
+
 # =============================================================================== input checks
 
 
@@ -563,6 +607,7 @@ __all__ = [
     "PearlStats",
     "PearlVerifier",
     "RoleWorkers",
+    "cli_runner",
     "end_cycle_at_block",
     "pearl_generate",
     "split_at_stop",
