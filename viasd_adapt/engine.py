@@ -67,7 +67,8 @@ class ModelDrafter:
             probs = probs_from_logits(logits, self.sampling)
             drafted.append(sample_or_argmax(probs, self.sampling.greedy, generator))
             rows.append(probs)
-        return torch.tensor(drafted, dtype=torch.long), torch.stack(rows)
+        p = torch.stack(rows)
+        return torch.tensor(drafted, dtype=torch.long, device=p.device), p  # same device: gathers index p with them
 
 
 @dataclass
