@@ -315,7 +315,7 @@ class PearlDecoder:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         # One generator per role: each thread draws from its own in a fixed order, so parallel and
         # sequential runs draw the same numbers.
-        self.draft_generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.draft_generator = torch.Generator(device=_drafter_device(drafter, self.device)).manual_seed(seed)
         self.target_generator = torch.Generator(device=self.device).manual_seed(seed + 1)
         self.stats = PearlStats(parallel=self.parallel)
         self._run = 0
@@ -590,6 +590,12 @@ def _check_same_vocabulary(target: nn.Module, drafter: nn.Module) -> None:
             f"drafter and target vocabularies differ ({vd} vs {vt} logits): PEARL compares their "
             "distributions token by token, so they must share a tokenizer"
         )
+
+
+def _drafter_device(drafter: Drafter, default: torch.device) -> torch.device:
+    """Where the drafter samples (its generator must live there); a ModelDrafter knows its model."""
+    model = getattr(getattr(drafter, "runner", None), "model", None)
+    return _model_device(model) if isinstance(model, nn.Module) else default
 
 
 def _model_device(model: nn.Module) -> torch.device:
