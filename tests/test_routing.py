@@ -306,3 +306,31 @@ def test_mask_artifact_bad_files(tmp_path):
     other.write_text(json.dumps({"hello": 1}))
     with pytest.raises(ConfigError, match="routing-mask"):
         MaskArtifact.load(other)
+
+
+# ============================================================================== memory
+
+
+def test_slim_memory_benchmark_measures_only_the_retained_layers_kv(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "slim_memory.py"
+    spec = importlib.util.spec_from_file_location("slim_memory", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = module.main(["--preset", "tiny", "--context", "48", "--new-tokens", "6"])
+    assert "tensor-memory ratio" in capsys.readouterr().out
+    assert result["weight_sharing"]["extra_parameter_bytes"] == 0
+    full_only, with_slim = result["rows"]
+    assert full_only["slim_kv_bytes"] == 0 and full_only["tokens"] == with_slim["tokens"] == 6
+    retained = result["layers"] - len(result["skipped_layers"])
+    # Per layer, u's cache is as long as q's up to the last block's few unverified tokens.
+    per_layer_slim = with_slim["slim_kv_bytes"] / retained
+    per_layer_full = with_slim["full_kv_bytes"] / result["layers"]
+    assert per_layer_slim == pytest.approx(per_layer_full, rel=0.1)
+    expected = (with_slim["parameter_bytes"] + with_slim["full_kv_bytes"] + with_slim["slim_kv_bytes"]) / (
+        full_only["parameter_bytes"] + full_only["full_kv_bytes"]
+    )
+    assert result["tensor_memory_ratio"] == pytest.approx(expected)
+    assert 1.0 < result["tensor_memory_ratio"] < 1.0 + retained / result["layers"]
