@@ -199,11 +199,14 @@ class MaskArtifact:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "MaskArtifact":
-        if data.get("format") != "viasd-adapt/routing-mask" or "mask" not in data:
+        if not isinstance(data, dict) or data.get("format") != "viasd-adapt/routing-mask" or "mask" not in data:
             raise ConfigError("not a viasd-adapt routing-mask artifact (missing 'format' or 'mask')")
+        ratio = data.get("ratio", 0.0)
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
+            raise ConfigError(f"routing-mask artifact has a non-numeric ratio: {ratio!r}")
         return cls(
             mask=RoutingMask.from_bits(data["mask"]),
-            ratio=float(data.get("ratio", 0.0)),
+            ratio=float(ratio),
             score=data.get("score"),
             delta=data.get("delta"),
             search=data.get("search", {}),
