@@ -306,6 +306,12 @@ def test_mask_artifact_bad_files(tmp_path):
     other.write_text(json.dumps({"hello": 1}))
     with pytest.raises(ConfigError, match="routing-mask"):
         MaskArtifact.load(other)
+    other.write_text("[1, 0, 1]")  # valid JSON, wrong shape
+    with pytest.raises(ConfigError, match="routing-mask"):
+        MaskArtifact.load(other)
+    other.write_text(json.dumps({"format": "viasd-adapt/routing-mask", "mask": [1, 0, 1], "ratio": "half"}))
+    with pytest.raises(ConfigError, match="ratio"):
+        MaskArtifact.load(other)
 
 
 # ============================================================================== memory
