@@ -1,0 +1,91 @@
+"""EAGLE adapter on the shipped demo pair and its EAGLE head: lossy cuts rejections, lossless stays
+token-identical, audit measures what lossy costs. Skipped when the demo pair or its head is absent.
+
+``VIASD_EAGLE_TEST_PAIR`` may point at another pair directory (with ``eagle_head/``) to rehearse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("eagle.model.ea_model")
+
+from viasd_adapt.adapters import eagle  # noqa: E402
+from viasd_adapt.errors import ViasdError  # noqa: E402
+from viasd_adapt.metrics import TierMetrics  # noqa: E402
+from viasd_adapt.models.corpus import heldout_prompts  # noqa: E402
+from viasd_adapt.routing.mask import MaskArtifact, RoutingMask  # noqa: E402
+from viasd_adapt.settings import TierSettings  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def _demo_pair():
+    from viasd_adapt.models.registry import demo_pair_paths, read_pair
+
+    override = os.environ.get("VIASD_EAGLE_TEST_PAIR")
+    try:
+        pair = read_pair(Path(override)) if override else demo_pair_paths()
+    except ViasdError:
+        return None
+    return pair if pair is not None and pair.eagle_head is not None else None
+
+
+PAIR = _demo_pair()
+pytestmark = pytest.mark.skipif(PAIR is None, reason="the demo pair with an eagle_head/ is not installed")
+
+
+def _mask(base_model) -> RoutingMask:
+    """The pair's searched mask, else the build report's best random mask (highest agreement)."""
+    if PAIR.mask is not None:
+        return MaskArtifact.load(PAIR.mask, model=base_model).mask
+    report = json.loads((PAIR.root / "build_report.json").read_text())
+    best = max(report["random_masks"]["masks"], key=lambda m: m["argmax_agreement_with_target"])
+    return RoutingMask.from_skipped(base_model.config.num_hidden_layers, best["skipped_layers"])
+
+
+@pytest.fixture(scope="module")
+def demo():
+    ea_model = eagle.load_ea_model(PAIR.target, PAIR.eagle_head)
+    tokenizer = ea_model.get_tokenizer()
+    prompts = [tokenizer(text, return_tensors="pt").input_ids for text in heldout_prompts(3, seed=11)]
+    return ea_model, _mask(ea_model.base_model), prompts
+
+
+def _run(ea_model, prompts, mask, settings, new_tokens=32):
+    total, outputs = TierMetrics(), []
+    for ids in prompts:
+        result = eagle.generate(ea_model, ids, new_tokens, mask=mask if settings.mode.value != "none" else None, settings=settings)
+        assert result.metrics.committed == len(result.tokens)
+        total, outputs = total.merge(result.metrics), outputs + [result.tokens]
+    return total, outputs
+
+
+def test_demo_sanity_check_passed(demo):
+    ea_model, _, _ = demo
+    assert ea_model.viasd_sanity.max_abs_diff_plain < 1e-3 and ea_model.viasd_sanity.argmax_agreement == 1.0
+
+
+def test_demo_lossy_has_fewer_rejections_than_unwrapped_eagle(demo):
+    ea_model, mask, prompts = demo
+    none, _ = _run(ea_model, prompts, mask, TierSettings(mode="none"))
+    lossy, _ = _run(ea_model, prompts, mask, TierSettings(mode="lossy"))
+    assert lossy.drafts_judged > 0 and none.drafts_judged > 0
+    assert lossy.rejection_rate < none.rejection_rate
+    assert lossy.slim_passes == lossy.cycles - 1 * len(prompts)  # one slim pass per drafted cycle
+
+
+def test_demo_lossless_greedy_identical_and_audit_reports(demo):
+    ea_model, mask, prompts = demo
+    _, none = _run(ea_model, prompts, mask, TierSettings(mode="none"))
+    _, lossless = _run(ea_model, prompts, mask, TierSettings(mode="lossless"))
+    assert lossless == none
+    audit, audited = _run(ea_model, prompts, mask, TierSettings(mode="audit"))
+    _, lossy = _run(ea_model, prompts, mask, TierSettings(mode="lossy"))
+    assert audited == lossy
+    assert 0.0 <= audit.overrule_rate <= 1.0 and 0.0 <= audit.tv_distance <= 1.0
