@@ -113,3 +113,18 @@ def test_rendering_marks_every_tier_and_reassembles_the_text():
     assert "slim verifier" in legend(False) and "full verifier" in legend(True)
     with pytest.raises(ValueError):
         render_tiers(pieces, tiers[:1], colour=False)
+
+
+def test_defaults_come_from_the_demo_pair(pair_dir, monkeypatch, tmp_path):
+    from viasd_adapt.models.registry import read_pair
+
+    monkeypatch.setattr(gen, "_demo_pair", lambda: read_pair(pair_dir, name="demo", source="shipped"))
+    out_json = tmp_path / "demo.json"
+    result = invoke("--prompt", "class Point:", "--max-new-tokens", 6, "--json", out_json)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out_json.read_text())
+    assert data["framework"] == "hf" and data["mode"] == "lossy"
+    assert data["paths"]["target"] == str(pair_dir / "target") and data["paths"]["mask"] == str(pair_dir / "mask.json")
+    monkeypatch.setattr(gen, "_demo_pair", lambda: None)
+    result = invoke("--prompt", "x")
+    assert result.exit_code == 2 and "demo pair is not installed" in result.output
