@@ -33,9 +33,21 @@ def assert_pristine(target):
     assert not target._forward_hooks and not target._forward_pre_hooks
 
 
+@torch.no_grad()
+def cached_forward(target):
+    """Logits of a prefill then one cached step: exercises the target's own KV-cache path."""
+    first = target(PROMPT, use_cache=True)
+    from viasd_adapt.runner import cache_kwarg_name
+
+    cache = {cache_kwarg_name(target): first.past_key_values}  # 5.24 renamed past_key_values to cache
+    step = target(torch.tensor([[7]]), use_cache=True, **cache)
+    return torch.cat([first.logits[0, -1:], step.logits[0, -1:]])
+
+
 def reference(target, drafter):
     return (target.generate(PROMPT, max_new_tokens=12, do_sample=False).tolist(),
-            target.generate(PROMPT, assistant_model=drafter, max_new_tokens=12, do_sample=False).tolist())
+            target.generate(PROMPT, assistant_model=drafter, max_new_tokens=12, do_sample=False).tolist(),
+            cached_forward(target).tolist())
 
 
 def test_methods_and_outputs_restored_after_exit(models):
