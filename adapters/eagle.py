@@ -89,6 +89,14 @@ import torch
 from torch import nn
 
 from viasd_adapt.adapters.eagle_compat import check_head_matches, eagle_compat, load_ea_model, repair_rotary_caches
+from viasd_adapt.adapters.eagle_tree import (
+    first_child_chain,
+    greedy_accepted,
+    longest_gated_path,
+    node_drafter_probs,
+    path_length,
+    two_path_subtree,
+)
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
 from viasd_adapt.hooks import HookRules, TierObserver, make_plugin_manager
 from viasd_adapt.metrics import TierMetrics
@@ -317,44 +325,13 @@ class EagleTierSession:
         return model.base_model.lm_head(hidden).float(), hidden
 
     def _node_drafter_probs(self, logits_processor, vocab: int) -> torch.Tensor:
-        """p at every tree node (row 0, the root, unused): the head's distribution at the node's parent.
-
-        Sampling: eagle's full warped distribution (``op``). Greedy: eagle keeps only the top-k
-        logits, so p is their softmax spread over those k tokens (an upper bound of the true p(x),
-        which makes gate 1 at most as permissive as with the exact p).
-        """
+        """p at every tree node, from the head's tree (see :func:`eagle_tree.node_drafter_probs`)."""
         from eagle.model.utils import TOPK
 
         cycle = self.state.cycle
         tokens, values, op = cycle.tree_logits
-        rows = (cycle.tree_indices[1:] - 1) // TOPK
-        out = torch.zeros((cycle.tree_indices.shape[0], vocab), dtype=torch.float32)
-        if logits_processor is not None:
-            full = torch.cat([o.float().cpu() for o in op], dim=0)
-            out[1:] = full[rows.cpu()]
-        else:
-            top_probs = values.float().cpu().softmax(-1)
-            out[1:].scatter_(1, tokens.cpu()[rows.cpu()], top_probs[rows.cpu()])
-        return out
-
-
-def _first_child_chain(retrieve: torch.Tensor, tree_indices: torch.Tensor) -> int:
-    """Row of ``retrieve`` holding the longest path through first children only (rank 0 at every
-    node): the head's top-1 chain when greedy, its first samples when sampling."""
-    from eagle.model.utils import TOPK
-
-    best, best_len = 0, -1
-    for j in range(retrieve.shape[0]):
-        g = _path_length(retrieve[j])
-        nodes = retrieve[j, 1 : g + 1]
-        if bool((((tree_indices[nodes] - 1) % TOPK) == 0).all()) and g > best_len:
-            best, best_len = j, g
-    return best
-
-
-def _path_length(retrieve_row: torch.Tensor) -> int:
-    """Number of drafts on a path (nodes other than the root, padding excluded)."""
-    return int((retrieve_row >= 0).sum()) - 1
+        full = torch.cat([o.float().cpu() for o in op], dim=0) if logits_processor is not None else None
+        return node_drafter_probs(cycle.tree_indices.cpu(), tokens.cpu(), values.cpu(), full, vocab, TOPK)
 
 
 # =========================================================================== the patched functions
@@ -448,16 +425,8 @@ class _Patches:
         from eagle.model.utils import TOPK
 
         if greedy:
-            best, best_len = 0, -1
-            for j in range(candidates.shape[0]):
-                g = _path_length(retrieve[j])
-                tokens = candidates[j, 1 : g + 1]
-                passes = gate(tokens, p_nodes[retrieve[j, 1 : g + 1]], u_probs_paths[j, : g + 1]) > 0.5
-                run = int(torch.cumprod(passes.int(), 0).sum())
-                if run > best_len:
-                    best, best_len = j, run
-            return best
-        return _first_child_chain(retrieve, self.session.state.cycle.tree_indices.cpu())
+            return longest_gated_path(candidates, retrieve, u_probs_paths, p_nodes, gate)
+        return first_child_chain(retrieve, self.session.state.cycle.tree_indices.cpu(), TOPK)
 
     def _decide(self, candidates, logits_processor):
         session = self.session
@@ -478,14 +447,16 @@ class _Patches:
         else:
             gate = lambda tokens, p, u: session.rules.gate1_accept_prob(tokens, p, u[:-1], session.settings, greedy)
         j = self._choose_path(candidates, retrieve, u_paths, p_nodes, greedy, gate)
-        g = _path_length(retrieve[j])
+        g = path_length(retrieve[j])
         nodes = retrieve[j, : g + 1]
         drafts = candidates[j, 1 : g + 1].long()
         p = p_nodes[nodes[1:]]
         u = u_paths[j, : g + 1]
 
         if session.mode is Mode.LOSSLESS and session.lossless_strategy == "route" and greedy:
-            chain = _first_child_chain(retrieve, cycle.tree_indices.cpu())
+            from eagle.model.utils import TOPK
+
+            chain = first_child_chain(retrieve, cycle.tree_indices.cpu(), TOPK)
             result, q_hidden, committed_nodes = self._route_greedy(
                 input_ids, candidates, retrieve, j, chain, u_nodes, self._current_tree_tokens
             )
@@ -532,26 +503,16 @@ class _Patches:
         session, state, model = self.session, self.session.state, self.session.ea_model
         tree_mask = model.base_model.model.tree_mask[0, 0].cpu()
         tree_positions = model.tree_buffers["tree_position_ids"].cpu()
-        paths = [retrieve[j, : _path_length(retrieve[j]) + 1] for j in (j_u, j_chain)]
-        nodes = sorted(set(paths[0].tolist()) | set(paths[1].tolist()))
-        where = {node: i for i, node in enumerate(nodes)}
-        index = torch.tensor(nodes)
-        size = len(nodes) + 1  # + u's extra token after its path
-        mask = torch.zeros(size, size)
-        mask[:-1, :-1] = tree_mask[index][:, index]
-        mask[-1, [where[n] for n in paths[0].tolist()]] = 1.0
-        mask[-1, -1] = 1.0
-        positions = torch.cat([tree_positions[index], tree_positions[paths[0][-1:]] + 1])
+        paths = [retrieve[j, : path_length(retrieve[j]) + 1] for j in (j_u, j_chain)]
+        sub = two_path_subtree(tree_mask, tree_positions, paths[0], paths[1])
         extra = int(u_nodes[int(paths[0][-1])].argmax())
-        tokens = tree_tokens[index].tolist() + [extra]
-        logits, hidden = session._full_forward(input_ids, tokens, mask[None, None].to(tree_mask.dtype), positions)
+        tokens = tree_tokens[sub.nodes].tolist() + [extra]
+        logits, hidden = session._full_forward(input_ids, tokens, sub.mask[None, None], sub.positions)
         q_argmax = logits.argmax(-1).cpu()
+        fed = torch.tensor(tokens)
         best = None
-        for k, path in enumerate(paths):
-            rows = [where[n] for n in path.tolist()] + ([size - 1] if k == 0 else [])
-            fed = torch.tensor(tokens)[rows]
-            matches = (fed[1:] == q_argmax[rows[:-1]]).int()
-            accepted = int(torch.cumprod(matches, 0).sum())
+        for k, rows in enumerate(sub.rows):
+            accepted = greedy_accepted(fed, q_argmax, rows)
             if best is None or accepted > best[0]:
                 best = (accepted, rows, k)
         accepted, rows, k = best
