@@ -13,7 +13,7 @@ from viasd_adapt.hooks import hookimpl, make_plugin_manager
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.routing import RoutingMask, SlimVerifier
 from viasd_adapt.runner import CachedRunner
-from viasd_adapt.sampling import SamplingConfig
+from viasd_adapt.sampling import SamplingConfig, probs_from_logits
 from viasd_adapt.settings import TierSettings
 from viasd_adapt.tiers import Tier
 
@@ -275,3 +275,28 @@ def test_a_reused_verifier_reports_each_generation_on_its_own():
     assert second.metrics.to_dict() == expected.metrics.to_dict()
     assert first.metrics.to_dict() == first_metrics  # the earlier output's metrics are untouched
     assert len(first.tiers) == first.metrics.committed == 20
+
+
+def test_lossless_sampling_with_top_k_top_p_matches_the_warped_target():
+    """Every tier compares warped distributions: the output follows q after temperature/top-k/top-p."""
+    target = tiny_model("llama", seed=4, num_layers=4, vocab_size=8)
+    with torch.no_grad():
+        target.get_output_embeddings().weight.mul_(6.0)
+    sampling = SamplingConfig(do_sample=True, temperature=0.8, top_k=4, top_p=0.9)
+    slim = SlimVerifier(target, RoutingMask.from_skipped(4, [2, 3]))
+    drafter = ModelDrafter(SlimVerifier(target, RoutingMask.from_skipped(4, [1, 2, 3])).model, sampling)
+    verifier = TieredVerifier(target, TierSettings(mode="lossless", gamma=2), sampling, slim=slim,
+                              plugin_manager=make_plugin_manager(load_entrypoints=False))
+    prompt = [3, 5]
+    with torch.no_grad():
+        q0 = probs_from_logits(target(torch.tensor([prompt])).logits[0, -1], sampling)
+        q1 = probs_from_logits(target(torch.tensor([prompt + [a] for a in range(8)])).logits[:, -1], sampling)
+    marginal = (q0[:, None] * q1).sum(0).double()
+    gen = torch.Generator().manual_seed(1)
+    samples = [speculative_generate(drafter, verifier, prompt, 2, generator=gen).tokens[1] for _ in range(500)]
+    observed = torch.bincount(torch.tensor(samples), minlength=8).double()
+    support = marginal > 0
+    assert not support.all()  # the warp really masked tokens out ...
+    assert observed[~support].sum() == 0  # ... and none of them was ever produced
+    expected = marginal[support] / marginal[support].sum() * len(samples)
+    assert chisquare(observed[support].numpy(), expected.numpy()).pvalue > 1e-3
