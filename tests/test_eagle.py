@@ -293,3 +293,16 @@ def test_viasd_generate_framework_eagle_every_mode(tiny_eagle, ea_model, tmp_pat
     missing_head = CliRunner().invoke(cli, ["generate", "--framework", "eagle", "--target", str(tiny_eagle / "target"),
                                             "--mode", "none", "--prompt", "x"])
     assert missing_head.exit_code != 0 and "--eagle-head" in missing_head.output
+
+
+@pytest.mark.parametrize("strategy", ["route", "cascade"])
+def test_sampling_with_top_k_1_equals_greedy_so_the_bonus_token_is_warped(ea_model, strategy):
+    """top_k=1 makes every warped distribution a point mass on the argmax, so exact sampling must
+    reproduce greedy decoding. Upstream eagle samples the bonus token after a fully accepted path
+    from the *unwarped* softmax and drifts from greedy; the adapter's lossless modes do not."""
+    for seed, ids in enumerate(_prompts(ea_model, 2)):
+        greedy = eagle.generate(ea_model, ids, 20, settings=TierSettings(mode="none")).tokens
+        torch.manual_seed(seed)
+        sampled = eagle.generate(ea_model, ids, 20, mask=MASK, settings=TierSettings(mode="lossless"),
+                                 temperature=1.0, top_k=1, lossless_strategy=strategy)
+        assert sampled.tokens == greedy
