@@ -48,14 +48,46 @@ class PassThroughLayer(nn.Module):
         return f"skipped_layer={self.layer_index}"
 
 
+_HOOK_DICTS = (
+    "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks",
+)
+
+
 def _shallow_module_copy(module: nn.Module) -> nn.Module:
     """A new module object sharing parameters, buffers and children with ``module``.
 
-    Only the child registry is copied, so replacing a child on the copy leaves the original intact.
+    The child registry and the hook registries are copied, so replacing a child on the copy, or
+    registering a hook on it, leaves the original intact.
     """
     clone = copy.copy(module)
     clone._modules = dict(module._modules)
+    for name in _HOOK_DICTS:
+        if isinstance(getattr(module, name, None), dict):
+            setattr(clone, name, type(getattr(module, name))(getattr(module, name)))
     return clone
+
+
+def _install_output_capture_hooks(model: nn.Module, path: list[str]) -> None:
+    """Lets the target install transformers' output-capturing hooks before the view is cloned.
+
+    transformers (>= 5) records ``output_hidden_states`` through forward hooks installed lazily, once
+    per model object. The decoder layers are shared, so if the *view* installed its own they would
+    sit on the target's layers next to the target's, and the target would return every layer's
+    hidden state twice. Installing them on the target first (the clones copy its "installed" flag)
+    leaves one hook per layer, which serves both: the view then reports the hidden states of its
+    retained layers.
+    """
+    try:
+        from transformers.modeling_utils import PreTrainedModel
+        from transformers.utils.output_capturing import maybe_install_capturing_hooks
+    except ImportError:  # other transformers versions return hidden states without hooks
+        return
+    module = model
+    for name in [None, *path]:
+        module = module if name is None else module._modules[name]
+        if isinstance(module, PreTrainedModel):
+            maybe_install_capturing_hooks(module)
 
 
 def build_routed_view(model: nn.Module, mask: RoutingMask) -> nn.Module:
@@ -63,6 +95,7 @@ def build_routed_view(model: nn.Module, mask: RoutingMask) -> nn.Module:
     mask.validate_for(model)
     stack = find_decoder_stack(model)
     path = stack.owner_path.split(".")
+    _install_output_capture_hooks(model, path)
     root = _shallow_module_copy(model)
     parent = root
     for name in path:
