@@ -151,6 +151,37 @@ def test_target_is_not_mutated_and_weights_are_shared(family_model):
     assert type(slim_stack.layers[0]).__name__ == "PassThroughLayer"
 
 
+def test_hidden_states_of_target_and_view_stay_separate(family_model):
+    """transformers records hidden states with lazily installed hooks; the shared layers must not
+    end up with two, or the target returns every layer twice."""
+    family, model = family_model
+    ids = ids_for(9, length=8)
+    slim = SlimVerifier(model, RoutingMask.from_skipped(LAYERS, (1, 3)))
+    with torch.no_grad():  # the view asks for hidden states first: that is when the hooks get installed
+        view_out = slim.model(input_ids=ids, output_hidden_states=True)
+        target_out = model(input_ids=ids, output_hidden_states=True)
+        fresh_out = tiny_model(family, seed=3, num_layers=LAYERS)(input_ids=ids, output_hidden_states=True)
+    assert len(target_out.hidden_states) == len(fresh_out.hidden_states) == LAYERS + 1
+    assert all(torch.equal(a, b) for a, b in zip(target_out.hidden_states, fresh_out.hidden_states))
+    assert len(view_out.hidden_states) == 1 + len(slim.mask.retained)  # embeddings + retained layers
+
+
+def test_hooks_registered_on_the_view_do_not_reach_the_target():
+    model = tiny_model("llama", seed=0, num_layers=LAYERS)
+    slim = SlimVerifier(model, RoutingMask.from_skipped(LAYERS, (2,)))
+    calls = []
+    handles = [slim.model.register_forward_hook(lambda *a: calls.append("root")),
+               slim.model.model.register_forward_pre_hook(lambda *a: calls.append("owner"))]
+    try:
+        forward(model, ids_for(10, length=4))
+        assert calls == []
+        forward(slim.model, ids_for(10, length=4))
+        assert sorted(calls) == ["owner", "root"]
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 # ============================================================================== caches
 
 
