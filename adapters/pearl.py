@@ -40,8 +40,15 @@ Parallelism (see :class:`RoleWorkers`): one dedicated thread per role, so each
 drafter's runner lives on the drafter thread; the full and slim runners of the verifier live on the
 target thread. The slim verifier is a routed *view* of the target that never mutates it (see
 :mod:`viasd_adapt.routing.slim`), so sharing weights between the two target-side runners is safe
-(and both run on the same thread anyway). Sequential mode runs the same jobs inline, in the same
-order per role, with one random generator per role, so its output is identical.
+(and both run on the same thread anyway). Plugins (rule hooks and observers) are called by the
+verifier, so in parallel mode they run on the target thread. Sequential mode runs the same jobs
+inline, in the same order per role, with one random generator per role, so its output is identical.
+
+Differences from the reference code, on purpose: one process with two threads instead of two
+processes on two GPUs; the target starts its forward once the drafter's first token of the round
+exists (the seam verifies token ids it is given) instead of at the same instant, which costs one
+drafter step of overlap per round; the drafter and the target use separate random generators
+instead of reseeding the global one per position.
 """
 
 from __future__ import annotations
