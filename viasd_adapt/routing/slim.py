@@ -22,6 +22,8 @@ Design (VIA-SD.md section 1):
 from __future__ import annotations
 
 import copy
+import functools
+import types
 
 import torch
 from torch import nn
@@ -65,7 +67,27 @@ def _shallow_module_copy(module: nn.Module) -> nn.Module:
     for name in _HOOK_DICTS:
         if isinstance(getattr(module, name, None), dict):
             setattr(clone, name, type(getattr(module, name))(getattr(module, name)))
+    for name, value in list(vars(clone).items()):
+        rebound = _rebind(value, module, clone)
+        if rebound is not value:
+            setattr(clone, name, rebound)
     return clone
+
+
+def _rebind(value, original: nn.Module, clone: nn.Module):
+    """Points an instance-level method bound to ``original`` at ``clone`` instead.
+
+    Wrappers such as accelerate's device hooks replace ``module.forward`` on the instance with
+    ``partial(new_forward, module)`` and keep ``module._old_forward`` (a bound method). A shallow copy
+    would keep calling the *original* module, i.e. the full layer list: the view would silently be
+    the target.
+    """
+    if isinstance(value, types.MethodType) and value.__self__ is original:
+        return types.MethodType(value.__func__, clone)
+    if isinstance(value, functools.partial) and value.args and value.args[0] is original:
+        rebound = functools.partial(value.func, clone, *value.args[1:], **value.keywords)
+        return functools.update_wrapper(rebound, value) if hasattr(value, "__wrapped__") else rebound
+    return value
 
 
 def _install_output_capture_hooks(model: nn.Module, path: list[str]) -> None:
