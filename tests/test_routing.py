@@ -182,6 +182,28 @@ def test_hooks_registered_on_the_view_do_not_reach_the_target():
             handle.remove()
 
 
+def test_view_is_routed_even_when_forward_is_wrapped_on_the_instance():
+    """accelerate-style hooks replace ``module.forward`` with a partial bound to the module; the
+    view must not keep calling the target's own modules (which would make u == q silently)."""
+    import functools
+
+    model = tiny_model("llama", seed=0, num_layers=LAYERS)
+    mask = RoutingMask.from_skipped(LAYERS, (1, 3, 5))
+    ids = ids_for(11, length=6)
+    unwrapped = forward(SlimVerifier(model, mask).model, ids)
+
+    def new_forward(module, *args, **kwargs):
+        return module._old_forward(*args, **kwargs)
+
+    for module in (model, model.model):
+        module._old_forward = module.forward
+        module.forward = functools.update_wrapper(functools.partial(new_forward, module), module._old_forward)
+    slim = SlimVerifier(model, mask)
+    assert torch.equal(forward(slim.model, ids), unwrapped)
+    assert not torch.equal(forward(slim.model, ids), forward(model, ids))
+    assert torch.equal(forward(slim.model, ids, slim.new_cache()), unwrapped)
+
+
 # ============================================================================== caches
 
 
