@@ -242,6 +242,7 @@ class _Cycle:
 
     tree_logits: Any = None
     tree_indices: torch.Tensor | None = None
+    head_logits: list | None = None  # the head's full logits per tree row (greedy p)
     u_tree_logits: torch.Tensor | None = None  # (tree_len, V)
     u_tree_hidden: torch.Tensor | None = None  # (tree_len, H)
     committed: list[int] = field(default_factory=list)  # root + committed drafts
@@ -252,8 +253,26 @@ class _Cycle:
     slim_lag_tokens: int = 0
 
 
+class _RecordingHead:
+    """Stands in for the LM head that eagle's ``topK_genrate`` is given, and keeps each output.
+
+    In greedy mode eagle keeps only the top-k logits of the head at each tree level; the recorded
+    outputs (one per row of the tree's token table, in order) give the exact p instead.
+    """
+
+    def __init__(self, head: nn.Module):
+        self.head = head
+        self.outputs: list[torch.Tensor] = []
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.head(hidden)
+        self.outputs.append(logits.detach().reshape(-1, logits.shape[-1]))
+        return logits
+
+
 @dataclass
 class _GenerationState:
+    next_head_logits: list = field(default_factory=list)
     metrics: TierMetrics = field(default_factory=TierMetrics)
     q_valid: int = 0
     s_valid: int = 0
@@ -325,12 +344,18 @@ class EagleTierSession:
         return model.base_model.lm_head(hidden).float(), hidden
 
     def _node_drafter_probs(self, logits_processor, vocab: int) -> torch.Tensor:
-        """p at every tree node, from the head's tree (see :func:`eagle_tree.node_drafter_probs`)."""
+        """p at every tree node, from the head's tree (see :func:`eagle_tree.node_drafter_probs`):
+        exact in both greedy (recorded head logits, plain softmax) and sampling (eagle's ``op``)."""
         from eagle.model.utils import TOPK
 
         cycle = self.state.cycle
         tokens, values, op = cycle.tree_logits
-        full = torch.cat([o.float().cpu() for o in op], dim=0) if logits_processor is not None else None
+        if logits_processor is not None:  # eagle's own warped distributions
+            full = torch.cat([o.float().cpu() for o in op], dim=0)
+        elif cycle.head_logits:  # greedy: the head's full logits, recorded as eagle computed them
+            full = torch.cat([o.float().cpu() for o in cycle.head_logits], dim=0).softmax(-1)
+        else:
+            full = None
         return node_drafter_probs(cycle.tree_indices.cpu(), tokens.cpu(), values.cpu(), full, vocab, TOPK)
 
 
@@ -354,7 +379,14 @@ class _Patches:
         state = _GenerationState()
         session.state = state
         session.generations.append(state.metrics)
-        out = self.original["initialize_tree"](input_ids, model, tree_attn_mask, past_key_values, logits_processor)
+        recorder = _RecordingHead(model.base_model.lm_head)
+        layer = model.ea_layer
+        layer.topK_genrate = lambda hidden, ids, head, processor, **kw: type(layer).topK_genrate(layer, hidden, ids, recorder, processor, **kw)
+        try:
+            out = self.original["initialize_tree"](input_ids, model, tree_attn_mask, past_key_values, logits_processor)
+        finally:
+            del layer.topK_genrate  # the instance attribute only; the class method is untouched
+        state.next_head_logits = recorder.outputs
         # the prefill: q's first token (every SD loop starts this way)
         state.metrics.full_passes += 1
         state.metrics.token_tiers.append(int(Tier.FULL))
@@ -371,6 +403,7 @@ class _Patches:
         cycle = self.session.state.cycle if self.session.state is not None else None
         if cycle is not None:
             cycle.tree_logits, cycle.tree_indices = tree_logits, tree_indices
+            cycle.head_logits = self.session.state.next_head_logits
         return self.original["generate_candidates"](tree_logits, tree_indices, retrieve_indices, sample_token, logits_processor)
 
     # ------------------------------------------------------------------ one target forward over the tree
@@ -632,10 +665,11 @@ class _Patches:
         state.s_valid = prev + cycle.path_nodes.numel()
         token = torch.tensor([[cycle.next_root]], dtype=input_ids.dtype, device=input_ids.device)
         features = cycle.features[None].to(model.base_model.lm_head.weight.dtype)
+        recorder = _RecordingHead(model.base_model.lm_head)
         tree_logits = model.ea_layer.topK_genrate(
-            features, input_ids=torch.cat((input_ids, token), dim=1), head=model.base_model.lm_head,
-            logits_processor=logits_processor,
+            features, input_ids=torch.cat((input_ids, token), dim=1), head=recorder, logits_processor=logits_processor,
         )
+        state.next_head_logits = recorder.outputs
         state.metrics.draft_passes += 1
         new_token += len(cycle.committed)
         state.cycle = _Cycle()
