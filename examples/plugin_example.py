@@ -9,11 +9,12 @@ Run it on tiny random models (no download, a few seconds on a CPU)::
 
     python examples/plugin_example.py
 
-To ship a plugin like this in your own package, expose the module or object through the
-``viasd_adapt`` entry-point group in your ``pyproject.toml``::
+To ship a plugin like this in your own package, expose a module or an *instance* (pluggy registers
+the object the entry point names, so name an object, not a class) through the ``viasd_adapt``
+entry-point group in your ``pyproject.toml``::
 
     [project.entry-points.viasd_adapt]
-    entropy_router = "my_package.routers:EntropyRouter"
+    entropy_router = "my_package.routers:entropy_router"   # entropy_router = EntropyRouter(0.6)
 """
 
 from __future__ import annotations
