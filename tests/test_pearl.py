@@ -167,6 +167,35 @@ def test_perfect_drafter_gives_adaptive_draft_length(pair):
     assert out.metrics.drafts_rejected == 0
 
 
+class ConstantDrafter:
+    """Always proposes the same token with certainty: a drafter the target never agrees with."""
+
+    def __init__(self, token: int, vocab_size: int):
+        self.token, self.vocab_size, self.passes = token, vocab_size, 0
+
+    def propose(self, sequence, gamma, generator=None):
+        self.passes += 1
+        probs = torch.zeros(gamma, self.vocab_size)
+        probs[:, self.token] = 1.0
+        return torch.full((gamma,), self.token, dtype=torch.long), probs
+
+
+@pytest.mark.parametrize("parallel", [True, False], ids=["parallel", "sequential"])
+def test_every_rejection_rolls_back_to_pre_verify(pair, parallel):
+    """A drafter that is always wrong: every round is a pre-verify round that rejects its first
+    draft, commits the target's correction, and throws the rest of the block away."""
+    target, _ = pair
+    expected = greedy_reference(target, PROMPTS[0], 10)
+    wrong = next(t for t in range(64) if t not in expected)
+    out = pearl_generate(target, ConstantDrafter(wrong, 64), PROMPTS[0], 10,
+                         settings=TierSettings(mode="none", gamma=4), parallel=parallel)
+    assert out.tokens == expected
+    assert out.stats.rounds == out.stats.pre_verify_rounds == out.metrics.full_passes == 10
+    assert out.stats.post_verify_rounds == 0 and out.metrics.rejection_rate == 1.0
+    assert out.stats.discarded_drafts == sum(min(4, 10 - i) - 1 for i in range(10))
+    assert set(out.tiers) == {int(Tier.FULL)}
+
+
 # ----------------------------------------------------------------------------- parallel == sequential
 
 
