@@ -306,3 +306,12 @@ def test_sampling_with_top_k_1_equals_greedy_so_the_bonus_token_is_warped(ea_mod
         sampled = eagle.generate(ea_model, ids, 20, mask=MASK, settings=TierSettings(mode="lossless"),
                                  temperature=1.0, top_k=1, lossless_strategy=strategy)
         assert sampled.tokens == greedy
+
+
+def test_evaluate_head_scores_target_and_slim_features(tiny_eagle):
+    from viasd_adapt.models.eagle_head import evaluate_head
+
+    same = evaluate_head(tiny_eagle / "target", tiny_eagle / "head", RoutingMask.full(NUM_LAYERS), rows=2, seq_len=32)
+    assert same["top1_agreement_slim_features"] == same["top1_agreement_target_features"]
+    routed = evaluate_head(tiny_eagle / "target", tiny_eagle / "head", MASK, rows=2, seq_len=32)
+    assert 0.0 <= routed["top1_agreement_slim_features"] <= 1.0 and routed["skipped_layers"] == [2, 4]

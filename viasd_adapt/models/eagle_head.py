@@ -216,4 +216,58 @@ def train_eagle_head(
     return out_dir
 
 
-__all__ = ["build_head", "head_config", "head_loss", "target_weights_digest", "train_eagle_head"]
+def load_head(head_path: str | Path) -> nn.Module:
+    """A head written by :func:`train_eagle_head` (or any eagle-format head), in float32 eval mode."""
+    head_path = Path(head_path)
+    fields = json.loads((head_path / "config.json").read_text())
+    head = build_head(fields)
+    state = torch.load(head_path / "pytorch_model.bin", map_location="cpu")
+    head.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
+    return head.float().eval()
+
+
+@torch.no_grad()
+def evaluate_head(
+    target_path: str | Path,
+    head_path: str | Path,
+    mask=None,
+    rows: int = 16,
+    seq_len: int = 128,
+) -> dict:
+    """Teacher-forced top-1 agreement of the head with the target on held-out text.
+
+    With a routing ``mask`` it also scores the head fed the *slim verifier's* features instead of
+    the target's: what the EAGLE adapter feeds the head for tokens the slim tier committed without
+    q (lossy/audit). The gap between the two numbers is the acceptance that choice costs, in its
+    worst case (every feature slim).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from viasd_adapt.models import corpus
+    from viasd_adapt.models.train import chunk, token_stream
+
+    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(target_path)
+    data = chunk(token_stream(corpus.heldout_text(), tokenizer), seq_len)
+    data = data[torch.linspace(0, data.shape[0] - 1, min(rows, data.shape[0])).round().long()]
+    head = load_head(head_path)
+    # the head at position t sees features up to t and token t+1; it predicts token t+2, which the
+    # target predicts from position t+1
+    wanted = target(input_ids=data).logits[:, 1:].argmax(-1)
+
+    def agreement(features: torch.Tensor) -> float:
+        predicted = target.lm_head(head(features[:, :-1], input_ids=data[:, 1:])).argmax(-1)
+        return float((predicted == wanted).float().mean())
+
+    result = {"rows": int(data.shape[0]), "seq_len": seq_len,
+              "top1_agreement_target_features": agreement(target.model(input_ids=data).last_hidden_state)}
+    if mask is not None:
+        from viasd_adapt.routing.slim import SlimVerifier
+
+        slim = SlimVerifier(target, mask).model
+        result["top1_agreement_slim_features"] = agreement(slim.model(input_ids=data).last_hidden_state)
+        result["skipped_layers"] = list(mask.skipped)
+    return result
+
+
+__all__ = ["build_head", "evaluate_head", "head_config", "head_loss", "load_head", "target_weights_digest", "train_eagle_head"]
