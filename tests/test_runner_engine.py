@@ -300,3 +300,31 @@ def test_lossless_sampling_with_top_k_top_p_matches_the_warped_target():
     assert observed[~support].sum() == 0  # ... and none of them was ever produced
     expected = marginal[support] / marginal[support].sum() * len(samples)
     assert chisquare(observed[support].numpy(), expected.numpy()).pvalue > 1e-3
+
+
+def test_full_verifier_catches_up_on_slim_tokens_in_one_forward():
+    """Lossy mode: q skips the cycles u resolves, then sees all the tokens committed meanwhile in the
+    same forward that verifies the next block, with logits equal to a fresh full forward."""
+    target = sharpened("llama", seed=0)
+    checked = []
+
+    class CheckingVerifier(TieredVerifier):
+        def _dist(self, runner, sequence, n_tail):
+            if runner is self.full:
+                fed_before = list(runner.fed)
+                logits = runner.logits_for(sequence, n_tail)
+                with torch.no_grad():
+                    fresh = target(torch.tensor([sequence])).logits[0, -n_tail:]
+                torch.testing.assert_close(logits, fresh, rtol=0, atol=1e-4)
+                checked.append(len(sequence) - len(fed_before))
+                return torch.softmax(logits, dim=-1)
+            return super()._dist(runner, sequence, n_tail)
+
+    drafter = ModelDrafter(SlimVerifier(target, RoutingMask.from_skipped(LAYERS, [2, 3, 4])).model, GREEDY)
+    verifier = CheckingVerifier(target, TierSettings(gamma=4), GREEDY,
+                                slim=SlimVerifier(target, RoutingMask.from_skipped(LAYERS, [3, 4])),
+                                plugin_manager=make_plugin_manager(load_entrypoints=False))
+    out = speculative_generate(drafter, verifier, PROMPT, 40)
+    assert out.metrics.slim_regenerated > 0 and len(checked) == out.metrics.full_passes
+    # Some escalation came after slim-only cycles: q then had more new tokens than one block.
+    assert max(checked[1:]) > 4 + 1
