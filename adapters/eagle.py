@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -873,6 +874,7 @@ def cli_runner(request):
     tokenizer = ea_model.get_tokenizer()
     prompt_ids = encode_prompt(tokenizer, request.prompt)
     torch.manual_seed(request.seed)
+    random.seed(request.seed)  # eagle's own sampling acceptance (mode none) draws from Python's random
     mask = request.mask if request.mode is not Mode.NONE else None
     result = generate(
         ea_model, torch.tensor([prompt_ids]), request.max_new_tokens, mask=mask, settings=request.settings,

@@ -315,3 +315,14 @@ def test_evaluate_head_scores_target_and_slim_features(tiny_eagle):
     assert same["top1_agreement_slim_features"] == same["top1_agreement_target_features"]
     routed = evaluate_head(tiny_eagle / "target", tiny_eagle / "head", MASK, rows=2, seq_len=32)
     assert 0.0 <= routed["top1_agreement_slim_features"] <= 1.0 and routed["skipped_layers"] == [2, 4]
+
+
+def test_scopes_cannot_nest(ea_model):
+    from viasd_adapt.errors import ViasdError
+
+    with eagle.tiered(ea_model, mask=MASK, settings=TierSettings(mode="lossless")):
+        with pytest.raises(ViasdError, match="already active"):
+            with eagle.tiered(ea_model, settings=TierSettings(mode="none")):
+                pass
+        assert eagle.is_patched()
+    assert not eagle.is_patched()
