@@ -45,10 +45,15 @@ from viasd_adapt.errors import ConfigError, ModelMismatchError, UnsupportedModel
 
 TRANSFORMERS_MAJOR = int(transformers.__version__.split(".")[0])
 
-# Logit agreement demanded of the EAGLE base model against the stock model (float32 on CPU differs
-# by ~1e-6; a broken rotary table or a missing weight differs by O(1)).
-LOGIT_ATOL = 1e-3
-LOGIT_RTOL = 1e-3
+# Logit agreement demanded of the EAGLE base model against the stock model, per dtype: (atol, rtol).
+# float32 on CPU differs by ~1e-6; half precision by ~1e-2 (different attention kernels); a broken
+# rotary table, a missing or untied weight differs by O(1), far beyond either.
+LOGIT_TOLERANCE = {
+    torch.float32: (1e-3, 1e-3),
+    torch.float16: (5e-2, 3e-2),
+    torch.bfloat16: (1.5e-1, 6e-2),
+}
+LOGIT_ATOL, LOGIT_RTOL = LOGIT_TOLERANCE[torch.float32]
 
 
 def _eagle_modules():
@@ -222,19 +227,22 @@ class SanityReport:
     probe_tokens: int
 
 
-def compare_logits(name: str, eagle_logits: torch.Tensor, stock_logits: torch.Tensor) -> float:
-    """Max abs difference, raising ModelMismatchError on NaN or a difference beyond tolerance."""
+def compare_logits(name: str, eagle_logits: torch.Tensor, stock_logits: torch.Tensor,
+                   dtype: torch.dtype = torch.float32) -> float:
+    """Max abs difference, raising ModelMismatchError on NaN or a difference beyond the tolerance
+    for the models' ``dtype``."""
+    atol, rtol = LOGIT_TOLERANCE.get(dtype, LOGIT_TOLERANCE[torch.bfloat16])
     if not torch.isfinite(eagle_logits).all():
         raise ModelMismatchError(
             f"the EAGLE base model produces non-finite logits ({name}); its rotary caches or weights did not "
             "load (transformers-5 incompatibility?). Refusing to run: generation would silently emit token 0."
         )
     diff = (eagle_logits - stock_logits).abs()
-    limit = LOGIT_ATOL + LOGIT_RTOL * stock_logits.abs()
+    limit = atol + rtol * stock_logits.abs()
     if bool((diff > limit).any()):
         raise ModelMismatchError(
             f"the EAGLE base model disagrees with the stock transformers model on the same weights ({name}): "
-            f"max |logit difference| = {float(diff.max()):.4g} (tolerance {LOGIT_ATOL} + {LOGIT_RTOL}*|logit|). "
+            f"max |logit difference| = {float(diff.max()):.4g} (tolerance {atol} + {rtol}*|logit| for {dtype}). "
             "Refusing to run a model that is not the target."
         )
     return float(diff.max())
@@ -243,8 +251,9 @@ def compare_logits(name: str, eagle_logits: torch.Tensor, stock_logits: torch.Te
 def check_base_model(base_model: nn.Module, reference: nn.Module, probe_length: int = 24) -> SanityReport:
     """Proves the EAGLE base model computes the same function as ``reference`` (stock HF model).
 
-    Raises :class:`ModelMismatchError` otherwise. Both models are compared in float32 on a seeded
-    random probe, once by a plain forward and once through eagle's KV cache in two chunks.
+    Raises :class:`ModelMismatchError` otherwise. Both models run a seeded random probe, once by a
+    plain forward and once through eagle's KV cache in two chunks; the tolerance depends on the
+    dtype (:data:`LOGIT_TOLERANCE`).
     """
     if base_model.config.vocab_size != reference.config.vocab_size:
         raise ModelMismatchError(
@@ -254,10 +263,11 @@ def check_base_model(base_model: nn.Module, reference: nn.Module, probe_length: 
     ids = _probe_ids(base_model.config.vocab_size, probe_length).to(device)
     with torch.no_grad():
         stock = reference(input_ids=ids.to(next(reference.parameters()).device), use_cache=False).logits.float().to(device)
+    dtype = next(base_model.parameters()).dtype
     plain = _eagle_logits_plain(base_model, ids)
-    diff_plain = compare_logits("plain forward", plain, stock)
+    diff_plain = compare_logits("plain forward", plain, stock, dtype)
     cached = _eagle_logits_cached(base_model, ids)
-    diff_cached = compare_logits("KV-cache forward", cached, stock)
+    diff_cached = compare_logits("KV-cache forward", cached, stock, dtype)
     agreement = float((plain.argmax(-1) == stock.argmax(-1)).float().mean())
     return SanityReport(diff_plain, diff_cached, agreement, probe_length)
 
