@@ -26,11 +26,13 @@ def models() -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for initialisation, data order and masks.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory under which <preset>/ is written [default: $VIASD_CACHE or ~/.cache/viasd-adapt].")
-def build(preset_name: str, seed: int, out_dir: Path | None) -> None:
+@click.option("--threads", type=click.IntRange(1, 2), default=1, show_default=True,
+              help="CPU threads; the weights are reproducible for a given thread count.")
+def build(preset_name: str, seed: int, out_dir: Path | None, threads: int) -> None:
     """Train a tokenizer, a target and a drafter on stdlib code, and write them with a report."""
     from viasd_adapt.models.build import build_pair
 
-    pair_dir = build_pair(preset_name, out_dir=out_dir, seed=seed)
+    pair_dir = build_pair(preset_name, out_dir=out_dir, seed=seed, threads=threads)
     report = json.loads((pair_dir / "build_report.json").read_text())
     click.echo(f"built {preset_name} in {report['build_seconds']:.0f}s -> {pair_dir}")
     losses = report["heldout_loss"]
