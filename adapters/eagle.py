@@ -116,6 +116,7 @@ from viasd_adapt.tiers import (
     verify_block,
 )
 
+_MISSING = object()
 HEAD_FEATURES = ("slim", "full")
 LOSSLESS_STRATEGIES = ("route", "cascade")
 PATCHED_NAMES = ("initialize_tree", "generate_candidates", "tree_decoding", "evaluate_posterior", "update_inference_inputs")
@@ -382,11 +383,15 @@ class _Patches:
         session.generations.append(state.metrics)
         recorder = _RecordingHead(model.base_model.lm_head)
         layer = model.ea_layer
+        previous = layer.__dict__.get("topK_genrate", _MISSING)
         layer.topK_genrate = lambda hidden, ids, head, processor, **kw: type(layer).topK_genrate(layer, hidden, ids, recorder, processor, **kw)
         try:
             out = self.original["initialize_tree"](input_ids, model, tree_attn_mask, past_key_values, logits_processor)
-        finally:
-            del layer.topK_genrate  # the instance attribute only; the class method is untouched
+        finally:  # an instance attribute only, put back as it was; the class method is never touched
+            if previous is _MISSING:
+                del layer.topK_genrate
+            else:
+                layer.topK_genrate = previous
         state.next_head_logits = recorder.outputs
         # the prefill: q's first token (every SD loop starts this way)
         state.metrics.full_passes += 1
@@ -622,7 +627,9 @@ class _Patches:
             state.metrics.record_audit(record, offset=len(state.metrics.token_tiers))
         n_drafts = len(result.tokens) - 1
         q_features = hidden if (escalation is not None) else None
-        if q_features is None and session.head_features == "full":
+        if q_features is None and session.head_features == "full" and hidden is not None:
+            q_features = hidden  # audit's shadow pass already has them
+        elif q_features is None and session.head_features == "full":
             # measurement mode: true features for what the slim tier committed (costs a q pass)
             _, q_features = session._full_forward(input_ids, [root] + drafts[:n_drafts].tolist())
         if audit and escalation is None:
