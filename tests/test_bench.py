@@ -126,7 +126,12 @@ def test_reported_values_are_medians_of_the_repeats(result):
         assert row["tokens_per_s"] == pytest.approx(statistics.median(row["repeats"]["tokens_per_s"]))
     ar = _row(result.rows, "ar", "-")
     hf_none = _row(result.rows, "hf", "none")
-    ratios = [a / b for a, b in zip(hf_none["repeats"]["tokens_per_s"], ar["repeats"]["tokens_per_s"])]
+    ratios = [
+        a / b
+        for row_repeat, ar_repeat in zip(hf_none["repeats"]["per_prompt_tokens_per_s"], ar["repeats"]["per_prompt_tokens_per_s"])
+        for a, b in zip(row_repeat, ar_repeat)
+    ]
+    assert len(ratios) == 3 * len(PROMPTS)  # one paired ratio per (repeat, prompt)
     assert hf_none["speedup_vs_ar"] == pytest.approx(statistics.median(ratios))
     assert ar["speedup_vs_ar"] == pytest.approx(1.0)
     assert hf_none["speedup_vs_untiered"] == pytest.approx(1.0)
@@ -188,18 +193,21 @@ def test_analytic_bound_by_hand():
 
 
 def test_pass_meter_tells_full_slim_and_draft_apart(context):
-    slim = SlimVerifier(context.target, test_mask())
+    before = SlimVerifier(context.target, test_mask())  # a view built before the hooks exist
     with PassMeter(context.target, context.draft) as meter:
+        after = SlimVerifier(context.target, test_mask())  # ... and one built after
         measure = meter.start()
         full = CachedRunner(context.target)
         full.logits_for([3, 4, 5], 1)
         full.logits_for([3, 4, 5, 6], 1)
-        slim_runner = CachedRunner(slim.model, slim.new_cache)
-        slim_runner.logits_for([3, 4, 5], 2)
+        CachedRunner(before.model, before.new_cache).logits_for([3, 4, 5], 2)
+        late = CachedRunner(after.model, after.new_cache)
+        late.logits_for([3, 4, 5], 2)
         CachedRunner(context.draft).logits_for([3], 1)
         meter.stop()
-        assert (measure.full_passes, measure.slim_passes, measure.draft_passes) == (2, 1, 1)
+        assert (measure.full_passes, measure.slim_passes, measure.draft_passes) == (2, 2, 1)
         assert measure.cache_peaks[id(full.cache)] == cache_bytes(full.cache) == full.cache_bytes()
+        assert measure.cache_peaks[id(late.cache)] == late.cache_bytes() > 0
     assert not context.target._forward_hooks_with_kwargs  # hooks removed on exit
 
 

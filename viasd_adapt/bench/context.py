@@ -61,8 +61,13 @@ class BenchContext:
     loaded: dict = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        if self.mask is not None:
-            self.slim = SlimVerifier(self.target, self.mask.mask)
+        self.rebuild_slim()
+
+    def rebuild_slim(self) -> None:
+        """A fresh slim view of the target. The bench calls it after registering its forward
+        hooks so that the view it hands to row runners carries them (views copy the target's hook
+        registries when they are built), which is how the view's KV cache gets measured."""
+        self.slim = SlimVerifier(self.target, self.mask.mask) if self.mask is not None else None
 
 
 def pick_device(name: str = "auto") -> torch.device:

@@ -54,23 +54,29 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_forward(
-    model: nn.Module, context: list[int], n_new: int, repeats: int = 7, cache_factory=None
-) -> float:
-    """Median seconds to feed ``n_new`` tokens after ``context`` tokens already in the KV cache."""
-    runner = CachedRunner(model, cache_factory)
-    runner.logits_for(context, 1)  # prefill, untimed
-    device = next(model.parameters()).device
-    block = [context[(i * 7) % len(context)] for i in range(n_new)]
-    runner.logits_for(context + block, n_new)  # warm-up
-    samples = []
-    for _ in range(repeats):
-        _sync(device)
+class _ForwardProbe:
+    """One model prefilled with ``context``; :meth:`time_once` feeds ``n_new`` tokens after it."""
+
+    def __init__(self, model: nn.Module, context: list[int], n_new: int, cache_factory=None):
+        self.runner = CachedRunner(model, cache_factory)
+        self.device = next(model.parameters()).device
+        self.context = context
+        self.block = [context[(i * 7) % len(context)] for i in range(n_new)]
+        self.runner.logits_for(context, 1)  # prefill, untimed
+        self.runner.logits_for(context + self.block, n_new)  # warm-up
+
+    def time_once(self) -> float:
+        _sync(self.device)
         start = time.perf_counter()
-        runner.logits_for(context + block, n_new)  # crops back to ``context`` and feeds ``block``
-        _sync(device)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        self.runner.logits_for(self.context + self.block, len(self.block))  # crops back to context, feeds block
+        _sync(self.device)
+        return time.perf_counter() - start
+
+
+def time_forward(model: nn.Module, context: list[int], n_new: int, repeats: int = 7, cache_factory=None) -> float:
+    """Median seconds to feed ``n_new`` tokens after ``context`` tokens already in the KV cache."""
+    probe = _ForwardProbe(model, context, n_new, cache_factory)
+    return statistics.median(probe.time_once() for _ in range(repeats))
 
 
 def measure_forward_costs(
@@ -79,17 +85,33 @@ def measure_forward_costs(
     slim=None,
     context: list[int] | None = None,
     gamma: int = 5,
-    repeats: int = 7,
+    repeats: int = 15,
 ) -> ForwardCosts:
-    """Times single forwards of drafter, slim verifier (if any) and target on ``context``."""
+    """Times single forwards of drafter, slim verifier (if any) and target on ``context``.
+
+    The four probes are timed round-robin (one forward of each per round), so that load from other
+    processes hits them alike; each cost is the median over rounds.
+    """
     if not context:
         context = list(range(1, 65))
     block = gamma + 1
+    probes = {
+        "c_draft": _ForwardProbe(draft, context, 1),
+        "c_full_block": _ForwardProbe(target, context, block),
+        "c_full": _ForwardProbe(target, context, 1),
+    }
+    if slim is not None:
+        probes["c_slim"] = _ForwardProbe(slim.model, context, block, slim.new_cache)
+    samples: dict[str, list[float]] = {name: [] for name in probes}
+    for _ in range(repeats):
+        for name, probe in probes.items():
+            samples[name].append(probe.time_once())
+    medians = {name: statistics.median(values) for name, values in samples.items()}
     return ForwardCosts(
-        c_draft=time_forward(draft, context, 1, repeats),
-        c_slim=time_forward(slim.model, context, block, repeats, slim.new_cache) if slim is not None else None,
-        c_full_block=time_forward(target, context, block, repeats),
-        c_full=time_forward(target, context, 1, repeats),
+        c_draft=medians["c_draft"],
+        c_slim=medians.get("c_slim"),
+        c_full_block=medians["c_full_block"],
+        c_full=medians["c_full"],
         context_length=len(context),
         block_length=block,
     )

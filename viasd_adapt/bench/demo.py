@@ -29,7 +29,7 @@ class DemoBudget:
     bench_prompts: int = 2
     bench_tokens: int = 32
     bench_repeats: int = 2
-    cost_repeats: int = 3
+    cost_repeats: int = 7
 
 
 BUDGETS = {

@@ -5,9 +5,13 @@ is measured the same way whatever framework drives the models (our engine, a pat
 ``generate``, PEARL's threads). Why hooks rather than each framework's own counters: an unpatched
 framework has no counters, and a row must not be able to under-report its own work.
 
-The slim verifier is a shallow-copied *view* of the target (:mod:`viasd_adapt.routing.slim`); the
-copy shares the target's hook dictionary, so a hook registered on the target also fires for the
-view, with ``module`` being the view. That is how slim passes are told apart from full passes.
+The slim verifier is a shallow-copied *view* of the target (:mod:`viasd_adapt.routing.slim`) that
+shares every child module off the path to the layer list, the LM head included. So a forward of
+the LM head that does not happen inside the target's own forward (tracked with a pre-hook, per
+thread) is a slim pass; a target forward is a full pass. This holds whether a view was built
+before or after the hooks were registered, and whether or not it copies the target's hook
+dictionaries. (A model without ``get_output_embeddings``, e.g. EAGLE's inner decoder, falls back
+to "a forward of a copy that inherited the hook is a slim pass".)
 
 Memory (CPU): parameter bytes of every model that ran at least once, plus, for each KV cache object
 seen during the run, its largest size, summed (an upper bound on the caches alive at once).
@@ -17,6 +21,7 @@ which one was used.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,28 +94,56 @@ class PassMeter:
             self.watch(draft, "draft", name="draft")
 
     def watch(self, module: nn.Module, role: str, name: str) -> None:
-        """Counts forwards of ``module`` as ``role`` ("full" or "draft"). For "full", forwards of
-        shallow-copied views sharing its hook dictionary count as slim passes."""
+        """Counts forwards of ``module`` as ``role`` ("full" or "draft").
+
+        For "full", forwards of routed views of ``module`` count as slim passes (see the module
+        docstring for how they are recognised).
+        """
         if id(module) in self._watched:
             return
         if role not in ("full", "draft"):
             raise ValueError(f"role must be 'full' or 'draft', got {role!r}")
         self._watched.add(id(module))
+        if role == "draft":
+            def on_draft(called, args, kwargs, output) -> None:
+                if self.current is not None:
+                    self.current.draft_passes += 1
+                    self.current.models_used[name] = module
+                    self._record_cache(kwargs, output)
 
-        def hook(called, args, kwargs, output) -> None:
+            self._handles.append(module.register_forward_hook(on_draft, with_kwargs=True))
+            return
+
+        head = module.get_output_embeddings() if hasattr(module, "get_output_embeddings") else None
+        inside = threading.local()  # depth of ``module``'s own forward on this thread
+
+        def before(called, args, kwargs) -> None:
+            if called is module:
+                inside.depth = getattr(inside, "depth", 0) + 1
+
+        def after(called, args, kwargs, output) -> None:
+            if called is module:
+                inside.depth = getattr(inside, "depth", 1) - 1
             current = self.current
             if current is None:
                 return
-            if role == "draft":
-                current.draft_passes += 1
-            elif called is module:
+            if called is module:
                 current.full_passes += 1
-            else:  # a routed view sharing this module's hook dictionary: the slim verifier
+            elif head is None:  # a view that inherited this hook, and no shared head to count on
                 current.slim_passes += 1
             current.models_used[name] = module
             self._record_cache(kwargs, output)
 
-        self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
+        def on_head(called, args, output) -> None:
+            current = self.current
+            if current is not None and getattr(inside, "depth", 0) == 0:
+                current.slim_passes += 1
+                current.models_used[name] = module
+
+        self._handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
+        self._handles.append(module.register_forward_hook(after, with_kwargs=True, always_call=True))
+        if head is not None:
+            self._handles.append(head.register_forward_hook(on_head))
 
     def _record_cache(self, kwargs: dict, output: Any) -> None:
         cache = _cache_of(kwargs, output)

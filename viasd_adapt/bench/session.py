@@ -77,7 +77,7 @@ def run_bench_session(
     echo: Callable[[str], None] = print,
     label: str = "",
     context=None,
-    cost_repeats: int = 7,
+    cost_repeats: int = 15,
 ) -> dict[str, Any]:
     """Runs the bench and reports it through ``echo``; returns the JSON document."""
     from viasd_adapt.cli.bench import tier_settings_from_options
