@@ -42,7 +42,7 @@ def bench_options(function):
         click.option("--num-prompts", type=click.IntRange(min=1), default=8, show_default=True,
                      help="Number of held-out prompts when --prompts is not given."),
         click.option("--max-new-tokens", type=int, default=64, show_default=True, help="Tokens generated per prompt (EOS does not stop)."),
-        click.option("--frameworks", default=DEFAULT_FRAMEWORKS, show_default=True, help="Comma-separated: hf, pearl, eagle."),
+        click.option("--frameworks", default=DEFAULT_FRAMEWORKS, show_default=True, help="Comma-separated: hf, pearl, eagle, engine (the classic SD loop of viasd_adapt.engine)."),
         click.option("--modes", default=DEFAULT_MODES, show_default=True, help="Comma-separated tier modes (none is always run)."),
         click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Interleaved repeats; medians are reported."),
         click.option("--seed", type=int, default=0, show_default=True),
