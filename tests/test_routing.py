@@ -311,6 +311,7 @@ def test_routing_mask_constructors_and_views():
         (lambda: RoutingMask.random(6, 0.0), "ratio"),
         (lambda: RoutingMask.random(6, 1.0), "ratio"),
         (lambda: RoutingMask.random(2, 0.9), "at least one layer must remain"),
+        (lambda: RoutingMask.random(6, 0.05), "skips no layer"),
     ],
 )
 def test_routing_mask_validation(build, message):

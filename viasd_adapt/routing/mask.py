@@ -24,10 +24,15 @@ ARTIFACT_VERSION = 1
 
 
 def skip_count(num_layers: int, ratio: float) -> int:
-    """Number of layers a ratio skips: ``round(r * L)``, checked to leave at least one layer."""
+    """Number of layers a ratio skips: ``round(r * L)``, checked to skip at least one and keep at least one."""
     if not isinstance(ratio, (int, float)) or not 0.0 < ratio < 1.0:
         raise ConfigError(f"routing ratio must be in (0, 1), got {ratio!r}")
     k = int(round(ratio * num_layers))
+    if k == 0:
+        raise ConfigError(
+            f"ratio {ratio} skips no layer of {num_layers} (round({ratio} * {num_layers}) = 0): the slim "
+            "verifier would be the full target; raise the ratio"
+        )
     if k >= num_layers:
         raise ConfigError(f"ratio {ratio} skips {k} of {num_layers} layers; at least one layer must remain")
     return k
