@@ -99,10 +99,10 @@ from viasd_adapt.adapters.eagle_tree import (
     two_path_subtree,
 )
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
-from viasd_adapt.hooks import HookRules, TierObserver, make_plugin_manager
+from viasd_adapt.hooks import HookRules, TierObserver, hookimpl, make_plugin_manager
 from viasd_adapt.metrics import TierMetrics
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
-from viasd_adapt.rules import lossless_accept_prob
+from viasd_adapt.rules import BUILTIN_RULES, lossless_accept_prob
 from viasd_adapt.sampling import sample_or_argmax
 from viasd_adapt.settings import Mode, TierSettings, check_max_new_tokens
 from viasd_adapt.tiers import (
@@ -696,6 +696,37 @@ def _tree_decoding_capturing(patches: _Patches):
     return tree_decoding
 
 
+# =========================================================================== optional rules
+
+
+class GreedyArgmaxAcceptance:
+    """Opt-in rules plugin (``plugins=[GreedyArgmaxAcceptance()]``): in greedy decoding a draft
+    equal to the verifier's argmax always passes gate 1 and escalation.
+
+    Why: the tolerant inequality ``u(x) >= (1 - alpha) p(x)`` compares probabilities, and a sharp
+    drafter (an EAGLE head trained on soft targets is sharper than a small target) can fail it on
+    the very token the verifier would pick greedily. Then lossy rejects drafts that lossless EAGLE
+    accepts. With this plugin lossy greedy is a relaxation of lossless greedy. Sampling is left to
+    the built-in rules (the plugin defers by returning None).
+    """
+
+    @hookimpl
+    def viasd_gate1_accept_prob(self, tokens, p, u, settings, greedy):
+        if not greedy:
+            return None
+        return torch.maximum(BUILTIN_RULES.gate1_accept_prob(tokens, p, u, settings, greedy), _argmax_match(tokens, u))
+
+    @hookimpl
+    def viasd_escalation_accept_prob(self, tokens, p, q, settings, greedy):
+        if not greedy:
+            return None
+        return torch.maximum(BUILTIN_RULES.escalation_accept_prob(tokens, p, q, settings, greedy), _argmax_match(tokens, q))
+
+
+def _argmax_match(tokens: torch.Tensor, verifier: torch.Tensor) -> torch.Tensor:
+    return (verifier[: tokens.shape[0]].argmax(-1) == tokens).float()
+
+
 # =========================================================================== scope
 
 
@@ -900,6 +931,7 @@ __all__ = [
     "EagleGeneration",
     "cli_runner",
     "EagleTierSession",
+    "GreedyArgmaxAcceptance",
     "SlimTreeVerifier",
     "check_head_embeddings",
     "check_head_matches",

@@ -326,3 +326,17 @@ def test_scopes_cannot_nest(ea_model):
                 pass
         assert eagle.is_patched()
     assert not eagle.is_patched()
+
+
+def test_greedy_argmax_plugin_accepts_the_verifiers_own_choice():
+    plugin = eagle.GreedyArgmaxAcceptance()
+    settings = TierSettings(mode="lossy")
+    tokens = torch.tensor([0, 1])
+    p = torch.tensor([[0.9, 0.1, 0.0], [0.1, 0.9, 0.0]])  # sharp drafter
+    u = torch.tensor([[0.4, 0.3, 0.3], [0.5, 0.3, 0.2], [0.3, 0.3, 0.4]])  # flat verifier, argmax 0 then 0
+    from viasd_adapt.rules import BUILTIN_RULES
+
+    assert BUILTIN_RULES.gate1_accept_prob(tokens, p, u, settings, True).tolist() == [0.0, 0.0]
+    assert plugin.viasd_gate1_accept_prob(tokens, p, u, settings, True).tolist() == [1.0, 0.0]
+    assert plugin.viasd_escalation_accept_prob(tokens, p, u, settings, True).tolist() == [1.0, 0.0]
+    assert plugin.viasd_gate1_accept_prob(tokens, p, u, settings, False) is None
