@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -53,14 +54,17 @@ def _mask(base_model) -> RoutingMask:
 def demo():
     ea_model = eagle.load_ea_model(PAIR.target, PAIR.eagle_head)
     tokenizer = ea_model.get_tokenizer()
-    prompts = [tokenizer(text, return_tensors="pt").input_ids for text in heldout_prompts(3, seed=11)]
+    prompts = [tokenizer(text, return_tensors="pt").input_ids for text in heldout_prompts(8, seed=11)]
     return ea_model, _mask(ea_model.base_model), prompts
 
 
-def _run(ea_model, prompts, mask, settings, new_tokens=32):
+def _run(ea_model, prompts, mask, settings, new_tokens=48, temperature=0.0):
     total, outputs = TierMetrics(), []
-    for ids in prompts:
-        result = eagle.generate(ea_model, ids, new_tokens, mask=mask if settings.mode.value != "none" else None, settings=settings)
+    for seed, ids in enumerate(prompts):
+        torch.manual_seed(seed)
+        random.seed(seed)  # eagle's own sampling acceptance (mode none) uses Python's random
+        result = eagle.generate(ea_model, ids, new_tokens, mask=mask if settings.mode.value != "none" else None,
+                                settings=settings, temperature=temperature)
         assert result.metrics.committed == len(result.tokens)
         total, outputs = total.merge(result.metrics), outputs + [result.tokens]
     return total, outputs
@@ -72,12 +76,15 @@ def test_demo_sanity_check_passed(demo):
 
 
 def test_demo_lossy_has_fewer_rejections_than_unwrapped_eagle(demo):
+    """Sampling at temperature 0.8 (greedy decoding of the small demo target is nearly always fully
+    accepted by EAGLE, leaving nothing to cut; README, "EAGLE adapter", has both numbers)."""
     ea_model, mask, prompts = demo
-    none, _ = _run(ea_model, prompts, mask, TierSettings(mode="none"))
-    lossy, _ = _run(ea_model, prompts, mask, TierSettings(mode="lossy"))
+    none, _ = _run(ea_model, prompts, mask, TierSettings(mode="none"), temperature=0.8)
+    lossy, _ = _run(ea_model, prompts, mask, TierSettings(mode="lossy"), temperature=0.8)
     assert lossy.drafts_judged > 0 and none.drafts_judged > 0
     assert lossy.rejection_rate < none.rejection_rate
-    assert lossy.slim_passes == lossy.cycles - 1 * len(prompts)  # one slim pass per drafted cycle
+    assert lossy.full_passes_per_token < none.full_passes_per_token
+    assert lossy.slim_passes == lossy.cycles - len(prompts)  # one slim pass per drafted cycle
 
 
 def test_demo_lossless_greedy_identical_and_audit_reports(demo):
