@@ -85,6 +85,8 @@ def _load_tokenizer(path: Path, role: str, required: bool):
 @click.option("--calib-prompts", type=int, default=16, show_default=True, help="Corpus prompts used when --calib is not given.")
 @click.option("--heldout-prompts", type=int, default=16, show_default=True, help="Held-out prompts for the agreement report.")
 @click.option("--new-tokens", type=int, default=48, show_default=True, help="Target's greedy tokens per calibration prompt.")
+@click.option("--prompt-tokens", type=int, default=64, show_default=True,
+              help="Calibration prompts are cut to their first N tokens (context; not scored).")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), default=Path("mask.json"), show_default=True,
               help="Where the mask artifact (JSON) is written.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None,
@@ -94,7 +96,7 @@ def _load_tokenizer(path: Path, role: str, required: bool):
 @click.option("--threads", type=int, default=None, help="torch CPU threads [default: torch's choice].")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 def search(target_path, draft_path, pair, ratio, steps, bo_every, patience, seed, calib_file, calib_prompts,
-           heldout_prompts, new_tokens, out_path, plot_path, compare_random, threads, no_progress) -> None:
+           heldout_prompts, new_tokens, prompt_tokens, out_path, plot_path, compare_random, threads, no_progress) -> None:
     """DIMR: search the routing mask of the slim verifier (random + BoTorch, fixed cardinality)."""
     started = time.perf_counter()
     check_ratio(ratio)
@@ -142,7 +144,7 @@ def search(target_path, draft_path, pair, ratio, steps, bo_every, patience, seed
     num_layers = find_decoder_stack(target).num_layers
     check_cardinality(num_layers, skip_count(num_layers, ratio))
     spec = CalibrationSpec(calib_file=calib_file, n_calibration=calib_prompts, n_heldout=heldout_prompts,
-                           new_tokens=new_tokens, prompt_seed=seed)
+                           new_tokens=new_tokens, max_prompt_tokens=prompt_tokens, prompt_seed=seed)
     calib_ids, heldout_ids = prompt_token_ids(target_tok, spec)
 
     if not no_progress:

@@ -29,7 +29,7 @@ from viasd_adapt.runner import CachedRunner
 DEFAULT_CALIB_PROMPTS = 16
 DEFAULT_HELDOUT_PROMPTS = 16
 DEFAULT_NEW_TOKENS = 48
-DEFAULT_PROMPT_TOKENS = 96
+DEFAULT_PROMPT_TOKENS = 64
 
 
 # ---------------------------------------------------------------------------- prompts
