@@ -126,13 +126,9 @@ def test_reported_values_are_medians_of_the_repeats(result):
         assert row["tokens_per_s"] == pytest.approx(statistics.median(row["repeats"]["tokens_per_s"]))
     ar = _row(result.rows, "ar", "-")
     hf_none = _row(result.rows, "hf", "none")
-    ratios = [
-        a / b
-        for row_repeat, ar_repeat in zip(hf_none["repeats"]["per_prompt_tokens_per_s"], ar["repeats"]["per_prompt_tokens_per_s"])
-        for a, b in zip(row_repeat, ar_repeat)
-    ]
-    assert len(ratios) == 3 * len(PROMPTS)  # one paired ratio per (repeat, prompt)
-    assert hf_none["speedup_vs_ar"] == pytest.approx(statistics.median(ratios))
+    ratios = [a / b for a, b in zip(hf_none["repeats"]["tokens_per_s"], ar["repeats"]["tokens_per_s"])]
+    assert hf_none["speedup_vs_ar"] == pytest.approx(statistics.median(ratios))  # paired within each repeat
+    assert all(len(per_prompt) == len(PROMPTS) for per_prompt in hf_none["repeats"]["per_prompt_tokens_per_s"])
     assert ar["speedup_vs_ar"] == pytest.approx(1.0)
     assert hf_none["speedup_vs_untiered"] == pytest.approx(1.0)
 
@@ -223,10 +219,12 @@ def test_goals_are_judged_against_fixed_thresholds():
         return {"framework": "hf", "mode": mode, "tokens_per_s": tps, "rejection_rate": rej, "greedy_agreement": agree,
                 "fraction_of_bound": frac, "speedup_vs_untiered": x_untiered}
 
-    rows = [row("plain", 100.0, None), row("none", 98.0, 0.40), row("lossy", 130.0, 0.20, agree=0.95, frac=0.92, x_untiered=1.30)]
+    rows = [row("plain", 100.0, None, x_untiered=1.02), row("none", 98.0, 0.40, x_untiered=1.0),
+            row("lossy", 130.0, 0.20, agree=0.95, frac=0.92, x_untiered=1.30)]
     got = {c.goal: c.met for c in check_goals(rows)}
     assert all(got.values()), got
-    rows = [row("plain", 100.0, None), row("none", 90.0, 0.40), row("lossy", 100.0, 0.30, agree=0.95, frac=0.5, x_untiered=1.1)]
+    rows = [row("plain", 100.0, None, x_untiered=1.11), row("none", 90.0, 0.40, x_untiered=1.0),
+            row("lossy", 100.0, 0.30, agree=0.95, frac=0.5, x_untiered=1.1)]
     got = {c.goal: c.met for c in check_goals(rows, preset="conservative")}
     assert not any(got.values()), got  # 10% overhead, 1.1x, 0.10 drop, 50% of bound, 95% < 97%
 
