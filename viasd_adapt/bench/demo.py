@@ -92,6 +92,14 @@ def click_style(text: str, colour: bool, **kwargs) -> str:
     return click.style(text, bold=True, **kwargs)
 
 
+def default_frameworks(has_eagle_head: bool) -> str:
+    """hf and pearl, plus eagle when the pair ships an EAGLE head and eagle-llm is installed."""
+    from viasd_adapt.bench.rows import EAGLE_ADAPTER, module_available
+
+    eagle = has_eagle_head and module_available(EAGLE_ADAPTER) and module_available("eagle.model.ea_model")
+    return "hf,pearl,eagle" if eagle else "hf,pearl"
+
+
 def run_demo(
     pair: str | None = None,
     budget: DemoBudget | None = None,
@@ -99,7 +107,7 @@ def run_demo(
     colour: bool = False,
     json_path: str | Path | None = None,
     plot_path: str | Path | None = None,
-    frameworks: str = "hf,pearl",
+    frameworks: str | None = None,
 ) -> dict:
     """The whole demo; returns ``{"completions": ..., "bench": <bench JSON>}``."""
     from viasd_adapt.bench.session import quiet_transformers, run_bench_session, set_threads
@@ -112,7 +120,10 @@ def run_demo(
     echo(f"pair: {paths.name} ({paths.source}) at {paths.root}")
     if paths.mask is None:
         echo(click_style(f"no mask.json shipped with this pair: using the {FALLBACK_MASK_LABEL}", colour, fg="red"))
-    ctx = build_context(paths.target, paths.draft, TierSettings(), SamplingConfig(), mask_path=paths.mask, device="auto")
+    if frameworks is None:
+        frameworks = default_frameworks(paths.eagle_head is not None)
+    ctx = build_context(paths.target, paths.draft, TierSettings(), SamplingConfig(), mask_path=paths.mask, device="auto",
+                        eagle_head=str(paths.eagle_head) if paths.eagle_head else None)
     ctx_mask = ctx.mask
     echo(f"slim verifier skips layers {list(ctx_mask.mask.skipped)} of {ctx_mask.mask.num_layers} ({ctx_mask.source})")
     completions = show_completions(ctx, demo_prompt(), budget.completion_tokens, echo, colour)

@@ -10,7 +10,7 @@ import click
 @click.command()
 @click.option("--pair", default=None, help="A pair name or directory instead of the shipped demo pair.")
 @click.option("--quick", is_flag=True, help="Smoke-test sizes (same as VIASD_DEMO_BUDGET=tiny).")
-@click.option("--frameworks", default="hf,pearl", show_default=True, help="Frameworks in the small bench.")
+@click.option("--frameworks", default=None, help="Frameworks in the small bench [default: hf,pearl, plus eagle when the pair ships an EAGLE head].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the bench rows as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the bench plot (PNG).")
 def demo(pair, quick, frameworks, json_path, plot_path) -> None:
