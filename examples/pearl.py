@@ -1,11 +1,11 @@
 """PEARL with the VIA-SD slim tier, on the demo pair shipped with viasd-adapt.
 
-    python examples/pearl.py ["Once upon a time"]
+    python examples/pearl.py ["def parse_args(argv):"]
 
 Runs PEARL (drafter and target on two threads) without the tier and with it in every mode, and
 prints each completion with its metrics. The same thing from the shell:
 
-    viasd generate --framework pearl --mode lossy --prompt "Once upon a time"
+    viasd generate --framework pearl --mode lossy --prompt "def parse_args(argv):"
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from viasd_adapt.sampling import SamplingConfig
 from viasd_adapt.settings import TierSettings
 
 
-def main(prompt: str = "Once upon a time") -> None:
+def main(prompt: str = "def parse_args(argv):") -> None:
     pair = demo_pair_paths()  # target/, draft/ and mask.json inside the package
     tokenizer = AutoTokenizer.from_pretrained(pair.target)
     target = AutoModelForCausalLM.from_pretrained(pair.target, dtype=torch.float32).eval()
