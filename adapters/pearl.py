@@ -154,7 +154,11 @@ class PearlVerifier(TieredVerifier):
                     drafts, p, q, slim.escalate_at, self.settings, self.greedy, generator, self.rules
                 )
             result = end_cycle_at_block(combine_cycle(drafts, slim, escalation), drafts.tolist())
-        if audit:
+        if audit:  # audit only what will be committed (verify() clips to these limits afterwards)
+            max_tokens, eos = getattr(self, "_cycle_limits", (None, ()))
+            budget = len(result.tokens) if max_tokens is None else max_tokens
+            kept, _ = split_at_stop(result.tokens, budget, set(eos))
+            del result.tokens[len(kept) :], result.tiers[len(kept) :]
             record = audit_cycle(drafts, p, u, q, slim, result, self.settings, self.greedy)
             self.metrics.record_audit(record, offset=len(self.metrics.token_tiers))
         return result
@@ -327,6 +331,7 @@ class PearlDecoder:
         self.stats = PearlStats(parallel=self.parallel)
         self._run = 0
         self._workers: RoleWorkers | None = None
+        self.eos: tuple[int, ...] = ()
 
     # ------------------------------------------------------------------ role jobs
     def _draft_job(self, sequence: list[int], count: int, first: Future) -> DraftBlock:
@@ -349,13 +354,16 @@ class PearlDecoder:
             self.stats.draft_busy_s += time.perf_counter() - start
         return block
 
-    def _verify_job(self, committed: list[int], block: DraftBlock) -> CycleResult:
-        """Target thread: the seam, on the block ``pending + [d1]``."""
+    def _verify_job(self, committed: list[int], block: DraftBlock, budget: int) -> CycleResult:
+        """Target thread: the seam, on the block ``pending + [d1]``, cut at the budget and EOS
+        before the metrics and the observers see it."""
         start = time.perf_counter()
         try:
             drafts = torch.tensor(block.tokens, dtype=torch.long, device=self.device)
             p = torch.stack([row.to(self.device) for row in block.probs])
-            return self.verifier.verify(committed, drafts, p, self.target_generator)
+            return self.verifier.verify(
+                committed, drafts, p, self.target_generator, max_tokens=budget, eos_token_ids=self.eos
+            )
         finally:
             self.stats.target_busy_s += time.perf_counter() - start
 
@@ -366,14 +374,14 @@ class PearlDecoder:
         n_new = min(self.verifier.settings.gamma, budget - len(pending))
         if n_new <= 0:  # the pending drafts alone fill the budget: nothing left to draft
             block = DraftBlock(pending.tokens[:budget], pending.probs[:budget])
-            return block, workers.submit("target", self._verify_job, committed, block).result(), DraftBlock()
+            return block, workers.submit("target", self._verify_job, committed, block, budget).result(), DraftBlock()
         first: Future = Future()
         drafting = workers.submit("drafter", self._draft_job, committed + pending.tokens, n_new, first)
         verifying = None
         try:
             d1, p1 = first.result()  # raises if the drafter failed before its first token
             block = DraftBlock(pending.tokens + [d1], pending.probs + [p1])
-            verifying = workers.submit("target", self._verify_job, committed, block)
+            verifying = workers.submit("target", self._verify_job, committed, block, budget)
             result = verifying.result()
             fresh = drafting.result()
         finally:  # never leave a job of this round running behind an error
@@ -387,6 +395,7 @@ class PearlDecoder:
     def generate(self, prompt_ids: list[int], max_new_tokens: int, eos_token_ids: Iterable[int] = ()) -> PearlOutput:
         check_max_new_tokens(max_new_tokens)
         eos = {int(e) for e in eos_token_ids}
+        self.eos = tuple(sorted(eos))
         generated: list[int] = []
         pending = DraftBlock()
         start = time.perf_counter()

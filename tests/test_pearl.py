@@ -272,6 +272,30 @@ def test_max_new_tokens_hit_inside_a_block(pair, parallel):
     assert threading.active_count() == before and not pearl_threads()
 
 
+class TokenCounter:
+    def __init__(self):
+        self.events = []
+
+    @hookimpl
+    def viasd_token_decided(self, event):
+        self.events.append(event)
+
+
+@pytest.mark.parametrize("mode", ["none", "lossless", "audit"])
+def test_observers_and_metrics_see_only_committed_tokens(pair, mask, mode):
+    """Budget and EOS cut a cycle before it is counted, so hooks never see a dropped token."""
+    target, drafter = pair
+    expected = greedy_reference(target, PROMPTS[0], 24)
+    for n, eos in ((6, None), (24, expected[5])):
+        counter = TokenCounter()
+        out = pearl_generate(target, drafter, PROMPTS[0], n, settings=TierSettings(mode=mode, gamma=4), mask=mask,
+                             eos_token_id=eos, plugins=[counter], seed=0)
+        assert [e.token for e in counter.events] == out.tokens
+        assert [e.index for e in counter.events] == list(range(len(out.tokens)))
+        if mode == "audit":
+            assert out.metrics.audited == len(out.tokens)
+
+
 def test_eos_stops_generation(pair, mask):
     target, drafter = pair
     expected = greedy_reference(target, PROMPTS[0], 24)
