@@ -135,7 +135,7 @@ def test_ratio_errors_before_any_forward():
             search_mask(target, draft, prompts(1, 0), ratio=ratio)
     with pytest.raises(ConfigError, match="at least one layer must remain"):
         search_mask(target, draft, prompts(1, 0), ratio=0.9)  # round(3.6) = 4 of 4 layers
-    with pytest.raises(ConfigError, match="at least one layer"):
+    with pytest.raises(ConfigError, match="no layer|at least one layer"):
         search_mask(target, draft, prompts(1, 0), ratio=0.1)  # round(0.4) = 0: nothing to route
 
 
