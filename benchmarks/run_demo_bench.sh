@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 OUT=benchmarks/results
 mkdir -p "$OUT"
 COMMON=(--pair demo --frameworks "${FRAMEWORKS:-hf,pearl}" --modes none,lossless,lossy,audit
-        --repeats "${REPEATS:-3}" --num-prompts "${PROMPTS:-8}" --max-new-tokens "${TOKENS:-64}" --seed 0)
+        --repeats "${REPEATS:-3}" --num-prompts "${PROMPTS:-8}" --max-new-tokens "${TOKENS:-48}" --seed 0)
 viasd bench "${COMMON[@]}" --json "$OUT/demo_default.json" --plot "$OUT/demo_default.png" | tee "$OUT/demo_default.txt"
 viasd bench "${COMMON[@]}" --preset conservative --json "$OUT/demo_conservative.json" --plot "$OUT/demo_conservative.png" \
   | tee "$OUT/demo_conservative.txt"

@@ -44,6 +44,16 @@ def set_threads() -> int:
     return torch.get_num_threads()
 
 
+def plot_title(target_path, settings, preset: str, prompts: int, tokens: int, repeats: int) -> str:
+    """Names the pair (the directory holding target/) and the settings that matter."""
+    target = Path(str(target_path))
+    pair = target.parent.name if target.name == "target" else target.name
+    return (
+        f"pair {pair}: preset {preset} (alpha1={settings.alpha1}, alpha2={settings.alpha2}, gamma={settings.gamma}), "
+        f"{prompts} prompts x {tokens} tokens x {repeats} repeats"
+    )
+
+
 def quiet_transformers() -> None:
     """No weight-loading progress bars or deprecation chatter between the table lines."""
     from transformers.utils import logging as hf_logging
@@ -140,6 +150,6 @@ def run_bench_session(
     if plot_path:
         from viasd_adapt.bench.plot import plot_rows
 
-        title = label or f"{Path(str(target_path)).name} / {Path(str(draft_path)).name}, {settings.to_dict()}"
+        title = label or plot_title(target_path, settings, preset, len(prompts), max_new_tokens, repeats)
         echo(f"wrote {plot_rows(result.rows, plot_path, title=title)}")
     return data
