@@ -3,8 +3,10 @@
 EAGLE loads its own copy of the target (eagle's modified Llama with a pre-allocated KV cache)
 next to the head, once per bench. Its forwards are metered by hooking that copy's inner decoder
 (full passes; the adapter's slim view is a shallow copy of it, so slim passes are told apart the
-same way as for the HF target) and the head (draft passes). The pre-allocated KV buffers are
-added to the memory figure. Limits: EAGLE stops at EOS (``eagle.generate`` trims there), so a row
+same way as for the HF target) and the head (draft passes). EAGLE's pre-allocated KV buffers are
+added to the memory figure (not the slim verifier's own EAGLE buffer, which lives inside the
+adapter's session and is not reachable after ``eagle.generate`` returns).
+Limits: EAGLE stops at EOS (``eagle.generate`` trims there), so a row
 may generate fewer tokens than asked; and the analytic bound is not computed (its verification
 is a tree, which the block-cost model does not describe).
 
