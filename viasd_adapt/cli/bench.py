@@ -14,10 +14,6 @@ DEFAULT_FRAMEWORKS = "hf,pearl"
 DEFAULT_MODES = "none,lossless,lossy,audit"
 
 
-def _split(value: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in value.split(",") if part.strip())
-
-
 def tier_settings_from_options(preset: str, alpha1: float | None, alpha2: float | None, gamma: int | None):
     """TierSettings from ``--preset`` then explicit overrides (validated by TierSettings)."""
     from viasd_adapt.settings import CONSERVATIVE, TierSettings
