@@ -83,7 +83,6 @@ import contextlib
 import os
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import torch
@@ -101,7 +100,7 @@ from viasd_adapt.adapters.eagle_tree import (
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
 from viasd_adapt.hooks import HookRules, TierObserver, hookimpl, make_plugin_manager
 from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
+from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
 from viasd_adapt.rules import BUILTIN_RULES, lossless_accept_prob
 from viasd_adapt.sampling import sample_or_argmax
 from viasd_adapt.settings import Mode, TierSettings, check_max_new_tokens
@@ -469,7 +468,7 @@ class _Patches:
 
     def _decide(self, candidates, logits_processor):
         session = self.session
-        state, cycle = session.state, session.state.cycle
+        cycle = session.state.cycle
         model = session.ea_model
         greedy = logits_processor is None
         retrieve = model.tree_buffers["retrieve_indices"].cpu()
@@ -730,22 +729,6 @@ def _argmax_match(tokens: torch.Tensor, verifier: torch.Tensor) -> torch.Tensor:
 # =========================================================================== scope
 
 
-def _resolve_mask(base_model: nn.Module, mask, settings: TierSettings) -> RoutingMask | None:
-    if mask is None:
-        if settings.mode is not Mode.NONE:
-            raise ConfigError(f"mode {settings.mode.value!r} needs a routing mask (mask=...); only mode 'none' runs without one")
-        return None
-    if isinstance(mask, (str, os.PathLike, Path)):
-        return MaskArtifact.load(mask, model=base_model).mask
-    if isinstance(mask, MaskArtifact):
-        mask.check_model(base_model)
-        return mask.mask
-    if isinstance(mask, RoutingMask):
-        mask.validate_for(base_model)
-        return mask
-    raise ConfigError(f"mask must be a RoutingMask, a MaskArtifact or a path to mask.json, got {type(mask).__name__}")
-
-
 _ACTIVE: dict[int, EagleTierSession] = {}
 
 
@@ -793,7 +776,7 @@ def tiered(
     if not hasattr(ea_model, "ea_layer") or not hasattr(ea_model, "base_model"):
         raise ConfigError(f"expected an eagle EaModel, got {type(ea_model).__name__}")
     check_head_embeddings(ea_model)
-    resolved = _resolve_mask(ea_model.base_model, mask, settings)
+    resolved = resolve_mask(ea_model.base_model, mask, settings.mode.value)
     if _ACTIVE:
         raise ViasdError("an eagle.tiered scope is already active: eagle's functions are module globals, scopes cannot nest")
     session = EagleTierSession(ea_model, settings, resolved, plugins, head_features, lossless_strategy)

@@ -41,7 +41,7 @@ import torch
 import transformers
 from torch import nn
 
-from viasd_adapt.errors import ConfigError, ModelMismatchError, UnsupportedModelError, ViasdError
+from viasd_adapt.errors import ModelMismatchError, UnsupportedModelError, ViasdError
 
 TRANSFORMERS_MAJOR = int(transformers.__version__.split(".")[0])
 

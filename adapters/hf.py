@@ -49,7 +49,6 @@ import os
 import threading
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import torch
@@ -60,7 +59,7 @@ from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.hooks import TierObserver, make_plugin_manager
 from viasd_adapt.metrics import TierMetrics
 from viasd_adapt.routing.layers import find_decoder_stack
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
+from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.runner import CachedRunner
 from viasd_adapt.sampling import SamplingConfig
@@ -199,7 +198,7 @@ def patch(
     if not hasattr(target, "generate") or not hasattr(type(target), "_get_candidate_generator"):
         raise ConfigError(f"{type(target).__name__} is not a transformers generation model (no generate())")
     find_decoder_stack(target)  # a clear UnsupportedModelError before anything is patched
-    routing = _resolve_mask(target, mask, settings)
+    routing = resolve_mask(target, mask, settings.mode.value)
     slim = SlimVerifier(target, routing) if routing is not None else None
     if tokenizer is not None and assistant_tokenizer is not None:
         _check_tokenizers(tokenizer, assistant_tokenizer)
@@ -261,22 +260,6 @@ def is_patched(model: nn.Module) -> bool:
 
 
 # ============================================================================ validation
-
-
-def _resolve_mask(target: nn.Module, mask, settings: TierSettings) -> RoutingMask | None:
-    if mask is None:
-        if settings.mode is not Mode.NONE:
-            raise ConfigError(f"mode {settings.mode.value!r} needs a routing mask (mask=...); only mode 'none' runs without one")
-        return None
-    if isinstance(mask, (str, os.PathLike, Path)):
-        return MaskArtifact.load(mask, model=target).mask
-    if isinstance(mask, MaskArtifact):
-        mask.check_model(target)
-        return mask.mask
-    if isinstance(mask, RoutingMask):
-        mask.validate_for(target)
-        return mask
-    raise ConfigError(f"mask must be a RoutingMask, a MaskArtifact or a path to mask.json, got {type(mask).__name__}")
 
 
 def _vocab_size(model: nn.Module) -> int | None:

@@ -66,7 +66,7 @@ from torch import nn
 from viasd_adapt.engine import Drafter, GenerationOutput, ModelDrafter, TieredVerifier
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.hooks import make_plugin_manager
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
+from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.sampling import SamplingConfig
 from viasd_adapt.settings import Mode, TierSettings, check_max_new_tokens
@@ -483,7 +483,7 @@ def pearl_generate(
     check_max_new_tokens(max_new_tokens)
     if not isinstance(settings, TierSettings):
         raise ConfigError(f"settings must be a TierSettings, got {type(settings).__name__}")
-    slim = _slim_verifier(target, mask) if settings.mode is not Mode.NONE else None
+    slim = SlimVerifier(target, resolve_mask(target, mask, settings.mode.value)) if settings.mode is not Mode.NONE else None
     if isinstance(drafter, nn.Module):
         _check_same_vocabulary(target, drafter)
         drafter = ModelDrafter(drafter, sampling)
@@ -577,19 +577,6 @@ def _eos_ids(eos_token_id: int | Iterable[int] | None) -> list[int]:
     if isinstance(eos_token_id, int):
         return [eos_token_id]
     return [int(e) for e in eos_token_id]
-
-
-def _slim_verifier(target: nn.Module, mask) -> SlimVerifier:
-    if mask is None:
-        raise ConfigError("this mode needs a routing mask for the slim verifier; pass mask=...")
-    if isinstance(mask, (str, Path)):
-        mask = MaskArtifact.load(mask, model=target)
-    if isinstance(mask, MaskArtifact):
-        mask.check_model(target)
-        mask = mask.mask
-    if not isinstance(mask, RoutingMask):
-        raise ConfigError(f"mask must be a RoutingMask, a MaskArtifact or a path, got {type(mask).__name__}")
-    return SlimVerifier(target, mask)
 
 
 def _vocab_size(model: nn.Module) -> int | None:

@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, Union
 
 import torch
 from torch import nn
@@ -239,3 +239,29 @@ class MaskArtifact:
         problems = fingerprint_mismatches(self.fingerprint, model_fingerprint(model))
         if problems:
             raise ModelMismatchError(f"{source} belongs to another model: " + "; ".join(problems))
+
+
+MaskLike = Union[RoutingMask, MaskArtifact, str, os.PathLike]
+
+
+def resolve_mask(model: nn.Module, mask: MaskLike | None, mode: str) -> RoutingMask | None:
+    """Whatever an adapter was given as ``mask=``, as a :class:`RoutingMask` checked against ``model``.
+
+    Accepts a :class:`RoutingMask`, a :class:`MaskArtifact` or the path of a ``mask.json``; an
+    artifact must have been searched on ``model`` (fingerprint). ``None`` is only allowed in mode
+    ``"none"``, the one mode without a slim verifier.
+    """
+    if mask is None:
+        if mode != "none":
+            raise ConfigError(f"mode {mode!r} needs a routing mask (mask=...); only mode 'none' runs without one")
+        return None
+    if isinstance(mask, (str, os.PathLike)):
+        return MaskArtifact.load(mask, model=model).mask
+    if isinstance(mask, MaskArtifact):
+        mask.check_model(model)
+        return mask.mask
+    if isinstance(mask, RoutingMask):
+        mask.validate_for(model)
+        return mask
+    raise ConfigError(f"mask must be a RoutingMask, a MaskArtifact or a path to mask.json, got {type(mask).__name__}")
+
