@@ -70,7 +70,7 @@ from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.sampling import SamplingConfig
 from viasd_adapt.settings import Mode, TierSettings, check_max_new_tokens
-from viasd_adapt.tiers import CycleResult, Tier, audit_cycle, combine_cycle, escalation_stage, slim_stage
+from viasd_adapt.tiers import CycleResult
 
 FRAMEWORK = "pearl"
 
@@ -126,42 +126,10 @@ class PearlVerifier(TieredVerifier):
     shown to observers, so observers see exactly the committed tokens.
     """
 
-    def _verify_plain(self, sequence, drafts, p, generator) -> CycleResult:
-        return end_cycle_at_block(super()._verify_plain(sequence, drafts, p, generator), drafts.tolist())
+    bonus_after_block = False
 
-    def _verify_cascade(self, sequence, drafts, p, generator) -> CycleResult:
-        return end_cycle_at_block(super()._verify_cascade(sequence, drafts, p, generator), drafts.tolist())
-
-    def _verify_tiered(self, sequence, drafts, p, generator, audit: bool) -> CycleResult:
-        g = drafts.shape[0]
-        block = sequence + drafts.tolist()
-        u = self._dist(self.slim_runner, block, g + 1)
-        self.metrics.slim_passes += 1
-        q = None
-        if audit:  # shadow q every cycle, reused if the cycle escalates
-            q = self._dist(self.full, block, g + 1)
-            self.metrics.full_passes += 1
-        slim = slim_stage(drafts, p, u, self.settings, self.greedy, generator, self.rules)
-        if slim.n_accepted == g:
-            result = CycleResult(drafts.tolist(), [Tier.DRAFT] * g, drafts_judged=g, drafts_rejected=0)
-        else:
-            escalation = None
-            if slim.escalate_at is not None:
-                if q is None:
-                    q = self._dist(self.full, block, g + 1)
-                    self.metrics.full_passes += 1
-                escalation = escalation_stage(
-                    drafts, p, q, slim.escalate_at, self.settings, self.greedy, generator, self.rules
-                )
-            result = end_cycle_at_block(combine_cycle(drafts, slim, escalation), drafts.tolist())
-        if audit:  # audit only what will be committed (verify() clips to these limits afterwards)
-            max_tokens, eos = getattr(self, "_cycle_limits", (None, ()))
-            budget = len(result.tokens) if max_tokens is None else max_tokens
-            kept, _ = split_at_stop(result.tokens, budget, set(eos))
-            del result.tokens[len(kept) :], result.tiers[len(kept) :]
-            record = audit_cycle(drafts, p, u, q, slim, result, self.settings, self.greedy)
-            self.metrics.record_audit(record, offset=len(self.metrics.token_tiers))
-        return result
+    def _end_cycle(self, result: CycleResult, drafts: torch.Tensor) -> CycleResult:
+        return end_cycle_at_block(result, drafts.tolist())
 
 
 # =============================================================================== threads / streams

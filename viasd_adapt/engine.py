@@ -13,7 +13,7 @@ tiers 1-2 in the same forward that verifies the next block.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import Callable, ClassVar, Iterable, Protocol
 
 import pluggy
 import torch
@@ -141,12 +141,21 @@ class TieredVerifier:
         self.metrics.record_cycle(result, drafted=drafted)
         self.observer.cycle(result, self.metrics, first_index)
 
+    #: Whether a block that passes entirely earns a bonus token after it. Frameworks whose next
+    #: block's first draft takes that position (PEARL) set this to False, so the tiers neither
+    #: resolve nor escalate a position whose token would be dropped.
+    bonus_after_block: ClassVar[bool] = True
+
+    def _end_cycle(self, result: CycleResult, drafts: torch.Tensor) -> CycleResult:
+        """Framework hook applied to every cycle's result before it is recorded (default: as is)."""
+        return result
+
     def _verify_plain(self, sequence, drafts, p, generator) -> CycleResult:
         g = drafts.shape[0]
         q = self._dist(self.full, sequence + drafts.tolist(), g + 1)
         self.metrics.full_passes += 1
         verdict = verify_block(drafts, p, q, lossless_accept_prob(drafts, p, q[:-1], self.greedy), self.greedy, generator)
-        return _plain_result(drafts, verdict.n_accepted, verdict.next_token)
+        return self._end_cycle(_plain_result(drafts, verdict.n_accepted, verdict.next_token), drafts)
 
     def _verify_cascade(self, sequence, drafts, p, generator) -> CycleResult:
         g = drafts.shape[0]
@@ -164,7 +173,9 @@ class TieredVerifier:
         tokens = candidates[:n].tolist() + [verdict.next_token]
         tiers = [Tier.DRAFT if i < n_kept else Tier.SLIM for i in range(n)] + [Tier.FULL]
         drafts_kept = min(n, n_kept)
-        return CycleResult(tokens, tiers, drafts_kept + int(drafts_kept < g), int(drafts_kept < g))
+        return self._end_cycle(
+            CycleResult(tokens, tiers, drafts_kept + int(drafts_kept < g), int(drafts_kept < g)), drafts
+        )
 
     def _verify_tiered(self, sequence, drafts, p, generator, audit: bool) -> CycleResult:
         g = drafts.shape[0]
@@ -176,13 +187,18 @@ class TieredVerifier:
             q = self._dist(self.full, block, g + 1)
             self.metrics.full_passes += 1
         slim = slim_stage(drafts, p, u, self.settings, self.greedy, generator, self.rules)
-        escalation = None
-        if slim.escalate_at is not None:
-            if q is None:
-                q = self._dist(self.full, block, g + 1)
-                self.metrics.full_passes += 1
-            escalation = escalation_stage(drafts, p, q, slim.escalate_at, self.settings, self.greedy, generator, self.rules)
-        result = combine_cycle(drafts, slim, escalation)
+        if slim.n_accepted == g and not self.bonus_after_block:
+            result = CycleResult(drafts.tolist(), [Tier.DRAFT] * g, drafts_judged=g, drafts_rejected=0)
+        else:
+            escalation = None
+            if slim.escalate_at is not None:
+                if q is None:
+                    q = self._dist(self.full, block, g + 1)
+                    self.metrics.full_passes += 1
+                escalation = escalation_stage(
+                    drafts, p, q, slim.escalate_at, self.settings, self.greedy, generator, self.rules
+                )
+            result = self._end_cycle(combine_cycle(drafts, slim, escalation), drafts)
         if audit:  # audit only what will be committed
             _clip_cycle(result, *getattr(self, "_cycle_limits", (None, ())))
             record = audit_cycle(drafts, p, u, q, slim, result, self.settings, self.greedy)
