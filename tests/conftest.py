@@ -16,3 +16,22 @@ def tiny_pair(tmp_path_factory):
     from viasd_adapt.models.build import build_pair
 
     return build_pair("tiny", out_dir=tmp_path_factory.mktemp("viasd-cache"), seed=0, progress=False)
+
+
+def load_shipped_demo_pair():
+    """``(pair, tokenizer, target, drafter)`` of the demo pair shipped in the package, fp32, eval.
+
+    The pair and its DIMR mask are part of the package, so a missing one is a failure, not a skip.
+    Serves the demo-pair tests of every adapter.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from viasd_adapt.models.registry import demo_pair_paths
+
+    pair = demo_pair_paths()
+    assert pair.mask is not None, "the shipped demo pair has no mask.json"
+    tokenizer = AutoTokenizer.from_pretrained(str(pair.target))
+    target = AutoModelForCausalLM.from_pretrained(str(pair.target), dtype=torch.float32).eval()
+    drafter = AutoModelForCausalLM.from_pretrained(str(pair.draft), dtype=torch.float32).eval()
+    return pair, tokenizer, target, drafter

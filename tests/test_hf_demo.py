@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from viasd_adapt.adapters import hf
-from viasd_adapt.errors import ViasdError
+from tests.conftest import load_shipped_demo_pair
 from viasd_adapt.settings import TierSettings
 
 torch.set_num_threads(1)
@@ -26,20 +26,9 @@ GAMMA, N_PROMPTS, N_NEW, PROMPT_TOKENS = 5, 4, 32, 64
 
 
 def load_demo():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from viasd_adapt.models.corpus import heldout_prompts
-    from viasd_adapt.models.registry import demo_pair_paths
 
-    try:
-        pair = demo_pair_paths()
-    except ViasdError:
-        pytest.skip("the demo pair is not shipped yet")
-    if pair.mask is None:
-        pytest.skip("the demo pair has no mask.json yet")
-    tokenizer = AutoTokenizer.from_pretrained(str(pair.target))
-    target = AutoModelForCausalLM.from_pretrained(str(pair.target), dtype=torch.float32).eval()
-    drafter = AutoModelForCausalLM.from_pretrained(str(pair.draft), dtype=torch.float32).eval()
+    pair, tokenizer, target, drafter = load_shipped_demo_pair()
     for model in (target, drafter):
         model.generation_config.eos_token_id = None  # fixed-length runs: same token count per row
     config = drafter.generation_config

@@ -1,4 +1,4 @@
-"""PEARL on the shipped demo pair (skipped until the pair and its mask are installed).
+"""PEARL on the shipped demo pair .
 
 VIA-SD.md section 5 for PEARL: against PEARL without the tier (same drafter, same gamma, same
 prompts and seeds), lossy mode rejects fewer drafts and makes fewer full-verifier passes per token;
@@ -12,7 +12,7 @@ import torch
 
 from tests.test_pearl import greedy_reference
 from viasd_adapt.adapters.pearl import pearl_generate
-from viasd_adapt.errors import ViasdError
+from tests.conftest import load_shipped_demo_pair
 from viasd_adapt.metrics import TierMetrics
 from viasd_adapt.sampling import SamplingConfig
 from viasd_adapt.settings import TierSettings
@@ -24,20 +24,9 @@ GAMMA, N_PROMPTS, N_NEW, PROMPT_TOKENS = 4, 3, 32, 48
 
 @pytest.fixture(scope="module")
 def demo():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from viasd_adapt.models.corpus import heldout_prompts
-    from viasd_adapt.models.registry import demo_pair_paths
 
-    try:
-        pair = demo_pair_paths()
-    except ViasdError:
-        pytest.skip("the demo pair is not shipped yet")
-    if pair.mask is None:
-        pytest.skip("the demo pair has no mask.json yet")
-    tokenizer = AutoTokenizer.from_pretrained(str(pair.target))
-    target = AutoModelForCausalLM.from_pretrained(str(pair.target), dtype=torch.float32).eval()
-    drafter = AutoModelForCausalLM.from_pretrained(str(pair.draft), dtype=torch.float32).eval()
+    pair, tokenizer, target, drafter = load_shipped_demo_pair()
     prompts = [tokenizer(text)["input_ids"][-PROMPT_TOKENS:] for text in heldout_prompts(N_PROMPTS, seed=3)]
     return target, drafter, pair.mask, prompts
 
