@@ -1,4 +1,4 @@
-"""Lossy on the shipped demo pair (skipped until the pair and its mask are installed).
+"""Lossy on the shipped demo pair.
 
 The acceptance check of VIA-SD.md section 5 for the HF adapter: against stock transformers
 assisted generation with the same drafter and block length, lossy mode makes fewer full-verifier
