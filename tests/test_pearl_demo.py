@@ -1,4 +1,4 @@
-"""PEARL on the shipped demo pair .
+"""PEARL on the shipped demo pair.
 
 VIA-SD.md section 5 for PEARL: against PEARL without the tier (same drafter, same gamma, same
 prompts and seeds), lossy mode rejects fewer drafts and makes fewer full-verifier passes per token;
