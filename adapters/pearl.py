@@ -63,7 +63,7 @@ import pluggy
 import torch
 from torch import nn
 
-from viasd_adapt.engine import Drafter, GenerationOutput, ModelDrafter, TieredVerifier
+from viasd_adapt.engine import Drafter, GenerationOutput, ModelDrafter, TieredVerifier, split_at_stop
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.hooks import make_plugin_manager
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
@@ -95,16 +95,6 @@ def end_cycle_at_block(result: CycleResult, block: Sequence[int]) -> CycleResult
         drafts_rejected=result.drafts_rejected,
         escalated=result.escalated,
     )
-
-
-def split_at_stop(tokens: list[int], budget: int, eos: set[int]) -> tuple[list[int], bool]:
-    """The tokens to keep from one round (up to the budget and the first EOS) and whether to stop."""
-    kept: list[int] = []
-    for token in tokens[:budget]:
-        kept.append(token)
-        if token in eos:
-            return kept, True
-    return kept, len(kept) >= budget
 
 
 # =============================================================================== the verify seam

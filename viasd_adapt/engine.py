@@ -206,17 +206,24 @@ class TieredVerifier:
         return result
 
 
+def split_at_stop(tokens: list[int], budget: int | None, eos: set[int]) -> tuple[list[int], bool]:
+    """The tokens to keep (up to ``budget`` and the first EOS, inclusive) and whether to stop.
+
+    The one stop rule of every decoding loop: verifiers cut each cycle with it before counting, so
+    loops only need the stop flag.
+    """
+    kept: list[int] = []
+    for token in tokens if budget is None else tokens[:budget]:
+        kept.append(token)
+        if token in eos:
+            return kept, True
+    return kept, budget is not None and len(kept) >= budget
+
+
 def _clip_cycle(result: CycleResult, max_tokens: int | None, eos_token_ids: Iterable[int]) -> None:
     """Drops committed tokens after the first EOS and beyond ``max_tokens`` (in place)."""
-    eos = set(int(e) for e in eos_token_ids)
-    keep = len(result.tokens)
-    for i, token in enumerate(result.tokens):
-        if token in eos:
-            keep = i + 1
-            break
-    if max_tokens is not None:
-        keep = min(keep, max_tokens)
-    del result.tokens[keep:], result.tiers[keep:]
+    kept, _ = split_at_stop(result.tokens, max_tokens, set(int(e) for e in eos_token_ids))
+    del result.tokens[len(kept) :], result.tiers[len(kept) :]
 
 
 def _plain_result(drafts: torch.Tensor, n_accepted: int, next_token: int) -> CycleResult:
@@ -258,8 +265,8 @@ def speculative_generate(
 
     Starts with one q prefill for the first token (as every SD loop does), then runs cycles until
     ``max_new_tokens``, an EOS token, or ``should_stop(all_ids)``. The last block is shortened so no
-    more than ``max_new_tokens`` are drafted for, and a cycle that overshoots is trimmed, with the
-    metrics trimmed alike.
+    more than ``max_new_tokens`` are drafted for, and ``verify`` cuts a cycle that overshoots (budget
+    or EOS) before its tokens are counted.
     """
     check_max_new_tokens(max_new_tokens)
     if not prompt_ids:
@@ -283,15 +290,8 @@ def speculative_generate(
         result = verifier.verify(
             prompt_ids + generated, drafts, p, generator, max_new_tokens - len(generated), eos
         )
-        new = result.tokens
-        for i, token in enumerate(new):
-            if token in eos:
-                new = new[: i + 1]
-                break
-        new = new[: max_new_tokens - len(generated)]
-        generated += new
+        generated += result.tokens  # already cut to the budget and the first EOS by verify()
         if on_tokens:
-            on_tokens(new)
-    verifier.metrics.trim_to(len(generated))
+            on_tokens(result.tokens)
     verifier.metrics.draft_passes = drafter.passes - draft_passes_before
     return GenerationOutput(generated, verifier.metrics.token_tiers[:], verifier.metrics)
