@@ -112,6 +112,7 @@ from viasd_adapt.tiers import (
     combine_cycle,
     escalation_stage,
     slim_stage,
+    verified_cycle,
     verify_block,
 )
 
@@ -558,9 +559,7 @@ class _Patches:
         committed_rows = rows[: accepted + 1]
         next_token = int(q_argmax[committed_rows[-1]])
         drafts = [tokens[r] for r in committed_rows[1:]]
-        tiers = [Tier.DRAFT if i < g else Tier.SLIM for i in range(accepted)] + [Tier.FULL]
-        kept = min(accepted, g)
-        result = CycleResult(drafts + [next_token], tiers, kept + int(kept < g), int(kept < g))
+        result = verified_cycle(drafts + [next_token], accepted, g, g)
         # q's cache: move the committed rows' entries to the committed positions
         start = input_ids.shape[1]
         sources = torch.tensor(committed_rows) + start
@@ -580,12 +579,8 @@ class _Patches:
         accept = lossless_accept_prob(cand, cand_probs, q[:-1], greedy)
         verdict = verify_block(cand, cand_probs, q, accept, greedy)
         n = verdict.n_accepted
-        tokens = cand[:n].tolist() + [verdict.next_token]
-        tiers = [Tier.DRAFT if i < n_kept else Tier.SLIM for i in range(n)] + [Tier.FULL]
-        g = drafts.shape[0]
-        kept = min(n, n_kept)
-        result = CycleResult(tokens, tiers, kept + int(kept < g), int(kept < g))
-        return result, hidden, kept
+        result = verified_cycle(cand[:n].tolist() + [verdict.next_token], n, n_kept, drafts.shape[0])
+        return result, hidden, result.drafts_kept
 
     def _route(self, input_ids, root, drafts, p, u, greedy, logits_processor):
         """Lossless, u as router: q verifies the head's whole path (never cut short by u) plus
@@ -601,11 +596,8 @@ class _Patches:
         accept = lossless_accept_prob(cand, proposals, q[:-1], greedy)
         verdict = verify_block(cand, proposals, q, accept, greedy)
         n = verdict.n_accepted
-        tokens = cand[:n].tolist() + [verdict.next_token]
-        tiers = [Tier.DRAFT if i < g else Tier.SLIM for i in range(n)] + [Tier.FULL]
-        kept = min(n, g)
-        result = CycleResult(tokens, tiers, kept + int(kept < g), int(kept < g))
-        return result, hidden, kept
+        result = verified_cycle(cand[:n].tolist() + [verdict.next_token], n, g, g)
+        return result, hidden, result.drafts_kept
 
     def _tiered(self, input_ids, root, drafts, p, u, greedy, logits_processor):
         """Lossy/audit: gate 1 and the router on u; q on escalation (audit: always, in shadow)."""

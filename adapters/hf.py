@@ -64,7 +64,7 @@ from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.runner import CachedRunner
 from viasd_adapt.sampling import SamplingConfig
 from viasd_adapt.settings import Mode, TierSettings, check_max_new_tokens
-from viasd_adapt.tiers import CycleResult, Tier, cascade_candidates
+from viasd_adapt.tiers import cascade_candidates, verified_cycle
 
 FRAMEWORK = "hf"
 _PATCHED_ATTRIBUTES = ("generate", "_get_candidate_generator")
@@ -508,17 +508,14 @@ class TieredCandidateGenerator:
                 n_accepted += 1
             else:
                 break
-        tiers = [Tier.DRAFT if i < pending.n_kept else Tier.SLIM for i in range(n_accepted)]
-        tiers += [Tier.FULL] * (len(new_tokens) - n_accepted)
-        kept = min(n_accepted, pending.n_kept)
         g = pending.drafted
-        result = CycleResult(new_tokens, tiers, kept + int(kept < g), int(kept < g))
+        result = verified_cycle(new_tokens, n_accepted, pending.n_kept, g)
         first_index = len(self.metrics.token_tiers)
         self.metrics.record_cycle(result, drafted=g)
         self.metrics.full_passes += 1
         self.metrics.draft_passes += g  # the stock assistant runs one forward per drafted token
         self.observer.cycle(result, self.metrics, first_index)
-        return kept
+        return result.drafts_kept
 
 
 def _generate_cascade(session: TierSession, original, call: dict):

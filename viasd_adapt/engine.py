@@ -35,6 +35,7 @@ from viasd_adapt.tiers import (
     combine_cycle,
     escalation_stage,
     slim_stage,
+    verified_cycle,
     verify_block,
 )
 
@@ -155,7 +156,8 @@ class TieredVerifier:
         q = self._dist(self.full, sequence + drafts.tolist(), g + 1)
         self.metrics.full_passes += 1
         verdict = verify_block(drafts, p, q, lossless_accept_prob(drafts, p, q[:-1], self.greedy), self.greedy, generator)
-        return self._end_cycle(_plain_result(drafts, verdict.n_accepted, verdict.next_token), drafts)
+        n, g = verdict.n_accepted, drafts.shape[0]
+        return self._end_cycle(verified_cycle(drafts[:n].tolist() + [verdict.next_token], n, g, g), drafts)
 
     def _verify_cascade(self, sequence, drafts, p, generator) -> CycleResult:
         g = drafts.shape[0]
@@ -171,11 +173,7 @@ class TieredVerifier:
         )
         n = verdict.n_accepted
         tokens = candidates[:n].tolist() + [verdict.next_token]
-        tiers = [Tier.DRAFT if i < n_kept else Tier.SLIM for i in range(n)] + [Tier.FULL]
-        drafts_kept = min(n, n_kept)
-        return self._end_cycle(
-            CycleResult(tokens, tiers, drafts_kept + int(drafts_kept < g), int(drafts_kept < g)), drafts
-        )
+        return self._end_cycle(verified_cycle(tokens, n, n_kept, g), drafts)
 
     def _verify_tiered(self, sequence, drafts, p, generator, audit: bool) -> CycleResult:
         g = drafts.shape[0]
@@ -224,16 +222,6 @@ def _clip_cycle(result: CycleResult, max_tokens: int | None, eos_token_ids: Iter
     """Drops committed tokens after the first EOS and beyond ``max_tokens`` (in place)."""
     kept, _ = split_at_stop(result.tokens, max_tokens, set(int(e) for e in eos_token_ids))
     del result.tokens[len(kept) :], result.tiers[len(kept) :]
-
-
-def _plain_result(drafts: torch.Tensor, n_accepted: int, next_token: int) -> CycleResult:
-    g = drafts.shape[0]
-    return CycleResult(
-        drafts[:n_accepted].tolist() + [next_token],
-        [Tier.DRAFT] * n_accepted + [Tier.FULL],
-        n_accepted + int(n_accepted < g),
-        int(n_accepted < g),
-    )
 
 
 @dataclass

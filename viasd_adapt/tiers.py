@@ -171,6 +171,21 @@ class CycleResult:
         return self.drafts_judged - self.drafts_rejected
 
 
+def verified_cycle(tokens: list[int], n_accepted: int, n_drafts: int, drafted: int) -> CycleResult:
+    """A cycle whose candidates q verified (plain SD, the lossless cascade, EAGLE's paths).
+
+    ``tokens`` are what the cycle commits: the first ``n_accepted`` are candidates q kept (drafts
+    for the first ``n_drafts`` candidates, slim-verifier tokens after them), the rest q's own
+    correction or bonus. ``drafted`` is the block length: the drafts kept, plus the one q rejected
+    when it stopped inside the block, are the judged drafts.
+    """
+    tiers = [Tier.DRAFT if i < n_drafts else Tier.SLIM for i in range(n_accepted)]
+    tiers += [Tier.FULL] * (len(tokens) - n_accepted)
+    kept = min(n_accepted, n_drafts)
+    stopped_inside = int(kept < drafted)
+    return CycleResult(list(tokens), tiers, kept + stopped_inside, stopped_inside)
+
+
 def combine_cycle(
     tokens: torch.Tensor, slim: SlimStageOutcome, escalation: BlockVerdict | None = None
 ) -> CycleResult:
@@ -333,5 +348,6 @@ __all__ = [
     "first_false",
     "gather_token_probs",
     "slim_stage",
+    "verified_cycle",
     "verify_block",
 ]
