@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, DynamicCache
 
 from viasd_adapt.errors import ConfigError, ModelMismatchError, UnsupportedModelError, ViasdError
 from viasd_adapt.models.tiny import FAMILIES, tiny_model
-from viasd_adapt.routing import MaskArtifact, RoutingMask, SlimCache, SlimVerifier, find_decoder_stack, model_fingerprint
+from viasd_adapt.routing import MaskArtifact, RoutingMask, SlimVerifier, find_decoder_stack, model_fingerprint
 from viasd_adapt.runner import CachedRunner, cache_kwarg_name, cache_length, truncate_cache
 
 torch.set_num_threads(1)
