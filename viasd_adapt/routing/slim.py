@@ -180,9 +180,5 @@ class SlimVerifier:
     def new_cache(self) -> SlimCache:
         return SlimCache(self.target.config, self.mask.retained)
 
-    @property
-    def num_retained(self) -> int:
-        return len(self.mask.retained)
-
     def __repr__(self) -> str:
         return f"SlimVerifier(mask={self.mask}, skipped={list(self.mask.skipped)})"
