@@ -15,7 +15,7 @@ drafter already proposed past the committed ids that nobody has verified yet.
 1. Drafter thread: drafts ``k`` tokens (``k = gamma``, fewer at the end of the budget) after
    ``committed + pending`` and hands over its first token ``d1`` as soon as it exists.
 2. Target thread: verifies the block ``pending + [d1]`` through the seam
-   (:meth:`PearlVerifier.verify`) while the drafter keeps drafting ``d2..dk``.
+   (:meth:`TieredVerifier.verify <viasd_adapt.engine.TieredVerifier.verify>`) while the drafter keeps drafting ``d2..dk``.
 
    * pending empty -> **pre-verify**: the block is ``[d1]``, the first draft token checked early,
      while the rest of the block is still being drafted;
@@ -30,7 +30,7 @@ drafter already proposed past the committed ids that nobody has verified yet.
 
 No bonus token. In standard speculative decoding the target's row after a fully accepted block
 yields a free "bonus" token. In PEARL that row verifies the first token of the *next* draft block,
-which the drafter has already produced; a bonus would throw that block away. :class:`PearlVerifier`
+which the drafter has already produced; a bonus would throw that block away. :func:`pearl_verifier`
 therefore ends a cycle at the block when every draft was committed. This is lossless: whether the
 token after the block is dropped depends only on the tokens before it, so the position is simply
 decided again, next round, by a fresh lossless verification from the same prefix.
@@ -63,63 +63,43 @@ import pluggy
 import torch
 from torch import nn
 
-from viasd_adapt.engine import Drafter, GenerationOutput, ModelDrafter, TieredVerifier, split_at_stop
-from viasd_adapt.errors import ConfigError, ModelMismatchError
+from viasd_adapt.checks import (
+    as_prompt_list,
+    check_fits_context,
+    check_max_new_tokens,
+    check_same_vocabulary,
+    check_settings,
+    check_token_ids_in_vocabulary,
+    eos_ids,
+)
+from viasd_adapt.cycle import StopRule
+from viasd_adapt.engine import Drafter, GenerationOutput, ModelDrafter, TieredVerifier
+from viasd_adapt.errors import ConfigError
 from viasd_adapt.hooks import make_plugin_manager
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import Mode, TierSettings, check_max_new_tokens
+from viasd_adapt.settings import TierSettings
 from viasd_adapt.tiers import CycleResult
 
 FRAMEWORK = "pearl"
 
 
-# =============================================================================== pure bookkeeping
-
-
-def end_cycle_at_block(result: CycleResult, block: Sequence[int]) -> CycleResult:
-    """Drops the tokens a cycle committed *after* the block when it committed the whole block.
-
-    Those tokens (the bonus token, and in the lossless cascade also u's bonus candidate) belong to
-    the position the next draft block's first token is verified at. The decision to drop them
-    depends only on the tokens before them, which keeps every mode that was lossless lossless.
-    """
-    g = len(block)
-    if len(result.tokens) <= g or list(result.tokens[:g]) != list(block):
-        return result
-    return CycleResult(
-        list(result.tokens[:g]),
-        list(result.tiers[:g]),
-        drafts_judged=result.drafts_judged,
-        drafts_rejected=result.drafts_rejected,
-        escalated=result.escalated,
-    )
-
-
 # =============================================================================== the verify seam
 
 
-class PearlVerifier(TieredVerifier):
-    """The shared three-tier verifier, with PEARL's cycle boundary (no bonus token).
+def pearl_verifier(target: nn.Module, settings: TierSettings, sampling: SamplingConfig, slim: SlimVerifier | None,
+                   plugin_manager: pluggy.PluginManager, share_prefix: bool = True) -> TieredVerifier:
+    """The shared verify step with PEARL's cycle boundary: no bonus token.
 
-    * ``none``: the target's plain lossless SD check of the block (PEARL as published).
-    * ``lossless``: the cascade p -> u -> q of the core, unchanged.
-    * ``lossy`` / ``audit``: the core's tier decisions (:func:`~viasd_adapt.tiers.slim_stage`,
-      :func:`~viasd_adapt.tiers.escalation_stage`, :func:`~viasd_adapt.tiers.combine_cycle`,
-      :func:`~viasd_adapt.tiers.audit_cycle`), except that a block that passes gate 1 entirely ends
-      the cycle: there is no bonus position for u to resolve or for q to be escalated for, since the
-      next block's first draft takes that position. Escalating q only to produce a token PEARL would
-      drop would add full passes for nothing.
-
-    Every result goes through :func:`end_cycle_at_block` before it is recorded in the metrics and
-    shown to observers, so observers see exactly the committed tokens.
+    The position after a fully committed block belongs to the first token of the next block,
+    which the drafter already produced, so :func:`viasd_adapt.cycle.decide_cycle` ends such a
+    cycle at the block (``bonus_after_block=False``): lossy mode neither resolves nor escalates a
+    position whose token would be dropped, and the exact modes drop q's bonus (lossless: the drop
+    depends only on earlier tokens).
     """
-
-    bonus_after_block = False
-
-    def _end_cycle(self, result: CycleResult, drafts: torch.Tensor) -> CycleResult:
-        return end_cycle_at_block(result, drafts.tolist())
+    return TieredVerifier(target, settings, sampling, slim=slim, plugin_manager=plugin_manager, framework=FRAMEWORK,
+                          bonus_after_block=False, share_prefix=share_prefix)
 
 
 # =============================================================================== threads / streams
@@ -262,7 +242,7 @@ class PearlOutput(GenerationOutput):
 
 
 class PearlDecoder:
-    """One PEARL generation setup: a drafter, a :class:`PearlVerifier`, and the round loop.
+    """One PEARL generation setup: a drafter, the verify step (:func:`pearl_verifier`), and the round loop.
 
     A decoder holds KV caches and metrics, so use one per generation (``pearl_generate`` does).
     """
@@ -270,7 +250,7 @@ class PearlDecoder:
     def __init__(
         self,
         drafter: Drafter,
-        verifier: PearlVerifier,
+        verifier: TieredVerifier,
         parallel: bool = True,
         seed: int | None = None,
         intra_op_threads: int | None = 1,
@@ -352,8 +332,9 @@ class PearlDecoder:
     # ------------------------------------------------------------------ the loop
     def generate(self, prompt_ids: list[int], max_new_tokens: int, eos_token_ids: Iterable[int] = ()) -> PearlOutput:
         check_max_new_tokens(max_new_tokens)
-        eos = {int(e) for e in eos_token_ids}
-        self.eos = tuple(sorted(eos))
+        self.eos = tuple(sorted({int(e) for e in eos_token_ids}))
+        metrics = self.verifier.new_generation()
+        draft_passes_before = self.drafter.passes
         generated: list[int] = []
         pending = DraftBlock()
         start = time.perf_counter()
@@ -364,7 +345,7 @@ class PearlDecoder:
                     budget = max_new_tokens - len(generated)
                     self._count_round(pending)
                     block, result, fresh = self._round(prompt_ids + generated, pending, budget)
-                    kept, stop = split_at_stop(result.tokens, budget, eos)
+                    kept, stop = StopRule.of(budget, self.eos).split(result.tokens)
                     generated += kept
                     whole_block = kept == block.tokens
                     self._track_runs(result, whole_block)
@@ -380,9 +361,8 @@ class PearlDecoder:
                 self.stats.wall_s = time.perf_counter() - start
         if self._run:
             self.stats.accepted_runs.append(self._run)
-        metrics = self.verifier.metrics
         metrics.trim_to(len(generated))
-        metrics.draft_passes = self.drafter.passes
+        metrics.draft_passes = self.drafter.passes - draft_passes_before
         return PearlOutput(generated, metrics.token_tiers[:], metrics, self.stats)
 
     def _count_round(self, pending: DraftBlock) -> None:
@@ -407,7 +387,7 @@ def pearl_generate(
     drafter: nn.Module | Drafter,
     prompt_ids: Sequence[int] | torch.Tensor,
     max_new_tokens: int,
-    settings: TierSettings = TierSettings(mode=Mode.NONE),
+    settings: TierSettings | None = None,
     mask: RoutingMask | MaskArtifact | str | Path | None = None,
     sampling: SamplingConfig = SamplingConfig(),
     parallel: bool = True,
@@ -416,6 +396,7 @@ def pearl_generate(
     plugins: Iterable[object] = (),
     intra_op_threads: int | None = 1,
     plugin_manager: pluggy.PluginManager | None = None,
+    share_prefix: bool = True,
 ) -> PearlOutput:
     """Generates up to ``max_new_tokens`` after ``prompt_ids`` (batch 1) with PEARL.
 
@@ -423,134 +404,61 @@ def pearl_generate(
         target: the target LM (HF causal LM).
         drafter: the draft LM (an HF causal LM on the same vocabulary), or any object with the
             :class:`~viasd_adapt.engine.Drafter` interface (``propose`` and ``passes``).
-        settings: the tier settings; ``settings.mode`` picks none/lossless/lossy/audit and
-            ``settings.gamma`` is PEARL's draft block length.
-        mask: the routing mask of the slim verifier (needed unless mode is none): a
+        settings: the tier settings (default: :class:`TierSettings` defaults, as in every
+            adapter); ``settings.mode`` picks the mode and ``settings.gamma`` is PEARL's draft
+            block length.
+        mask: the routing mask of the slim verifier (needed by lossless, lossy and audit): a
             :class:`RoutingMask`, a :class:`MaskArtifact` or the path of a mask JSON; artifacts are
             checked against ``target``'s fingerprint.
         parallel: drafter and target on two threads (PEARL) or inline (same output).
         seed: seeds the two per-role random generators; None draws one from torch's global RNG.
         intra_op_threads: intra-op threads for the duration of the call (process-global, restored
             afterwards; see :class:`RoleWorkers`); None leaves torch's setting alone.
+        share_prefix: let q resume from the slim verifier's hidden states at its first skipped layer.
 
     Returns:
         :class:`PearlOutput`: the generated ids (prompt excluded), each token's tier, the shared
         :class:`~viasd_adapt.metrics.TierMetrics` and :class:`PearlStats`.
     """
-    prompt = _as_prompt_list(prompt_ids)
+    prompt = as_prompt_list(prompt_ids, "PEARL")
     check_max_new_tokens(max_new_tokens)
-    if not isinstance(settings, TierSettings):
-        raise ConfigError(f"settings must be a TierSettings, got {type(settings).__name__}")
-    slim = SlimVerifier(target, resolve_mask(target, mask, settings.mode.value)) if settings.mode is not Mode.NONE else None
+    settings = check_settings(settings if settings is not None else TierSettings())
+    check_token_ids_in_vocabulary(prompt, target)
+    check_fits_context(target, len(prompt), max_new_tokens, extra=settings.gamma)
+    routing = resolve_mask(target, mask, settings.mode)
+    slim = SlimVerifier(target, routing) if routing is not None else None
     if isinstance(drafter, nn.Module):
-        _check_same_vocabulary(target, drafter)
+        check_same_vocabulary(target, drafter)
         drafter = ModelDrafter(drafter, sampling)
     elif not callable(getattr(drafter, "propose", None)):
         raise ConfigError("drafter must be a causal LM (nn.Module) or have a propose(sequence, gamma, generator) method")
-    verifier = PearlVerifier(
-        target,
-        settings,
-        sampling,
-        slim=slim,
-        plugin_manager=plugin_manager or make_plugin_manager(plugins),
-        framework=FRAMEWORK,
-    )
-    eos = _eos_ids(eos_token_id)
+    verifier = pearl_verifier(target, settings, sampling, slim, plugin_manager or make_plugin_manager(plugins), share_prefix)
     decoder = PearlDecoder(drafter, verifier, parallel=parallel, seed=seed, intra_op_threads=intra_op_threads)
-    return decoder.generate(prompt, max_new_tokens, eos)
+    return decoder.generate(prompt, max_new_tokens, eos_ids(eos_token_id))
 
 
 # =============================================================================== `viasd generate`
 
 
-def cli_runner(request):
-    """The ``pearl`` runner of ``viasd generate`` (found by :func:`viasd_adapt.cli.generate.get_runner`).
+def run(pair, request):
+    """The ``pearl`` entry of :mod:`viasd_adapt.frameworks`: :func:`pearl_generate` in parallel mode."""
+    from viasd_adapt.pair import RunOutput
 
-    Loads the pair, runs :func:`pearl_generate` in parallel mode, stops at the target's EOS, and
-    returns a ``GenerateResult`` whose notes carry PEARL's own counters.
-    """
-    from viasd_adapt.cli.generate import GenerateResult, encode_prompt, load_model, load_tokenizer
-
-    if request.draft is None:
-        raise ConfigError("--framework pearl needs --draft (the drafter model)")
-    tokenizer = load_tokenizer(request.target)
-    target, drafter = load_model(request.target), load_model(request.draft)
-    prompt_ids = encode_prompt(tokenizer, request.prompt)
-    sampling = SamplingConfig(
-        do_sample=request.do_sample, temperature=request.temperature if request.do_sample else 1.0, top_p=request.top_p
-    )
-    eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
     out = pearl_generate(
-        target,
-        drafter,
-        prompt_ids,
-        request.max_new_tokens,
-        settings=request.settings,
-        mask=request.mask if request.settings.mode is not Mode.NONE else None,
-        sampling=sampling,
-        parallel=True,
-        seed=request.seed,
-        eos_token_id=eos,
+        pair.target, pair.draft, request.prompt_ids, request.max_new_tokens, settings=request.settings,
+        mask=pair.routing, sampling=request.sampling, parallel=True, seed=request.seed,
+        eos_token_id=pair.eos_token_ids if request.stop_at_eos else None,
     )
-    stats = out.stats
-    runs = stats.accepted_runs
+    stats, runs = out.stats, out.stats.accepted_runs
     notes = [
         f"PEARL: {stats.rounds} rounds ({stats.pre_verify_rounds} pre-verify, {stats.post_verify_rounds} post-verify), "
         f"mean run of accepted drafts {sum(runs) / max(1, len(runs)):.1f}, {stats.discarded_drafts} drafts discarded, "
         f"drafter/target overlap {stats.overlap:.2f}x"
     ]
-    return GenerateResult(out.tokens, out.tiers, out.metrics, tokenizer, prompt_ids, notes)
+    return RunOutput(out.tokens, out.metrics, notes)
 
 
-# =============================================================================== input checks
-
-
-def _as_prompt_list(prompt_ids: Sequence[int] | torch.Tensor) -> list[int]:
-    if isinstance(prompt_ids, torch.Tensor):
-        if prompt_ids.dim() == 2:
-            if prompt_ids.shape[0] != 1:
-                raise ConfigError(f"PEARL runs batch size 1; got a batch of {prompt_ids.shape[0]} prompts")
-            prompt_ids = prompt_ids[0]
-        elif prompt_ids.dim() != 1:
-            raise ConfigError(f"prompt_ids must be 1-D or (1, n); got shape {tuple(prompt_ids.shape)}")
-        ids = [int(t) for t in prompt_ids.tolist()]
-    else:
-        ids = list(prompt_ids)
-        if ids and isinstance(ids[0], (list, tuple)):
-            if len(ids) != 1:
-                raise ConfigError(f"PEARL runs batch size 1; got a batch of {len(ids)} prompts")
-            ids = list(ids[0])
-        if any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
-            raise ConfigError("prompt_ids must be integer token ids")
-    if not ids:
-        raise ConfigError("the prompt is empty: at least one token is needed to condition on")
-    return ids
-
-
-def _eos_ids(eos_token_id: int | Iterable[int] | None) -> list[int]:
-    if eos_token_id is None:
-        return []
-    if isinstance(eos_token_id, int):
-        return [eos_token_id]
-    return [int(e) for e in eos_token_id]
-
-
-def _vocab_size(model: nn.Module) -> int | None:
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if head is not None and hasattr(head, "weight"):
-        return int(head.weight.shape[0])
-    return getattr(getattr(model, "config", None), "vocab_size", None)
-
-
-def _check_same_vocabulary(target: nn.Module, drafter: nn.Module) -> None:
-    vt, vd = _vocab_size(target), _vocab_size(drafter)
-    if vt is not None and vd is not None and vt != vd:
-        raise ModelMismatchError(
-            f"drafter and target vocabularies differ ({vd} vs {vt} logits): PEARL compares their "
-            "distributions token by token, so they must share a tokenizer"
-        )
+# =============================================================================== devices
 
 
 def _drafter_device(drafter: Drafter, default: torch.device) -> torch.device:
@@ -572,10 +480,8 @@ __all__ = [
     "PearlDecoder",
     "PearlOutput",
     "PearlStats",
-    "PearlVerifier",
     "RoleWorkers",
-    "cli_runner",
-    "end_cycle_at_block",
     "pearl_generate",
-    "split_at_stop",
+    "run",
+    "pearl_verifier",
 ]

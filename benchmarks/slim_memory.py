@@ -1,12 +1,15 @@
 """Memory of the slim verifier: full-only vs full + slim decoding (VIA-SD.md section 1).
 
 The slim verifier u is a routed *view* of the target q: it owns no weights, so the only extra
-memory it can cost is the KV cache of its retained layers (computed on its own residual stream,
-so it cannot share q's). This script measures exactly that, for a long context:
+memory it can cost is the KV cache of its retained layers. Below its first skipped layer s1 it
+computes exactly q's keys and values, so with a shared prefix (:mod:`viasd_adapt.routing.shared`)
+those layers are stored once; from s1 on, u's retained layers see its own residual stream and need
+their own cache. This script measures exactly that, for a long context:
 
-* tensor memory = unique parameter bytes + KV-cache bytes (``CachedRunner.cache_bytes()``), for
-  a run of the target alone (mode ``none``: q verifies every block) and a run with the slim tier
-  (mode ``lossless``: u runs every cycle, so its cache covers the whole context);
+* tensor memory = unique parameter bytes + KV-cache bytes (the runners' ``cache_bytes()``), for
+  a run of the target alone (mode ``none``: q verifies every block) and runs with the slim tier
+  (mode ``lossless``: u runs every cycle, so its cache covers the whole context), with separate
+  caches and with the shared prefix;
 * on CUDA, also ``torch.cuda.max_memory_allocated`` for each run (peak, activations included);
 * a check that no weight was copied: every parameter of the slim view has the data pointer of a
   target parameter;
@@ -23,7 +26,6 @@ The model is a randomly initialised Llama with the shape of a preset (``demo``: 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -36,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate  # noqa: E402
 from viasd_adapt.hooks import make_plugin_manager  # noqa: E402
+from viasd_adapt.io import write_json  # noqa: E402
 from viasd_adapt.models.presets import get_preset  # noqa: E402
 from viasd_adapt.routing import RoutingMask, SlimVerifier  # noqa: E402
 from viasd_adapt.sampling import SamplingConfig  # noqa: E402
@@ -82,11 +85,12 @@ def check_no_weight_copies(target: torch.nn.Module, slim: SlimVerifier) -> dict:
     }
 
 
-def run(target, drafter_model, slim, mode: str, prompt: list[int], new_tokens: int, device: torch.device) -> dict:
+def run(target, drafter_model, slim, mode: str, prompt: list[int], new_tokens: int, device: torch.device,
+        share_prefix: bool = False) -> dict:
     sampling = SamplingConfig()
     verifier = TieredVerifier(
         target, TierSettings(mode=mode, gamma=4), sampling, slim=slim if mode != "none" else None,
-        plugin_manager=make_plugin_manager(load_entrypoints=False),
+        plugin_manager=make_plugin_manager(load_entrypoints=False), share_prefix=share_prefix,
     )
     drafter = ModelDrafter(drafter_model, sampling)
     if device.type == "cuda":
@@ -96,11 +100,13 @@ def run(target, drafter_model, slim, mode: str, prompt: list[int], new_tokens: i
     start = time.perf_counter()
     out = speculative_generate(drafter, verifier, prompt, new_tokens)
     seconds = time.perf_counter() - start
-    full_kv = verifier.full.cache_bytes()
-    slim_kv = verifier.slim_runner.cache_bytes() if verifier.slim_runner is not None else 0
+    kv = verifier.runners.cache_bytes()
+    full_kv, slim_kv = kv["full"] + kv["shared"], kv["slim"]
     params = unique_parameter_bytes(target)
     row = {
         "mode": mode,
+        "share_prefix": share_prefix,
+        "shared_prefix_kv_bytes": kv["shared"],
         "tokens": len(out.tokens),
         "seconds": round(seconds, 3),
         "parameter_bytes": params,
@@ -151,8 +157,9 @@ def main(argv: list[str] | None = None) -> dict:
     gen = torch.Generator().manual_seed(args.seed)
     prompt = torch.randint(0, target.config.vocab_size, (args.context,), generator=gen).tolist()
     with torch.no_grad():
-        rows = [run(target, drafter_model, slim, mode, prompt, args.new_tokens, device) for mode in ("none", "lossless")]
-    full_only, with_slim = rows
+        rows = [run(target, drafter_model, slim, mode, prompt, args.new_tokens, device, share)
+                for mode, share in (("none", False), ("lossless", False), ("lossless", True))]
+    full_only, with_slim, shared = rows
     result = {
         "preset_shape": args.preset,
         "device": str(device),
@@ -164,6 +171,7 @@ def main(argv: list[str] | None = None) -> dict:
         "weight_sharing": sharing,
         "rows": rows,
         "tensor_memory_ratio": with_slim["verifier_tensor_bytes"] / full_only["verifier_tensor_bytes"],
+        "shared_prefix_tensor_memory_ratio": shared["verifier_tensor_bytes"] / full_only["verifier_tensor_bytes"],
         "slim_kv_over_full_kv": with_slim["slim_kv_bytes"] / max(1, with_slim["full_kv_bytes"]),
         "llama2_7b_fp16_estimate": llama7b_estimate(args.context, args.ratio),
         "torch": torch.__version__,
@@ -180,22 +188,23 @@ def main(argv: list[str] | None = None) -> dict:
           f"(extra parameter bytes: {sharing['extra_parameter_bytes']})")
     print(f"{'run':<24}{'params MiB':>12}{'q KV MiB':>10}{'u KV MiB':>10}{'total MiB':>11}" +
           (f"{'CUDA peak MiB':>15}" if device.type == "cuda" else ""))
-    for name, row in (("full only (mode none)", full_only), ("full + slim (lossless)", with_slim)):
+    for name, row in (("full only (mode none)", full_only), ("full + slim, separate", with_slim),
+                      ("full + slim, shared", shared)):
         line = (f"{name:<24}{row['parameter_bytes'] * mib:>12.2f}{row['full_kv_bytes'] * mib:>10.2f}"
                 f"{row['slim_kv_bytes'] * mib:>10.2f}{row['verifier_tensor_bytes'] * mib:>11.2f}")
         if device.type == "cuda":
             line += f"{row['cuda_max_memory_allocated'] * mib:>15.2f}"
         print(line)
-    print(f"tensor-memory ratio full+slim / full-only: {result['tensor_memory_ratio']:.3f}x "
-          f"(slim KV = {result['slim_kv_over_full_kv']:.2f} of q's KV)")
+    print(f"tensor-memory ratio full+slim / full-only: {result['tensor_memory_ratio']:.3f}x separate caches "
+          f"(slim KV = {result['slim_kv_over_full_kv']:.2f} of q's KV), "
+          f"{result['shared_prefix_tensor_memory_ratio']:.3f}x with the shared prefix (layers below s1 = {mask.first_skipped} stored once)")
     if device.type == "cuda":
         print(f"CUDA peak ratio: {result['cuda_peak_ratio']:.3f}x")
     estimate = result["llama2_7b_fp16_estimate"]
     print(f"same arithmetic for a Llama-2-7B shape in fp16 at {args.context} tokens: {estimate['ratio']:.3f}x "
           "(paper: 1.04x); a tiny model's KV is large next to its weights, so its ratio is higher")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)
     return result
 
 

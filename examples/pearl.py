@@ -46,7 +46,7 @@ def main(prompt: str = "def parse_args(argv):") -> None:
         print(prompt + tokenizer.decode(out.tokens))
         print(f"rejection rate {m.rejection_rate:.2f}, full passes/token {m.full_passes_per_token:.2f}, "
               f"slim passes/token {m.slim_passes_per_token:.2f}, tiers (draft/slim/full) "
-              f"{m.accepted}/{m.slim_regenerated}/{m.escalated}"
+              f"{m.draft_tokens}/{m.slim_tokens}/{m.full_tokens}"
               + (f", audit: overrule rate {m.overrule_rate:.3f}, TV {m.tv_distance:.3f}" if m.audited else ""))
 
 

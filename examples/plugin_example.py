@@ -91,8 +91,8 @@ def run_example(max_new_tokens: int = 48, threshold: float = 0.6, verbose: bool 
     if verbose:
         print(f"generated {len(output.tokens)} tokens: {output.tokens}")
         print(
-            f"tiers seen by the observer: {dict(counter.counts)}; metrics: accepted={metrics.accepted} "
-            f"slim={metrics.slim_regenerated} escalated={metrics.escalated} full passes={metrics.full_passes}"
+            f"tiers seen by the observer: {dict(counter.counts)}; metrics: draft={metrics.draft_tokens} "
+            f"slim={metrics.slim_tokens} full={metrics.full_tokens} full passes={metrics.full_passes}"
         )
     return {"output": output, "counts": dict(counter.counts), "events": counter.events}
 

@@ -221,7 +221,7 @@ def test_lossless_greedy_is_token_identical_to_unwrapped_eagenerate(ea_model, st
         assert result.tokens == raw[:20]
         assert result.metrics.committed == len(result.tokens) == 20
         assert result.metrics.slim_passes > 0
-        assert result.metrics.slim_regenerated + result.metrics.accepted + result.metrics.escalated == 20
+        assert result.metrics.slim_tokens + result.metrics.draft_tokens + result.metrics.full_tokens == 20
 
 
 def test_scope_restores_patches_and_tree_mode_even_on_error(ea_model):

@@ -54,7 +54,7 @@ def test_generate_writes_tokens_text_and_metrics(pair_dir, tmp_path, framework, 
     assert 1 <= len(data["tokens"]) <= 12 and len(data["tiers"]) == len(data["tokens"])
     assert data["metrics"]["committed"] == len(data["tokens"])
     m = data["metrics"]
-    assert m["accepted"] + m["slim_regenerated"] + m["escalated"] == m["committed"]
+    assert m["draft_tokens"] + m["slim_tokens"] + m["full_tokens"] == m["committed"]
     if framework == "ar":
         assert set(data["tiers"]) == {int(Tier.FULL)} and m["full_passes"] == len(data["tokens"])
     if mode in ("none",):

@@ -27,8 +27,8 @@ def sample_metrics() -> TierMetrics:
 
 def test_counts_derive_from_tiers_and_add_up():
     m = sample_metrics()
-    assert (m.accepted, m.slim_regenerated, m.escalated) == (6, 1, 3)
-    assert m.committed == 10 == m.accepted + m.slim_regenerated + m.escalated
+    assert (m.draft_tokens, m.slim_tokens, m.full_tokens) == (6, 1, 3)
+    assert m.committed == 10 == m.draft_tokens + m.slim_tokens + m.full_tokens
     assert (m.drafted, m.drafts_judged, m.drafts_rejected, m.cycles) == (12, 9, 2, 3)
     assert m.accepted_lengths == [3, 5, 2]
     assert m.rejection_rate == pytest.approx(2 / 9)
@@ -56,7 +56,7 @@ def test_audit_records_rates_and_positions():
 def test_trim_within_the_last_cycle():
     m = sample_metrics()
     m.trim_to(9)
-    assert m.committed == 9 and m.token_tiers[-1] == F and m.escalated == 2
+    assert m.committed == 9 and m.token_tiers[-1] == F and m.full_tokens == 2
     assert m.accepted_lengths == [3, 5, 1]
     m.trim_to(20)  # never grows
     assert m.committed == 9
@@ -77,7 +77,7 @@ def test_merge_sums_and_concatenates_without_touching_inputs():
     merged = a.merge(b)
     assert (a.to_dict(), b.to_dict()) == before
     assert merged.committed == 20 and merged.cycles == 6 and merged.drafted == 24
-    assert merged.accepted == 12 and merged.slim_regenerated == 2 and merged.escalated == 6
+    assert merged.draft_tokens == 12 and merged.slim_tokens == 2 and merged.full_tokens == 6
     assert merged.rejection_rate == pytest.approx(4 / 18)
     assert merged.accepted_lengths == a.accepted_lengths + b.accepted_lengths
     assert merged.audited == 1 and merged.tv_distance == pytest.approx(0.5)
@@ -87,8 +87,8 @@ def test_merge_sums_and_concatenates_without_touching_inputs():
 def test_to_dict_is_json_ready_and_has_the_derived_fields():
     m = sample_metrics()
     data = json.loads(json.dumps(m.to_dict()))
-    for key in ("committed", "accepted", "slim_regenerated", "escalated", "rejection_rate", "mean_accepted_length",
+    for key in ("committed", "draft_tokens", "slim_tokens", "full_tokens", "rejection_rate", "mean_accepted_length",
                 "full_passes_per_token", "slim_passes_per_token", "overrule_rate", "tv_distance", "full_passes",
                 "slim_passes", "accepted_lengths"):
         assert key in data, key
-    assert data["committed"] == 10 and data["accepted"] == 6 and data["token_tiers"] == [1, 1, 2, 1, 1, 1, 1, 3, 3, 3]
+    assert data["committed"] == 10 and data["draft_tokens"] == 6 and data["token_tiers"] == [1, 1, 2, 1, 1, 1, 1, 3, 3, 3]

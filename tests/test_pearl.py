@@ -17,13 +17,8 @@ import time
 import pytest
 import torch
 
-from viasd_adapt.adapters.pearl import (
-    PearlDecoder,
-    RoleWorkers,
-    end_cycle_at_block,
-    pearl_generate,
-    split_at_stop,
-)
+from viasd_adapt.adapters.pearl import PearlDecoder, RoleWorkers, pearl_generate
+from viasd_adapt.cycle import StopRule, end_at_block
 from viasd_adapt.engine import ModelDrafter
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.hooks import hookimpl
@@ -38,6 +33,7 @@ torch.set_num_threads(1)
 
 PROMPTS = ([1, 2, 3, 4, 5], [7, 8, 9], [10, 20, 30, 40, 50, 60])
 SAMPLING = SamplingConfig(do_sample=True)
+NONE = TierSettings(mode="none")
 
 
 # ----------------------------------------------------------------------------- model helpers
@@ -101,26 +97,26 @@ def mask():
 # ----------------------------------------------------------------------------- pure helpers
 
 
-def test_end_cycle_at_block_drops_only_tokens_after_a_fully_committed_block():
+def test_end_at_block_drops_only_tokens_after_a_fully_committed_block():
     block = [5, 6, 7]
     bonus = CycleResult([5, 6, 7, 9], [Tier.DRAFT] * 3 + [Tier.FULL], 3, 0)
-    trimmed = end_cycle_at_block(bonus, block)
+    trimmed = end_at_block(bonus, block)
     assert trimmed.tokens == [5, 6, 7] and trimmed.tiers == [Tier.DRAFT] * 3
     assert (trimmed.drafts_judged, trimmed.drafts_rejected) == (3, 0)
     cascade = CycleResult([5, 6, 7, 4, 9], [Tier.DRAFT] * 3 + [Tier.SLIM, Tier.FULL], 3, 0)
-    assert end_cycle_at_block(cascade, block).tokens == [5, 6, 7]
+    assert end_at_block(cascade, block).tokens == [5, 6, 7]
     corrected = CycleResult([5, 8], [Tier.DRAFT, Tier.FULL], 2, 1)
-    assert end_cycle_at_block(corrected, block) is corrected
+    assert end_at_block(corrected, block).tokens == [5, 8]
     # a correction at the last position that differs from the draft keeps the cycle as it is
     last = CycleResult([5, 6, 1], [Tier.DRAFT, Tier.DRAFT, Tier.FULL], 3, 1)
-    assert end_cycle_at_block(last, block) is last
+    assert end_at_block(last, block).tokens == [5, 6, 1]
 
 
-def test_split_at_stop_respects_budget_and_eos():
-    assert split_at_stop([1, 2, 3], 5, set()) == ([1, 2, 3], False)
-    assert split_at_stop([1, 2, 3], 2, set()) == ([1, 2], True)
-    assert split_at_stop([1, 2, 3], 5, {2}) == ([1, 2], True)
-    assert split_at_stop([1, 2, 3], 3, set()) == ([1, 2, 3], True)
+def test_stop_rule_respects_budget_and_eos():
+    assert StopRule.of(5).split([1, 2, 3]) == ([1, 2, 3], False)
+    assert StopRule.of(2).split([1, 2, 3]) == ([1, 2], True)
+    assert StopRule.of(5, {2}).split([1, 2, 3]) == ([1, 2], True)
+    assert StopRule.of(3).split([1, 2, 3]) == ([1, 2, 3], True)
 
 
 # ----------------------------------------------------------------------------- greedy lossless
@@ -140,7 +136,7 @@ def test_greedy_is_token_identical_to_target_greedy(pair, mask, mode, parallel):
         total = total.merge(out.metrics)
     # both paths of a round ran: some drafts were accepted, some rejected
     assert 0 < total.drafts_rejected < total.drafts_judged
-    assert total.accepted > 0
+    assert total.draft_tokens > 0
 
 
 @pytest.mark.parametrize("family", ["gpt2", "qwen2"])
@@ -385,7 +381,7 @@ def _summed(target, drafter, mask, mode, sampling):
         out = pearl_generate(
             target, drafter, prompt, 24, settings=TierSettings(mode=mode, gamma=4), mask=mask, sampling=sampling, seed=seed
         )
-        assert out.metrics.accepted + out.metrics.slim_regenerated + out.metrics.escalated == len(out.tokens) == 24
+        assert out.metrics.draft_tokens + out.metrics.slim_tokens + out.metrics.full_tokens == len(out.tokens) == 24
         assert out.tiers == out.metrics.token_tiers
         total = total.merge(out.metrics)
     return total
@@ -442,8 +438,8 @@ def test_bad_input_gives_clear_errors(pair, mask):
         pearl_generate(target, drafter, [1, 2], 0)
     with pytest.raises(ConfigError, match="mask"):
         pearl_generate(target, drafter, [1, 2], 5, settings=TierSettings(mode="lossless"))
-    with pytest.raises(ModelMismatchError, match="vocabularies differ"):
-        pearl_generate(target, tiny_model("llama", 3, num_layers=1, vocab_size=32), [1, 2], 5)
+    with pytest.raises(ModelMismatchError, match="vocabulary mismatch"):
+        pearl_generate(target, tiny_model("llama", 3, num_layers=1, vocab_size=32), [1, 2], 5, settings=NONE)
     with pytest.raises(ModelMismatchError):
         pearl_generate(target, drafter, [1, 2], 5, settings=TierSettings(mode="lossy"), mask=RoutingMask.from_skipped(6, [1]))
     other = tiny_model("llama", 9, num_layers=4, vocab_size=64)
@@ -451,14 +447,16 @@ def test_bad_input_gives_clear_errors(pair, mask):
     with pytest.raises(ModelMismatchError, match="another model"):
         pearl_generate(target, drafter, [1, 2], 5, settings=TierSettings(mode="lossy"), mask=artifact)
     with pytest.raises(ConfigError, match="intra_op_threads"):
-        pearl_generate(target, drafter, [1, 2], 5, intra_op_threads=0)
+        pearl_generate(target, drafter, [1, 2], 5, intra_op_threads=0, settings=NONE)
+    with pytest.raises(ModelMismatchError, match="outside the model's vocabulary"):
+        pearl_generate(target, drafter, [1, 10_000], 5, settings=NONE)
     # a (1, n) tensor prompt is fine
-    assert len(pearl_generate(target, drafter, torch.tensor([[1, 2, 3]]), 4).tokens) == 4
+    assert len(pearl_generate(target, drafter, torch.tensor([[1, 2, 3]]), 4, settings=NONE).tokens) == 4
 
 
 def test_decoder_accepts_any_drafter_object(pair):
     """The loop only needs ``propose`` and ``passes``: a framework's own drafter plugs in."""
     target, drafter_model = pair
-    out = pearl_generate(target, ModelDrafter(drafter_model, SamplingConfig()), PROMPTS[2], 10, seed=0)
+    out = pearl_generate(target, ModelDrafter(drafter_model, SamplingConfig()), PROMPTS[2], 10, seed=0, settings=NONE)
     assert out.tokens == greedy_reference(target, PROMPTS[2], 10)
     assert out.metrics.draft_passes > 0 and isinstance(PearlDecoder, type)

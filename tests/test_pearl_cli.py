@@ -46,7 +46,7 @@ def test_pearl_runs_from_the_command_line(pair_dir, tmp_path, mode):
     data, output = generate(pair_dir, tmp_path / "out.json", "pearl", mode)
     m = data["metrics"]
     assert 1 <= len(data["tokens"]) <= 12 and m["committed"] == len(data["tokens"]) == len(data["tiers"])
-    assert m["accepted"] + m["slim_regenerated"] + m["escalated"] == m["committed"]
+    assert m["draft_tokens"] + m["slim_tokens"] + m["full_tokens"] == m["committed"]
     assert (m["slim_passes"] > 0) == (mode != "none")
     assert (m["overrule_rate"] is not None) == (mode == "audit")
     assert "PEARL:" in output and "pre-verify" in output

@@ -39,7 +39,7 @@ def run(demo, mode, sampling=SamplingConfig(), parallel=True):
             target, drafter, ids, N_NEW, settings=TierSettings(mode=mode, gamma=GAMMA),
             mask=mask if mode != "none" else None, sampling=sampling, parallel=parallel, seed=seed,
         )
-        assert out.metrics.accepted + out.metrics.slim_regenerated + out.metrics.escalated == len(out.tokens)
+        assert out.metrics.draft_tokens + out.metrics.slim_tokens + out.metrics.full_tokens == len(out.tokens)
         total = total.merge(out.metrics)
         outputs.append(out.tokens)
     return total, outputs

@@ -382,8 +382,12 @@ def test_slim_memory_benchmark_measures_only_the_retained_layers_kv(capsys):
     result = module.main(["--preset", "tiny", "--context", "48", "--new-tokens", "6"])
     assert "tensor-memory ratio" in capsys.readouterr().out
     assert result["weight_sharing"]["extra_parameter_bytes"] == 0
-    full_only, with_slim = result["rows"]
-    assert full_only["slim_kv_bytes"] == 0 and full_only["tokens"] == with_slim["tokens"] == 6
+    full_only, with_slim, shared = result["rows"]
+    assert full_only["slim_kv_bytes"] == 0 and full_only["tokens"] == with_slim["tokens"] == shared["tokens"] == 6
+    # the shared prefix stores the layers below s1 once: less than separate caches, by those layers
+    s1 = min(result["skipped_layers"])
+    assert shared["verifier_tensor_bytes"] < with_slim["verifier_tensor_bytes"] or s1 == 0
+    assert shared["full_kv_bytes"] == pytest.approx(with_slim["full_kv_bytes"], rel=0.1)
     retained = result["layers"] - len(result["skipped_layers"])
     # Per layer, u's cache is as long as q's up to the last block's few unverified tokens.
     per_layer_slim = with_slim["slim_kv_bytes"] / retained

@@ -24,7 +24,7 @@ from viasd_adapt.routing import RoutingMask, SlimVerifier
 from viasd_adapt.rules import BUILTIN_RULES
 from viasd_adapt.sampling import SamplingConfig
 from viasd_adapt.settings import TierSettings
-from viasd_adapt.tiers import Tier, escalation_stage, slim_stage
+from viasd_adapt.tiers import Tier, escalate, route_block
 
 torch.set_num_threads(1)
 
@@ -110,11 +110,11 @@ def test_hook_rules_reproduce_builtin_decisions():
 
 
 def test_gate1_override_changes_the_decision():
-    builtin = slim_stage(TOKENS, P, U, SETTINGS, greedy=True, rules=HookRules(make_plugin_manager(load_entrypoints=False)))
+    builtin = route_block(TOKENS, P, U, SETTINGS, greedy=True, rules=HookRules(make_plugin_manager(load_entrypoints=False)))
     assert builtin.n_accepted == 3 and builtin.slim_token == 3
 
     rules = HookRules(make_plugin_manager([AlwaysReject()], load_entrypoints=False))
-    overridden = slim_stage(TOKENS, P, U, SETTINGS, greedy=True, rules=rules)
+    overridden = route_block(TOKENS, P, U, SETTINGS, greedy=True, rules=rules)
     assert overridden.n_accepted == 0
     assert overridden.slim_token == 0  # u is confident at position 0 and its argmax is 0
 
@@ -122,7 +122,7 @@ def test_gate1_override_changes_the_decision():
 def test_router_override_changes_the_decision():
     router = NeverTrustSlim()
     rules = HookRules(make_plugin_manager([router], load_entrypoints=False))
-    outcome = slim_stage(TOKENS, P, U, SETTINGS, greedy=True, rules=rules)
+    outcome = route_block(TOKENS, P, U, SETTINGS, greedy=True, rules=rules)
     assert router.calls == 1
     assert (outcome.n_accepted, outcome.slim_token, outcome.escalate_at) == (3, None, 3)
 
@@ -136,16 +136,16 @@ def test_escalation_override():
     q = torch.full((4, 4), 0.25)
     q[:, 3] = 0.7
     q[:, :3] = 0.1
-    builtin = escalation_stage(TOKENS, P, q, 0, SETTINGS, True, rules=HookRules(make_plugin_manager(load_entrypoints=False)))
+    builtin = escalate(TOKENS, P, q, 0, SETTINGS, True, rules=HookRules(make_plugin_manager(load_entrypoints=False)))
     assert builtin.n_accepted == 0
     rules = HookRules(make_plugin_manager([AcceptEverything()], load_entrypoints=False))
-    assert escalation_stage(TOKENS, P, q, 0, SETTINGS, True, rules=rules).n_accepted == 3
+    assert escalate(TOKENS, P, q, 0, SETTINGS, True, rules=rules).n_accepted == 3
 
 
 def test_plugin_returning_none_defers_to_builtin():
     deferring = Deferring()
     rules = HookRules(make_plugin_manager([deferring], load_entrypoints=False))
-    outcome = slim_stage(TOKENS, P, U, SETTINGS, greedy=True, rules=rules)
+    outcome = route_block(TOKENS, P, U, SETTINGS, greedy=True, rules=rules)
     assert deferring.seen == 1
     assert (outcome.n_accepted, outcome.slim_token) == (3, 3)  # the built-in answer
 
@@ -198,15 +198,15 @@ def test_observer_never_sees_tokens_after_eos(sharp_target):
 
 def test_overrides_change_generation(sharp_target):
     baseline = generate(sharp_target, [])
-    assert baseline.metrics.accepted > 0 and baseline.metrics.slim_regenerated > 0
+    assert baseline.metrics.draft_tokens > 0 and baseline.metrics.slim_tokens > 0
 
     rejecting = generate(sharp_target, [AlwaysReject()])
-    assert rejecting.metrics.accepted == 0  # no draft survives gate 1 ...
+    assert rejecting.metrics.draft_tokens == 0  # no draft survives gate 1 ...
     assert set(rejecting.tiers) == {int(Tier.SLIM), int(Tier.FULL)}  # ... so u or q decides every token
     assert rejecting.metrics.rejection_rate > baseline.metrics.rejection_rate
 
     escalating = generate(sharp_target, [NeverTrustSlim()])
-    assert escalating.metrics.slim_regenerated == 0
+    assert escalating.metrics.slim_tokens == 0
     assert escalating.metrics.full_passes > baseline.metrics.full_passes
 
 
@@ -222,7 +222,7 @@ def test_example_plugin_runs_and_its_observer_matches_metrics(capsys):
     metrics = seen["output"].metrics
     assert seen["counts"] == {
         name: count
-        for name, count in (("DRAFT", metrics.accepted), ("SLIM", metrics.slim_regenerated), ("FULL", metrics.escalated))
+        for name, count in (("DRAFT", metrics.draft_tokens), ("SLIM", metrics.slim_tokens), ("FULL", metrics.full_tokens))
         if count
     }
     assert sum(seen["counts"].values()) == len(seen["output"].tokens) == 32
@@ -262,7 +262,7 @@ def test_third_party_plugins_load_from_the_entry_point_group(tmp_path, monkeypat
 
     manager = make_plugin_manager()
     assert manager.has_plugin("fake_router") and not manager.has_plugin("not_ours")
-    outcome = slim_stage(TOKENS, P, U, SETTINGS, greedy=True, rules=HookRules(manager))
+    outcome = route_block(TOKENS, P, U, SETTINGS, greedy=True, rules=HookRules(manager))
     assert outcome.escalate_at == 3  # the loaded plugin overrode the router
 
     assert not make_plugin_manager(load_entrypoints=False).has_plugin("fake_router")

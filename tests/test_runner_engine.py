@@ -154,7 +154,7 @@ def test_lossless_sampling_matches_the_target_distribution():
         out = speculative_generate(drafter, verifier, prompt, 3, generator=gen)
         samples1.append(out.tokens[1])
         samples2.append(out.tokens[2])
-        slim_tokens += out.metrics.slim_regenerated
+        slim_tokens += out.metrics.slim_tokens
     assert slim_tokens > 0  # u's corrections did reach the output (after q's check)
 
     def pvalue(samples, probs):
@@ -224,7 +224,7 @@ def test_metrics_add_up(target, mode):
     drafter, verifier = make(target, mode, plugins=[log])
     out = speculative_generate(drafter, verifier, PROMPT, 40)
     m = out.metrics
-    assert m.accepted + m.slim_regenerated + m.escalated == m.committed == len(out.tokens) == 40
+    assert m.draft_tokens + m.slim_tokens + m.full_tokens == m.committed == len(out.tokens) == 40
     assert len(m.accepted_lengths) == m.cycles == len(log.cycles)
     assert sum(m.accepted_lengths) == 40
     assert m.mean_accepted_length == pytest.approx(40 / m.cycles)
@@ -235,14 +235,14 @@ def test_metrics_add_up(target, mode):
     drafting_cycles = m.cycles - 1  # the first "cycle" is the prefill
     escalated_cycles = sum(1 for c in log.cycles if c.escalated)
     if mode == "none":
-        assert (m.full_passes, m.slim_passes, m.slim_regenerated) == (m.cycles, 0, 0)
+        assert (m.full_passes, m.slim_passes, m.slim_tokens) == (m.cycles, 0, 0)
     elif mode == "lossless":
         assert (m.full_passes, m.slim_passes) == (m.cycles, drafting_cycles)
     elif mode == "lossy":
         assert m.slim_passes == drafting_cycles
         assert m.full_passes == 1 + escalated_cycles
         # Every other cycle ends with exactly one slim token (the last one may be cut by the budget).
-        assert drafting_cycles - escalated_cycles - 1 <= m.slim_regenerated <= drafting_cycles - escalated_cycles
+        assert drafting_cycles - escalated_cycles - 1 <= m.slim_tokens <= drafting_cycles - escalated_cycles
         assert m.tv_distance is None
     else:
         assert (m.full_passes, m.slim_passes) == (m.cycles, drafting_cycles)
@@ -259,7 +259,7 @@ def test_lossy_saves_full_passes_when_slim_is_confident():
     for mode in ("none", "lossy"):
         drafter, verifier = make(target, mode)
         runs[mode] = speculative_generate(drafter, verifier, PROMPT, 40).metrics
-    assert runs["lossy"].slim_regenerated > 0
+    assert runs["lossy"].slim_tokens > 0
     assert runs["lossy"].full_passes < runs["none"].full_passes
 
 
@@ -302,29 +302,32 @@ def test_lossless_sampling_with_top_k_top_p_matches_the_warped_target():
     assert chisquare(observed[support].numpy(), expected.numpy()).pvalue > 1e-3
 
 
-def test_full_verifier_catches_up_on_slim_tokens_in_one_forward():
+@pytest.mark.parametrize("share_prefix", [True, False])
+def test_full_verifier_catches_up_on_slim_tokens_in_one_forward(share_prefix):
     """Lossy mode: q skips the cycles u resolves, then sees all the tokens committed meanwhile in the
-    same forward that verifies the next block, with logits equal to a fresh full forward."""
+    same forward that verifies the next block, with logits equal to a fresh full forward (also when
+    that forward resumes at the slim verifier's first skipped layer)."""
     target = sharpened("llama", seed=0)
     checked = []
-
-    class CheckingVerifier(TieredVerifier):
-        def _dist(self, runner, sequence, n_tail):
-            if runner is self.full:
-                fed_before = list(runner.fed)
-                logits = runner.logits_for(sequence, n_tail)
-                with torch.no_grad():
-                    fresh = target(torch.tensor([sequence])).logits[0, -n_tail:]
-                torch.testing.assert_close(logits, fresh, rtol=0, atol=1e-4)
-                checked.append(len(sequence) - len(fed_before))
-                return torch.softmax(logits, dim=-1)
-            return super()._dist(runner, sequence, n_tail)
-
     drafter = ModelDrafter(SlimVerifier(target, RoutingMask.from_skipped(LAYERS, [2, 3, 4])).model, GREEDY)
-    verifier = CheckingVerifier(target, TierSettings(gamma=4), GREEDY,
-                                slim=SlimVerifier(target, RoutingMask.from_skipped(LAYERS, [3, 4])),
-                                plugin_manager=make_plugin_manager(load_entrypoints=False))
+    verifier = TieredVerifier(target, TierSettings(gamma=4), GREEDY,
+                              slim=SlimVerifier(target, RoutingMask.from_skipped(LAYERS, [3, 4])),
+                              plugin_manager=make_plugin_manager(load_entrypoints=False), share_prefix=share_prefix)
+    runners = verifier.runners
+    full_logits = runners.full_logits
+
+    def checking_full_logits(sequence, n_tail):
+        fed_before = list(runners.q.fed if share_prefix else runners.full.fed)
+        logits = full_logits(sequence, n_tail)
+        with torch.no_grad():
+            fresh = target(torch.tensor([sequence])).logits[0, -n_tail:]
+        torch.testing.assert_close(logits, fresh, rtol=0, atol=1e-4)
+        checked.append(len(sequence) - len(fed_before))
+        return logits
+
+    runners.full_logits = checking_full_logits
     out = speculative_generate(drafter, verifier, PROMPT, 40)
-    assert out.metrics.slim_regenerated > 0 and len(checked) == out.metrics.full_passes
+    assert out.metrics.slim_tokens > 0 and len(checked) == out.metrics.full_passes
     # Some escalation came after slim-only cycles: q then had more new tokens than one block.
     assert max(checked[1:]) > 4 + 1
+    assert (out.metrics.resumed_full_passes > 0) == share_prefix

@@ -16,15 +16,16 @@ from scipy.stats import chisquare
 
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.rules import lossless_accept_prob, tolerant_accept_prob
-from viasd_adapt.settings import Mode, TierSettings, check_max_new_tokens
+from viasd_adapt.checks import check_max_new_tokens
+from viasd_adapt.settings import Mode, TierSettings
 from viasd_adapt.tiers import (
     Tier,
     audit_cycle,
     cascade_candidates,
-    combine_cycle,
+    join_cycle,
     effective_distribution,
-    escalation_stage,
-    slim_stage,
+    escalate,
+    route_block,
     verify_block,
 )
 
@@ -103,10 +104,10 @@ def test_slim_stage_greedy_accept_all_and_slim_bonus():
     tokens = torch.tensor([0, 1])
     p = rows([0.6, 0.2, 0.1, 0.1], [0.2, 0.6, 0.1, 0.1])
     u = rows([0.5, 0.3, 0.1, 0.1], [0.1, 0.5, 0.3, 0.1], [0.05, 0.05, 0.85, 0.05])
-    out = slim_stage(tokens, p, u, LOSSY, greedy=True)
+    out = route_block(tokens, p, u, LOSSY, greedy=True)
     assert out.n_accepted == 2 and out.escalate_at is None
     assert out.slim_token == 2  # bonus from u, confident (0.85 >= 1 - 0.3)
-    result = combine_cycle(tokens, out)
+    result = join_cycle(tokens, out)
     assert result.tokens == [0, 1, 2]
     assert result.tiers == [Tier.DRAFT, Tier.DRAFT, Tier.SLIM]
     assert (result.drafts_judged, result.drafts_rejected, result.escalated) == (2, 0, False)
@@ -117,11 +118,11 @@ def test_slim_stage_greedy_accept_all_unconfident_bonus_escalates():
     p = rows([0.6, 0.2, 0.1, 0.1], [0.2, 0.6, 0.1, 0.1])
     u = rows([0.5, 0.3, 0.1, 0.1], [0.1, 0.5, 0.3, 0.1], [0.3, 0.3, 0.3, 0.1])
     q = rows([0.7, 0.1, 0.1, 0.1], [0.1, 0.7, 0.1, 0.1], [0.1, 0.1, 0.1, 0.7])
-    out = slim_stage(tokens, p, u, LOSSY, greedy=True)
+    out = route_block(tokens, p, u, LOSSY, greedy=True)
     assert (out.n_accepted, out.slim_token, out.escalate_at) == (2, None, 2)
-    verdict = escalation_stage(tokens, p, q, out.escalate_at, LOSSY, greedy=True)
+    verdict = escalate(tokens, p, q, out.escalate_at, LOSSY, greedy=True)
     assert (verdict.n_accepted, verdict.next_token) == (0, 3)  # q's bonus token
-    result = combine_cycle(tokens, out, verdict)
+    result = join_cycle(tokens, out, verdict)
     assert result.tokens == [0, 1, 3]
     assert result.tiers == [Tier.DRAFT, Tier.DRAFT, Tier.FULL]
     assert (result.drafts_judged, result.drafts_rejected, result.escalated) == (2, 0, True)
@@ -132,13 +133,13 @@ def test_slim_stage_greedy_reject_then_slim_regenerates():
     p = rows([0.6, 0.2, 0.1, 0.1], [0.2, 0.6, 0.1, 0.1])
     # u(0) = 0.25 < 0.5 * 0.6: gate 1 rejects position 0; u is confident in token 3.
     u = rows([0.25, 0.0, 0.0, 0.75], [0.1, 0.5, 0.3, 0.1], [0.3, 0.3, 0.3, 0.1])
-    out = slim_stage(tokens, p, u, LOSSY, greedy=True)
+    out = route_block(tokens, p, u, LOSSY, greedy=True)
     assert (out.n_accepted, out.slim_token, out.escalate_at) == (0, 3, None)
-    result = combine_cycle(tokens, out)
+    result = join_cycle(tokens, out)
     assert result.tokens == [3] and result.tiers == [Tier.SLIM]
     assert (result.drafts_judged, result.drafts_rejected) == (1, 1)
     with pytest.raises(ValueError):
-        combine_cycle(tokens, slim_stage(tokens, p, rows([0.25, 0.25, 0.25, 0.25], *u[1:].tolist()), LOSSY, True))
+        join_cycle(tokens, route_block(tokens, p, rows([0.25, 0.25, 0.25, 0.25], *u[1:].tolist()), LOSSY, True))
 
 
 def test_slim_stage_greedy_reject_unconfident_escalates_tolerant_vs_framework():
@@ -147,20 +148,20 @@ def test_slim_stage_greedy_reject_unconfident_escalates_tolerant_vs_framework():
     u = rows([0.5, 0.3, 0.1, 0.1], [0.3, 0.1, 0.3, 0.3], [0.3, 0.3, 0.3, 0.1])  # rejects position 1
     # q at position 1: q(1) = 0.45 >= (1 - 0.3) * 0.6 = 0.42, but q's argmax is token 2.
     q = rows([0.7, 0.1, 0.1, 0.1], [0.05, 0.45, 0.5, 0.0], [0.1, 0.1, 0.1, 0.7])
-    out = slim_stage(tokens, p, u, LOSSY, greedy=True)
+    out = route_block(tokens, p, u, LOSSY, greedy=True)
     assert (out.n_accepted, out.slim_token, out.escalate_at) == (1, None, 1)
 
-    tolerant = escalation_stage(tokens, p, q, 1, LOSSY, greedy=True)
+    tolerant = escalate(tokens, p, q, 1, LOSSY, greedy=True)
     assert (tolerant.n_accepted, tolerant.next_token) == (1, 3)  # kept, then q's bonus
-    result = combine_cycle(tokens, out, tolerant)
+    result = join_cycle(tokens, out, tolerant)
     assert result.tokens == [0, 1, 3]
     assert result.tiers == [Tier.DRAFT, Tier.FULL, Tier.FULL]
     assert (result.drafts_judged, result.drafts_rejected, result.escalated) == (2, 0, True)
 
     framework = LOSSY.with_(escalation_rule="framework")
-    strict = escalation_stage(tokens, p, q, 1, framework, greedy=True)
+    strict = escalate(tokens, p, q, 1, framework, greedy=True)
     assert (strict.n_accepted, strict.next_token) == (0, 2)  # lossless greedy: argmax only
-    result = combine_cycle(tokens, out, strict)
+    result = join_cycle(tokens, out, strict)
     assert result.tokens == [0, 2] and result.tiers == [Tier.DRAFT, Tier.FULL]
     assert (result.drafts_judged, result.drafts_rejected) == (2, 1)
 
@@ -174,10 +175,10 @@ def test_slim_stage_sampling_deterministic_branches():
     # u is confident (0.9), and the residual max(0, u - p) lives on token 3 only.
     u = rows([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.1, 0.9], [0.25] * 4)
     for _ in range(20):
-        out = slim_stage(tokens, p, u, LOSSY, greedy=False, generator=gen)
+        out = route_block(tokens, p, u, LOSSY, greedy=False, generator=gen)
         assert (out.n_accepted, out.escalate_at) == (1, None) and out.slim_token in (2, 3)
     # The residual norm(max(0, u - p)) = (0, 0, 0.1, 0.9): token 2 must show up too, at ~10%.
-    seen = [slim_stage(tokens, p, u, LOSSY, False, gen).slim_token for _ in range(3000)]
+    seen = [route_block(tokens, p, u, LOSSY, False, gen).slim_token for _ in range(3000)]
     assert fits(seen, u[1]) > SIGNIFICANCE
 
 
@@ -202,9 +203,9 @@ def test_combine_cycle_accounting_adds_up(greedy, rule):
     for _ in range(300):
         g = int(torch.randint(1, 5, (1,), generator=gen))
         tokens, p, u, q = random_case(gen, g, vocab=5, sharp=2.5)
-        slim = slim_stage(tokens, p, u, settings, greedy, gen)
-        escalation = escalation_stage(tokens, p, q, slim.escalate_at, settings, greedy, gen) if slim.escalate_at is not None else None
-        result = combine_cycle(tokens, slim, escalation)
+        slim = route_block(tokens, p, u, settings, greedy, gen)
+        escalation = escalate(tokens, p, q, slim.escalate_at, settings, greedy, gen) if slim.escalate_at is not None else None
+        result = join_cycle(tokens, slim, escalation)
         n_draft, n_slim, n_full = (result.tiers.count(t) for t in (Tier.DRAFT, Tier.SLIM, Tier.FULL))
         assert len(result.tokens) == len(result.tiers) == n_draft + n_slim + n_full
         assert 1 <= len(result.tokens) <= g + 1
@@ -314,9 +315,9 @@ def test_cascade_then_q_yields_exactly_q_over_two_tokens():
 
 
 def committed_at_zero(tokens, p, u, q, settings, gen):
-    slim = slim_stage(tokens, p, u, settings, False, gen)
-    escalation = escalation_stage(tokens, p, q, slim.escalate_at, settings, False, gen) if slim.escalate_at is not None else None
-    return combine_cycle(tokens, slim, escalation), slim
+    slim = route_block(tokens, p, u, settings, False, gen)
+    escalation = escalate(tokens, p, q, slim.escalate_at, settings, False, gen) if slim.escalate_at is not None else None
+    return join_cycle(tokens, slim, escalation), slim
 
 
 P0 = [0.55, 0.25, 0.15, 0.05]
@@ -402,8 +403,8 @@ def test_audit_cycle_greedy_flags_overruled_tokens():
     p = rows([0.6, 0.2, 0.1, 0.1], [0.2, 0.6, 0.1, 0.1])
     u = rows([0.5, 0.3, 0.1, 0.1], [0.1, 0.5, 0.3, 0.1], [0.05, 0.05, 0.85, 0.05])
     q = rows([0.7, 0.1, 0.1, 0.1], [0.1, 0.2, 0.6, 0.1], [0.1, 0.1, 0.7, 0.1])
-    slim = slim_stage(tokens, p, u, LOSSY, greedy=True)
-    result = combine_cycle(tokens, slim)
+    slim = route_block(tokens, p, u, LOSSY, greedy=True)
+    result = join_cycle(tokens, slim)
     assert result.tokens == [0, 1, 2]
     record = audit_cycle(tokens, p, u, q, slim, result, LOSSY, greedy=True)
     # q's argmaxes are 0, 2, 2: only position 1 (accepted by gate 1) would have been overruled.
@@ -417,8 +418,8 @@ def test_audit_cycle_sampling_is_clean_when_slim_equals_full():
     tokens = torch.tensor([0, 3])
     p = rows(P0, [0.1, 0.2, 0.3, 0.4])
     q = rows(U_CONFIDENT, [0.05, 0.05, 0.05, 0.85], [0.8, 0.1, 0.05, 0.05])
-    slim = slim_stage(tokens, p, q, settings, greedy=False, generator=torch.Generator().manual_seed(0))
-    result = combine_cycle(tokens, slim)
+    slim = route_block(tokens, p, q, settings, greedy=False, generator=torch.Generator().manual_seed(0))
+    result = join_cycle(tokens, slim)
     record = audit_cycle(tokens, p, q, q, slim, result, settings, greedy=False)
     assert len(record.overrule) == len(result.tokens)
     assert max(record.tv) < 1e-5 and max(record.overrule) < 1e-5
@@ -428,8 +429,8 @@ def test_audit_cycle_sampling_reports_positive_tv_for_a_lossy_gate():
     settings = TierSettings(alpha1=0.5, gamma=1)
     tokens = torch.tensor([0])
     p, u, q = rows(P0), rows(U_CONFIDENT, [0.25] * 4), rows(Q0, [0.25] * 4)
-    slim = slim_stage(tokens, p, u, settings, greedy=False, generator=torch.Generator().manual_seed(0))
-    result = combine_cycle(tokens, slim)
+    slim = route_block(tokens, p, u, settings, greedy=False, generator=torch.Generator().manual_seed(0))
+    result = join_cycle(tokens, slim)
     record = audit_cycle(tokens, p, u, q, slim, result, settings, greedy=False)
     pi = effective_distribution(p[0], u[0], q[0], settings, bool(slim.resolves[0]))
     assert record.tv[0] == pytest.approx(0.5 * float((pi - q[0]).abs().sum()), abs=1e-6)

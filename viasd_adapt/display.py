@@ -78,13 +78,18 @@ def legend(colour: bool) -> str:
 def metrics_summary(metrics) -> str:
     """A one-line digest of a :class:`~viasd_adapt.metrics.TierMetrics`."""
     line = (
-        f"{metrics.committed} tokens: {metrics.accepted} draft, {metrics.slim_regenerated} slim, "
-        f"{metrics.escalated} full | rejection rate {metrics.rejection_rate:.2f} | "
+        f"{metrics.committed} tokens: {metrics.draft_tokens} draft, {metrics.slim_tokens} slim, "
+        f"{metrics.full_tokens} full | rejection rate {metrics.rejection_rate:.2f} | "
         f"mean accepted length {metrics.mean_accepted_length:.2f} | "
         f"full passes/token {metrics.full_passes_per_token:.2f} | slim passes/token {metrics.slim_passes_per_token:.2f}"
     )
+    if metrics.escalated_cycles:
+        line += f" | escalations {metrics.escalated_cycles}/{metrics.cycles} cycles"
+    if metrics.resumed_full_passes:
+        line += f" ({metrics.resumed_full_passes} full passes resumed at the shared prefix)"
     if metrics.overrule_rate is not None:
-        line += f" | audit: overrule rate {metrics.overrule_rate:.3f}, TV {metrics.tv_distance:.3f}"
+        by_tier = ", ".join(f"tier {t} {v:.3f}" for t, v in metrics.overrule_rate_by_tier.items() if v is not None)
+        line += f" | audit: overrule rate {metrics.overrule_rate:.3f} ({by_tier}), TV {metrics.tv_distance:.3f}"
     return line
 
 

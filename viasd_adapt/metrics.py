@@ -2,15 +2,29 @@
 
 Definitions (also in the README):
 
-* ``committed`` = ``accepted + slim_regenerated + escalated``: every generated token is attributed
-  to exactly one tier: the tier of the decision that committed it.
+* ``committed`` = ``draft_tokens + slim_tokens + full_tokens``: every generated token is
+  attributed to exactly one tier, the tier of the decision that committed it:
+
+  - tier 1, ``draft_tokens``: the drafter's token, kept (by gate 1 in lossy mode, by q's check in
+    the others);
+  - tier 2, ``slim_tokens``: a token the slim verifier produced (lossy tier 2; in lossless mode, a
+    slim-verifier candidate that q then accepted);
+  - tier 3, ``full_tokens``: a token committed by a full-verifier decision: q's correction or bonus
+    token in every mode, and in lossy mode also the drafts q accepted after an escalation.
+
+  Only lossy/audit modes *escalate*; ``escalated_cycles`` counts those cycles. In none, lenient
+  and lossless modes q runs every cycle and its corrections are ordinary tier-3 tokens.
 * ``rejection_rate`` = rejected drafts / judged drafts. A draft is *judged* when some verifier looked
   at it (positions after the first final rejection of a block are discarded, not judged), and
   *rejected* when it was judged and not committed as drafted.
 * ``mean_accepted_length`` = committed tokens per cycle (the usual "tau" of SD papers, counting the
   corrected or bonus token).
-* ``full_passes_per_token`` and ``slim_passes_per_token``: forward passes of the full target and of
-  the slim verifier per committed token.
+* ``full_passes_per_token``, ``slim_passes_per_token``, ``draft_passes_per_token``: forward
+  passes of each model per committed token. ``resumed_full_passes`` of the full passes started at
+  the slim verifier's first skipped layer (shared prefix), so they cost less than a full pass.
+* Audit (audit mode, and lenient mode where q is at hand anyway): per committed token, the chance
+  that lossless q verification would have overruled it, and the TV distance of the effective
+  distribution from q; ``overrule_by_tier`` splits the overrules by the tier that committed them.
 """
 
 from __future__ import annotations
@@ -19,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from viasd_adapt.tiers import AuditRecord, CycleResult, Tier
+
+_TIERS = (int(Tier.DRAFT), int(Tier.SLIM), int(Tier.FULL))
 
 
 @dataclass
@@ -33,7 +49,9 @@ class TierMetrics:
     drafts_judged: int = 0
     drafts_rejected: int = 0
     cycles: int = 0
+    escalated_cycles: int = 0
     full_passes: int = 0
+    resumed_full_passes: int = 0
     slim_passes: int = 0
     draft_passes: int = 0
     token_tiers: list[int] = field(default_factory=list)
@@ -42,11 +60,15 @@ class TierMetrics:
     overrule_sum: float = 0.0
     overruled_positions: list[int] = field(default_factory=list)
     tv_sum: float = 0.0
+    # per tier (index 0 = tier 1): audited tokens and the sum of their overrule probabilities
+    audited_by_tier: list[int] = field(default_factory=lambda: [0, 0, 0])
+    overrule_sum_by_tier: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
 
     # ------------------------------------------------------------------ recording
     def record_cycle(self, result: CycleResult, drafted: int) -> None:
         """Adds one cycle's committed tokens and draft accounting."""
         self.cycles += 1
+        self.escalated_cycles += int(result.escalated)
         self.drafted += drafted
         self.drafts_judged += result.drafts_judged
         self.drafts_rejected += result.drafts_rejected
@@ -59,6 +81,9 @@ class TierMetrics:
         self.overrule_sum += sum(record.overrule)
         self.tv_sum += sum(record.tv)
         self.overruled_positions += [offset + j for j, o in zip(record.positions, record.overrule) if o >= 0.5]
+        for tier, overrule in zip(record.tiers, record.overrule):
+            self.audited_by_tier[tier - 1] += 1
+            self.overrule_sum_by_tier[tier - 1] += overrule
 
     def trim_to(self, n_tokens: int) -> None:
         """Drops tokens committed past ``n_tokens`` (generation stopped mid-block: EOS, budget)."""
@@ -78,15 +103,15 @@ class TierMetrics:
         return sum(1 for t in self.token_tiers if t == tier)
 
     @property
-    def accepted(self) -> int:
+    def draft_tokens(self) -> int:
         return self._count(Tier.DRAFT)
 
     @property
-    def slim_regenerated(self) -> int:
+    def slim_tokens(self) -> int:
         return self._count(Tier.SLIM)
 
     @property
-    def escalated(self) -> int:
+    def full_tokens(self) -> int:
         return self._count(Tier.FULL)
 
     @property
@@ -101,13 +126,20 @@ class TierMetrics:
     def mean_accepted_length(self) -> float:
         return self.committed / self.cycles if self.cycles else 0.0
 
+    def _per_token(self, count: int) -> float:
+        return count / self.committed if self.committed else 0.0
+
     @property
     def full_passes_per_token(self) -> float:
-        return self.full_passes / self.committed if self.committed else 0.0
+        return self._per_token(self.full_passes)
 
     @property
     def slim_passes_per_token(self) -> float:
-        return self.slim_passes / self.committed if self.committed else 0.0
+        return self._per_token(self.slim_passes)
+
+    @property
+    def draft_passes_per_token(self) -> float:
+        return self._per_token(self.draft_passes)
 
     @property
     def overrule_rate(self) -> float | None:
@@ -117,25 +149,39 @@ class TierMetrics:
     def tv_distance(self) -> float | None:
         return self.tv_sum / self.audited if self.audited else None
 
+    @property
+    def overrule_rate_by_tier(self) -> dict[int, float | None]:
+        """Mean overrule probability of the tokens each tier committed (None: tier never audited)."""
+        return {
+            tier: (self.overrule_sum_by_tier[tier - 1] / n if (n := self.audited_by_tier[tier - 1]) else None)
+            for tier in _TIERS
+        }
+
     def merge(self, other: "TierMetrics") -> "TierMetrics":
-        """Sum of two metrics (for aggregating prompts); lists are concatenated."""
+        """Sum of two metrics (for aggregating prompts); lists are concatenated, per-tier lists added."""
         merged = TierMetrics()
         for name, value in asdict(self).items():
-            setattr(merged, name, value + getattr(other, name))
+            theirs = getattr(other, name)
+            if name in ("audited_by_tier", "overrule_sum_by_tier"):
+                setattr(merged, name, [a + b for a, b in zip(value, theirs)])
+            else:
+                setattr(merged, name, value + theirs)
         return merged
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.update(
             committed=self.committed,
-            accepted=self.accepted,
-            slim_regenerated=self.slim_regenerated,
-            escalated=self.escalated,
+            draft_tokens=self.draft_tokens,
+            slim_tokens=self.slim_tokens,
+            full_tokens=self.full_tokens,
             rejection_rate=self.rejection_rate,
             mean_accepted_length=self.mean_accepted_length,
             full_passes_per_token=self.full_passes_per_token,
             slim_passes_per_token=self.slim_passes_per_token,
+            draft_passes_per_token=self.draft_passes_per_token,
             overrule_rate=self.overrule_rate,
+            overrule_rate_by_tier={str(k): v for k, v in self.overrule_rate_by_tier.items()},
             tv_distance=self.tv_distance,
         )
         return data

@@ -37,9 +37,14 @@ def enable_rollback(cache) -> None:
     then refuses ``crop`` once the window is reached; with past recording on, it keeps the states of
     the last forward until the next crop, which is exactly what discarding rejected drafts needs.
     """
-    for layer in cache.layers:
+    for layer in _layers(cache):
         if getattr(layer, "is_sliding", False) and hasattr(layer, "activate_past_recording"):
             layer.activate_past_recording()
+
+
+def _layers(cache_or_layers) -> list:
+    """The cache layers of a Cache object, or a list of cache layers as is."""
+    return cache_or_layers.layers if hasattr(cache_or_layers, "layers") else cache_or_layers
 
 
 def can_truncate(cache, length: int) -> bool:
@@ -48,7 +53,7 @@ def can_truncate(cache, length: int) -> bool:
     A sliding layer only holds its most recent keys; cropping deeper than what it still holds would
     silently lose tokens inside the window, so the caller must rebuild the cache instead.
     """
-    for layer in cache.layers:
+    for layer in _layers(cache):
         if not getattr(layer, "is_sliding", False) or layer.get_seq_length() <= length:
             continue
         if layer.get_seq_length() >= layer.sliding_window and not getattr(layer, "record_past", False):
@@ -66,10 +71,35 @@ def truncate_cache(cache, length: int) -> None:
     Per layer, so that a cache with empty (skipped) layers is cropped correctly: a whole-cache
     ``crop(-k)`` would compute k from one layer and apply it to all.
     """
-    for layer in cache.layers:
+    for layer in _layers(cache):
         extra = layer.get_seq_length() - length
         if extra > 0:
             layer.crop(-extra)
+
+
+def accepts_logits_to_keep(model: nn.Module) -> bool:
+    """Whether ``model.forward`` can project only the last rows through the LM head."""
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def run_block(model: nn.Module, cache, cache_kwarg: str, tokens: list[int], start: int, n_tail: int,
+              trim_head: bool) -> torch.Tensor:
+    """One forward of ``tokens`` placed at positions ``start, start+1, ...`` after ``cache``.
+
+    Returns the float logits of the last ``n_tail`` positions, ``(n_tail, V)``. With ``trim_head``
+    only those rows go through the LM head (a catch-up forward over many tokens needs one row).
+    """
+    device = next(model.parameters()).device
+    input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
+    position_ids = torch.arange(start, start + len(tokens), device=device).unsqueeze(0)
+    kwargs = {cache_kwarg: cache, "use_cache": True, "position_ids": position_ids}
+    if trim_head:
+        kwargs["logits_to_keep"] = n_tail
+    out = model(input_ids=input_ids, **kwargs)
+    return out.logits[0, -n_tail:].float()
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
@@ -92,10 +122,10 @@ class CachedRunner:
         self.model = model
         self._cache_factory = cache_factory or (lambda: DynamicCache(config=model.config))
         self._cache_kwarg = cache_kwarg_name(model)
+        self._trim_head = accepts_logits_to_keep(model)
         self.cache = self._new_cache()
         self.fed: list[int] = []
         self.passes = 0
-        self.last_hidden: torch.Tensor | None = None
 
     def _new_cache(self):
         cache = self._cache_factory()
@@ -107,7 +137,7 @@ class CachedRunner:
         self.fed = []
 
     @torch.no_grad()
-    def logits_for(self, sequence: list[int], n_tail: int, output_hidden: bool = False) -> torch.Tensor:
+    def logits_for(self, sequence: list[int], n_tail: int) -> torch.Tensor:
         """Logits predicting the token after each of the last ``n_tail`` tokens of ``sequence``.
 
         Returns a float tensor of shape ``(n_tail, V)``.
@@ -121,19 +151,10 @@ class CachedRunner:
             self.reset()
             keep = 0
         truncate_cache(self.cache, keep)
-        new = sequence[keep:]
-        device = next(self.model.parameters()).device
-        input_ids = torch.tensor([new], dtype=torch.long, device=device)
-        position_ids = torch.arange(keep, len(sequence), device=device).unsqueeze(0)
-        kwargs = {self._cache_kwarg: self.cache, "use_cache": True, "position_ids": position_ids}
-        if output_hidden:
-            kwargs["output_hidden_states"] = True
-        out = self.model(input_ids=input_ids, **kwargs)
+        logits = run_block(self.model, self.cache, self._cache_kwarg, sequence[keep:], keep, n_tail, self._trim_head)
         self.passes += 1
         self.fed = list(sequence)
-        if output_hidden:
-            self.last_hidden = out.hidden_states[-1][0, -n_tail:]
-        return out.logits[0, -n_tail:].float()
+        return logits
 
     def rollback(self, length: int) -> None:
         """Forgets everything after the first ``length`` tokens."""

@@ -8,9 +8,11 @@ These helpers are pure and shared by every adapter.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
+from viasd_adapt.checks import check_real
 from viasd_adapt.errors import ConfigError
 
 
@@ -24,14 +26,12 @@ class SamplingConfig:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        check_real("temperature", self.temperature, low=0.0)
         if self.do_sample and self.temperature == 0:
             object.__setattr__(self, "do_sample", False)
-        if self.top_k < 0:
-            raise ConfigError(f"top_k must be >= 0, got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ConfigError(f"top_k must be an integer >= 0, got {self.top_k!r}")
+        check_real("top_p", self.top_p, low=0.0, high=1.0, low_open=True)
 
     @property
     def greedy(self) -> bool:
@@ -83,3 +83,58 @@ def normalise_residual(residual: torch.Tensor, fallback: torch.Tensor) -> torch.
     residual = residual.clamp_min(0.0)
     total = residual.sum(dim=-1, keepdim=True)
     return torch.where(total > 1e-12, residual / total.clamp_min(1e-30), fallback)
+
+
+class Warper(Protocol):
+    """How a framework turns a model's logits into the distributions the tiers compare.
+
+    ``probs(sequence, logits)``: ``logits`` has one row per position predicting the token after
+    each of the last ``n`` tokens of ``sequence`` (row ``i`` sees ``sequence[: len - n + 1 + i]``).
+    Every model (p, u, q) goes through the same warper, so acceptance ratios compare like with like.
+    """
+
+    greedy: bool
+
+    def probs(self, sequence: list[int], logits: torch.Tensor) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class ConfigWarper:
+    """Temperature, top-k and top-p from a :class:`SamplingConfig` (no dependence on the prefix)."""
+
+    config: SamplingConfig
+
+    @property
+    def greedy(self) -> bool:
+        return self.config.greedy
+
+    def probs(self, sequence: list[int], logits: torch.Tensor) -> torch.Tensor:
+        return probs_from_logits(logits, self.config)
+
+
+class ProcessorWarper:
+    """A prepared ``transformers`` ``LogitsProcessorList`` applied row by row with each row's prefix.
+
+    This is how the stock generate loop processes the target's logits, so processors that depend
+    on the prefix (repetition penalty, no-repeat n-grams, minimum length, bad words, ...) act
+    exactly as they would there. Processors that keep state across calls cannot be reproduced.
+    """
+
+    def __init__(self, processors, greedy: bool):
+        self.processors = processors
+        self.greedy = greedy
+
+    def probs(self, sequence: list[int], logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.float()
+        if self.processors:
+            n = logits.shape[0]
+            ids = torch.tensor([sequence], dtype=torch.long, device=logits.device)
+            logits = torch.cat(
+                [self.processors(ids[:, : len(sequence) - n + 1 + i], logits[i : i + 1].clone()) for i in range(n)]
+            )
+        return logits.softmax(dim=-1)
+
+
+def as_warper(sampling: "SamplingConfig | Warper") -> Warper:
+    """A :class:`Warper` from a :class:`SamplingConfig` (or a warper, as is)."""
+    return ConfigWarper(sampling) if isinstance(sampling, SamplingConfig) else sampling

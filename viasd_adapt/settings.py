@@ -18,7 +18,12 @@ from viasd_adapt.errors import ConfigError
 class Mode(str, Enum):
     """How the slim tier is allowed to influence the output.
 
-    * ``NONE``: the framework runs as if viasd-adapt were not there (baseline rows).
+    * ``NONE``: the framework runs as if viasd-adapt were not there (untiered lossless SD; the
+      baseline rows).
+    * ``LENIENT``: no slim tier either, and q accepts a draft x when ``q(x) >= (1 - a) p(x)``
+      with ``a = TierSettings.lenience``. The simple lossy baseline every VIA-SD figure is
+      compared with: if it gives equal fidelity for less, the tier has not earned its place.
+      ``lenience = 0`` is exactly ``NONE``.
     * ``LOSSLESS``: the slim verifier is an intermediate proposer (p -> u -> q); q verifies every
       committed token, so the output distribution is exactly the target's.
     * ``LOSSY``: the paper's three-tier rule; q runs only on escalation.
@@ -26,9 +31,20 @@ class Mode(str, Enum):
     """
 
     NONE = "none"
+    LENIENT = "lenient"
     LOSSLESS = "lossless"
     LOSSY = "lossy"
     AUDIT = "audit"
+
+    @property
+    def uses_slim(self) -> bool:
+        """Whether this mode runs the slim verifier (and so needs a routing mask)."""
+        return self in (Mode.LOSSLESS, Mode.LOSSY, Mode.AUDIT)
+
+    @property
+    def is_exact(self) -> bool:
+        """Whether the output distribution is exactly the target's (greedy: its argmax)."""
+        return self in (Mode.NONE, Mode.LOSSLESS)
 
     @classmethod
     def parse(cls, value: "Mode | str") -> "Mode":
@@ -57,6 +73,8 @@ class TierSettings:
         mode: see :class:`Mode`.
         escalation_rule: ``"framework"`` verifies escalated positions with the lossless SD rule,
             ``"tolerant"`` with tolerance alpha2 (the paper's lossy reading). Only used when lossy.
+        lenience: tolerance ``a`` of the ``lenient`` baseline mode (q accepts x when
+            ``q(x) >= (1 - a) p(x)``). In [0, 1); 0 is plain lossless SD.
     """
 
     alpha1: float = 0.5
@@ -66,11 +84,13 @@ class TierSettings:
     beta: float = 1.0
     mode: Mode = Mode.LOSSY
     escalation_rule: str = "tolerant"
+    lenience: float = 0.5
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode.parse(self.mode))
         _check_unit_interval("alpha1", self.alpha1, "the strict early gate p -> u")
         _check_unit_interval("alpha2", self.alpha2, "the permissive later gate u -> q")
+        _check_unit_interval("lenience", self.lenience, "q's tolerance in the lenient baseline")
         if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1:
             raise ConfigError(f"gamma (draft block length) must be an integer >= 1, got {self.gamma!r}")
         if not _is_real(self.ratio) or not 0.0 < self.ratio < 1.0:
@@ -111,10 +131,3 @@ def _is_real(value: Any) -> bool:
 def _check_unit_interval(name: str, value: Any, role: str) -> None:
     if not _is_real(value) or not 0.0 <= value < 1.0:
         raise ConfigError(f"{name} ({role}) must be in [0, 1), got {value!r}")
-
-
-def check_max_new_tokens(max_new_tokens: Any) -> int:
-    """Rejects non-positive generation budgets with a clear message."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ConfigError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-    return max_new_tokens

@@ -99,8 +99,8 @@ def verify_block(
 
 
 @dataclass(frozen=True)
-class SlimStageOutcome:
-    """What the slim verifier decided before q is (maybe) consulted.
+class RouteDecision:
+    """Tiers 1 and 2 of a block: what gate 1 and the router decided before q is (maybe) consulted.
 
     Exactly one of ``slim_token`` and ``escalate_at`` is set. ``n_accepted == len(tokens)`` means
     the whole block passed gate 1 and the undecided position is the bonus position.
@@ -114,7 +114,7 @@ class SlimStageOutcome:
     resolves: torch.Tensor
 
 
-def slim_stage(
+def route_block(
     tokens: torch.Tensor,
     p: torch.Tensor,
     u: torch.Tensor,
@@ -122,24 +122,24 @@ def slim_stage(
     greedy: bool,
     generator: torch.Generator | None = None,
     rules: TierRules = BUILTIN_RULES,
-) -> SlimStageOutcome:
-    """Tiers 1 and 2: gate 1 on every draft, then the slim verifier either resolves the first
-    rejected position (or the bonus position) itself or asks for escalation."""
+) -> RouteDecision:
+    """Tiers 1 and 2: gate 1 on every draft, then the router lets the slim verifier resolve the
+    first rejected position (or the bonus position) itself, or asks for escalation (tier 3)."""
     _check_block(tokens, p, u)
     gate1 = rules.gate1_accept_prob(tokens, p, u, settings, greedy)
     k = first_false(_acceptance_draws(gate1, greedy, generator))
     confidence = rules.slim_confidence(p, u, settings)
     resolves = rules.slim_resolves(confidence, settings).bool()
     if not bool(resolves[k]):
-        return SlimStageOutcome(k, None, k, gate1, confidence, resolves)
+        return RouteDecision(k, None, k, gate1, confidence, resolves)
     if k < tokens.shape[0] and not greedy:
         row = normalise_residual(u[k] - p[k], u[k])
     else:
         row = u[k]
-    return SlimStageOutcome(k, sample_or_argmax(row, greedy, generator), None, gate1, confidence, resolves)
+    return RouteDecision(k, sample_or_argmax(row, greedy, generator), None, gate1, confidence, resolves)
 
 
-def escalation_stage(
+def escalate(
     tokens: torch.Tensor,
     p: torch.Tensor,
     q: torch.Tensor,
@@ -186,10 +186,10 @@ def verified_cycle(tokens: list[int], n_accepted: int, n_drafts: int, drafted: i
     return CycleResult(list(tokens), tiers, kept + stopped_inside, stopped_inside)
 
 
-def combine_cycle(
-    tokens: torch.Tensor, slim: SlimStageOutcome, escalation: BlockVerdict | None = None
+def join_cycle(
+    tokens: torch.Tensor, slim: RouteDecision, escalation: BlockVerdict | None = None
 ) -> CycleResult:
-    """Joins the slim stage and (if any) the escalation into the committed tokens of the cycle."""
+    """Joins tiers 1-2 (``slim``) and, if any, the escalation into the committed tokens of the cycle."""
     g, k = tokens.shape[0], slim.n_accepted
     drafts = tokens.tolist()
     result = CycleResult(drafts[:k], [Tier.DRAFT] * k)
@@ -287,11 +287,34 @@ def effective_distribution(
 @dataclass
 class AuditRecord:
     """Audit of one cycle: for each committed token, the chance lossless q would have overruled it,
-    and the total-variation distance between the effective distribution and q at its position."""
+    the total-variation distance between the effective distribution and q at its position, and
+    the tier that committed it (so overrules can be reported per tier)."""
 
     overrule: list[float] = field(default_factory=list)
     tv: list[float] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
+    tiers: list[int] = field(default_factory=list)
+
+
+def _point_mass(row: torch.Tensor, token: int) -> torch.Tensor:
+    mass = torch.zeros_like(row)
+    mass[token] = 1.0
+    return mass
+
+
+def _score_token(token: int, pi: torch.Tensor | None, q_row: torch.Tensor, greedy: bool) -> tuple[float, float]:
+    """(overrule, TV) of one committed token whose effective distribution is ``pi``.
+
+    Greedy compares point masses: the token against q's argmax (so TV is 0 or 1). Sampling: the
+    overrule probability is ``1 - min(1, q(x) / pi(x))``, the rejection chance under lossless
+    verification with pi as the proposal.
+    """
+    if greedy:
+        q_choice = int(q_row.argmax())
+        overrule = float(token != q_choice)
+        return overrule, overrule
+    ratio = q_row[token] / pi[token].clamp_min(1e-30)
+    return float(1.0 - ratio.clamp(max=1.0)), _tv(pi, q_row)
 
 
 def audit_cycle(
@@ -299,38 +322,51 @@ def audit_cycle(
     p: torch.Tensor,
     u: torch.Tensor,
     q: torch.Tensor,
-    slim: SlimStageOutcome,
+    slim: RouteDecision,
     result: CycleResult,
     settings: TierSettings,
     greedy: bool,
 ) -> AuditRecord:
-    """Scores a lossy cycle against the full verifier run in shadow.
-
-    Greedy: a token is overruled when it differs from q's argmax; the effective distribution is the
-    point mass on the committed token and q's is the point mass on its argmax (so TV is 0 or 1). Sampling: the overrule probability is
-    ``1 - min(1, q(x) / pi(x))``, the rejection chance under lossless verification with the
-    effective distribution pi as proposal.
-    """
+    """Scores a lossy cycle against the full verifier run in shadow (see :func:`_score_token`)."""
     record = AuditRecord()
     g, k = tokens.shape[0], slim.n_accepted
-    for j, token in enumerate(result.tokens):
-        q_row = q[j]
-        if greedy:
-            pi = torch.zeros_like(q_row)
-            pi[token] = 1.0
-            q_row = torch.zeros_like(q_row)
-            q_row[int(q[j].argmax())] = 1.0
-            overrule = float(pi.argmax() != q_row.argmax())
-        else:
-            p_row = p[j] if j < g else None
+    for j, (token, tier) in enumerate(zip(result.tokens, result.tiers)):
+        pi = None
+        if not greedy:
             pi = effective_distribution(
-                p_row, u[j], q_row, settings, bool(slim.resolves[min(j, g)]), after_escalation=j > k
+                p[j] if j < g else None, u[j], q[j], settings, bool(slim.resolves[min(j, g)]), after_escalation=j > k
             )
-            ratio = q_row[token] / pi[token].clamp_min(1e-30)
-            overrule = float(1.0 - ratio.clamp(max=1.0))
+        overrule, tv = _score_token(token, pi, q[j], greedy)
         record.overrule.append(overrule)
-        record.tv.append(_tv(pi, q_row))
+        record.tv.append(tv)
         record.positions.append(j)
+        record.tiers.append(int(tier))
+    return record
+
+
+def audit_lenient_cycle(
+    tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, result: CycleResult, lenience: float, greedy: bool
+) -> AuditRecord:
+    """The same audit for the lenient baseline, which has q at hand anyway (so it is free).
+
+    At a draft position the lenient sampler commits ``min(p, q / (1 - a))`` plus the leftover
+    mass spread as ``norm(max(0, q - p))``; at the bonus position it samples q itself.
+    """
+    record = AuditRecord()
+    g = tokens.shape[0]
+    for j, (token, tier) in enumerate(zip(result.tokens, result.tiers)):
+        pi = None
+        if not greedy:
+            if j < g:
+                kept = _gate_mass(p[j], q[j], lenience)
+                pi = kept + (1.0 - kept.sum()).clamp_min(0.0) * normalise_residual(q[j] - p[j], q[j])
+            else:
+                pi = q[j]
+        overrule, tv = _score_token(token, pi, q[j], greedy)
+        record.overrule.append(overrule)
+        record.tv.append(tv)
+        record.positions.append(j)
+        record.tiers.append(int(tier))
     return record
 
 
@@ -338,16 +374,17 @@ __all__ = [
     "AuditRecord",
     "BlockVerdict",
     "CycleResult",
-    "SlimStageOutcome",
+    "RouteDecision",
     "Tier",
     "audit_cycle",
+    "audit_lenient_cycle",
     "cascade_candidates",
-    "combine_cycle",
     "effective_distribution",
-    "escalation_stage",
+    "escalate",
     "first_false",
     "gather_token_probs",
-    "slim_stage",
+    "join_cycle",
+    "route_block",
     "verified_cycle",
     "verify_block",
 ]

@@ -93,6 +93,12 @@ class RoutingMask:
         return tuple(i for i, k in enumerate(self.keep) if k)
 
     @property
+    def first_skipped(self) -> int:
+        """s1, the first skipped layer: below it the slim verifier computes exactly what the target
+        computes (same weights, same inputs), so that work can be shared with the target."""
+        return self.skipped[0] if self.skipped else self.num_layers
+
+    @property
     def num_skipped(self) -> int:
         return len(self.skipped)
 
@@ -244,17 +250,20 @@ class MaskArtifact:
 MaskLike = Union[RoutingMask, MaskArtifact, str, os.PathLike]
 
 
-def resolve_mask(model: nn.Module, mask: MaskLike | None, mode: str) -> RoutingMask | None:
+def resolve_mask(model: nn.Module, mask: MaskLike | None, mode) -> RoutingMask | None:
     """Whatever an adapter was given as ``mask=``, as a :class:`RoutingMask` checked against ``model``.
 
     Accepts a :class:`RoutingMask`, a :class:`MaskArtifact` or the path of a ``mask.json``; an
-    artifact must have been searched on ``model`` (fingerprint). ``None`` is only allowed in mode
-    ``"none"``, the one mode without a slim verifier.
+    artifact must have been searched on ``model`` (fingerprint). The modes without a slim verifier
+    (none, lenient) need no mask and ignore one that is given.
     """
-    if mask is None:
-        if mode != "none":
-            raise ConfigError(f"mode {mode!r} needs a routing mask (mask=...); only mode 'none' runs without one")
+    from viasd_adapt.settings import Mode
+
+    mode = Mode.parse(mode)
+    if not mode.uses_slim:
         return None
+    if mask is None:
+        raise ConfigError(f"mode {mode.value!r} needs a routing mask (mask=...); modes none and lenient run without one")
     if isinstance(mask, (str, os.PathLike)):
         return MaskArtifact.load(mask, model=model).mask
     if isinstance(mask, MaskArtifact):

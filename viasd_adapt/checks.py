@@ -1,0 +1,171 @@
+"""Every input check of the public entry points, in one place, each with one wording.
+
+Bad input must fail up front with a sentence that names the problem, never with a stack trace from
+deep inside torch and never with a silently wrong result. Adapters, the CLI and the search call
+these rather than writing their own, so the same mistake reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Sequence
+
+import torch
+from torch import nn
+
+from viasd_adapt.errors import ConfigError, ModelMismatchError
+
+
+def check_max_new_tokens(max_new_tokens: Any) -> int:
+    """Rejects non-positive generation budgets with a clear message."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    return max_new_tokens
+
+
+def check_settings(settings: Any) -> Any:
+    """``settings`` must be a :class:`~viasd_adapt.settings.TierSettings`."""
+    from viasd_adapt.settings import TierSettings
+
+    if not isinstance(settings, TierSettings):
+        raise ConfigError(f"settings must be a TierSettings, got {type(settings).__name__}")
+    return settings
+
+
+def check_real(name: str, value: Any, low: float | None = None, high: float | None = None,
+               low_open: bool = False, high_open: bool = False) -> float:
+    """A finite real number within the given bounds (NaN and infinities are refused by name)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    if low is not None and (value <= low if low_open else value < low):
+        raise ConfigError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
+    if high is not None and (value >= high if high_open else value > high):
+        raise ConfigError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
+    return float(value)
+
+
+def check_prompt_ids(prompt_ids: Sequence[int]) -> list[int]:
+    """A non-empty list of token ids."""
+    ids = list(prompt_ids)
+    if not ids:
+        raise ConfigError("the prompt is empty: at least one token is needed to condition on")
+    if any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
+        raise ConfigError("prompt token ids must be integers")
+    return ids
+
+
+def as_prompt_list(prompt_ids: Sequence[int] | torch.Tensor, framework: str) -> list[int]:
+    """One prompt as a list of ids, from a list, a 1-D tensor or a ``(1, n)`` tensor or list."""
+    if isinstance(prompt_ids, torch.Tensor):
+        if prompt_ids.dim() == 2:
+            if prompt_ids.shape[0] != 1:
+                raise ConfigError(f"{framework} runs batch size 1; got a batch of {prompt_ids.shape[0]} prompts")
+            prompt_ids = prompt_ids[0]
+        elif prompt_ids.dim() != 1:
+            raise ConfigError(f"prompt_ids must be 1-D or (1, n); got shape {tuple(prompt_ids.shape)}")
+        if prompt_ids.is_floating_point():
+            raise ConfigError("prompt token ids must be integers, got a floating-point tensor")
+        return check_prompt_ids([int(t) for t in prompt_ids.tolist()])
+    ids = list(prompt_ids)
+    if ids and isinstance(ids[0], (list, tuple)):
+        if len(ids) != 1:
+            raise ConfigError(f"{framework} runs batch size 1; got a batch of {len(ids)} prompts")
+        ids = list(ids[0])
+    return check_prompt_ids(ids)
+
+
+def vocab_size_of(model: nn.Module) -> int | None:
+    """Rows of the output head: the size of the distribution the tiers compare."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "vocab_size", None)
+
+
+def check_token_ids_in_vocabulary(ids: Sequence[int], model: nn.Module, what: str = "prompt") -> None:
+    """Every id must index the model's embedding table (else torch fails with an IndexError)."""
+    vocab = vocab_size_of(model)
+    if vocab is None or not ids:
+        return
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise ModelMismatchError(
+            f"{what} token id {bad[0]} is outside the model's vocabulary of {vocab} tokens "
+            "(a tokenizer for another model?)"
+        )
+
+
+def check_same_vocabulary(target: nn.Module, drafter: nn.Module, role: str = "drafter") -> None:
+    """Drafter and target must score the same vocabulary, token by token."""
+    v_target, v_draft = vocab_size_of(target), vocab_size_of(drafter)
+    if v_target is not None and v_draft is not None and v_target != v_draft:
+        raise ModelMismatchError(
+            f"vocabulary mismatch: the target has {v_target} tokens, the {role} {v_draft}; the tiers compare "
+            "their distributions token by token, so they must share one tokenizer"
+        )
+
+
+def check_same_tokenizer(tokenizer, other, role: str = "drafter") -> None:
+    """Same size is not enough: the two tokenizers must map every string to the same id."""
+    if tokenizer is None or other is None or tokenizer is other:
+        return
+    if tokenizer.get_vocab() != other.get_vocab():
+        raise ModelMismatchError(
+            f"the target and {role} tokenizers have different vocabularies; the tiers compare distributions "
+            f"token by token, so the {role} must use the target's tokenizer"
+        )
+
+
+def max_positions(model: nn.Module) -> int | None:
+    """The longest sequence the model's position scheme covers, when its config says."""
+    config = getattr(model, "config", None)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def check_fits_context(model: nn.Module, prompt_length: int, max_new_tokens: int, extra: int = 0) -> None:
+    """Prompt + budget (+ ``extra`` speculative positions) must fit the model's positions.
+
+    Past that, rotary models degenerate silently and learned-position models (GPT-2) fail with an
+    IndexError deep inside torch.
+    """
+    limit = max_positions(model)
+    if limit is not None and prompt_length + max_new_tokens + extra > limit:
+        raise ConfigError(
+            f"prompt ({prompt_length} tokens) + max_new_tokens ({max_new_tokens})"
+            + (f" + {extra} speculative positions" if extra else "")
+            + f" exceeds the model's {limit} positions; shorten the prompt or the budget"
+        )
+
+
+def eos_ids(value: int | Iterable[int] | torch.Tensor | None) -> list[int]:
+    """EOS ids from an int, a list, a tensor or None."""
+    if value is None:
+        return []
+    if isinstance(value, torch.Tensor):
+        return [int(x) for x in value.reshape(-1).tolist()]
+    if isinstance(value, int):
+        return [value]
+    return [int(x) for x in value]
+
+
+__all__ = [
+    "as_prompt_list",
+    "check_fits_context",
+    "check_max_new_tokens",
+    "check_prompt_ids",
+    "check_real",
+    "check_same_tokenizer",
+    "check_same_vocabulary",
+    "check_settings",
+    "check_token_ids_in_vocabulary",
+    "eos_ids",
+    "max_positions",
+    "vocab_size_of",
+]

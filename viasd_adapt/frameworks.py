@@ -1,0 +1,168 @@
+"""The one registry of frameworks, read by ``viasd generate``, ``viasd bench`` and ``viasd tune``.
+
+A framework is a name, a one-line description, and a runner ``run(pair, request) -> RunOutput``
+(:mod:`viasd_adapt.pair`). The adapters' runners live in their own modules and are imported only
+when asked for, so listing frameworks costs nothing and no adapter is imported by the core. Two
+runners live here because they are baselines rather than adapters:
+
+* ``ar``: the target decoding on its own with HF ``generate`` (no drafter, no tier);
+* ``engine``: classic speculative decoding through :mod:`viasd_adapt.engine`, the loop the HF
+  adapter's tiered modes run; it separates the tier's effect from the difference between that loop
+  and transformers' own.
+
+Adding a framework is one :func:`register` call.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.pair import LoadedPair, RunOutput, RunRequest
+from viasd_adapt.settings import Mode
+
+Runner = Callable[[LoadedPair, RunRequest], RunOutput]
+TIER_MODES = tuple(m.value for m in Mode)
+PLAIN = "plain"
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework the commands can run.
+
+    Attributes:
+        name: the ``--framework(s)`` name and the JSON ``framework`` field.
+        description: which code path its runs go through (printed by the bench).
+        runner: ``"module:function"``, imported on first use.
+        has_plain: whether a ``plain`` run exists (the framework with viasd-adapt not installed);
+            ``none`` vs ``plain`` measures the overhead of an installed but switched-off tier.
+        has_tier: False for the autoregressive baseline, which has no verify step.
+        bound_kind: how the bench models its cost: ``"sequential"`` (draft, then verify),
+            ``"overlapped"`` (drafting runs while verifying, PEARL), ``"none"`` (not modelled:
+            EAGLE's tree), ``"ar"`` (one target pass per token).
+        needs_eagle_head: the pair must ship an EAGLE head.
+        needs_modules: Python modules that must be importable (eagle-llm).
+    """
+
+    name: str
+    description: str
+    runner: str
+    has_plain: bool = False
+    has_tier: bool = True
+    bound_kind: str = "sequential"
+    needs_eagle_head: bool = False
+    needs_modules: tuple[str, ...] = ()
+
+    def load(self) -> Runner:
+        module, _, function = self.runner.partition(":")
+        return getattr(importlib.import_module(module), function)
+
+    def unavailable(self, pair: LoadedPair | None = None) -> str | None:
+        """Why this framework cannot run (with this pair), or None."""
+        for module in self.needs_modules:
+            if importlib.util.find_spec(module.split(".")[0]) is None:
+                return f"needs the Python package providing {module!r} (pip install --no-deps eagle-llm==1.2.1)"
+        if self.needs_eagle_head and pair is not None and not pair.eagle_head:
+            return "needs an EAGLE head (--eagle-head PATH, or a pair that ships eagle_head/)"
+        if self.has_tier and pair is not None and pair.draft is None and not self.needs_eagle_head:
+            return "needs a drafter (--draft PATH)"
+        return None
+
+
+FRAMEWORKS: dict[str, Framework] = {}
+
+
+def register(framework: Framework) -> Framework:
+    """Adds (or replaces) a framework; returns it."""
+    FRAMEWORKS[framework.name] = framework
+    return framework
+
+
+def get(name: str) -> Framework:
+    try:
+        return FRAMEWORKS[name]
+    except KeyError:
+        raise ConfigError(f"unknown framework {name!r}; known: {', '.join(sorted(FRAMEWORKS))}") from None
+
+
+def run(name: str, pair: LoadedPair, request: RunRequest) -> RunOutput:
+    """Runs ``request`` with framework ``name`` on ``pair``."""
+    framework = get(name)
+    reason = framework.unavailable(pair)
+    if reason:
+        raise ConfigError(f"framework {name!r} cannot run: {reason}")
+    if request.mode == PLAIN and not framework.has_plain:
+        raise ConfigError(f"framework {name!r} has no plain (viasd-adapt-free) path")
+    return framework.load()(pair, request)
+
+
+# ----------------------------------------------------------------------------- the two baselines
+
+
+def generation_config_for(pair: LoadedPair, request: RunRequest, **extra):
+    """A GenerationConfig that samples exactly like ``request.sampling`` and stops at EOS only when
+    asked (benchmarks generate exactly ``max_new_tokens``)."""
+    from transformers import GenerationConfig
+
+    pad = getattr(pair.target.generation_config, "pad_token_id", None)
+    eos = pair.eos_token_ids if request.stop_at_eos else None
+    sampling = request.sampling
+    kwargs = dict(max_new_tokens=request.max_new_tokens, eos_token_id=eos or None, pad_token_id=0 if pad is None else pad)
+    if sampling.greedy:
+        kwargs.update(do_sample=False)
+    else:
+        kwargs.update(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p)
+    kwargs.update(extra)
+    return GenerationConfig(**kwargs)
+
+
+def run_ar(pair: LoadedPair, request: RunRequest) -> RunOutput:
+    """The target alone, with HF ``generate`` (every token is a full-verifier token)."""
+    from viasd_adapt.metrics import TierMetrics
+    from viasd_adapt.tiers import Tier
+
+    torch.manual_seed(request.seed)
+    ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=pair.device)
+    with torch.no_grad():
+        out = pair.target.generate(ids, generation_config=generation_config_for(pair, request))
+    tokens = out[0, len(request.prompt_ids):].tolist()
+    metrics = TierMetrics(cycles=len(tokens), full_passes=len(tokens), token_tiers=[int(Tier.FULL)] * len(tokens),
+                          accepted_lengths=[1] * len(tokens))
+    return RunOutput(tokens, metrics)
+
+
+def run_engine(pair: LoadedPair, request: RunRequest) -> RunOutput:
+    """Classic SD through :mod:`viasd_adapt.engine` (mode none is the untiered loop)."""
+    from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate
+    from viasd_adapt.routing.slim import SlimVerifier
+
+    settings = request.settings
+    slim = SlimVerifier(pair.target, pair.routing) if settings.mode.uses_slim else None
+    generator = torch.Generator(device="cpu").manual_seed(request.seed)
+    verifier = TieredVerifier(pair.target, settings, request.sampling, slim=slim, framework="engine")
+    eos = pair.eos_token_ids if request.stop_at_eos else ()
+    out = speculative_generate(ModelDrafter(pair.draft, request.sampling), verifier, request.prompt_ids,
+                               request.max_new_tokens, eos, generator=generator)
+    return RunOutput(out.tokens, out.metrics)
+
+
+register(Framework("ar", "autoregressive target decoding (HF generate, no assistant)", f"{__name__}:run_ar",
+                   has_tier=False, bound_kind="ar"))
+register(Framework("engine", "classic SD through viasd_adapt.engine (the loop the hf adapter's tiered modes run)",
+                   f"{__name__}:run_engine"))
+register(Framework("hf", "HF assisted generation: target.generate(assistant_model=draft), patched by viasd_adapt.adapters.hf",
+                   "viasd_adapt.adapters.hf:run", has_plain=True))
+register(Framework("pearl", "PEARL (viasd_adapt.adapters.pearl.pearl_generate, parallel drafter/target threads)",
+                   "viasd_adapt.adapters.pearl:run", bound_kind="overlapped"))
+register(Framework("eagle", "EAGLE (eagle-llm EaModel.eagenerate through viasd_adapt.adapters.eagle; its own base-model copy)",
+                   "viasd_adapt.adapters.eagle:run", has_plain=True, bound_kind="none", needs_eagle_head=True,
+                   needs_modules=("eagle.model.ea_model",)))
+
+
+__all__ = ["FRAMEWORKS", "PLAIN", "TIER_MODES", "Framework", "generation_config_for", "get", "register", "run",
+           "run_ar", "run_engine"]

@@ -1,0 +1,39 @@
+"""The one writer of :class:`~viasd_adapt.metrics.TierMetrics`: it records decided cycles and
+shows them to the observer hooks.
+
+Every adapter records through a :class:`CycleLedger`, so "count the cycle, then notify observers"
+exists once, and observers see exactly the tokens the metrics count, in the same order.
+"""
+
+from __future__ import annotations
+
+from viasd_adapt.cycle import CycleOutcome
+from viasd_adapt.hooks import TierObserver
+from viasd_adapt.metrics import TierMetrics
+from viasd_adapt.tiers import CycleResult, Tier
+
+
+class CycleLedger:
+    """Records the cycles of one generation into ``metrics`` and notifies ``observer``."""
+
+    def __init__(self, observer: TierObserver | None = None, metrics: TierMetrics | None = None):
+        self.observer = observer
+        self.metrics = metrics if metrics is not None else TierMetrics()
+
+    def record(self, outcome: CycleOutcome, drafted: int) -> None:
+        """One decided cycle: its tokens and tiers, draft accounting, passes and audit."""
+        first_index = self.metrics.committed
+        self.metrics.record_cycle(outcome.result, drafted=drafted)
+        self.metrics.slim_passes += outcome.slim_passes
+        self.metrics.full_passes += outcome.full_passes
+        if outcome.audit is not None:
+            self.metrics.record_audit(outcome.audit, offset=first_index)
+        if self.observer is not None:
+            self.observer.cycle(outcome.result, self.metrics, first_index)
+
+    def record_prefill(self, token: int) -> None:
+        """The first token, from one q pass over the prompt (a cycle with no drafts)."""
+        self.record(CycleOutcome(CycleResult([int(token)], [Tier.FULL]), full_passes=1), drafted=0)
+
+
+__all__ = ["CycleLedger"]

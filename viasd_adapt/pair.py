@@ -1,0 +1,207 @@
+"""A loaded model pair, and the request/response types every framework runner speaks.
+
+``viasd generate``, ``viasd bench`` and ``viasd tune`` all load a pair once (target, drafter,
+tokenizer, routing mask, device) and hand it with a :class:`RunRequest` to a framework's runner
+(:mod:`viasd_adapt.frameworks`). Models load through ``AutoModelForCausalLM.from_pretrained`` from a
+local directory (or a hub id where a hub is reachable), so any HF decoder-only pair works, not
+only the pairs this project trains. On CPU weights are upcast to float32 (fp16 matmuls are slow
+and inexact there); on CUDA they keep their stored dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from viasd_adapt.checks import check_same_vocabulary
+from viasd_adapt.errors import ConfigError, ViasdError
+from viasd_adapt.metrics import TierMetrics
+from viasd_adapt.routing.layers import find_decoder_stack
+from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, skip_count
+from viasd_adapt.sampling import SamplingConfig
+from viasd_adapt.settings import TierSettings
+
+FALLBACK_MASK_LABEL = "FALLBACK fixed mask (every other layer from layer 1; not a DIMR mask)"
+
+
+@dataclass
+class MaskInfo:
+    """The routing mask in use and where it came from (shown in every report)."""
+
+    mask: RoutingMask
+    source: str  # a path, or FALLBACK_MASK_LABEL
+    is_fallback: bool
+    artifact: MaskArtifact | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "bits": self.mask.bits(),
+            "skipped_layers": list(self.mask.skipped),
+            "first_skipped": self.mask.first_skipped,
+            "source": self.source,
+            "is_fallback": self.is_fallback,
+            "delta": self.artifact.delta if self.artifact is not None else None,
+        }
+
+
+@dataclass
+class LoadedPair:
+    """Models, tokenizer and mask shared by every run of one command."""
+
+    target: nn.Module
+    draft: nn.Module | None
+    tokenizer: Any
+    mask: MaskInfo | None
+    device: torch.device
+    target_path: str = ""
+    draft_path: str = ""
+    eagle_head: str | None = None
+    # Objects a framework loads once and reuses across runs (e.g. EAGLE's EaModel).
+    loaded: dict = field(default_factory=dict)
+
+    @property
+    def routing(self) -> RoutingMask | None:
+        return self.mask.mask if self.mask is not None else None
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        eos = getattr(getattr(self.target, "generation_config", None), "eos_token_id", None)
+        if eos is None:
+            eos = getattr(self.tokenizer, "eos_token_id", None)
+        if eos is None:
+            return []
+        return [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One generation by one framework.
+
+    ``mode`` is ``"plain"`` (the framework without viasd-adapt at all, where such a path exists)
+    or a tier mode; ``settings.mode`` is that mode for tier modes. ``stop_at_eos=False`` generates
+    exactly ``max_new_tokens`` (benchmarks: every row does the same amount of work).
+    """
+
+    mode: str
+    prompt_ids: list[int]
+    max_new_tokens: int
+    settings: TierSettings
+    sampling: SamplingConfig = SamplingConfig()
+    seed: int = 0
+    stop_at_eos: bool = True
+
+
+@dataclass
+class RunOutput:
+    """Generated ids (prompt excluded), the metrics when the run kept any, and notes for people."""
+
+    tokens: list[int]
+    metrics: TierMetrics | None = None
+    notes: list[str] = field(default_factory=list)
+    extra_bytes: int = 0  # buffers outside HF cache objects (EAGLE's pre-allocated KV cache)
+
+    @property
+    def tiers(self) -> list[int] | None:
+        return None if self.metrics is None else self.metrics.token_tiers[: len(self.tokens)]
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ConfigError(f"unknown device {name!r}: {err}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for but CUDA is not available")
+    return device
+
+
+def load_model(path: str | Path, device: torch.device, role: str) -> nn.Module:
+    """An eval-mode causal LM from a local directory, with a clear error if it is not one."""
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path).expanduser()
+    if not (path / "config.json").is_file():
+        raise ViasdError(f"{role} path {path} is not a model directory (no config.json)")
+    try:
+        dtype = torch.float32 if device.type == "cpu" else "auto"
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise ViasdError(f"cannot load the {role} model from {path}: {str(err).splitlines()[0]}") from None
+    return model.to(device).eval()
+
+
+def load_tokenizer(path: str | Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(Path(path).expanduser()))
+    except (OSError, ValueError, KeyError) as err:
+        raise ViasdError(f"cannot load a tokenizer from {path}: {str(err).splitlines()[0]}") from None
+
+
+def fallback_mask(num_layers: int, ratio: float) -> RoutingMask:
+    """The documented fixed mask used when no DIMR mask exists: skip layers 1, 3, 5, ... until
+    ``round(ratio * L)`` are skipped (wrapping to even layers > 0 if needed). Layer 0 is always kept:
+    on the pairs measured so far every mask that skipped it collapsed."""
+    k = skip_count(num_layers, ratio)
+    order = [i for i in range(1, num_layers, 2)] + [i for i in range(2, num_layers, 2)]
+    return RoutingMask.from_skipped(num_layers, sorted(order[:k]))
+
+
+def resolve_mask_info(target: nn.Module, mask_path: str | Path | None, ratio: float,
+                      search_dirs: list[Path] = ()) -> MaskInfo:
+    """The mask at ``mask_path`` (checked against the target), else ``mask.json`` in one of
+    ``search_dirs``, else the labelled fallback mask."""
+    candidates = [Path(mask_path).expanduser()] if mask_path else [Path(d) / "mask.json" for d in search_dirs]
+    for path in candidates:
+        if mask_path or path.is_file():
+            artifact = MaskArtifact.load(path, model=target)
+            return MaskInfo(artifact.mask, str(path), False, artifact)
+    layers = find_decoder_stack(target).num_layers
+    return MaskInfo(fallback_mask(layers, ratio), FALLBACK_MASK_LABEL, True)
+
+
+def load_pair(
+    target_path: str | Path,
+    draft_path: str | Path | None,
+    mask_path: str | Path | None = None,
+    need_mask: bool = True,
+    device: str = "auto",
+    eagle_head: str | Path | None = None,
+    ratio: float = TierSettings().ratio,
+) -> LoadedPair:
+    """Loads the pair and the mask; checks that drafter and target share a vocabulary."""
+    dev = pick_device(device)
+    target = load_model(target_path, dev, "target")
+    draft = load_model(draft_path, dev, "draft") if draft_path is not None else None
+    tokenizer = load_tokenizer(target_path)
+    if draft is not None:
+        check_same_vocabulary(target, draft)
+    search = [Path(target_path).expanduser().parent]
+    mask = resolve_mask_info(target, mask_path, ratio, search) if need_mask else None
+    return LoadedPair(target, draft, tokenizer, mask, dev, str(target_path), str(draft_path or ""),
+                      str(eagle_head) if eagle_head else None)
+
+
+__all__ = [
+    "FALLBACK_MASK_LABEL",
+    "LoadedPair",
+    "MaskInfo",
+    "RunOutput",
+    "RunRequest",
+    "fallback_mask",
+    "load_model",
+    "load_pair",
+    "load_tokenizer",
+    "pick_device",
+    "resolve_mask_info",
+]

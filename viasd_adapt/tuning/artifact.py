@@ -1,0 +1,110 @@
+"""The tuned-settings artifact: what ``viasd tune`` chose for a pair, beside its ``mask.json``.
+
+``tuned.json`` holds the chosen :class:`~viasd_adapt.settings.TierSettings` (the mode among them:
+lossy VIA-SD, the lenient baseline, or plain lossless SD when nothing beats it at the budget),
+the fidelity budget it was chosen under, what was measured for it, and the target's
+fingerprint, so it is refused for another model like a mask is. ``viasd generate``, ``viasd
+bench`` and the adapters' ``settings=None`` pick it up by default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from viasd_adapt.errors import ConfigError, ModelMismatchError
+from viasd_adapt.io import read_text, write_json
+from viasd_adapt.routing.mask import fingerprint_mismatches, model_fingerprint
+from viasd_adapt.settings import TierSettings
+
+TUNED_FILENAME = "tuned.json"
+FORMAT = "viasd-adapt/tuned-settings"
+VERSION = 1
+
+
+@dataclass
+class TunedSettings:
+    """A tuner's choice and the evidence for it."""
+
+    settings: TierSettings
+    choice: str  # "viasd", "lenient" or "sd" (plain lossless SD)
+    mask_bits: list[int] | None = None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    budget: dict[str, Any] = field(default_factory=dict)
+    measured: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "choice": self.choice,
+            "settings": self.settings.to_dict(),
+            "mask_bits": self.mask_bits,
+            "fingerprint": self.fingerprint,
+            "budget": self.budget,
+            "measured": self.measured,
+            "report": self.report,
+        }
+
+    def save(self, path: str | os.PathLike) -> Path:
+        return write_json(path, self.to_json(), what="tuned settings")
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "tuned settings") -> "TunedSettings":
+        if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("settings"), dict):
+            raise ConfigError(f"{source} is not a viasd-adapt tuned-settings file (missing 'format' or 'settings')")
+        try:
+            settings = TierSettings(**data["settings"])
+        except TypeError as err:
+            raise ConfigError(f"{source} has settings this version does not know: {err}") from None
+        return cls(settings, str(data.get("choice", "")), data.get("mask_bits"), data.get("fingerprint", {}),
+                   data.get("budget", {}), data.get("measured", {}), data.get("report", {}))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, model: nn.Module | None = None) -> "TunedSettings":
+        """Reads a tuned-settings file; with ``model``, refuses it unless it was tuned on that model."""
+        text = read_text(path, "tuned-settings file")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"tuned-settings file {path} is not valid JSON: {err}") from None
+        tuned = cls.from_json(data, source=str(path))
+        if model is not None:
+            tuned.check_model(model, source=str(path))
+        return tuned
+
+    def check_model(self, model: nn.Module, source: str = "tuned settings") -> None:
+        problems = fingerprint_mismatches(self.fingerprint, model_fingerprint(model))
+        if problems:
+            raise ModelMismatchError(f"{source} belongs to another model: " + "; ".join(problems))
+
+
+def tuned_path_beside(mask_path: str | os.PathLike | None) -> Path | None:
+    """Where the tuned settings of the pair that owns ``mask_path`` live (None without a mask path)."""
+    if mask_path is None or not isinstance(mask_path, (str, os.PathLike)):
+        return None
+    return Path(mask_path).expanduser().parent / TUNED_FILENAME
+
+
+def find_tuned(mask_path: str | os.PathLike | None) -> TunedSettings | None:
+    """The tuned settings beside ``mask_path``, or None when there are none."""
+    path = tuned_path_beside(mask_path)
+    if path is None or not path.is_file():
+        return None
+    return TunedSettings.load(path)
+
+
+def default_settings(mask_path: str | os.PathLike | None) -> TierSettings:
+    """The settings a command uses when the user gives none: the tuned choice beside the mask,
+    else :class:`TierSettings` defaults."""
+    tuned = find_tuned(mask_path)
+    return tuned.settings if tuned is not None else TierSettings()
+
+
+__all__ = ["TUNED_FILENAME", "TunedSettings", "default_settings", "find_tuned", "tuned_path_beside"]
