@@ -32,11 +32,11 @@ def test_demo_runs_end_to_end_with_the_mask(pair_with_mask, tmp_path, monkeypatc
     out_json = tmp_path / "demo.json"
     res = CliRunner().invoke(cli, ["demo", "--pair", str(pair_with_mask), "--json", str(out_json)])
     assert res.exit_code == 0, res.output
-    for mode in ("none", "lossless", "lossy", "audit"):
+    for mode in ("none", "lenient", "lossless", "lossy", "audit"):
         assert f"--- {mode} ---" in res.output
     lines = _tier_lines(res.output)
-    assert len(lines) == 4 and all(len(line) == BUDGETS["tiny"].completion_tokens for line in lines)
-    assert "S" not in lines[0]  # mode none never uses the slim verifier
+    assert len(lines) == 5 and all(len(line) == BUDGETS["tiny"].completion_tokens for line in lines)
+    assert "S" not in lines[0] and "S" not in lines[1]  # modes none and lenient never use the slim verifier
     assert "FALLBACK" not in res.output and "mask.json" in res.output
     data = json.loads(out_json.read_text())
     modes = {(r["framework"], r["mode"]) for r in data["rows"]}
@@ -50,7 +50,7 @@ def test_demo_without_mask_says_so_and_uses_the_labelled_fallback(tmp_path, monk
     assert res.exit_code == 0, res.output
     assert "no mask.json shipped with this pair" in res.output
     assert "FALLBACK fixed mask" in res.output
-    assert len(_tier_lines(res.output)) == 4
+    assert len(_tier_lines(res.output)) == 5
 
 
 def test_tier_string_has_one_letter_per_token():

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
 from click.testing import CliRunner
 
 from tests.test_hf_pairs import make_pair
+from viasd_adapt import frameworks
 from viasd_adapt.cli import generate as gen
 from viasd_adapt.cli.main import cli
 from viasd_adapt.display import PLAIN_MARKERS, legend, render_tiers, token_pieces
@@ -44,7 +46,8 @@ def paths(root, mask=True):
     return out + (["--mask", root / "mask.json"] if mask else [])
 
 
-@pytest.mark.parametrize("framework,mode", [("ar", "none"), ("hf", "none"), ("hf", "lossless"), ("hf", "lossy"), ("hf", "audit")])
+@pytest.mark.parametrize("framework,mode", [("ar", "none"), ("hf", "none"), ("hf", "lenient"), ("hf", "lossless"), ("hf", "lossy"),
+                                            ("hf", "audit"), ("engine", "lossy")])
 def test_generate_writes_tokens_text_and_metrics(pair_dir, tmp_path, framework, mode):
     out_json = tmp_path / "out.json"
     result = invoke("--framework", framework, *paths(pair_dir), "--mode", mode, "--prompt", "def add(a, b):",
@@ -57,7 +60,7 @@ def test_generate_writes_tokens_text_and_metrics(pair_dir, tmp_path, framework, 
     assert m["draft_tokens"] + m["slim_tokens"] + m["full_tokens"] == m["committed"]
     if framework == "ar":
         assert set(data["tiers"]) == {int(Tier.FULL)} and m["full_passes"] == len(data["tokens"])
-    if mode in ("none",):
+    if mode in ("none", "lenient"):
         assert m["slim_passes"] == 0
     if mode in ("lossy", "audit", "lossless"):
         assert m["slim_passes"] > 0
@@ -81,7 +84,9 @@ def test_clear_errors(pair_dir):
         (["--framework", "hf", *paths(pair_dir), "--mode", "lossy", "--prompt", "x", "--max-new-tokens", 0], "max_new_tokens"),
         (["--framework", "hf", *paths(pair_dir, mask=False), "--mode", "lossy", "--prompt", "x", "--target", pair_dir / "target"], "needs --mask"),
         (["--framework", "ar", *paths(pair_dir), "--mode", "lossy", "--prompt", "x"], "no tier"),
-        (["--framework", "hf", *paths(pair_dir), "--prompt", "x", "--top-p", 0], "top-p"),
+        (["--framework", "hf", *paths(pair_dir), "--prompt", "x", "--top-p", 0], "top_p"),
+        (["--framework", "hf", *paths(pair_dir), "--prompt", "x", "--temperature", "nan"], "temperature"),
+        (["--framework", "hf", *paths(pair_dir), "--prompt", "x", "--lenience", 1.0], "lenience"),
         (["--framework", "hf", *paths(pair_dir), "--prompt", "x", "--alpha1", 1.5], "alpha1"),
     ]
     for args, message in cases:
@@ -90,13 +95,28 @@ def test_clear_errors(pair_dir):
         assert message in result.output and "Traceback" not in result.output
 
 
-def test_registry_lets_an_adapter_add_a_framework(pair_dir, monkeypatch):
-    monkeypatch.setitem(gen.FRAMEWORKS, "fake", lambda request: gen.GenerateResult(
-        [5, 6], [int(Tier.SLIM), int(Tier.FULL)], __import__("viasd_adapt.metrics").metrics.TierMetrics(
-            token_tiers=[int(Tier.SLIM), int(Tier.FULL)])))
-    assert gen.get_runner("fake") is gen.FRAMEWORKS["fake"]
-    with pytest.raises(gen.ConfigError, match="no `viasd generate` runner"):
-        gen.get_runner("nonexistent")
+def test_one_registry_serves_every_command(monkeypatch):
+    """generate, bench and tune read the same registry; a registered framework is runnable by name."""
+    from viasd_adapt.metrics import TierMetrics
+    from viasd_adapt.pair import LoadedPair, RunOutput, RunRequest
+
+    calls = []
+
+    def fake_run(pair, request):
+        calls.append(request.mode)
+        return RunOutput([5, 6], TierMetrics(token_tiers=[int(Tier.SLIM), int(Tier.FULL)]))
+
+    module = type(sys)("fake_framework_module")
+    module.run = fake_run
+    monkeypatch.setitem(sys.modules, "fake_framework_module", module)
+    monkeypatch.setitem(frameworks.FRAMEWORKS, "fake", frameworks.Framework("fake", "a test", "fake_framework_module:run"))
+    pair = LoadedPair(torch.nn.Linear(1, 1), torch.nn.Linear(1, 1), None, None, torch.device("cpu"))
+    out = frameworks.run("fake", pair, RunRequest("lossy", [1], 2, __import__("viasd_adapt.settings").settings.TierSettings()))
+    assert out.tokens == [5, 6] and out.tiers == [int(Tier.SLIM), int(Tier.FULL)] and calls == ["lossy"]
+    with pytest.raises(gen.ConfigError, match="unknown framework"):
+        frameworks.get("nonexistent")
+    with pytest.raises(gen.ConfigError, match="no plain"):
+        frameworks.run("fake", pair, RunRequest("plain", [1], 2, __import__("viasd_adapt.settings").settings.TierSettings()))
 
 
 def test_rendering_marks_every_tier_and_reassembles_the_text():

@@ -28,7 +28,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from viasd_adapt.rules import BUILTIN_RULES, TierRules, gather_token_probs, lossless_accept_prob, tolerant_accept_prob
+from viasd_adapt.rules import BUILTIN_RULES, TierRules, lossless_accept_prob, tolerant_accept_prob, top_relative_accept
 from viasd_adapt.settings import Mode, TierSettings
 from viasd_adapt.tiers import (
     AuditRecord,
@@ -139,8 +139,7 @@ def lenient_accept_prob(
     """
     if not greedy:
         return tolerant_accept_prob(tokens, p, q, lenience, greedy=False)
-    rows = q[: tokens.shape[0]]
-    return (gather_token_probs(rows, tokens) >= (1.0 - lenience) * rows.max(dim=-1).values).float()
+    return top_relative_accept(tokens, q, lenience)
 
 
 def end_at_block(result: CycleResult, drafts: list[int]) -> CycleResult:

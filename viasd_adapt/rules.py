@@ -41,6 +41,13 @@ def tolerant_accept_prob(
     return torch.where(scaled > 0, (v / scaled.clamp_min(1e-30)).clamp(max=1.0), torch.ones_like(v))
 
 
+def top_relative_accept(tokens: torch.Tensor, verifier_probs: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Greedy test ``v(x) >= (1 - alpha) max_v v``: the draft is nearly as likely as the verifier's
+    own choice. ``alpha = 0`` accepts exactly the verifier's argmax (ties aside)."""
+    rows = verifier_probs[: tokens.shape[0]]
+    return (gather_token_probs(rows, tokens) >= (1.0 - alpha) * rows.max(dim=-1).values).float()
+
+
 def lossless_accept_prob(
     tokens: torch.Tensor, proposer_probs: torch.Tensor, verifier_probs: torch.Tensor, greedy: bool
 ) -> torch.Tensor:
@@ -73,13 +80,17 @@ class TierRules(Protocol):
 class BuiltinRules:
     """VIA-SD.md section 4, our reading of the paper.
 
-    * Gate 1: ``u(x) >= (1 - alpha1) p(x)``.
+    * Gate 1: ``u(x) >= (1 - alpha1) p(x)`` (greedy with ``settings.greedy_gates == "top"``:
+      ``u(x) >= (1 - alpha1) max u``).
     * Router: confidence of the slim verifier = ``max_v u(v)``; it resolves a position on its own
       when that is ``>= 1 - alpha2``.
-    * Escalation: q with tolerance ``settings.escalation_tolerance`` (0 = the lossless rule).
+    * Escalation: q with tolerance ``settings.escalation_tolerance`` (0 = the lossless rule), in
+      the same greedy reading as gate 1.
     """
 
     def gate1_accept_prob(self, tokens, p, u, settings, greedy):
+        if greedy and settings.greedy_gates == "top":
+            return top_relative_accept(tokens, u, settings.alpha1)
         return tolerant_accept_prob(tokens, p, u, settings.alpha1, greedy)
 
     def slim_confidence(self, p, u, settings):
@@ -92,6 +103,8 @@ class BuiltinRules:
         tolerance = settings.escalation_tolerance
         if tolerance == 0.0:
             return lossless_accept_prob(tokens, p, q, greedy)
+        if greedy and settings.greedy_gates == "top":
+            return top_relative_accept(tokens, q, tolerance)
         return tolerant_accept_prob(tokens, p, q, tolerance, greedy)
 
 

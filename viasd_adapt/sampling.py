@@ -37,6 +37,12 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return not self.do_sample
 
+    @classmethod
+    def from_temperature(cls, temperature: float, top_p: float = 1.0, top_k: int = 0) -> "SamplingConfig":
+        """The command-line convention: temperature 0 means greedy. NaN and negatives are refused."""
+        check_real("temperature", temperature, low=0.0)
+        return cls(do_sample=temperature > 0, temperature=temperature if temperature > 0 else 1.0, top_k=top_k, top_p=top_p)
+
 
 def warp_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
     """Applies temperature, top-k and top-p to logits of shape ``(..., V)``; masked entries -> -inf.

@@ -75,6 +75,13 @@ class TierSettings:
             ``"tolerant"`` with tolerance alpha2 (the paper's lossy reading). Only used when lossy.
         lenience: tolerance ``a`` of the ``lenient`` baseline mode (q accepts x when
             ``q(x) >= (1 - a) p(x)``). In [0, 1); 0 is plain lossless SD.
+        greedy_gates: what the tolerant gates compare a draft with in *greedy* decoding.
+            ``"proposer"`` (the paper's reading): ``v(x) >= (1 - alpha) p(x)``. ``"top"``: the
+            verifier's own top token, ``v(x) >= (1 - alpha) max v``, so ``alpha = 0`` accepts
+            exactly the verifier's argmax and alpha is a fidelity knob in greedy decoding too
+            (with the paper's reading a sharp drafter fails the gate on the verifier's argmax,
+            and a flat one passes tokens the verifier ranks low). Sampling always uses the
+            paper's ratio test.
     """
 
     alpha1: float = 0.5
@@ -85,6 +92,7 @@ class TierSettings:
     mode: Mode = Mode.LOSSY
     escalation_rule: str = "tolerant"
     lenience: float = 0.5
+    greedy_gates: str = "proposer"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode.parse(self.mode))
@@ -97,6 +105,8 @@ class TierSettings:
             raise ConfigError(f"ratio (fraction of layers skipped) must be in (0, 1), got {self.ratio!r}")
         if not _is_real(self.beta) or self.beta < 1.0:
             raise ConfigError(f"beta (residual tolerance of the cost) must be >= 1, got {self.beta!r}")
+        if self.greedy_gates not in ("proposer", "top"):
+            raise ConfigError(f"greedy_gates must be 'proposer' or 'top', got {self.greedy_gates!r}")
         if self.escalation_rule not in ("framework", "tolerant"):
             raise ConfigError(
                 f"escalation_rule must be 'framework' or 'tolerant', got {self.escalation_rule!r}"

@@ -1,25 +1,22 @@
-"""Per-forward costs of drafter, slim and full model, and the analytic speedup bound of a row.
+"""Per-forward costs, full-equivalent passes per token, and the analytic speedup bound.
 
-The bound answers "how fast could this row be if nothing but the model forwards cost time?".
-With, per generated token, ``d`` drafter passes, ``s`` slim passes and ``f`` full passes (measured
-by :mod:`viasd_adapt.bench.measure`), and the median wall time of one forward of each model at the
-bench's typical context length:
+Counting passes is not enough to compare rows: a slim pass, a drafter pass, a resumed full pass
+(q starting at the slim verifier's first skipped layer, :mod:`viasd_adapt.routing.shared`) and a
+one-token autoregressive pass all cost different amounts. So every speed claim is made in
+**full-equivalent passes per token**: each pass priced by its median measured wall time, in units
+of one full target pass over a block of ``gamma + 1`` tokens::
 
-* ``c_draft``: drafter, 1 new token;
-* ``c_slim``: slim verifier, a block of ``gamma + 1`` new tokens;
-* ``c_full_block``: full target, a block of ``gamma + 1`` new tokens;
-* ``c_full``: full target, 1 new token (one autoregressive step),
+    feq = (d * c_draft + s * c_slim + (f - r) * c_full_block + r * c_resume + a * c_full) / c_full_block
 
-the time per token is modelled as ``d * c_draft + s * c_slim + f * c_full_block`` (sequential
-frameworks) or ``max(d * c_draft, s * c_slim + f * c_full_block)`` (frameworks that draft while
-verifying, e.g. PEARL's parallel mode), and autoregressive decoding costs ``c_full`` per token, so
+per generated token, with ``d``, ``s``, ``f``, ``r`` the drafter, slim, full and resumed-full passes
+of the row's :class:`~viasd_adapt.metrics.TierMetrics`, and ``a`` one-token target passes
+(autoregressive decoding). Costs are measured in the same run as the rows, so rows compare across
+machines.
 
-    bound = c_full / (d * c_draft + s * c_slim + f * c_full_block)
-
-which is the usual per-cycle form ``tau * c_full / (gamma_d * c_draft + n_s * c_slim + n_f *
-c_full_block)`` divided through by the cycle count (``tau`` = tokens per cycle). The measured
-``speedup_vs_ar`` divided by this bound says how much of the ideal the implementation achieves;
-the rest is Python, sampling, gate arithmetic, cache bookkeeping and framework overhead.
+The analytic bound answers "how fast could this row be if nothing but the forwards cost time?":
+``bound = c_full / (per-token time)``, where the per-token time is the numerator above (or, for
+frameworks that draft while verifying, ``max(drafting, verifying)``). A row's measured speedup over
+autoregressive decoding divided by its bound is the share of the ideal the implementation reaches.
 """
 
 from __future__ import annotations
@@ -31,15 +28,22 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from viasd_adapt.routing.shared import SharedPrefixRunners
+from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.runner import CachedRunner
 
 
 @dataclass(frozen=True)
 class ForwardCosts:
-    """Median seconds of one forward of each model (see the module docstring)."""
+    """Median seconds of one forward of each kind (module docstring).
+
+    ``c_slim`` and ``c_resume`` are None without a slim verifier; ``c_resume`` is None when the
+    mask shares no prefix (s1 = 0).
+    """
 
     c_draft: float
     c_slim: float | None
+    c_resume: float | None
     c_full_block: float
     c_full: float
     context_length: int
@@ -49,67 +53,114 @@ class ForwardCosts:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class PassCounts:
+    """Passes per generated token of one row."""
+
+    draft: float = 0.0
+    slim: float = 0.0
+    full: float = 0.0  # every full-target pass over a block, resumed ones included
+    resumed: float = 0.0
+    single: float = 0.0  # one-token target passes (autoregressive decoding)
+
+    @classmethod
+    def of_metrics(cls, metrics, tokens: int) -> "PassCounts":
+        if not tokens:
+            return cls()
+        return cls(metrics.draft_passes / tokens, metrics.slim_passes / tokens, metrics.full_passes / tokens,
+                   metrics.resumed_full_passes / tokens)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-class _ForwardProbe:
-    """One model prefilled with ``context``; :meth:`time_once` feeds ``n_new`` tokens after it."""
+def _timed(fn, device: torch.device) -> float:
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+class _Probe:
+    """One model prefilled with ``context``; each call feeds ``n_new`` tokens after it."""
 
     def __init__(self, model: nn.Module, context: list[int], n_new: int, cache_factory=None):
         self.runner = CachedRunner(model, cache_factory)
         self.device = next(model.parameters()).device
         self.context = context
         self.block = [context[(i * 7) % len(context)] for i in range(n_new)]
-        self.runner.logits_for(context, 1)  # prefill, untimed
+        self.runner.logits_for(context, 1)
         self.runner.logits_for(context + self.block, n_new)  # warm-up
 
-    def time_once(self) -> float:
-        _sync(self.device)
-        start = time.perf_counter()
-        self.runner.logits_for(self.context + self.block, len(self.block))  # crops back to context, feeds block
-        _sync(self.device)
-        return time.perf_counter() - start
+    def __call__(self) -> float:
+        return _timed(lambda: self.runner.logits_for(self.context + self.block, len(self.block)), self.device)
 
 
-def time_forward(model: nn.Module, context: list[int], n_new: int, repeats: int = 7, cache_factory=None) -> float:
-    """Median seconds to feed ``n_new`` tokens after ``context`` tokens already in the KV cache."""
-    probe = _ForwardProbe(model, context, n_new, cache_factory)
-    return statistics.median(probe.time_once() for _ in range(repeats))
+class _SharedProbe:
+    """The shared-prefix runners: a slim pass over a block, then q resuming over the same block.
+
+    Two blocks alternate, so each timed pass feeds fresh tokens after the same context.
+    """
+
+    def __init__(self, target: nn.Module, slim: SlimVerifier, context: list[int], n_new: int):
+        self.runners = SharedPrefixRunners(target, slim)
+        self.device = next(target.parameters()).device
+        self.context = context
+        self.blocks = [[context[(i * k) % len(context)] for i in range(n_new)] for k in (7, 11)]
+        self.turn = 0
+        self.runners.full_logits(context, 1)
+        self.slim(), self.resume()  # warm-up
+
+    def slim(self) -> float:
+        self.turn ^= 1
+        block = self.blocks[self.turn]
+        return _timed(lambda: self.runners.slim_logits(self.context + block, len(block)), self.device)
+
+    def resume(self) -> float:
+        block = self.blocks[self.turn]
+        before = self.runners.resumed_full_passes
+        seconds = _timed(lambda: self.runners.full_logits(self.context + block, len(block)), self.device)
+        assert self.runners.resumed_full_passes == before + 1, "the probe's q pass did not resume"
+        return seconds
 
 
 def measure_forward_costs(
     target: nn.Module,
     draft: nn.Module,
-    slim=None,
+    slim: SlimVerifier | None = None,
     context: list[int] | None = None,
     gamma: int = 5,
     repeats: int = 15,
 ) -> ForwardCosts:
-    """Times single forwards of drafter, slim verifier (if any) and target on ``context``.
-
-    The four probes are timed round-robin (one forward of each per round), so that load from other
-    processes hits them alike; each cost is the median over rounds.
-    """
-    if not context:
-        context = list(range(1, 65))
+    """Times single forwards of each kind, round-robin (one of each per round, so load from other
+    processes hits them alike); each cost is the median over rounds."""
+    context = context or list(range(1, 65))
     block = gamma + 1
     probes = {
-        "c_draft": _ForwardProbe(draft, context, 1),
-        "c_full_block": _ForwardProbe(target, context, block),
-        "c_full": _ForwardProbe(target, context, 1),
+        "c_draft": _Probe(draft, context, 1),
+        "c_full_block": _Probe(target, context, block),
+        "c_full": _Probe(target, context, 1),
     }
+    shared = None
     if slim is not None:
-        probes["c_slim"] = _ForwardProbe(slim.model, context, block, slim.new_cache)
+        if slim.mask.first_skipped > 0:
+            shared = _SharedProbe(target, slim, context, block)
+            probes["c_slim"] = shared.slim
+            probes["c_resume"] = shared.resume
+        else:
+            probes["c_slim"] = _Probe(slim.model, context, block, slim.new_cache)
     samples: dict[str, list[float]] = {name: [] for name in probes}
     for _ in range(repeats):
-        for name, probe in probes.items():
-            samples[name].append(probe.time_once())
+        for name, probe in probes.items():  # c_slim runs before c_resume in every round
+            samples[name].append(probe())
     medians = {name: statistics.median(values) for name, values in samples.items()}
     return ForwardCosts(
         c_draft=medians["c_draft"],
         c_slim=medians.get("c_slim"),
+        c_resume=medians.get("c_resume"),
         c_full_block=medians["c_full_block"],
         c_full=medians["c_full"],
         context_length=len(context),
@@ -117,18 +168,29 @@ def measure_forward_costs(
     )
 
 
-def analytic_bound(
-    costs: ForwardCosts,
-    draft_passes_per_token: float,
-    slim_passes_per_token: float,
-    full_passes_per_token: float,
-    overlapped_drafting: bool = False,
-) -> float | None:
-    """Upper bound on speedup over autoregressive decoding (formula in the module docstring)."""
-    c_slim = costs.c_slim or 0.0
-    drafting = draft_passes_per_token * costs.c_draft
-    verifying = slim_passes_per_token * c_slim + full_passes_per_token * costs.c_full_block
-    per_token = max(drafting, verifying) if overlapped_drafting else drafting + verifying
-    if per_token <= 0:
-        return None
-    return costs.c_full / per_token
+def seconds_per_token(costs: ForwardCosts, passes: PassCounts, overlapped_drafting: bool = False) -> float:
+    """Forward time per generated token (module docstring)."""
+    drafting = passes.draft * costs.c_draft
+    resumed = passes.resumed * (costs.c_resume if costs.c_resume is not None else costs.c_full_block)
+    verifying = (
+        passes.slim * (costs.c_slim or 0.0)
+        + (passes.full - passes.resumed) * costs.c_full_block
+        + resumed
+        + passes.single * costs.c_full
+    )
+    return max(drafting, verifying) if overlapped_drafting else drafting + verifying
+
+
+def full_equivalent(costs: ForwardCosts, passes: PassCounts) -> float:
+    """Full-equivalent passes per token: every pass priced in full block passes (drafting and
+    verifying summed, whatever the framework overlaps: this is the compute a token costs)."""
+    return seconds_per_token(costs, passes) / costs.c_full_block
+
+
+def analytic_bound(costs: ForwardCosts, passes: PassCounts, overlapped_drafting: bool = False) -> float | None:
+    """Upper bound on speedup over autoregressive decoding (module docstring)."""
+    per_token = seconds_per_token(costs, passes, overlapped_drafting)
+    return costs.c_full / per_token if per_token > 0 else None
+
+
+__all__ = ["ForwardCosts", "PassCounts", "analytic_bound", "full_equivalent", "measure_forward_costs", "seconds_per_token"]

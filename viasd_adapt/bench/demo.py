@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from viasd_adapt.bench.context import FALLBACK_MASK_LABEL, BenchContext, build_context
-from viasd_adapt.sampling import SamplingConfig
+from viasd_adapt.pair import FALLBACK_MASK_LABEL, LoadedPair, RunRequest, load_pair
 from viasd_adapt.settings import TierSettings
 from viasd_adapt.tiers import Tier
 
 BUDGET_ENV_VAR = "VIASD_DEMO_BUDGET"
-DEMO_MODES = ("none", "lossless", "lossy", "audit")
+DEMO_MODES = ("none", "lenient", "lossless", "lossy", "audit")
 TIER_LETTERS = {int(Tier.DRAFT): "D", int(Tier.SLIM): "S", int(Tier.FULL): "F"}
 
 
@@ -30,11 +29,12 @@ class DemoBudget:
     bench_tokens: int = 32
     bench_repeats: int = 2
     cost_repeats: int = 7
+    task_prompts: int = 8
 
 
 BUDGETS = {
     "default": DemoBudget(),
-    "tiny": DemoBudget(completion_tokens=8, bench_prompts=1, bench_tokens=8, bench_repeats=1, cost_repeats=2),
+    "tiny": DemoBudget(completion_tokens=8, bench_prompts=1, bench_tokens=8, bench_repeats=1, cost_repeats=2, task_prompts=1),
 }
 
 
@@ -60,25 +60,24 @@ def tier_string(tiers: list[int]) -> str:
     return "".join(TIER_LETTERS.get(int(t), "?") for t in tiers)
 
 
-def show_completions(ctx: BenchContext, prompt: str, n_tokens: int, echo, colour: bool) -> dict:
-    """Generates ``n_tokens`` after ``prompt`` in every mode through the hf rows (the product path:
-    ``target.generate(assistant_model=...)`` patched by the HF adapter) and prints each completion
+def show_completions(pair: LoadedPair, settings: TierSettings, prompt: str, n_tokens: int, echo, colour: bool) -> dict:
+    """Generates ``n_tokens`` after ``prompt`` in every mode through the HF adapter (the product
+    path: ``target.generate(assistant_model=...)`` patched by the adapter) and prints each completion
     with its tiers (:mod:`viasd_adapt.display`)."""
-    from viasd_adapt import display
-    from viasd_adapt.bench.rows import FRAMEWORKS
+    from viasd_adapt import display, frameworks
 
-    ids = ctx.tokenizer(prompt).input_ids
+    ids = list(pair.tokenizer(prompt).input_ids)
     echo(click_style("prompt (held-out stdlib code):", colour))
     echo(prompt.rstrip("\n"))
     echo("")
     echo(display.legend(colour) + ("" if colour else "   (tiers line: D draft, S slim, F full)"))
     results = {}
     for mode in DEMO_MODES:
-        sample = FRAMEWORKS["hf"].make_runner(ctx, mode)(ids, n_tokens, 0)
-        tiers = sample.metrics.token_tiers[: len(sample.tokens)]
+        sample = frameworks.run("hf", pair, RunRequest(mode, ids, n_tokens, settings.with_(mode=mode), stop_at_eos=False))
+        tiers = sample.tiers
         echo("")
         echo(click_style(f"--- {mode} ---", colour) + "  " + display.metrics_summary(sample.metrics))
-        echo(display.render_tiers(display.token_pieces(ctx.tokenizer, sample.tokens), tiers, colour))
+        echo(display.render_tiers(display.token_pieces(pair.tokenizer, sample.tokens), tiers, colour))
         echo(f"tiers: {tier_string(tiers)}")
         results[mode] = {"tokens": sample.tokens, "tiers": tiers}
     return results
@@ -94,9 +93,9 @@ def click_style(text: str, colour: bool, **kwargs) -> str:
 
 def default_frameworks(has_eagle_head: bool) -> str:
     """hf and pearl, plus eagle when the pair ships an EAGLE head and eagle-llm is installed."""
-    from viasd_adapt.bench.rows import EAGLE_ADAPTER, module_available
+    from viasd_adapt import frameworks
 
-    eagle = has_eagle_head and module_available(EAGLE_ADAPTER) and module_available("eagle.model.ea_model")
+    eagle = has_eagle_head and frameworks.get("eagle").unavailable() is None
     return "hf,pearl,eagle" if eagle else "hf,pearl"
 
 
@@ -122,17 +121,21 @@ def run_demo(
         echo(click_style(f"no mask.json shipped with this pair: using the {FALLBACK_MASK_LABEL}", colour, fg="red"))
     if frameworks is None:
         frameworks = default_frameworks(paths.eagle_head is not None)
-    ctx = build_context(paths.target, paths.draft, TierSettings(), SamplingConfig(), mask_path=paths.mask, device="auto",
-                        eagle_head=str(paths.eagle_head) if paths.eagle_head else None)
-    ctx_mask = ctx.mask
-    echo(f"slim verifier skips layers {list(ctx_mask.mask.skipped)} of {ctx_mask.mask.num_layers} ({ctx_mask.source})")
-    completions = show_completions(ctx, demo_prompt(), budget.completion_tokens, echo, colour)
+    from viasd_adapt.tuning.artifact import default_settings
+
+    settings = default_settings(paths.mask)
+    pair = load_pair(paths.target, paths.draft, paths.mask, device="auto", eagle_head=paths.eagle_head)
+    mask = pair.mask
+    echo(f"slim verifier skips layers {list(mask.mask.skipped)} of {mask.mask.num_layers} "
+         f"(s1 = {mask.mask.first_skipped}; {mask.source})")
+    completions = show_completions(pair, settings, demo_prompt(), budget.completion_tokens, echo, colour)
     echo("")
     echo(click_style(f"small bench: {budget.bench_prompts} held-out prompts x {budget.bench_tokens} tokens x {budget.bench_repeats} repeats", colour))
     data = run_bench_session(
-        paths.target, paths.draft, num_prompts=budget.bench_prompts, max_new_tokens=budget.bench_tokens,
-        repeats=budget.bench_repeats, frameworks=frameworks, json_path=json_path, plot_path=plot_path,
-        echo=echo, label=f"viasd demo ({paths.name} pair)", context=ctx, cost_repeats=budget.cost_repeats,
+        paths.target, paths.draft, mask_path=paths.mask, num_prompts=budget.bench_prompts,
+        max_new_tokens=budget.bench_tokens, repeats=budget.bench_repeats, frameworks=frameworks, json_path=json_path,
+        plot_path=plot_path, echo=echo, label=f"viasd demo ({paths.name} pair)", pair=pair,
+        cost_repeats=budget.cost_repeats, task_prompts=budget.task_prompts,
     )
     return {"completions": completions, "bench": data}
 

@@ -1,49 +1,65 @@
-"""Turning a bench result into the printed table, the JSON file and the goal summary."""
+"""Turning a bench result into the printed tables, the JSON document and the plot."""
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from viasd_adapt.bench.goals import GoalCheck
 from viasd_adapt.bench.run import ROW_FIELDS, BenchResult
-from viasd_adapt.errors import ViasdError
+from viasd_adapt.io import save_figure, write_json
 
 # (header, field, format); None values print as "-".
-COLUMNS = (
+SPEED_COLUMNS = (
     ("row", None, None),
     ("rej", "rejection_rate", "{:.3f}"),
     ("acc_len", "mean_accepted_length", "{:.2f}"),
     ("full/tok", "full_passes_per_token", "{:.3f}"),
+    ("resumed/tok", "resumed_passes_per_token", "{:.3f}"),
     ("slim/tok", "slim_passes_per_token", "{:.3f}"),
+    ("draft/tok", "draft_passes_per_token", "{:.2f}"),
+    ("feq/tok", "full_equivalent_per_token", "{:.3f}"),
     ("tok/s", "tokens_per_s", "{:.1f}"),
     ("x_ar", "speedup_vs_ar", "{:.2f}"),
     ("x_untiered", "speedup_vs_untiered", "{:.2f}"),
-    ("agree", "greedy_agreement", "{:.3f}"),
-    ("argmax_agree", "target_argmax_agreement", "{:.3f}"),
-    ("mem_MB", "peak_mem_mb", "{:.1f}"),
     ("bound", "analytic_bound", "{:.2f}"),
     ("%bound", "fraction_of_bound", "{:.0%}"),
-    ("overrule", "overrule_rate", "{:.3f}"),
-    ("tv", "tv_distance", "{:.3f}"),
+    ("mem_MB", "peak_mem_mb", "{:.1f}"),
 )
+FIDELITY_COLUMNS = (
+    ("row", None, None),
+    ("target_LL", "target_ll", "{:.3f}"),
+    ("LL_drop", "ll_drop", "{:+.3f}"),
+    ("agree", "greedy_agreement", "{:.3f}"),
+    ("argmax_agree", "target_argmax_agreement", "{:.3f}"),
+    ("overrule", "overrule_rate", "{:.3f}"),
+    ("ovr_t1", "overrule_tier1", "{:.3f}"),
+    ("ovr_t2", "overrule_tier2", "{:.3f}"),
+    ("ovr_t3", "overrule_tier3", "{:.3f}"),
+    ("tv", "tv_distance", "{:.3f}"),
+    ("next_line", "next_line_match", "{:.3f}"),
+)
+MODE_COLOURS = {"-": "#7f7f7f", "plain": "#bcbd22", "none": "#1f77b4", "lenient": "#ff7f0e", "lossless": "#2ca02c",
+                "lossy": "#d62728", "audit": "#9467bd"}
+
+
+def row_label(row: dict) -> str:
+    return row["framework"] if row["mode"] == "-" else f"{row['framework']}/{row['mode']}"
 
 
 def _cell(row: dict, field: str | None, fmt: str | None) -> str:
     if field is None:
-        return row["framework"] if row["mode"] == "-" else f"{row['framework']}/{row['mode']}"
+        return row_label(row)
     value = row.get(field)
     return "-" if value is None else fmt.format(value)
 
 
-def format_table(rows: list[dict]) -> str:
+def format_table(rows: list[dict], columns=SPEED_COLUMNS) -> str:
     """A fixed-width text table, one line per row."""
-    cells = [[header for header, _, _ in COLUMNS]] + [[_cell(r, f, fmt) for _, f, fmt in COLUMNS] for r in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    cells = [[header for header, _, _ in columns]] + [[_cell(r, f, fmt) for _, f, fmt in columns] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     lines = []
     for n, line in enumerate(cells):
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))))
@@ -54,30 +70,24 @@ def format_table(rows: list[dict]) -> str:
 
 def format_costs(result: BenchResult) -> str:
     c = result.costs
-    slim = "-" if c.c_slim is None else f"{c.c_slim * 1e3:.2f} ms"
+
+    def ms(value):
+        return "-" if value is None else f"{value * 1e3:.2f} ms ({value / c.c_full_block:.2f})"
+
     return (
-        f"per-forward costs (median, context {c.context_length} tokens): drafter 1 tok {c.c_draft * 1e3:.2f} ms, "
-        f"slim {c.block_length} tok {slim}, target {c.block_length} tok {c.c_full_block * 1e3:.2f} ms, "
-        f"target 1 tok {c.c_full * 1e3:.2f} ms\n"
-        "bound = c_full / (draft/tok * c_draft + slim/tok * c_slim + full/tok * c_full_block); "
-        "%bound = x_ar / bound"
+        f"per-forward costs (median, context {c.context_length} tokens; in parentheses: fraction of a full block pass): "
+        f"drafter 1 tok {ms(c.c_draft)}, slim {c.block_length} tok {ms(c.c_slim)}, "
+        f"resumed full {c.block_length} tok {ms(c.c_resume)}, full {c.block_length} tok {c.c_full_block * 1e3:.2f} ms, "
+        f"full 1 tok {ms(c.c_full)}\n"
+        "feq/tok = full-equivalent passes per token (every pass priced by its measured cost, in full block passes); "
+        "bound = c_full / forward time per token; %bound = x_ar / bound"
     )
 
 
-def format_goals(checks: list[GoalCheck]) -> str:
-    lines = []
-    for check in checks:
-        status = {True: "MET", False: "MISSED", None: "n/a"}[check.met]
-        value = "-" if check.value is None else f"{check.value:.3f}"
-        note = f"  ({check.note})" if check.note else ""
-        lines.append(f"  [{status:6s}] {check.framework}: {check.goal} = {value} (goal {check.threshold}){note}")
-    return "\n".join(lines)
-
-
 def environment() -> dict[str, Any]:
-    device = "cuda: " + torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu: {platform.processor() or platform.machine()}"
     import transformers
 
+    device = f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else f"cpu: {platform.processor() or platform.machine()}"
     return {
         "device": device,
         "torch_threads": torch.get_num_threads(),
@@ -88,31 +98,71 @@ def environment() -> dict[str, Any]:
     }
 
 
-def result_json(result: BenchResult, checks: list[GoalCheck], run_info: dict[str, Any]) -> dict[str, Any]:
+def result_json(result: BenchResult, run_info: dict[str, Any]) -> dict[str, Any]:
     rows = [{key: row.get(key) for key in ROW_FIELDS} | {"repeats": row.get("repeats")} for row in result.rows]
     return {
         "format": "viasd-adapt/bench",
-        "version": 1,
+        "version": 2,
         "run": run_info,
         "environment": environment(),
         "rows": rows,
         "costs_seconds": result.costs.to_dict(),
-        "analytic_bound_formula": "c_full / (draft_passes_per_token*c_draft + slim_passes_per_token*c_slim + "
-        "full_passes_per_token*c_full_block); max() of drafting and verifying for overlapped frameworks",
+        "full_equivalent_formula": "(draft*c_draft + slim*c_slim + (full-resumed)*c_full_block + resumed*c_resume "
+        "+ single*c_full) / c_full_block, per generated token",
+        "analytic_bound_formula": "c_full / (forward time per token); max() of drafting and verifying for overlapped frameworks",
         "peak_mem_source": result.memory_source,
         "frameworks": result.descriptions,
         "skipped_frameworks": result.skipped,
-        "goals": [c.to_dict() for c in checks],
         "wall_seconds": result.wall_seconds,
         "prompt_lengths": result.prompt_lengths,
+        "task_prompts": result.task_prompts,
     }
 
 
-def write_json(path: str | Path, data: dict[str, Any]) -> Path:
-    path = Path(path).expanduser()
+def save_json(path: str | Path, data: dict[str, Any]) -> Path:
+    return write_json(path, data, what="bench JSON")
+
+
+def plot_rows(rows: list[dict], path: str | Path, title: str = "") -> Path:
+    """One PNG: speedup over autoregressive (bound marked), full-equivalent passes per token, and
+    each row's cost against its fidelity (target log-likelihood drop)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [row_label(r) for r in rows]
+    colours = [MODE_COLOURS.get(r["mode"], "#333333") for r in rows]
+    x = range(len(rows))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(max(12, 1.2 * len(rows) + 6), 4.8))
+    ax1.bar(x, [r["speedup_vs_ar"] or 0.0 for r in rows], color=colours)
+    bounds = [(i, r["analytic_bound"]) for i, r in zip(x, rows) if r["analytic_bound"]]
+    ax1.scatter([i for i, _ in bounds], [b for _, b in bounds], marker="_", s=400, color="black", label="analytic bound", zorder=3)
+    ax1.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax1.set_ylabel("tokens/s relative to autoregressive (median)")
+    ax1.legend(loc="upper left", fontsize=8)
+    ax2.bar(x, [r["full_equivalent_per_token"] or 0.0 for r in rows], color=colours)
+    ax2.set_ylabel("full-equivalent passes per token (lower is cheaper)")
+    for ax in (ax1, ax2):
+        ax.set_xticks(list(x))
+        ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=7)
+    for r, colour, label in zip(rows, colours, labels):
+        if r["full_equivalent_per_token"] is not None and r["ll_drop"] is not None:
+            ax3.scatter(r["full_equivalent_per_token"], r["ll_drop"], color=colour, s=30)
+            ax3.annotate(label, (r["full_equivalent_per_token"], r["ll_drop"]), fontsize=6, xytext=(3, 3),
+                         textcoords="offset points")
+    ax3.axhline(0.0, color="grey", linewidth=0.8, linestyle="--")
+    ax3.set_xlabel("full-equivalent passes per token")
+    ax3.set_ylabel("target log-likelihood drop per token (lower is more faithful)")
+    ax3.set_title("cost vs fidelity", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=2) + "\n")
-    except OSError as err:
-        raise ViasdError(f"cannot write {path}: {err.strerror or err}") from None
-    return path
+        return save_figure(fig, path)
+    finally:
+        plt.close(fig)
+
+
+__all__ = ["FIDELITY_COLUMNS", "SPEED_COLUMNS", "environment", "format_costs", "format_table", "plot_rows",
+           "result_json", "row_label", "save_json"]

@@ -1,10 +1,12 @@
-"""One ``viasd bench`` invocation end to end: options -> context -> run -> table, JSON, plot.
+"""One ``viasd bench`` invocation end to end: options -> pair -> run -> tables, verdict, JSON, plot.
 
 Shared by the ``bench`` and ``demo`` commands so that both print exactly the same report.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -12,46 +14,67 @@ from typing import Any, Callable
 
 import torch
 
-from viasd_adapt.bench.context import build_context, read_prompts_file
-from viasd_adapt.bench.goals import check_goals
-from viasd_adapt.bench.report import format_costs, format_goals, format_table, result_json, write_json
-from viasd_adapt.bench.run import BenchConfig, run_bench
+from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, delta_message, verdict
+from viasd_adapt.bench.report import FIDELITY_COLUMNS, SPEED_COLUMNS, format_costs, format_table, plot_rows, result_json, save_json
+from viasd_adapt.bench.run import DEFAULT_MODES, BenchConfig, run_bench
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.io import read_text
+from viasd_adapt.pair import LoadedPair, load_pair
 from viasd_adapt.sampling import SamplingConfig
+from viasd_adapt.settings import CONSERVATIVE, TierSettings
 
 # Benchmarks share the machine; one thread keeps timings comparable and polite. Override with
 # the environment variable VIASD_BENCH_THREADS.
 DEFAULT_THREADS = 1
+# Seeds of the held-out draws: the bench prompts, the next-line task and (viasd tune) the
+# calibration prompts are separate draws, so tuning never sees what the bench measures.
+BENCH_PROMPT_SEED = 0
+TASK_SEED = 1
 
 
-def _split(value: str | tuple[str, ...]) -> tuple[str, ...]:
+def split_list(value: str | tuple[str, ...]) -> tuple[str, ...]:
     if isinstance(value, tuple):
         return value
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
-def default_prompts(n: int, seed: int = 0) -> list[str]:
+def default_prompts(n: int, seed: int = BENCH_PROMPT_SEED) -> list[str]:
     """Held-out stdlib snippets (never seen in training by the project's own pairs)."""
     from viasd_adapt.models.corpus import heldout_prompts
 
     return heldout_prompts(n, seed=seed, min_chars=200, max_chars=400)
 
 
-def set_threads() -> int:
-    import os
+def task_examples(n: int, seed: int = TASK_SEED) -> list[tuple[str, str]]:
+    from viasd_adapt.models.corpus import heldout_next_lines
 
+    return heldout_next_lines(n, seed=seed) if n else []
+
+
+def read_prompts_file(path: str | Path) -> list[str]:
+    """Prompts from a file: a JSON list of strings, or else one prompt per non-empty line (write
+    ``\\n`` for a newline inside a one-line prompt)."""
+    text = read_text(path, "prompts file")
+    if text.lstrip().startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"prompts file {path} looks like JSON but is not valid: {err}") from None
+        if not isinstance(data, list) or not all(isinstance(p, str) for p in data):
+            raise ConfigError(f"prompts file {path} must hold a JSON list of strings")
+        prompts = data
+    else:
+        prompts = [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
+    prompts = [p for p in prompts if p.strip()]
+    if not prompts:
+        raise ConfigError(f"prompts file {path} holds no prompts")
+    return prompts
+
+
+def set_threads() -> int:
     threads = int(os.environ.get("VIASD_BENCH_THREADS", DEFAULT_THREADS))
     torch.set_num_threads(max(1, threads))
     return torch.get_num_threads()
-
-
-def plot_title(target_path, settings, preset: str, prompts: int, tokens: int, repeats: int) -> str:
-    """Names the pair (the directory holding target/) and the settings that matter."""
-    target = Path(str(target_path))
-    pair = target.parent.name if target.name == "target" else target.name
-    return (
-        f"pair {pair}: preset {preset} (alpha1={settings.alpha1}, alpha2={settings.alpha2}, gamma={settings.gamma}), "
-        f"{prompts} prompts x {tokens} tokens x {repeats} repeats"
-    )
 
 
 def quiet_transformers() -> None:
@@ -60,6 +83,20 @@ def quiet_transformers() -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+
+
+def tier_settings_from_options(base: TierSettings, preset: str, **overrides) -> TierSettings:
+    """``base`` (the tuned settings beside the mask, or defaults), then ``--preset``, then overrides."""
+    values: dict = dict(CONSERVATIVE) if preset == "conservative" else {}
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return base.with_(**values)
+
+
+def plot_title(target_path, settings: TierSettings, prompts: int, tokens: int, repeats: int) -> str:
+    target = Path(str(target_path))
+    pair = target.parent.name if target.name == "target" else target.name
+    return (f"pair {pair}: alpha1={settings.alpha1}, alpha2={settings.alpha2}, lenience={settings.lenience}, "
+            f"gamma={settings.gamma}; {prompts} prompts x {tokens} tokens x {repeats} repeats")
 
 
 def run_bench_session(
@@ -73,60 +110,72 @@ def run_bench_session(
     num_prompts: int = 8,
     max_new_tokens: int = 64,
     frameworks: str | tuple[str, ...] = "hf,pearl",
-    modes: str | tuple[str, ...] = "none,lossless,lossy,audit",
+    modes: str | tuple[str, ...] = DEFAULT_MODES,
     repeats: int = 3,
     seed: int = 0,
     temperature: float = 0.0,
     preset: str = "default",
     alpha1: float | None = None,
     alpha2: float | None = None,
+    lenience: float | None = None,
     gamma: int | None = None,
+    task_prompts: int = 16,
+    max_ll_drop: float = DEFAULT_MAX_LL_DROP,
     device: str = "auto",
     json_path: Path | str | None = None,
     plot_path: Path | str | None = None,
     echo: Callable[[str], None] = print,
     label: str = "",
-    context=None,
+    pair: LoadedPair | None = None,
     cost_repeats: int = 15,
 ) -> dict[str, Any]:
     """Runs the bench and reports it through ``echo``; returns the JSON document."""
-    from viasd_adapt.cli.bench import tier_settings_from_options
+    from viasd_adapt.tuning.artifact import find_tuned
 
     threads = set_threads()
     quiet_transformers()
-    settings = tier_settings_from_options(preset, alpha1, alpha2, gamma)
-    sampling = SamplingConfig(do_sample=temperature > 0, temperature=temperature if temperature > 0 else 1.0)
-    config = BenchConfig(
-        frameworks=_split(frameworks), modes=_split(modes), max_new_tokens=max_new_tokens, repeats=repeats,
-        seed=seed, cost_repeats=cost_repeats,
-    )
+    tuned = find_tuned(mask_path)
+    base = tuned.settings if tuned is not None else TierSettings()
+    settings = tier_settings_from_options(base, preset, alpha1=alpha1, alpha2=alpha2, lenience=lenience, gamma=gamma)
+    sampling = SamplingConfig.from_temperature(temperature)
+    config = BenchConfig(frameworks=split_list(frameworks), modes=split_list(modes), max_new_tokens=max_new_tokens,
+                         repeats=repeats, seed=seed, cost_repeats=cost_repeats)
     if prompts is None:
-        prompts = read_prompts_file(prompts_file) if prompts_file else default_prompts(num_prompts, seed)
-    need_mask = any(m != "none" for m in config.modes)
-    ctx = context or build_context(
-        target_path, draft_path, settings, sampling, mask_path=mask_path, need_mask=need_mask, device=device,
-        eagle_head=str(eagle_head) if eagle_head else None,
-    )
-    if ctx.mask is not None:
-        note = "  <-- FALLBACK, not searched" if ctx.mask.is_fallback else ""
-        echo(f"mask: skipped layers {list(ctx.mask.mask.skipped)} from {ctx.mask.source}{note}")
-    echo(
-        f"settings: {settings.to_dict()} | sampling: {'greedy' if sampling.greedy else f'T={temperature}'} | "
-        f"{len(prompts)} prompts x {max_new_tokens} tokens x {repeats} repeats | device {ctx.device}, {threads} thread(s)"
-    )
-    result = run_bench(ctx, prompts, config, progress=lambda m: echo(f"  .. {m}"))
-    checks = check_goals(result.rows, preset)
+        prompts = read_prompts_file(prompts_file) if prompts_file else default_prompts(num_prompts)
+    need_mask = any(m in ("lossless", "lossy", "audit") for m in config.modes)
+    pair = pair or load_pair(target_path, draft_path, mask_path, need_mask=need_mask, device=device,
+                             eagle_head=eagle_head, ratio=settings.ratio)
+    if tuned is not None:
+        tuned.check_model(pair.target, source=f"tuned settings beside {mask_path}")
+        echo(f"tuned settings ({tuned.choice}) from beside the mask: {tuned.settings.to_dict()}")
+    if pair.mask is not None:
+        mask = pair.mask
+        note = "  <-- FALLBACK, not searched" if mask.is_fallback else ""
+        echo(f"mask: skipped layers {list(mask.mask.skipped)} (s1 = {mask.mask.first_skipped}) from {mask.source}{note}")
+        advice = delta_message(mask.artifact.delta, mask.artifact.search) if mask.artifact is not None else None
+        if advice:
+            echo(f"NOTE: {advice}")
+    echo(f"settings: {settings.to_dict()} | sampling: {'greedy' if sampling.greedy else f'T={temperature}'} | "
+         f"{len(prompts)} prompts x {max_new_tokens} tokens x {repeats} repeats | device {pair.device}, {threads} thread(s)")
+    task = task_examples(task_prompts)
+    result = run_bench(pair, settings, sampling, prompts, config, task, progress=lambda m: echo(f"  .. {m}"))
     for name, description in result.descriptions.items():
         echo(f"{name}: {description}")
     for name, reason in result.skipped.items():
         echo(f"{name}: SKIPPED ({reason})")
-    echo("")
-    echo(format_table(result.rows))
+    echo("\nspeed (cost):")
+    echo(format_table(result.rows, SPEED_COLUMNS))
+    echo("\nfidelity (LL_drop = target log-likelihood per token below the target's own output; "
+         f"next_line = exact match on {result.task_prompts} held-out next lines):")
+    echo(format_table(result.rows, FIDELITY_COLUMNS))
     echo("")
     echo(format_costs(result))
     echo(f"peak memory: {result.memory_source}")
-    echo("goals:")
-    echo(format_goals(checks))
+    judgement = verdict(result.rows, max_ll_drop)
+    if judgement:
+        echo("verdict:")
+        for line in judgement:
+            echo(f"  {line}")
     echo(f"bench wall time {result.wall_seconds:.1f}s")
     run_info = {
         "command": " ".join(shlex.quote(a) for a in sys.argv) if sys.argv else "",
@@ -134,7 +183,8 @@ def run_bench_session(
         "target": str(target_path),
         "draft": str(draft_path),
         "eagle_head": str(eagle_head) if eagle_head else None,
-        "mask": ctx.mask.to_dict() if ctx.mask is not None else None,
+        "mask": pair.mask.to_dict() if pair.mask is not None else None,
+        "tuned": tuned.to_json() if tuned is not None else None,
         "settings": settings.to_dict(),
         "preset": preset,
         "sampling": {"greedy": sampling.greedy, "temperature": temperature},
@@ -143,13 +193,13 @@ def run_bench_session(
         "repeats": repeats,
         "seed": seed,
         "threads": threads,
+        "max_ll_drop": max_ll_drop,
+        "verdict": judgement,
     }
-    data = result_json(result, checks, run_info)
+    data = result_json(result, run_info)
     if json_path:
-        echo(f"wrote {write_json(json_path, data)}")
+        echo(f"wrote {save_json(json_path, data)}")
     if plot_path:
-        from viasd_adapt.bench.plot import plot_rows
-
-        title = label or plot_title(target_path, settings, preset, len(prompts), max_new_tokens, repeats)
+        title = label or plot_title(target_path, settings, len(prompts), max_new_tokens, repeats)
         echo(f"wrote {plot_rows(result.rows, plot_path, title=title)}")
     return data

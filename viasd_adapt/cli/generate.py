@@ -96,7 +96,7 @@ def generate(framework, target, draft, eagle_head, mask, mode, prompt, max_new_t
     from viasd_adapt.sampling import SamplingConfig
 
     check_max_new_tokens(max_new_tokens)
-    sampling = SamplingConfig(do_sample=temperature > 0, temperature=temperature if temperature > 0 else 1.0, top_p=top_p)
+    sampling = SamplingConfig.from_temperature(temperature, top_p)
     target, draft, mask, eagle_head = resolve_paths(framework, target, draft, mask, eagle_head)
     settings = build_settings(framework, mode, mask, gamma=gamma, alpha1=alpha1, alpha2=alpha2, lenience=lenience)
     pair = load_pair(target, draft if framework != "ar" else None, mask, need_mask=settings.mode.uses_slim,

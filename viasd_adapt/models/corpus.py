@@ -136,6 +136,45 @@ def heldout_prompts(
     return prompts
 
 
+def heldout_next_lines(
+    n: int,
+    seed: int = 0,
+    context_lines: int = 12,
+    min_line_chars: int = 8,
+    max_line_chars: int = 80,
+    root: Path | None = None,
+) -> list[tuple[str, str]]:
+    """``n`` (prefix, next line) pairs from held-out files: a task score for code models.
+
+    The prefix is up to ``context_lines`` whole lines ending with a line break; the next line is
+    the file's true following line (indentation kept, trailing whitespace and newline removed), of
+    ``min_line_chars``..``max_line_chars`` characters, not blank and not a comment. Reproducible for
+    a given ``(n, seed)`` and stdlib, like :func:`heldout_prompts`.
+    """
+    if n < 0:
+        raise ConfigError(f"number of prompts must be >= 0, got {n}")
+    _, heldout = split_files(root)
+    files = [lines for lines in (f.read().splitlines() for f in heldout) if len(lines) > context_lines]
+    if not files:
+        raise ViasdError("the held-out split is empty")
+    rng = random.Random(seed)
+    pairs: list[tuple[str, str]] = []
+    attempts = 0
+    while len(pairs) < n:
+        attempts += 1
+        if attempts > 1000 * (n + 1):
+            raise ViasdError(f"could not find {n} held-out next-line examples")
+        lines = rng.choice(files)
+        index = rng.randrange(context_lines, len(lines))
+        line = lines[index].rstrip()
+        if not min_line_chars <= len(line.strip()) <= max_line_chars or line.lstrip().startswith("#"):
+            continue
+        prefix = "\n".join(lines[index - context_lines : index]) + "\n"
+        if prefix.strip():
+            pairs.append((prefix, line))
+    return pairs
+
+
 def heldout_text(root: Path | None = None) -> list[str]:
     """The full text of every held-out file, in sorted order (for held-out loss)."""
     _, heldout = split_files(root)

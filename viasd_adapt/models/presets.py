@@ -47,6 +47,11 @@ class TrainingBudget:
     layerdrop_step_fraction: float = 0.0
     # On such a step, between 1 and round(layerdrop_max_ratio * num_layers) layers are skipped.
     layerdrop_max_ratio: float = 0.0
+    # Early-exit training (LayerSkip-style): the shared final norm + LM head are also applied to
+    # the residual stream entering each of these layers, and their mean cross-entropy is added to
+    # the loss with this weight. It makes "the first k layers" a good slim verifier.
+    early_exit_layers: tuple[int, ...] = ()
+    early_exit_weight: float = 0.0
 
 
 @dataclass(frozen=True)

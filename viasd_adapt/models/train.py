@@ -65,10 +65,43 @@ def new_model(config: LlamaConfig, seed: int) -> LlamaForCausalLM:
     return model
 
 
-def causal_lm_loss(model: LlamaForCausalLM, batch: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over a batch of full rows."""
-    logits = model(input_ids=batch, use_cache=False).logits
+def _next_token_loss(logits: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1))
+
+
+class _EntryRecorder(torch.nn.Module):
+    """Wraps one decoder-layer slot for a training step: keeps the residual stream entering it."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner = inner
+        self.entering: torch.Tensor | None = None
+
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+        self.entering = hidden_states
+        return self.inner(hidden_states, *args, **kwargs)
+
+
+def causal_lm_loss(model: LlamaForCausalLM, batch: torch.Tensor, early_exit_layers: Sequence[int] = (),
+                   early_exit_weight: float = 0.0) -> torch.Tensor:
+    """Mean next-token cross-entropy over a batch of full rows, plus the weighted early-exit loss:
+    the mean cross-entropy of the final norm + LM head applied to the residual stream entering each
+    of ``early_exit_layers`` (whatever module sits in that slot, a LayerDrop stub included)."""
+    if not early_exit_layers or early_exit_weight <= 0:
+        return _next_token_loss(model(input_ids=batch, use_cache=False).logits, batch)
+    layers = model.model.layers
+    originals = {i: layers[i] for i in early_exit_layers}
+    recorders = {i: _EntryRecorder(layer) for i, layer in originals.items()}
+    try:
+        for i, recorder in recorders.items():
+            layers[i] = recorder
+        loss = _next_token_loss(model(input_ids=batch, use_cache=False).logits, batch)
+        head, norm = model.get_output_embeddings(), model.model.norm
+        exits = [_next_token_loss(head(norm(r.entering)), batch) for r in recorders.values()]
+    finally:
+        for i, layer in originals.items():
+            layers[i] = layer
+    return loss + early_exit_weight * torch.stack(exits).mean()
 
 
 def _lr_factor(step: int, warmup: int, total: int) -> float:
@@ -125,7 +158,7 @@ def train_model(
         cursor += budget.batch_size
         skip = _layerdrop_skip(num_layers, budget, mask_rng)
         with skipped_layers(model, skip):
-            loss = causal_lm_loss(model, batch)
+            loss = causal_lm_loss(model, batch, budget.early_exit_layers, budget.early_exit_weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

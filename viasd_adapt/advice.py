@@ -1,0 +1,88 @@
+"""What the product tells users about whether the slim tier pays: the Delta rule and the verdict.
+
+The paper drops the slim verifier when ``Delta(u) = C(q||p) - [C(u||p) + C(q||u)] < 0``: the routed
+path p -> u -> q is then costlier, under its own cost, than letting q check p directly. And every
+speed claim is weighed against the simple baselines at the same fidelity (VIA-SD.md section 8).
+These helpers turn both into plain sentences for ``viasd search``, ``viasd bench``, ``viasd tune``
+and the adapters' ``tiered()`` (which warns with :class:`NegativeDeltaWarning`).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+from viasd_adapt.settings import TierSettings
+
+DEFAULT_MAX_LL_DROP = 0.02  # nats per token: the default fidelity budget of tune and the verdict
+
+
+class NegativeDeltaWarning(UserWarning):
+    """The routing mask's Delta(u) < 0: by the paper's rule this slim verifier should be dropped."""
+
+
+def delta_message(delta: float | None, search: dict[str, Any] | None = None) -> str | None:
+    """A sentence explaining a negative Delta, or None when Delta is unknown or >= 0."""
+    if delta is None or delta >= 0:
+        return None
+    search = search or {}
+    at = ""
+    if "alpha1" in search and "alpha2" in search:
+        at = f" at alpha1/alpha2 = {search['alpha1']}/{search['alpha2']}"
+    return (
+        f"Delta(u) = {delta:.1f} < 0{at}: the routed path p -> u -> q costs more than q checking p directly "
+        "(VIA-SD drops the slim verifier here). Expect lossy VIA-SD to lose to the lenient baseline at equal fidelity; "
+        "run `viasd tune` to measure which wins on this pair, or use mode lenient or none."
+    )
+
+
+def warn_if_negative_delta(mask: Any, settings: TierSettings) -> str | None:
+    """Warns (once per call) when a lossy/audit tier is opened with a mask artifact whose Delta < 0."""
+    from viasd_adapt.routing.mask import MaskArtifact
+
+    if settings.mode.value not in ("lossy", "audit"):
+        return None
+    artifact = mask
+    if isinstance(mask, (str, os.PathLike)):
+        try:
+            artifact = MaskArtifact.load(mask)
+        except Exception:  # the mask itself is checked (with a clear error) where it is used
+            return None
+    if not isinstance(artifact, MaskArtifact):
+        return None
+    message = delta_message(artifact.delta, artifact.search)
+    if message:
+        warnings.warn(f"viasd-adapt: {message}", NegativeDeltaWarning, stacklevel=3)
+    return message
+
+
+def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP) -> list[str]:
+    """Per framework: the cheapest row (full-equivalent passes per token) within the fidelity
+    budget, among untiered SD (none), lenient, lossless and lossy, and whether the tier won."""
+    lines = []
+    for framework in dict.fromkeys(r["framework"] for r in rows if r["mode"] != "-"):
+        candidates = [
+            r for r in rows
+            if r["framework"] == framework and r["mode"] in ("none", "lenient", "lossless", "lossy")
+            and r.get("full_equivalent_per_token") is not None
+        ]
+        within = [r for r in candidates if r["mode"] in ("none", "lossless") or (r.get("ll_drop") is not None and r["ll_drop"] <= max_ll_drop)]
+        if not within:
+            continue
+        best = min(within, key=lambda r: r["full_equivalent_per_token"])
+        described = ", ".join(
+            f"{r['mode']} {r['full_equivalent_per_token']:.3f}"
+            + (f" (LL drop {r['ll_drop']:+.3f})" if r.get("ll_drop") is not None and r["mode"] in ("lenient", "lossy") else "")
+            for r in candidates
+        )
+        won = best["mode"] in ("lossless", "lossy")
+        lines.append(
+            f"{framework}: cheapest within an LL drop of {max_ll_drop} nats/token is {best['mode']} "
+            f"({best['full_equivalent_per_token']:.3f} full-equivalent passes/token; all: {described}). "
+            + ("The slim tier pays here." if won else "The slim tier does not pay here: use " + best["mode"] + ".")
+        )
+    return lines
+
+
+__all__ = ["DEFAULT_MAX_LL_DROP", "NegativeDeltaWarning", "delta_message", "verdict", "warn_if_negative_delta"]

@@ -1,0 +1,63 @@
+"""How faithful a row's output is to the target: likelihood, agreement, overrules, a task score.
+
+Speed alone says nothing about a lossy mode, so every row carries fidelity next to its cost:
+
+* **target log-likelihood** per generated token: the target's mean ``log q(x_t | prefix)`` over the
+  row's output, teacher-forced; its *drop* from the target's own greedy output on the same prompts
+  (positive = the row wrote text the target finds less likely);
+* **agreement** with the target's greedy output: positional (token t equals the reference's token
+  t; everything after a first divergence counts as a miss) and teacher-forced (token t is the
+  target's argmax given the row's own prefix);
+* **overrule rate** by tier, from the audit (modes audit and lenient, where q is at hand);
+* **next-line exact match** on held-out real code: the prompt ends at a line break, the row writes
+  one line, which is compared with the file's true next line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class OutputScore:
+    """Teacher-forced scores of one output under the target."""
+
+    log_likelihood: float  # summed over the output's tokens
+    argmax_matches: int  # tokens that are the target's argmax given their own prefix
+    tokens: int
+
+
+@torch.no_grad()
+def score_output(target: nn.Module, prompt_ids: list[int], tokens: list[int]) -> OutputScore:
+    """One forward of ``prompt + tokens`` through the target."""
+    if not tokens:
+        return OutputScore(0.0, 0, 0)
+    device = next(target.parameters()).device
+    ids = torch.tensor([prompt_ids + tokens], dtype=torch.long, device=device)
+    logits = target(input_ids=ids, use_cache=False).logits[0, len(prompt_ids) - 1 : -1].float()
+    log_probs = torch.log_softmax(logits, dim=-1)
+    chosen = torch.tensor(tokens, device=log_probs.device)
+    log_likelihood = float(log_probs.gather(-1, chosen[:, None]).sum())
+    matches = int((log_probs.argmax(dim=-1) == chosen).sum())
+    return OutputScore(log_likelihood, matches, len(tokens))
+
+
+def positional_agreement(tokens: list[int], reference: list[int]) -> int:
+    """Number of positions where ``tokens`` equals ``reference`` (prefix-aligned, no re-alignment)."""
+    return sum(int(a == b) for a, b in zip(tokens, reference))
+
+
+def first_line(text: str) -> str:
+    """The generated line: everything before the first line break, trailing whitespace removed."""
+    return text.split("\n", 1)[0].rstrip()
+
+
+def next_line_match(tokenizer, tokens: list[int], true_line: str) -> bool:
+    """Whether the first line the row wrote is exactly the file's next line (indentation included)."""
+    return first_line(tokenizer.decode(tokens, skip_special_tokens=True)) == true_line.rstrip()
+
+
+__all__ = ["OutputScore", "first_line", "next_line_match", "positional_agreement", "score_output"]
