@@ -68,6 +68,7 @@ def main(argv=None) -> int:
     from viasd_adapt.routing.layers import find_decoder_stack
     from viasd_adapt.routing.mask import RoutingMask, skip_count
     from viasd_adapt.search.calibration import build_calibration, default_prompts, encode_prompts
+    from viasd_adapt.search.candidates import FixedCountSpace
     from viasd_adapt.search.dimr import SearchSettings, dimr_search
     from viasd_adapt.search.objective import MaskObjective
 
@@ -96,7 +97,7 @@ def main(argv=None) -> int:
         for seed in range(args.seeds):
             for method, bo_every in (("random", 0), ("random+BO", args.bo_every)):
                 settings = SearchSettings(steps=budget, bo_every=bo_every, patience=0, seed=seed)
-                result = dimr_search(cost, num_layers, k, settings)
+                result = dimr_search(cost, FixedCountSpace(num_layers, k), settings)
                 rows.append({"budget": budget, "seed": seed, "method": method, "best": result.best.cost,
                              "bo_seconds": result.bo_seconds, "evaluations": result.evaluations})
                 print(f"  budget {budget:4d} seed {seed} {method:10s} best {result.best.cost:9.3f} "

@@ -16,10 +16,12 @@ import click
 from viasd_adapt.errors import ConfigError, ViasdError
 
 
-def ensure_writable(path: Path, what: str) -> None:
-    """Raises ConfigError unless ``path`` can be created or overwritten as a file."""
+def ensure_writable(path: Path, what: str, force: bool = True) -> None:
+    """Raises ConfigError unless ``path`` can be created (or, with ``force``, overwritten) as a file."""
     if path.is_dir():
         raise ConfigError(f"{what} {path} is a directory; give a file path")
+    if path.exists() and not force:
+        raise ConfigError(f"{what} {path} already exists; pass --force to overwrite it, or choose another path")
     ancestor = path.parent
     while not ancestor.exists():
         ancestor = ancestor.parent
@@ -73,7 +75,13 @@ def _load_tokenizer(path: Path, role: str, required: bool):
 @click.option("--draft", "draft_path", type=click.Path(path_type=Path), default=None,
               help="Drafter (p) checkpoint directory, same tokenizer as the target.")
 @click.option("--pair", default=None, help="A pair name or directory from `viasd models list` instead of --target/--draft.")
-@click.option("--ratio", type=float, default=0.45, show_default=True, help="Fraction r of decoder layers skipped: round(r*L).")
+@click.option("--ratio", type=float, default=0.45, show_default=True,
+              help="--space ratio: fraction r of decoder layers skipped, exactly round(r*L).")
+@click.option("--space", type=click.Choice(["ratio", "budget"]), default="ratio", show_default=True,
+              help="ratio: masks with exactly round(r*L) skipped layers (the paper); budget: any mask whose "
+                   "cost with a shared prefix (retained layers from its first skipped layer on) is at most --slim-cost.")
+@click.option("--slim-cost", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.3, show_default=True,
+              help="--space budget: the most a mask may cost, as a fraction of the target's layers.")
 @click.option("--steps", type=int, default=120, show_default=True, help="S: most masks evaluated.")
 @click.option("--bo-every", "bo_every", type=int, default=5, show_default=True,
               help="theta: a BoTorch proposal every theta steps (0 = random search only).")
@@ -88,16 +96,18 @@ def _load_tokenizer(path: Path, role: str, required: bool):
 @click.option("--prompt-tokens", type=int, default=64, show_default=True,
               help="Calibration prompts are cut to their first N tokens (context; not scored).")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), default=Path("mask.json"), show_default=True,
-              help="Where the mask artifact (JSON) is written.")
+              help="Where the mask artifact (JSON) is written; an existing file needs --force.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --out (and --plot) file.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None,
               help="Convergence PNG [default: <out>-convergence.png].")
 @click.option("--compare-random", "compare_random", type=int, default=0, show_default=True,
               help="Also score K seeded random masks at the same r and record them in the report.")
-@click.option("--threads", type=int, default=None, help="torch CPU threads [default: torch's choice].")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads [default: torch's choice].")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
-def search(target_path, draft_path, pair, ratio, steps, bo_every, patience, seed, calib_file, calib_prompts,
-           heldout_prompts, new_tokens, prompt_tokens, out_path, plot_path, compare_random, threads, no_progress) -> None:
-    """DIMR: search the routing mask of the slim verifier (random + BoTorch, fixed cardinality)."""
+def search(target_path, draft_path, pair, ratio, space, slim_cost, steps, bo_every, patience, seed, calib_file,
+           calib_prompts, heldout_prompts, new_tokens, prompt_tokens, out_path, force, plot_path, compare_random,
+           threads, no_progress) -> None:
+    """DIMR: search the routing mask of the slim verifier (random + BoTorch)."""
     started = time.perf_counter()
     check_ratio(ratio)
     if pair is not None:
@@ -112,8 +122,8 @@ def search(target_path, draft_path, pair, ratio, steps, bo_every, patience, seed
     if compare_random < 0:
         raise ConfigError(f"--compare-random must be >= 0, got {compare_random}")
     plot_path = plot_path or out_path.with_name(out_path.stem + "-convergence.png")
-    ensure_writable(out_path, "--out")
-    ensure_writable(plot_path, "--plot")
+    ensure_writable(out_path, "--out", force)
+    ensure_writable(plot_path, "--plot", force)
 
     from viasd_adapt.search.calibration import check_compatible, load_prompt_file
     from viasd_adapt.search.dimr import SearchSettings
@@ -141,8 +151,14 @@ def search(target_path, draft_path, pair, ratio, steps, bo_every, patience, seed
     from viasd_adapt.search.pipeline import CalibrationSpec, prompt_token_ids, search_mask
     from viasd_adapt.search.plot import plot_convergence
 
+    from viasd_adapt.search.candidates import BudgetSpace, FixedCountSpace
+
     num_layers = find_decoder_stack(target).num_layers
-    check_cardinality(num_layers, skip_count(num_layers, ratio))
+    if space == "budget":
+        mask_space = BudgetSpace(num_layers, int(slim_cost * num_layers))
+    else:
+        check_cardinality(num_layers, skip_count(num_layers, ratio))
+        mask_space = FixedCountSpace(num_layers, skip_count(num_layers, ratio))
     spec = CalibrationSpec(calib_file=calib_file, n_calibration=calib_prompts, n_heldout=heldout_prompts,
                            new_tokens=new_tokens, max_prompt_tokens=prompt_tokens, prompt_seed=seed)
     calib_ids, heldout_ids = prompt_token_ids(target_tok, spec)
@@ -161,7 +177,7 @@ def search(target_path, draft_path, pair, ratio, steps, bo_every, patience, seed
     try:
         outcome = search_mask(target, draft, calib_ids, heldout_ids, ratio=ratio, settings=settings,
                               compare_random=compare_random, new_tokens=new_tokens,
-                              on_step=on_step, calibration_info=spec.to_dict())
+                              on_step=on_step, calibration_info=spec.to_dict(), space=mask_space)
     finally:
         for bar in bars:
             bar.close()
@@ -171,8 +187,9 @@ def search(target_path, draft_path, pair, ratio, steps, bo_every, patience, seed
     total = time.perf_counter() - started
     artifact.search["total_wall_seconds"] = round(total, 2)
     artifact.save(out_path)
+    described = f"r={ratio}" if space == "ratio" else f"slim cost <= {slim_cost}"
     plot_convergence(outcome.result, plot_path, outcome.random_costs,
-                     title=f"DIMR on {Path(target_path).parent.name}/{Path(target_path).name}: r={ratio}, seed {seed}")
+                     title=f"DIMR on {Path(target_path).parent.name}/{Path(target_path).name}: {described}, seed {seed}")
     report = artifact.report
     line = (f"{outcome.summary}; total wall {total:.1f}s")
     if "heldout_agreement" in report:
@@ -181,4 +198,9 @@ def search(target_path, draft_path, pair, ratio, steps, bo_every, patience, seed
         if "random_compare" in report:
             line += f", random-mask median {report['random_compare']['median_heldout_agreement']:.3f}"
     click.echo(line)
+    from viasd_adapt.advice import delta_message
+
+    advice = delta_message(artifact.delta, artifact.search)
+    if advice:
+        click.echo(f"NOTE: {advice}")
     click.echo(f"mask -> {out_path}; plot -> {plot_path}")

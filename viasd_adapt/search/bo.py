@@ -7,9 +7,10 @@
   costs are deterministic, but the surface is rugged at the scale a GP sees it; the noisy variant
   lets the GP treat that roughness as noise instead of chasing it.
 * Optimiser: BoTorch's discrete local search flips single bits and so can never move under
-  ``|z| = k``; instead we score a hand-built pool of valid masks (random k-subsets, one-swap and
-  two-swap neighbours of the best few masks by posterior mean) and then hill-climb over one-swaps
-  from the best pool members. Evaluated masks are excluded exactly, so none is ever proposed twice.
+  ``|z| = k``; instead we score a hand-built pool of masks of the search space (random masks,
+  one-move and two-move neighbours of the best few masks by posterior mean; a move is a flip or a
+  swap that stays in the space) and then hill-climb over one-move neighbours from the best pool
+  members. Evaluated masks are excluded exactly, so none is ever proposed twice.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from viasd_adapt.search.candidates import Bits, one_swaps, random_swaps, random_unseen, unique_unseen
+from viasd_adapt.search.candidates import Bits, MaskSpace, neighbours, random_neighbours, random_unseen_in, unique_unseen
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def _posterior_mean(model, masks: list[Bits]) -> torch.Tensor:
 def propose_bo(
     evaluated: list[Bits],
     costs: list[float],
-    k: int,
+    space: MaskSpace,
     generator: torch.Generator,
     seed: int,
     settings: BOSettings = BOSettings(),
@@ -95,14 +96,13 @@ def propose_bo(
     # are left as they were
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return _propose(evaluated, costs, k, generator, seed, settings)
+        return _propose(evaluated, costs, space, generator, seed, settings)
 
 
-def _propose(evaluated, costs, k, generator, seed, settings) -> Bits | None:
+def _propose(evaluated, costs, space: MaskSpace, generator, seed, settings) -> Bits | None:
     from botorch.acquisition.logei import qLogNoisyExpectedImprovement
     from botorch.sampling.normal import SobolQMCNormalSampler
 
-    num_layers = len(evaluated[0])
     seen = set(evaluated)
     train_x = torch.tensor(evaluated, dtype=torch.float64)
     train_y = -gp_target(torch.tensor(costs, dtype=torch.float64)).unsqueeze(-1)
@@ -117,11 +117,11 @@ def _propose(evaluated, costs, k, generator, seed, settings) -> Bits | None:
     top = [evaluated[i] for i in torch.argsort(means, descending=True)[: settings.top_by_mean].tolist()]
     pool: list[Bits] = []
     for bits in top:
-        pool.extend(one_swaps(bits))
-        pool.extend(random_swaps(bits, 2, settings.two_swaps_per_top, generator))
+        pool.extend(neighbours(bits, space))
+        pool.extend(random_neighbours(bits, space, 2, settings.two_swaps_per_top, generator))
     taken = set(seen)
     for _ in range(settings.pool_random):
-        bits = random_unseen(num_layers, k, taken, generator, tries=20)
+        bits = random_unseen_in(space, taken, generator, tries=20)
         if bits is None:
             break
         taken.add(bits)
@@ -138,11 +138,13 @@ def _propose(evaluated, costs, k, generator, seed, settings) -> Bits | None:
         starts = [pool[i] for i in torch.argsort(values, descending=True)[: settings.hill_starts].tolist()]
         for current in starts:
             for _ in range(settings.hill_rounds):
-                neighbours = [b for b in unique_unseen(one_swaps(current), seen) if b not in scored]
-                if not neighbours:
+                around = unique_unseen(neighbours(current, space), seen)
+                fresh = [b for b in around if b not in scored]
+                if not around:
                     break
-                scored.update(zip(neighbours, _score(acqf, neighbours, settings.chunk).tolist()))
-                best_neighbour = max(unique_unseen(one_swaps(current), seen), key=scored.__getitem__)
+                if fresh:
+                    scored.update(zip(fresh, _score(acqf, fresh, settings.chunk).tolist()))
+                best_neighbour = max(around, key=scored.__getitem__)
                 if scored[best_neighbour] <= scored[current]:
                     break
                 current = best_neighbour

@@ -1,15 +1,18 @@
-"""Fixed-cardinality mask generators: random k-subsets and swap neighbours.
+"""Mask generators and the two search spaces of DIMR.
 
-Every generator here returns masks with exactly ``k`` skipped layers by construction (never
-Bernoulli sampling with rejection, which wastes draws and biases nothing useful). Masks are plain
-tuples of 0/1 keep-bits so that exact deduplication is a set lookup.
+* :class:`FixedCountSpace`: exactly ``k`` skipped layers (the paper's space, ``r = k / L``).
+* :class:`BudgetSpace`: any number of skipped layers, priced by what a mask costs with a shared
+  prefix (its retained layers at or after the first skipped one), within a budget.
+
+Generators return valid masks by construction (never Bernoulli sampling with rejection, which
+wastes draws). Masks are plain tuples of 0/1 keep-bits so that exact deduplication is a set lookup.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Union
 
 import torch
 
@@ -96,3 +99,128 @@ def unique_unseen(masks: Iterable[Bits], seen: set[Bits]) -> list[Bits]:
             taken.add(bits)
             out.append(bits)
     return out
+
+
+def one_flips(bits: Bits) -> list[Bits]:
+    """Every mask one bit away (one layer more or less skipped)."""
+    return [tuple(1 - b if i == j else b for j, b in enumerate(bits)) for i in range(len(bits))]
+
+
+# ----------------------------------------------------------------------------- search spaces
+
+
+def first_skipped(bits: Bits) -> int:
+    """s1: the first skipped layer (``len(bits)`` when none is)."""
+    return next((i for i, b in enumerate(bits) if b == 0), len(bits))
+
+
+def marginal_layers(bits: Bits) -> int:
+    """Retained layers at or after s1: the slim verifier's work the target cannot reuse when it
+    resumes at s1 (everything below s1 is shared, see viasd_adapt.routing.shared)."""
+    return sum(bits[first_skipped(bits):])
+
+
+class FixedCountSpace:
+    """Masks with exactly ``k`` skipped layers (the paper's space: r = k / L)."""
+
+    def __init__(self, num_layers: int, k: int):
+        self.num_layers, self.k = num_layers, k
+
+    def contains(self, bits: Bits) -> bool:
+        return len(bits) == self.num_layers and sum(1 for b in bits if b == 0) == self.k
+
+    def random(self, generator: torch.Generator) -> Bits:
+        return random_mask(self.num_layers, self.k, generator)
+
+    def size(self) -> int:
+        return space_size(self.num_layers, self.k)
+
+    def enumerate(self) -> Iterator[Bits]:
+        return all_masks(self.num_layers, self.k)
+
+    def describe(self) -> dict:
+        return {"space": "ratio", "num_layers": self.num_layers, "skipped": self.k, "ratio": self.k / self.num_layers}
+
+
+class BudgetSpace:
+    """Masks whose *marginal* cost with a shared prefix is within a budget.
+
+    A mask costs, on top of the target pass that resumes at its first skipped layer s1, only its
+    retained layers at or after s1 (:func:`marginal_layers`); the layers below s1 are computed once
+    for both. The space holds every mask that keeps layer 0, skips at least one layer and retains
+    at most ``max_marginal`` layers from s1 on, whatever its number of skipped layers: a mask that
+    skips late layers competes on what it costs, not on how many layers it skips.
+    """
+
+    def __init__(self, num_layers: int, max_marginal: int):
+        self.num_layers, self.max_marginal = num_layers, max_marginal
+
+    def contains(self, bits: Bits) -> bool:
+        return (len(bits) == self.num_layers and bits[0] == 1 and 0 in bits
+                and marginal_layers(bits) <= self.max_marginal)
+
+    def random(self, generator: torch.Generator) -> Bits:
+        """s1 uniform in 1..L-1, then a uniform number of retained layers after it, placed at random
+        (uniform over (s1, count) rather than over masks, which would almost never draw a late s1)."""
+        s1 = 1 + int(torch.randint(self.num_layers - 1, (1,), generator=generator))
+        later = list(range(s1 + 1, self.num_layers))
+        count = int(torch.randint(min(self.max_marginal, len(later)) + 1, (1,), generator=generator))
+        chosen = {later[i] for i in torch.randperm(len(later), generator=generator)[:count].tolist()}
+        return tuple(1 if i < s1 or i in chosen else 0 for i in range(self.num_layers))
+
+    def size(self) -> int:
+        total = 0
+        for s1 in range(1, self.num_layers):
+            later = self.num_layers - s1 - 1
+            total += sum(math.comb(later, r) for r in range(min(self.max_marginal, later) + 1))
+        return total
+
+    def enumerate(self) -> Iterator[Bits]:
+        for s1 in range(1, self.num_layers):
+            later = list(range(s1 + 1, self.num_layers))
+            for r in range(min(self.max_marginal, len(later)) + 1):
+                for chosen in itertools.combinations(later, r):
+                    keep = set(chosen)
+                    yield tuple(1 if i < s1 or i in keep else 0 for i in range(self.num_layers))
+
+    def describe(self) -> dict:
+        return {"space": "budget", "num_layers": self.num_layers, "max_marginal_layers": self.max_marginal,
+                "slim_cost": self.max_marginal / self.num_layers}
+
+
+MaskSpace = Union[FixedCountSpace, BudgetSpace]
+
+
+def neighbours(bits: Bits, space: MaskSpace) -> list[Bits]:
+    """Masks one flip or one swap away that stay in ``space``."""
+    return [b for b in one_flips(bits) + one_swaps(bits) if space.contains(b)]
+
+
+def random_neighbours(bits: Bits, space: MaskSpace, steps: int, count: int, generator: torch.Generator) -> list[Bits]:
+    """``count`` random walks of ``steps`` moves (flips or swaps) inside ``space``."""
+    out = []
+    for _ in range(count):
+        current = bits
+        for _ in range(steps):
+            options = neighbours(current, space)
+            if not options:
+                break
+            current = options[int(torch.randint(len(options), (1,), generator=generator))]
+        out.append(current)
+    return out
+
+
+def random_unseen_in(space: MaskSpace, seen: set[Bits], generator: torch.Generator, tries: int = 200) -> Bits | None:
+    """A random mask of ``space`` not in ``seen``, or None when the space is exhausted."""
+    total = space.size()
+    if len(seen) >= total:
+        return None
+    if total > ENUMERATE_BELOW or len(seen) < total // 2:
+        for _ in range(tries):
+            bits = space.random(generator)
+            if bits not in seen:
+                return bits
+    remaining = [b for b in space.enumerate() if b not in seen]
+    if not remaining:
+        return None
+    return remaining[int(torch.randint(len(remaining), (1,), generator=generator))]

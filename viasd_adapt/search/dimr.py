@@ -1,8 +1,9 @@
-"""DIMR: random search over fixed-cardinality masks with a BoTorch proposal every theta steps.
+"""DIMR: random search over a mask space with a BoTorch proposal every theta steps.
 
-The loop is independent of models: it minimises any ``cost(bits) -> float`` over masks of
-``num_layers`` bits with exactly ``k`` zeros (skipped layers). That keeps the strategy testable on
-constructed objectives and lets the benchmark compare strategies on one cached objective.
+The loop is independent of models: it minimises any ``cost(bits) -> float`` over the masks of a
+:class:`~viasd_adapt.search.candidates.MaskSpace` (exactly ``k`` skipped layers, or any mask within
+a shared-prefix compute budget). That keeps the strategy testable on constructed objectives and
+lets the benchmark compare strategies on one cached objective.
 
 Reproducibility: random proposals draw from their own ``torch.Generator`` (seed), BO pool draws
 from another (seed + 1), and each BO fit/sampler reseeds the global RNG with (seed, step); with a
@@ -20,7 +21,7 @@ import torch
 
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.search.bo import BOSettings, propose_bo
-from viasd_adapt.search.candidates import Bits, random_mask, random_unseen, space_size
+from viasd_adapt.search.candidates import Bits, FixedCountSpace, MaskSpace, random_unseen_in
 
 RANDOM, BO = "random", "bo"
 
@@ -119,19 +120,19 @@ def check_cardinality(num_layers: int, k: int) -> None:
 
 def dimr_search(
     cost: Callable[[Bits], float],
-    num_layers: int,
-    k: int,
+    space: MaskSpace,
     settings: SearchSettings = SearchSettings(),
     bo_settings: BOSettings = BOSettings(),
     on_step: Callable[[Evaluation, float], None] | None = None,
 ) -> SearchResult:
-    """Minimise ``cost`` over masks with exactly ``k`` skipped layers.
+    """Minimise ``cost`` over the masks of ``space``.
 
     ``on_step(evaluation, best_cost)`` is called after every evaluation (the CLI's progress bar).
     Costs are treated as exact (our calibration is fixed), so the result's best is the observed
     minimum without re-evaluation.
     """
-    check_cardinality(num_layers, k)
+    if isinstance(space, FixedCountSpace):
+        check_cardinality(space.num_layers, space.k)
     random_gen = torch.Generator().manual_seed(settings.seed)
     pool_gen = torch.Generator().manual_seed(settings.seed + 1)
     history: list[Evaluation] = []
@@ -141,7 +142,7 @@ def dimr_search(
     bo_failures: list[str] = []
     stop_reason = "steps"
     started = time.perf_counter()
-    total = space_size(num_layers, k)
+    total = space.size()
     for step in range(1, settings.steps + 1):
         if len(seen) >= total:
             stop_reason = "exhausted"
@@ -152,7 +153,7 @@ def dimr_search(
         if is_bo_step:
             try:
                 bits = propose_bo(
-                    [e.bits for e in history], [e.cost for e in history], k, pool_gen,
+                    [e.bits for e in history], [e.cost for e in history], space, pool_gen,
                     seed=settings.seed * 100_003 + step, settings=bo_settings,
                 )
             except _BO_FAILURES as err:  # a failed GP fit costs one random step, not the search
@@ -160,11 +161,11 @@ def dimr_search(
             bo_seconds += time.perf_counter() - t0
         kind = BO if bits is not None else RANDOM
         if bits is None:
-            bits = random_unseen(num_layers, k, seen, random_gen)
+            bits = random_unseen_in(space, seen, random_gen)
         if bits is None:
             stop_reason = "exhausted"
             break
-        if bits in seen or sum(1 for b in bits if b == 0) != k:  # invariant, never expected
+        if bits in seen or not space.contains(bits):  # invariant, never expected
             raise AssertionError(f"search proposed an invalid or repeated mask {bits}")
         value = float(cost(bits))
         seen.add(bits)
@@ -183,12 +184,13 @@ def dimr_search(
                         extras={"bo_failures": bo_failures})
 
 
-def random_masks(num_layers: int, k: int, count: int, seed: int) -> list[Bits]:
-    """``count`` independent uniform masks (the random baseline; repeats allowed, as in the paper's
-    "random skip set" ablation)."""
-    check_cardinality(num_layers, k)
+def random_masks(space: MaskSpace, count: int, seed: int) -> list[Bits]:
+    """``count`` independent random masks of ``space`` (the random baseline; repeats allowed, as in
+    the paper's "random skip set" ablation)."""
+    if isinstance(space, FixedCountSpace):
+        check_cardinality(space.num_layers, space.k)
     generator = torch.Generator().manual_seed(seed)
-    return [random_mask(num_layers, k, generator) for _ in range(count)]
+    return [space.random(generator) for _ in range(count)]
 
 
 def median(values: list[float]) -> float | None:

@@ -13,10 +13,12 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from viasd_adapt.errors import ConfigError
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint, skip_count
 from viasd_adapt.search import calibration as cal
 from viasd_adapt.search.bo import BOSettings
+from viasd_adapt.search.candidates import FixedCountSpace, MaskSpace, first_skipped, marginal_layers
 from viasd_adapt.search.dimr import SearchResult, SearchSettings, check_cardinality, dimr_search, median, random_masks
 from viasd_adapt.search.objective import AgreementProbe, MaskObjective
 from viasd_adapt.settings import TierSettings
@@ -69,6 +71,23 @@ def _rounded(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(float(value), digits)
 
 
+def mask_price(mask: RoutingMask) -> dict:
+    """What a mask costs in decoder layers, with the target resuming at its first skipped layer.
+
+    ``slim_layers``: layers the slim pass runs; ``resume_layers``: layers a resumed target pass
+    runs (from s1 on); ``marginal_layers``: the slim pass's layers the target cannot reuse (its
+    retained layers at or after s1). Fractions are of the target's layer count.
+    """
+    bits = tuple(mask.bits())
+    L = mask.num_layers
+    s1 = first_skipped(bits)
+    slim = len(mask.retained)
+    marginal = marginal_layers(bits)
+    return {"s1": s1, "slim_layers": slim, "resume_layers": L - s1, "marginal_layers": marginal,
+            "slim_fraction": round(slim / L, 4), "resume_fraction": round((L - s1) / L, 4),
+            "marginal_fraction": round(marginal / L, 4)}
+
+
 def search_mask(
     target: nn.Module,
     draft: nn.Module,
@@ -83,16 +102,22 @@ def search_mask(
     bo_settings: BOSettings = BOSettings(),
     on_step: Callable | None = None,
     calibration_info: dict | None = None,
+    space: MaskSpace | None = None,
 ) -> SearchOutcome:
     """Calibrate once, run DIMR, score the random baseline, and build the artifact.
 
-    Bad inputs fail before any model runs: mismatched vocabularies (:class:`ModelMismatchError`),
-    a ratio outside (0, 1) or one that skips no layer or every layer (:class:`ConfigError`).
+    ``space`` defaults to the paper's: exactly ``round(ratio * L)`` skipped layers. Bad inputs fail
+    before any model runs: mismatched vocabularies (:class:`ModelMismatchError`), a ratio outside
+    (0, 1) or one that skips no layer or every layer (:class:`ConfigError`).
     """
     tier = tier or TierSettings(ratio=ratio)
     num_layers = find_decoder_stack(target).num_layers
-    k = skip_count(num_layers, ratio)
-    check_cardinality(num_layers, k)
+    if space is None:
+        k = skip_count(num_layers, ratio)
+        check_cardinality(num_layers, k)
+        space = FixedCountSpace(num_layers, k)
+    elif space.num_layers != num_layers:
+        raise ConfigError(f"the search space is for {space.num_layers} layers, the target has {num_layers}")
     cal.check_compatible(target, draft)
     started = time.perf_counter()
 
@@ -103,7 +128,7 @@ def search_mask(
     def cost(bits) -> float:
         return objective(RoutingMask.from_bits(bits))
 
-    result = dimr_search(cost, num_layers, k, settings, bo_settings, on_step)
+    result = dimr_search(cost, space, settings, bo_settings, on_step)
     best_mask = RoutingMask.from_bits(result.best.bits)
     best_score = objective.score(best_mask)
 
@@ -111,7 +136,9 @@ def search_mask(
         "tau": calibration.tau,
         "calibration_windows": int(calibration.windows.input_ids.size(0)),
         "num_layers": num_layers,
-        "skipped_count": k,
+        "skipped_count": best_mask.num_skipped,
+        "space": space.describe(),
+        "price": mask_price(best_mask),
         "cost_per_token": _rounded(best_score.per_token(calibration.tau), 6),
         "direct_cost_alpha2": _rounded(objective.direct_cost),
         "calib_agreement": _rounded(best_score.agreement),
@@ -133,7 +160,7 @@ def search_mask(
 
     random_costs: list[float] = []
     if compare_random:
-        masks = random_masks(num_layers, k, compare_random, seed=settings.seed + 7919)
+        masks = random_masks(space, compare_random, seed=settings.seed + 7919)
         scores = [objective.score(RoutingMask.from_bits(b)) for b in masks]
         random_costs = [s.cost for s in scores]
         entry = {
@@ -153,13 +180,14 @@ def search_mask(
         report["random_compare"] = entry
 
     search_info = settings.to_dict() | {
-        "ratio": ratio,
+        "ratio": best_mask.ratio,
+        "space": space.describe(),
         "alpha1": tier.alpha1,
         "alpha2": tier.alpha2,
         "beta": tier.beta,
         "objective": "C_alpha1(u||p) + C_alpha2(q||u), relu margins, summed over tau continuation positions",
         "delta_reading": "C_alpha2(q||p) - [C_alpha1(u||p) + C_alpha2(q||u)]",
-        "strategy": "random k-subsets + SingleTaskGP/qLogNEI over swap-neighbour pool every bo_every steps",
+        "strategy": "random masks of the space + SingleTaskGP/qLogNEI over a flip/swap-neighbour pool every bo_every steps",
         "bo": bo_settings.__dict__,
         "calibration": calibration_info or {},
         "wall_seconds": round(time.perf_counter() - started, 2),
@@ -167,15 +195,17 @@ def search_mask(
     }
     artifact = MaskArtifact(
         mask=best_mask,
-        ratio=ratio,
+        ratio=best_mask.ratio,
         score=round(best_score.cost, 6),
         delta=round(best_score.delta, 6),
         search=search_info,
         fingerprint=model_fingerprint(target),
         report=report,
     )
+    price = mask_price(best_mask)
     summary = (
-        f"DIMR: best mask skips {list(best_mask.skipped)} of {num_layers} layers; "
+        f"DIMR: best mask skips {list(best_mask.skipped)} of {num_layers} layers "
+        f"(s1 = {price['s1']}: slim pass {price['slim_layers']} layers, resumed target pass {price['resume_layers']}); "
         f"cost {best_score.cost:.3f} ({best_score.per_token(calibration.tau):.4f}/token), Delta {best_score.delta:+.3f}; "
         f"{result.evaluations} evaluations ({report['bo_evaluations']} BO) in {search_info['wall_seconds']:.1f}s"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from viasd_adapt.errors import ViasdError
+from viasd_adapt.io import save_figure
 from viasd_adapt.search.dimr import BO, SearchResult
 
 
@@ -40,11 +40,7 @@ def plot_convergence(result: SearchResult, path: str | Path, random_costs: list[
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = Path(path)
     try:
-        fig.savefig(path)
-    except OSError as err:
-        raise ViasdError(f"cannot write plot to {path}: {err.strerror or err}") from None
+        return save_figure(fig, path)
     finally:
         plt.close(fig)
-    return path
