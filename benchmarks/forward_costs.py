@@ -29,6 +29,7 @@ separate, untimed pass), which is what sharing saves whatever the hardware.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import contextlib
 import gc
 import platform
@@ -41,7 +42,8 @@ from typing import NamedTuple
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if importlib.util.find_spec("viasd_adapt") is None:  # run from a checkout without installing
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from viasd_adapt.io import write_json  # noqa: E402
 from viasd_adapt.routing import RoutingMask, SlimVerifier, find_decoder_stack  # noqa: E402
