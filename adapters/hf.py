@@ -28,6 +28,18 @@ KV caches: the target's runners (:mod:`viasd_adapt.routing.shared`) are built pe
 call. With a mask whose first skipped layer s1 > 0 the slim and full verifiers share the cache
 and the residual stream of layers below s1, and q's passes over tokens u already saw start at s1.
 
+GPU options (transformers' own speed switches) with the tier:
+
+* attention: ``sdpa`` (transformers' default), ``eager`` and ``flash_attention_2`` only change
+  the attention kernel; the routed views and the shared prefix use the model's own layers, so
+  they work as the target does (sdpa and eager are tested; FA2 is not installed where we test);
+* ``torch.compile``: compile the decoder layers in place (``layer.compile()``), which every view
+  shares; ``model.compile()`` and ``model.forward = torch.compile(model.forward)`` leave the
+  routed views uncompiled; a ``torch.compile(model)`` wrapper is refused with a clear error;
+* caches: the tier keeps its own dynamic caches; another ``cache_implementation`` (static,
+  offloaded, quantized, hybrid) is replaced for the call with a :class:`ViasdCacheWarning`, and a
+  cache object passed to ``generate`` is refused (it would not be updated).
+
 Thread safety: the patch sets instance attributes (``generate`` and ``_get_candidate_generator``) on
 this one model object, never on its class, so other instances are untouched. The installed methods
 are dispatchers that look up the session of the *calling thread*: a thread that did not open a
