@@ -28,6 +28,18 @@ KV caches: the target's runners (:mod:`viasd_adapt.routing.shared`) are built pe
 call. With a mask whose first skipped layer s1 > 0 the slim and full verifiers share the cache
 and the residual stream of layers below s1, and q's passes over tokens u already saw start at s1.
 
+GPU options (transformers' own speed switches) with the tier:
+
+* attention: ``sdpa`` (transformers' default), ``eager`` and ``flash_attention_2`` only change
+  the attention kernel; the routed views and the shared prefix use the model's own layers, so
+  they work as the target does (sdpa and eager are tested; FA2 is not installed where we test);
+* ``torch.compile``: compile the decoder layers in place (``layer.compile()``), which every view
+  shares; ``model.compile()`` and ``model.forward = torch.compile(model.forward)`` leave the
+  routed views uncompiled; a ``torch.compile(model)`` wrapper is refused with a clear error;
+* caches: the tier keeps its own dynamic caches; another ``cache_implementation`` (static,
+  offloaded, quantized, hybrid) is replaced for the call with a :class:`ViasdCacheWarning`, and a
+  cache object passed to ``generate`` is refused (it would not be updated).
+
 Thread safety: the patch sets instance attributes (``generate`` and ``_get_candidate_generator``) on
 this one model object, never on its class, so other instances are untouched. The installed methods
 are dispatchers that look up the session of the *calling thread*: a thread that did not open a
@@ -63,7 +75,7 @@ from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.hooks import TierObserver, make_plugin_manager
 from viasd_adapt.ledger import CycleLedger
 from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.routing.layers import find_decoder_stack
+from viasd_adapt.routing.layers import find_decoder_stack, refuse_compile_wrapper
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.sampling import ProcessorWarper
@@ -76,6 +88,10 @@ _PATCHED_ATTRIBUTES = ("generate", "_get_candidate_generator")
 
 class ViasdFallbackWarning(UserWarning):
     """The tier was not applied to a call; transformers' stock path ran instead."""
+
+
+class ViasdCacheWarning(UserWarning):
+    """A cache implementation the call asked for is replaced by the tier's own caches."""
 
 
 # ============================================================================ sessions
@@ -199,6 +215,7 @@ def patch(
     Returns the session handle; pass it to :func:`unpatch`.
     """
     settings = check_settings(settings if settings is not None else TierSettings())
+    refuse_compile_wrapper(target)  # it has a generate() of sorts, but patching it would reach nothing
     if not hasattr(target, "generate") or not hasattr(type(target), "_get_candidate_generator"):
         raise ConfigError(f"{type(target).__name__} is not a transformers generation model (no generate())")
     find_decoder_stack(target)  # a clear UnsupportedModelError before anything is patched
@@ -327,6 +344,37 @@ def _fallback_reason(target: nn.Module, call: dict) -> str | None:
     return None
 
 
+def _check_cache_options(target: nn.Module, call: dict) -> None:
+    """The tier's loop keeps its own caches (:mod:`viasd_adapt.routing.shared`): DynamicCache-based,
+    cropped when drafts are rejected, with per-layer objects shared between the slim and the full
+    verifier. So:
+
+    * a cache *object* passed to ``generate`` would be neither read nor updated, and code that
+      reuses it afterwards (multi-turn prompt caching) would continue from a stale cache: refused;
+    * ``cache_implementation`` other than dynamic (``"static"``, ``"offloaded"``, ``"quantized"``,
+      Gemma2's ``"hybrid"`` in its shipped generation config, ...) is replaced by a dynamic one for
+      this call, with a :class:`ViasdCacheWarning`, so transformers does not allocate a cache the
+      loop would not use. The output is unchanged; what the option was for (a fixed-shape cache
+      for ``torch.compile``, KV memory offloaded to the CPU) does not apply to the tiered call.
+    """
+    for key in ("past_key_values", "cache"):
+        if call.get(key) is not None:
+            raise ConfigError(
+                f"generate({key}=...) with the slim tier: the tier's loop keeps its own KV caches and would neither use "
+                "nor update the one passed; pass none (mode='none' runs transformers' own loop, which does)"
+            )
+    config = call.get("generation_config") or target.generation_config
+    implementation = call.get("cache_implementation")
+    if implementation is None:
+        implementation = getattr(config, "cache_implementation", None)
+    if implementation not in (None, "dynamic"):
+        warnings.warn(
+            f"viasd-adapt: cache_implementation={implementation!r} is not used by the slim tier's loop, which keeps "
+            "dynamic KV caches it can crop and share between its verifiers; this call runs with those (same output)",
+            ViasdCacheWarning, stacklevel=4)
+        call["cache_implementation"] = "dynamic"
+
+
 # ============================================================================ generate
 
 
@@ -361,6 +409,7 @@ def _tiered_generate(session: TierSession, original, args: tuple, kwargs: dict):
         return _fall_back(session, reason, lambda: original(**call))
     _check_prompt(call)
     _check_budget(target, call)
+    _check_cache_options(target, call)
     _check_pair(session, target, call["assistant_model"], call)
     call.pop("assistant_tokenizer", None)  # same vocabulary established above; stock would refuse it
     return _generate_own_loop(session, original, call)

@@ -73,7 +73,7 @@ from viasd_adapt.checks import (
     eos_ids,
 )
 from viasd_adapt.cycle import StopRule
-from viasd_adapt.engine import Drafter, GenerationOutput, ModelDrafter, TieredVerifier
+from viasd_adapt.engine import Drafter, GenerationOutput, ModelDrafter, TieredVerifier, host_draft
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.hooks import make_plugin_manager
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
@@ -105,6 +105,28 @@ def pearl_verifier(target: nn.Module, settings: TierSettings, sampling: Sampling
 # =============================================================================== threads / streams
 
 
+def resolve_parallel(parallel: bool | str, draft_device: torch.device, target_device: torch.device) -> bool:
+    """Whether the two roles run on two threads: ``True``/``False`` as given; ``"auto"`` runs them
+    on threads except when both models sit on the same CUDA device.
+
+    Why not threads on one GPU: the roles only overlap if their *host* work does, and at batch 1
+    the host work (Python, module calls, kernel launches) is nearly all of it. PyTorch releases
+    the GIL inside every op and takes it back after, so two busy Python threads hand the GIL over
+    at op granularity, with an OS thread switch each time; launch-bound work gets slower, not
+    faster. Measured on an H200 with the demo pair in float16 (issue 15): 2.8 s parallel against
+    1.2 s sequential for 48 tokens; float32 0.4 s either way. On a CPU the ops themselves are the
+    work and run without the GIL, so threads overlap (two cores: PEARL's two devices), and with
+    the roles on two devices each has its own queue to keep busy. The output is the same either
+    way (one random generator per role). ``benchmarks/pearl_profile.py`` measures both on a GPU.
+    """
+    if isinstance(parallel, bool):
+        return parallel
+    if parallel != "auto":
+        raise ConfigError(f"parallel must be True, False or 'auto', got {parallel!r}")
+    both_cuda = draft_device.type == target_device.type == "cuda"
+    return not (both_cuda and (draft_device.index or 0) == (target_device.index or 0))  # a model's device has an index
+
+
 class RoleWorkers:
     """Runs the drafter's and the target's jobs: on two dedicated threads, or inline.
 
@@ -122,19 +144,23 @@ class RoleWorkers:
     while a generation runs. Sequential mode uses the same setting, so both modes compute the same
     numbers.
 
-    CUDA: in parallel mode each role gets its own stream; a job runs under its stream and
-    synchronises it before handing results over. (This path exists but was not run here: the
-    development machine has no GPU.)
+    CUDA: in parallel mode each role gets its own stream, on the device of that role's model
+    (``devices``), unless ``streams=False``; a job runs under its stream and synchronises it before
+    handing results over. Both roles on one CUDA device is a poor fit for threads (see
+    :func:`resolve_parallel`).
     """
 
     ROLES = ("drafter", "target")
 
-    def __init__(self, parallel: bool, device: torch.device, intra_op_threads: int | None = 1):
+    def __init__(self, parallel: bool, device: torch.device | dict[str, torch.device], intra_op_threads: int | None = 1,
+                 streams: bool = True):
         if intra_op_threads is not None and (isinstance(intra_op_threads, bool) or int(intra_op_threads) < 1):
             raise ConfigError(f"intra_op_threads must be a positive integer or None, got {intra_op_threads!r}")
         self.parallel = parallel
-        self.device = device
+        self.devices = dict(device) if isinstance(device, dict) else {role: device for role in self.ROLES}
+        self.device = self.devices["target"]
         self.intra_op_threads = intra_op_threads
+        self.use_streams = streams
         self._pools: dict[str, ThreadPoolExecutor] = {}
         self._streams: dict[str, object] = {}
         self._saved_threads: int | None = None
@@ -152,8 +178,9 @@ class RoleWorkers:
                 self._pools[role] = ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix=f"pearl-{role}", initializer=self._init_worker
                 )
-                if self.device.type == "cuda":
-                    self._streams[role] = torch.cuda.Stream(device=self.device)
+                role_device = self.devices[role]
+                if self.use_streams and role_device.type == "cuda":
+                    self._streams[role] = torch.cuda.Stream(device=role_device)
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -162,6 +189,7 @@ class RoleWorkers:
                 pool.shutdown(wait=True, cancel_futures=True)
         finally:
             self._pools.clear()
+            self._streams.clear()
             if self._saved_threads is not None:
                 torch.set_num_threads(self._saved_threads)
 
@@ -251,20 +279,23 @@ class PearlDecoder:
         self,
         drafter: Drafter,
         verifier: TieredVerifier,
-        parallel: bool = True,
+        parallel: bool | str = True,
         seed: int | None = None,
         intra_op_threads: int | None = 1,
+        streams: bool = True,
     ):
         self.drafter = drafter
         self.verifier = verifier
-        self.parallel = bool(parallel)
-        self.intra_op_threads = intra_op_threads
         self.device = _model_device(verifier.target)
+        self.draft_device = _drafter_device(drafter, self.device)
+        self.parallel = resolve_parallel(parallel, self.draft_device, self.device)
+        self.intra_op_threads = intra_op_threads
+        self.streams = streams
         if seed is None:  # reproducible under torch.manual_seed, and one stream per role
             seed = int(torch.randint(0, 2**62, (1,)).item())
         # One generator per role: each thread draws from its own in a fixed order, so parallel and
         # sequential runs draw the same numbers.
-        self.draft_generator = torch.Generator(device=_drafter_device(drafter, self.device)).manual_seed(seed)
+        self.draft_generator = torch.Generator(device=self.draft_device).manual_seed(seed)
         self.target_generator = torch.Generator(device=self.device).manual_seed(seed + 1)
         self.stats = PearlStats(parallel=self.parallel)
         self._run = 0
@@ -278,8 +309,8 @@ class PearlDecoder:
         block = DraftBlock()
         try:
             for i in range(count):
-                tokens, probs = self.drafter.propose(sequence + block.tokens, 1, self.draft_generator)
-                block.tokens.append(int(tokens[0]))
+                ids, probs = host_draft(self.drafter, sequence + block.tokens, 1, self.draft_generator)
+                block.tokens.append(ids[0])
                 block.probs.append(probs[0])
                 if i == 0:
                     self._workers.sync("drafter")
@@ -300,7 +331,8 @@ class PearlDecoder:
             drafts = torch.tensor(block.tokens, dtype=torch.long, device=self.device)
             p = torch.stack([row.to(self.device) for row in block.probs])
             return self.verifier.verify(
-                committed, drafts, p, self.target_generator, max_tokens=budget, eos_token_ids=self.eos
+                committed, drafts, p, self.target_generator, max_tokens=budget, eos_token_ids=self.eos,
+                draft_ids=block.tokens,
             )
         finally:
             self.stats.target_busy_s += time.perf_counter() - start
@@ -338,7 +370,8 @@ class PearlDecoder:
         generated: list[int] = []
         pending = DraftBlock()
         start = time.perf_counter()
-        with RoleWorkers(self.parallel, self.device, self.intra_op_threads) as workers:
+        devices = {"drafter": self.draft_device, "target": self.device}
+        with RoleWorkers(self.parallel, devices, self.intra_op_threads, self.streams) as workers:
             self._workers = workers
             try:
                 while len(generated) < max_new_tokens:
@@ -390,7 +423,7 @@ def pearl_generate(
     settings: TierSettings | None = None,
     mask: RoutingMask | MaskArtifact | str | Path | None = None,
     sampling: SamplingConfig = SamplingConfig(),
-    parallel: bool = True,
+    parallel: bool | str = "auto",
     seed: int | None = None,
     eos_token_id: int | Iterable[int] | None = None,
     plugins: Iterable[object] = (),
@@ -410,7 +443,9 @@ def pearl_generate(
         mask: the routing mask of the slim verifier (needed by lossless, lossy and audit): a
             :class:`RoutingMask`, a :class:`MaskArtifact` or the path of a mask JSON; artifacts are
             checked against ``target``'s fingerprint.
-        parallel: drafter and target on two threads (PEARL) or inline (same output).
+        parallel: drafter and target on two threads (PEARL) or inline (same output); ``"auto"``
+            (default) uses threads except when both models share one CUDA device, where Python
+            threads slow launch-bound decoding down (:func:`resolve_parallel`).
         seed: seeds the two per-role random generators; None draws one from torch's global RNG.
         intra_op_threads: intra-op threads for the duration of the call (process-global, restored
             afterwards; see :class:`RoleWorkers`); None leaves torch's setting alone.
@@ -441,17 +476,19 @@ def pearl_generate(
 
 
 def run(pair, request):
-    """The ``pearl`` entry of :mod:`viasd_adapt.frameworks`: :func:`pearl_generate` in parallel mode."""
+    """The ``pearl`` entry of :mod:`viasd_adapt.frameworks`: :func:`pearl_generate`, roles on two
+    threads except on one shared CUDA device (``parallel="auto"``)."""
     from viasd_adapt.pair import RunOutput
 
     out = pearl_generate(
         pair.target, pair.draft, request.prompt_ids, request.max_new_tokens, settings=request.settings,
-        mask=pair.routing, sampling=request.sampling, parallel=True, seed=request.seed,
+        mask=pair.routing, sampling=request.sampling, parallel="auto", seed=request.seed,
         eos_token_id=pair.eos_token_ids if request.stop_at_eos else None,
     )
     stats, runs = out.stats, out.stats.accepted_runs
     notes = [
-        f"PEARL: {stats.rounds} rounds ({stats.pre_verify_rounds} pre-verify, {stats.post_verify_rounds} post-verify), "
+        f"PEARL ({'drafter and target on two threads' if stats.parallel else 'roles in turn on one thread'}): "
+        f"{stats.rounds} rounds ({stats.pre_verify_rounds} pre-verify, {stats.post_verify_rounds} post-verify), "
         f"mean run of accepted drafts {sum(runs) / max(1, len(runs)):.1f}, {stats.discarded_drafts} drafts discarded, "
         f"drafter/target overlap {stats.overlap:.2f}x"
     ]
@@ -482,6 +519,7 @@ __all__ = [
     "PearlStats",
     "RoleWorkers",
     "pearl_generate",
+    "resolve_parallel",
     "run",
     "pearl_verifier",
 ]

@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 
-from viasd_adapt.adapters.pearl import PearlDecoder, RoleWorkers, pearl_generate
+from viasd_adapt.adapters.pearl import PearlDecoder, RoleWorkers, pearl_generate, resolve_parallel
 from viasd_adapt.cycle import StopRule, end_at_block
 from viasd_adapt.engine import ModelDrafter
 from viasd_adapt.errors import ConfigError, ModelMismatchError
@@ -460,3 +460,22 @@ def test_decoder_accepts_any_drafter_object(pair):
     out = pearl_generate(target, ModelDrafter(drafter_model, SamplingConfig()), PROMPTS[2], 10, seed=0, settings=NONE)
     assert out.tokens == greedy_reference(target, PROMPTS[2], 10)
     assert out.metrics.draft_passes > 0 and isinstance(PearlDecoder, type)
+
+
+def test_parallel_auto_uses_threads_except_on_one_shared_gpu(pair):
+    cpu, gpu0, gpu1 = torch.device("cpu"), torch.device("cuda", 0), torch.device("cuda", 1)
+    assert resolve_parallel("auto", cpu, cpu) and resolve_parallel("auto", gpu0, gpu1) and resolve_parallel("auto", cpu, gpu0)
+    assert not resolve_parallel("auto", gpu0, gpu0) and not resolve_parallel("auto", torch.device("cuda"), gpu0)
+    assert resolve_parallel(True, gpu0, gpu0) and not resolve_parallel(False, cpu, cpu)
+    with pytest.raises(ConfigError, match="parallel must be"):
+        resolve_parallel("yes", cpu, cpu)
+    target, drafter = pair
+    out = pearl_generate(target, drafter, PROMPTS[0], 8, settings=NONE, seed=0)  # default "auto": threads on a CPU
+    assert out.stats.parallel and out.tokens == greedy_reference(target, PROMPTS[0], 8)
+
+
+def test_role_workers_put_each_role_on_its_own_device_and_streams_are_optional():
+    devices = {"drafter": torch.device("cpu"), "target": torch.device("cpu")}
+    with RoleWorkers(True, devices, streams=False) as workers:
+        assert workers.devices == devices and workers.submit("drafter", lambda: 3).result() == 3
+        assert not workers._streams  # no CUDA here, and none asked for

@@ -489,3 +489,13 @@ def test_tolerant_rule_helper_matches_formula():
     got = tolerant_accept_prob(tokens, p, v, 0.5, greedy=False)
     torch.testing.assert_close(got, torch.tensor([0.2 / (0.5 * 0.8), 1.0]))
     torch.testing.assert_close(tolerant_accept_prob(tokens, p, v, 0.5, greedy=True), torch.tensor([0.0, 1.0]))
+
+
+@pytest.mark.parametrize("bits", [[], [0], [1], [1, 1, 0, 1], [1, 1, 1], [0, 1, 1], [1, 0, 0, 0]])
+def test_leading_true_and_one_transfer_read_back(bits):
+    from viasd_adapt.tiers import first_false, leading_true, to_host
+
+    mask = torch.tensor(bits, dtype=torch.bool)
+    expected = bits.index(0) if 0 in bits else len(bits)
+    assert first_false(mask) == int(leading_true(mask)) == expected
+    assert to_host(leading_true(mask), mask, torch.tensor([7, 9])) == [expected, *bits, 7, 9]

@@ -161,6 +161,7 @@ def decide_cycle(
     policy: CyclePolicy,
     generator: torch.Generator | None = None,
     stop: StopRule = StopRule(),
+    draft_ids: list[int] | None = None,
 ) -> CycleOutcome:
     """Decides one cycle (see the module docstring for each mode).
 
@@ -171,25 +172,30 @@ def decide_cycle(
         policy: settings (the mode among them), greedy or sampling, rules, bonus position.
         generator: the random source of every acceptance draw and resample.
         stop: the budget and EOS cut applied before the cycle is audited or counted.
+        draft_ids: ``drafts`` as host ids when the caller has them (saves reading them back from
+            the device); read once here otherwise.
     """
     calls = _Calls(verifiers)
     mode = policy.settings.mode
+    ids = list(draft_ids) if draft_ids is not None else drafts.tolist()
+    if len(ids) != drafts.shape[0]:
+        raise ValueError(f"draft_ids has {len(ids)} ids for {drafts.shape[0]} drafts")
     if mode in (Mode.NONE, Mode.LENIENT):
-        result, audit = _full_only(drafts, p, calls, policy, generator, stop)
+        result, audit = _full_only(drafts, ids, p, calls, policy, generator, stop)
     elif mode is Mode.LOSSLESS:
-        result, audit = _cascade(drafts, p, calls, policy, generator, stop), None
+        result, audit = _cascade(drafts, ids, p, calls, policy, generator, stop), None
     else:
-        result, audit = _three_tiers(drafts, p, calls, policy, generator, stop)
+        result, audit = _three_tiers(drafts, ids, p, calls, policy, generator, stop)
     return CycleOutcome(result, calls.slim_passes, calls.full_passes, audit)
 
 
-def _finish(result: CycleResult, drafts: torch.Tensor, policy: CyclePolicy, stop: StopRule) -> CycleResult:
+def _finish(result: CycleResult, ids: list[int], policy: CyclePolicy, stop: StopRule) -> CycleResult:
     if not policy.bonus_after_block:
-        end_at_block(result, drafts.tolist())
+        end_at_block(result, ids)
     return stop.clip(result)
 
 
-def _full_only(drafts, p, calls: _Calls, policy: CyclePolicy, generator, stop) -> tuple[CycleResult, AuditRecord | None]:
+def _full_only(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, stop) -> tuple[CycleResult, AuditRecord | None]:
     """Modes none and lenient: q alone verifies the drafts."""
     g, greedy, settings = drafts.shape[0], policy.greedy, policy.settings
     q = calls.full(drafts)
@@ -199,13 +205,13 @@ def _full_only(drafts, p, calls: _Calls, policy: CyclePolicy, generator, stop) -
         accept = lossless_accept_prob(drafts, p, q[:-1], greedy)
     verdict = verify_block(drafts, p, q, accept, greedy, generator)
     n = verdict.n_accepted
-    result = _finish(verified_cycle(drafts[:n].tolist() + [verdict.next_token], n, g, g), drafts, policy, stop)
+    result = _finish(verified_cycle(ids[:n] + [verdict.next_token], n, g, g), ids, policy, stop)
     if settings.mode is Mode.NONE:
         return result, None
     return result, audit_lenient_cycle(drafts, p, q, result, settings.lenience, greedy)
 
 
-def _cascade(drafts, p, calls: _Calls, policy: CyclePolicy, generator, stop) -> CycleResult:
+def _cascade(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, stop) -> CycleResult:
     """Mode lossless: p -> u -> q. Every committed token is q's (argmax, or exactly q-distributed)."""
     g, greedy = drafts.shape[0], policy.greedy
     u = calls.slim(drafts)
@@ -216,11 +222,13 @@ def _cascade(drafts, p, calls: _Calls, policy: CyclePolicy, generator, stop) -> 
     accept = lossless_accept_prob(candidates, candidate_probs, q[:-1], greedy)
     verdict = verify_block(candidates, candidate_probs, q, accept, greedy, generator)
     n = verdict.n_accepted
-    result = verified_cycle(candidates[:n].tolist() + [verdict.next_token], n, n_kept, g)
-    return _finish(result, drafts, policy, stop)
+    # the kept drafts are known on the host; only u's own token (when q kept it) is read back
+    candidate_ids = ids[: min(n, n_kept)] + (candidates[n_kept:n].tolist() if n > n_kept else [])
+    result = verified_cycle(candidate_ids + [verdict.next_token], n, n_kept, g)
+    return _finish(result, ids, policy, stop)
 
 
-def _three_tiers(drafts, p, calls: _Calls, policy: CyclePolicy, generator, stop) -> tuple[CycleResult, AuditRecord | None]:
+def _three_tiers(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, stop) -> tuple[CycleResult, AuditRecord | None]:
     """Modes lossy and audit: gate 1, the router, and escalation to q only when u is unsure."""
     g, greedy, settings = drafts.shape[0], policy.greedy, policy.settings
     audit = settings.mode is Mode.AUDIT
@@ -228,14 +236,14 @@ def _three_tiers(drafts, p, calls: _Calls, policy: CyclePolicy, generator, stop)
     q = calls.full(drafts) if audit else None  # shadow q every cycle; reused if the cycle escalates
     route = route_block(drafts, p, u, settings, greedy, generator, policy.rules)
     if route.n_accepted == g and not policy.bonus_after_block:
-        result = CycleResult(drafts.tolist(), [Tier.DRAFT] * g, drafts_judged=g, drafts_rejected=0)
+        result = CycleResult(list(ids), [Tier.DRAFT] * g, drafts_judged=g, drafts_rejected=0)
     else:
         escalation = None
         if route.escalate_at is not None:
             q = q if q is not None else calls.full(drafts)
             escalation = escalate(drafts, p, q, route.escalate_at, settings, greedy, generator, policy.rules)
-        result = join_cycle(drafts, route, escalation)
-    result = _finish(result, drafts, policy, stop)
+        result = join_cycle(ids, route, escalation)
+    result = _finish(result, ids, policy, stop)
     record = audit_cycle(drafts, p, u, q, route, result, settings, greedy) if audit else None
     return result, record
 

@@ -55,7 +55,8 @@ class ModelDrafter:
     def passes(self) -> int:
         return self.runner.passes
 
-    def propose(self, sequence, gamma, generator=None):
+    def draft(self, sequence: list[int], gamma: int, generator: torch.Generator | None = None) -> tuple[list[int], torch.Tensor]:
+        """``gamma`` drafted ids (host ints, as each next forward needs them) and their rows of p."""
         drafted: list[int] = []
         rows = []
         for _ in range(gamma):
@@ -63,8 +64,41 @@ class ModelDrafter:
             probs = self.warper.probs(context, self.runner.logits_for(context, 1))[0]
             drafted.append(sample_or_argmax(probs, self.warper.greedy, generator))
             rows.append(probs)
-        p = torch.stack(rows)
+        return drafted, torch.stack(rows)
+
+    def propose(self, sequence, gamma, generator=None):
+        drafted, p = self.draft(sequence, gamma, generator)
         return torch.tensor(drafted, dtype=torch.long, device=p.device), p  # same device: gathers index p with them
+
+
+def _drafts_on_host(drafter: Drafter) -> bool:
+    """Whether ``drafter`` is a plain :class:`ModelDrafter` (a subclass that overrides ``propose``
+    must be asked through it)."""
+    return isinstance(drafter, ModelDrafter) and type(drafter).propose is ModelDrafter.propose
+
+
+def host_draft(drafter: Drafter, sequence: list[int], gamma: int,
+               generator: torch.Generator | None) -> tuple[list[int], torch.Tensor]:
+    """``(ids, p)``: a drafter's block with its ids as host ints.
+
+    A :class:`ModelDrafter` picks its ids on the host anyway (each next forward needs them), so
+    :meth:`ModelDrafter.draft` hands them over as they are: no copy to the device and back. Any
+    other drafter is asked through ``propose`` and its tokens are read back once.
+    """
+    if _drafts_on_host(drafter):
+        return drafter.draft(sequence, gamma, generator)
+    tokens, p = drafter.propose(sequence, gamma, generator)
+    return tokens.tolist(), p
+
+
+def draft_with_ids(drafter: Drafter, sequence: list[int], gamma: int,
+                   generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """``(tokens, p, ids)``: the block on p's device for the verify step, and its host ids."""
+    if _drafts_on_host(drafter):
+        ids, p = drafter.draft(sequence, gamma, generator)
+        return torch.tensor(ids, dtype=torch.long, device=p.device), p, ids
+    tokens, p = drafter.propose(sequence, gamma, generator)
+    return tokens, p, tokens.tolist()
 
 
 @dataclass
@@ -112,8 +146,11 @@ class TieredVerifier:
         self.ledger = CycleLedger(self.observer)
         return self.ledger.metrics
 
-    def _dist(self, logits_of: Callable[[list[int], int], torch.Tensor], sequence: list[int], block: torch.Tensor) -> torch.Tensor:
-        full = sequence + block.tolist()
+    def _dist(self, logits_of: Callable[[list[int], int], torch.Tensor], sequence: list[int], block: torch.Tensor,
+              known: tuple[torch.Tensor, list[int]]) -> torch.Tensor:
+        """The warped distributions after ``sequence + block``; ``known`` pairs the cycle's draft
+        tensor with its host ids, so asking about the drafts themselves reads nothing back."""
+        full = sequence + (known[1] if block is known[0] else block.tolist())
         return self.warper.probs(full, logits_of(full, block.shape[0] + 1))
 
     def first_token(self, prompt: list[int], generator: torch.Generator | None) -> int:
@@ -131,16 +168,24 @@ class TieredVerifier:
         generator: torch.Generator | None = None,
         max_tokens: int | None = None,
         eos_token_ids: Iterable[int] = (),
+        draft_ids: list[int] | None = None,
     ) -> CycleResult:
         """Decides and records one cycle of ``drafts`` (proposed after ``sequence`` with
-        distributions ``p``), cut at ``max_tokens`` and the first EOS before it is recorded."""
+        distributions ``p``), cut at ``max_tokens`` and the first EOS before it is recorded.
+
+        ``draft_ids``: the drafts as host ids, when the caller has them (PEARL's drafter does);
+        otherwise they are read back from the device once per cycle.
+        """
         runners = self.runners
+        ids = list(draft_ids) if draft_ids is not None else drafts.tolist()
+        known = (drafts, ids)
         verifiers = Verifiers(
-            full=lambda block: self._dist(runners.full_logits, sequence, block),
-            slim=(lambda block: self._dist(runners.slim_logits, sequence, block)) if self.settings.mode.uses_slim else None,
+            full=lambda block: self._dist(runners.full_logits, sequence, block, known),
+            slim=(lambda block: self._dist(runners.slim_logits, sequence, block, known)) if self.settings.mode.uses_slim else None,
         )
         resumed_before = runners.resumed_full_passes
-        outcome = decide_cycle(drafts, p, verifiers, self.policy, generator, StopRule.of(max_tokens, eos_token_ids))
+        outcome = decide_cycle(drafts, p, verifiers, self.policy, generator, StopRule.of(max_tokens, eos_token_ids),
+                               draft_ids=ids)
         self.ledger.record(outcome, drafted=int(drafts.shape[0]))
         self.metrics.resumed_full_passes += runners.resumed_full_passes - resumed_before
         return outcome.result
@@ -188,8 +233,9 @@ def speculative_generate(
         if should_stop and should_stop(prompt_ids + generated):
             break
         gamma = min(verifier.settings.gamma, max_new_tokens - len(generated))
-        drafts, p = drafter.propose(prompt_ids + generated, gamma, generator)
-        result = verifier.verify(prompt_ids + generated, drafts, p, generator, max_new_tokens - len(generated), eos)
+        drafts, p, ids = draft_with_ids(drafter, prompt_ids + generated, gamma, generator)
+        result = verifier.verify(prompt_ids + generated, drafts, p, generator, max_new_tokens - len(generated), eos,
+                                 draft_ids=ids)
         generated += result.tokens  # already cut to the budget and the first EOS by verify()
         if on_tokens:
             on_tokens(result.tokens)
@@ -197,4 +243,4 @@ def speculative_generate(
     return GenerationOutput(generated, metrics.token_tiers[:], metrics)
 
 
-__all__ = ["Drafter", "GenerationOutput", "ModelDrafter", "TieredVerifier", "speculative_generate"]
+__all__ = ["Drafter", "GenerationOutput", "ModelDrafter", "TieredVerifier", "draft_with_ids", "host_draft", "speculative_generate"]

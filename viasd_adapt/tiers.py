@@ -61,10 +61,26 @@ def _acceptance_draws(accept_probs: torch.Tensor, greedy: bool, generator: torch
     return draws < accept_probs
 
 
+def leading_true(mask: torch.Tensor) -> torch.Tensor:
+    """Number of leading True entries of a 1-D bool tensor, as a 0-d long tensor on its device.
+
+    A cumulative product instead of ``nonzero``: ``nonzero`` must size its output, which waits for
+    the device, and reading its first entry waits again. This waits for nothing.
+    """
+    return mask.to(torch.long).cumprod(0).sum()
+
+
 def first_false(mask: torch.Tensor) -> int:
-    """Index of the first False entry of a 1-D bool tensor, or its length when all are True."""
-    misses = (~mask).nonzero()
-    return int(misses[0]) if misses.numel() else int(mask.shape[0])
+    """Index of the first False entry of a 1-D bool tensor, or its length when all are True (one
+    host sync)."""
+    return int(leading_true(mask))
+
+
+def to_host(*tensors: torch.Tensor) -> list[int]:
+    """Several integer (or bool) tensors read back in one device-to-host transfer, flattened and
+    concatenated in order. A decision that needs a count and a token costs one sync, not one each."""
+    device = tensors[0].device
+    return torch.cat([t.reshape(-1).to(device=device, dtype=torch.long) for t in tensors]).tolist()
 
 
 def verify_block(
@@ -81,15 +97,20 @@ def verify_block(
     argmax (greedy) or a sample from ``norm(max(0, verifier - proposer))``. If every token passes,
     the next token is the verifier's bonus token. With ``lossless_accept_prob`` this is the standard
     lossless rule; other acceptance probabilities make it tolerant.
+
+    Greedy, the count and the verifier's argmax of every row come back in one transfer (the token
+    is the argmax of row n either way); sampling needs the count before it can draw.
     """
     _check_block(tokens, proposer, verifier)
-    n = first_false(_acceptance_draws(accept_probs, greedy, generator))
+    passed = _acceptance_draws(accept_probs, greedy, generator)
+    if greedy:
+        values = to_host(leading_true(passed), verifier.argmax(dim=-1))
+        n = values[0]
+        return BlockVerdict(n, values[1 + n], accept_probs)
+    n = first_false(passed)
     if n < tokens.shape[0]:
-        if greedy:
-            next_token = int(verifier[n].argmax())
-        else:
-            residual = normalise_residual(verifier[n] - proposer[n], verifier[n])
-            next_token = sample_or_argmax(residual, False, generator)
+        residual = normalise_residual(verifier[n] - proposer[n], verifier[n])
+        next_token = sample_or_argmax(residual, False, generator)
     else:
         next_token = sample_or_argmax(verifier[n], greedy, generator)
     return BlockVerdict(n, next_token, accept_probs)
@@ -127,16 +148,22 @@ def route_block(
     first rejected position (or the bonus position) itself, or asks for escalation (tier 3)."""
     _check_block(tokens, p, u)
     gate1 = rules.gate1_accept_prob(tokens, p, u, settings, greedy)
-    k = first_false(_acceptance_draws(gate1, greedy, generator))
+    passed = _acceptance_draws(gate1, greedy, generator)
     confidence = rules.slim_confidence(p, u, settings)
     resolves = rules.slim_resolves(confidence, settings).bool()
-    if not bool(resolves[k]):
+    # k, whether u resolves position k, and (greedy) u's argmax there: one transfer
+    rows = resolves.numel()
+    values = to_host(leading_true(passed), resolves, *([u.argmax(dim=-1)] if greedy else []))
+    k = values[0]
+    if not values[1 + k]:
         return RouteDecision(k, None, k, gate1, confidence, resolves)
-    if k < tokens.shape[0] and not greedy:
-        row = normalise_residual(u[k] - p[k], u[k])
+    if greedy:
+        token = values[1 + rows + k]
+    elif k < tokens.shape[0]:
+        token = sample_or_argmax(normalise_residual(u[k] - p[k], u[k]), False, generator)
     else:
-        row = u[k]
-    return RouteDecision(k, sample_or_argmax(row, greedy, generator), None, gate1, confidence, resolves)
+        token = sample_or_argmax(u[k], False, generator)
+    return RouteDecision(k, token, None, gate1, confidence, resolves)
 
 
 def escalate(
@@ -187,11 +214,13 @@ def verified_cycle(tokens: list[int], n_accepted: int, n_drafts: int, drafted: i
 
 
 def join_cycle(
-    tokens: torch.Tensor, slim: RouteDecision, escalation: BlockVerdict | None = None
+    tokens: torch.Tensor | list[int], slim: RouteDecision, escalation: BlockVerdict | None = None
 ) -> CycleResult:
-    """Joins tiers 1-2 (``slim``) and, if any, the escalation into the committed tokens of the cycle."""
-    g, k = tokens.shape[0], slim.n_accepted
-    drafts = tokens.tolist()
+    """Joins tiers 1-2 (``slim``) and, if any, the escalation into the committed tokens of the cycle.
+
+    ``tokens``: the drafts, as a tensor or (cheaper on a GPU: no read-back) as host ids."""
+    drafts = tokens.tolist() if isinstance(tokens, torch.Tensor) else list(tokens)
+    g, k = len(drafts), slim.n_accepted
     result = CycleResult(drafts[:k], [Tier.DRAFT] * k)
     if slim.slim_token is not None:
         result.tokens.append(slim.slim_token)
@@ -382,9 +411,11 @@ __all__ = [
     "effective_distribution",
     "escalate",
     "first_false",
+    "leading_true",
     "gather_token_probs",
     "join_cycle",
     "route_block",
+    "to_host",
     "verified_cycle",
     "verify_block",
 ]

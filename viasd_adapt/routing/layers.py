@@ -44,8 +44,26 @@ def _get_submodule(model: nn.Module, dotted: str) -> nn.Module | None:
     return module
 
 
+def refuse_compile_wrapper(model: nn.Module) -> None:
+    """Raises :class:`UnsupportedModelError` for a ``torch.compile(model)`` wrapper (``OptimizedModule``).
+
+    It forwards attribute lookups to the model, so a decoder stack would be found, but routed views
+    cannot be built through it and its compiled graph is specialised to the full layer list.
+    Compiling the layers in place works: every view shares those layer objects.
+    """
+    if isinstance(getattr(model, "_orig_mod", None), nn.Module):
+        raise UnsupportedModelError(
+            f"got a torch.compile wrapper ({type(model).__name__}) of {type(model._orig_mod).__name__}: pass the model "
+            "itself (compiled._orig_mod). To compile, compile the decoder layers in place (for layer in "
+            "model.model.layers: layer.compile()): every view shares those layer objects, so the slim and full "
+            "verifiers both run them compiled."
+        )
+
+
 def find_decoder_stack(model: nn.Module) -> DecoderStack:
-    """Returns the decoder stack of ``model`` or raises :class:`UnsupportedModelError`."""
+    """Returns the decoder stack of ``model`` or raises :class:`UnsupportedModelError` (also for a
+    ``torch.compile`` wrapper, :func:`refuse_compile_wrapper`)."""
+    refuse_compile_wrapper(model)
     for owner_path, attribute in LAYER_PATHS:
         owner = _get_submodule(model, owner_path)
         layers = getattr(owner, attribute, None) if owner is not None else None

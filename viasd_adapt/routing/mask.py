@@ -2,14 +2,17 @@
 
 A mask ``z`` in {0,1}^L keeps layer l when ``z[l] == 1``; ``round(r * L)`` layers are skipped. A mask
 only makes sense for the model it was searched on, so the artifact carries a fingerprint of that
-model (architecture, sizes, and a hash of a few weight tensors) and refuses to load onto another.
+model (architecture, sizes, and a sketch of a few weight tensors that holds in any dtype and on any
+device) and refuses to load onto another.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, Union
@@ -17,7 +20,8 @@ from typing import Any, Sequence, Union
 import torch
 from torch import nn
 
-from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
+from viasd_adapt.errors import ConfigError, ModelMismatchError
+from viasd_adapt.io import read_text, write_json
 from viasd_adapt.routing.layers import find_decoder_stack
 
 ARTIFACT_VERSION = 1
@@ -127,18 +131,123 @@ class RoutingMask:
 
 # ---------------------------------------------------------------------------- fingerprint
 
+#: How the weights are fingerprinted (see :func:`model_fingerprint`); stored beside the sketch.
+SKETCH_SCHEME = "sampled-values-v2"
+#: Sampled entries per fingerprinted tensor.
+SKETCH_SIZE = 32
+#: Two sketches agree when every sampled pair is within this relative tolerance (twice bf16's unit
+#: roundoff 2**-8, so a value and its bf16, fp16 or bf16-of-fp16 round trip always agree) ...
+SKETCH_RTOL = 2.0**-7
+#: ... plus this absolute slack, for fp16's subnormals (spacing 2**-24) and underflow to zero.
+SKETCH_ATOL = 2.0**-20
+
+
+class FingerprintWarning(UserWarning):
+    """A mask was accepted without a weight comparison (offloaded or quantized weights)."""
+
+
+def _comparable(tensor: torch.Tensor) -> bool:
+    """Whether a tensor's values can be compared across dtypes: a floating type of 16 bits or more
+    (8-bit floats and integer/packed quantized storage are not the values the mask was searched
+    on), and present in memory (accelerate's disk/CPU offload leaves ``meta`` tensors behind)."""
+    return tensor.is_floating_point() and tensor.element_size() >= 2 and tensor.device.type != "meta"
+
+
+def _sketch_positions(numel: int, count: int = SKETCH_SIZE) -> list[int]:
+    """``count`` flat indices spread over a tensor of ``numel`` entries, a function of its size only
+    (so every dtype and device samples the same entries). A jitter inside each stride keeps them off
+    one column of a row-major matrix whose row length divides the stride."""
+    count = min(count, numel)
+    step = numel // count
+    return [i * step + (i * 7919) % step for i in range(count)]
+
+
+def _fingerprint_tensors(model: nn.Module) -> list[tuple[str, str, torch.Tensor]]:
+    """``(component, parameter name, tensor)`` for the input embeddings and the first and last
+    decoder layers (each layer's first floating matrix, e.g. ``self_attn.q_proj.weight``; a layer
+    whose matrices are all quantized falls back to its first floating parameter, whose name then
+    differs from the one recorded on an unquantized model, so that component is not compared)."""
+    stack = find_decoder_stack(model)
+    found: list[tuple[str, str, torch.Tensor]] = []
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    weight = getattr(embeddings, "weight", None)
+    if isinstance(weight, torch.Tensor):
+        found.append(("embeddings", "weight", weight))
+    for component, layer in (("first_layer", stack.layers[0]), ("last_layer", stack.layers[-1])):
+        params = list(layer.named_parameters())
+        chosen = next(((n, p) for n, p in params if p.dim() >= 2 and _comparable(p)), None)
+        chosen = chosen or next(((n, p) for n, p in params if _comparable(p)), None) or next(iter(params), None)
+        if chosen is not None:
+            found.append((component, chosen[0], chosen[1]))
+    return found
+
+
+def _sketch(tensor: torch.Tensor) -> list[float] | None:
+    """The sampled entries of ``tensor`` as float32 values (exact for every 16/32-bit float), or
+    None when they cannot be compared across dtypes (:func:`_comparable`)."""
+    if not _comparable(tensor):
+        return None
+    flat = tensor.detach().reshape(-1)
+    index = torch.tensor(_sketch_positions(flat.numel()), dtype=torch.long, device=flat.device)
+    values = flat.index_select(0, index).to("cpu", torch.float32).tolist()
+    return [float(f"{v:.8g}") for v in values]  # float32 round-trips through 9 digits; 8 is far inside the tolerance
+
 
 def model_fingerprint(model: nn.Module) -> dict[str, Any]:
-    """Identifies a model well enough to refuse a mask searched on another one.
+    """Identifies a model well enough to refuse a mask searched on another one, in any dtype and on
+    any device.
 
-    Hashes a strided sample of the input embeddings and of the first and last decoder layers'
-    parameters. Values are rounded to 1e-3 before hashing so that the same checkpoint loaded on
-    another device still matches; a different dtype can still change the hash, which errs on the
-    side of refusing.
+    Architecture, layer count, hidden and vocabulary sizes, plus a *sketch* of the weights:
+    :data:`SKETCH_SIZE` entries at fixed positions of the input embeddings and of the first and
+    last decoder layers' first weight matrix, read from the stored values and converted to float32
+    on the CPU. Two sketches are compared entry by entry with a relative tolerance of
+    :data:`SKETCH_RTOL` (2**-7), :func:`fingerprint_mismatches`.
+
+    Why values with a tolerance and not a hash: any hash of rounded values breaks across dtypes,
+    however coarse the rounding, because some of thousands of values always sit next to a rounding
+    boundary and a bf16 cast moves them across it (the first fingerprint hashed values rounded to
+    1e-3 and refused the demo mask on CUDA in float16). The tolerance covers every cast a user
+    makes: fp32 -> bf16 or fp16 moves a value by at most 2**-8 relative (bf16's unit roundoff),
+    fp16-trained weights loaded in bf16 likewise, bf16 checkpoints loaded in fp16 or fp32 not at
+    all, and fp16's subnormals (below 6e-5) by at most 2**-25 absolute, inside :data:`SKETCH_ATOL`.
+    Reading on the CPU in float32 makes the device irrelevant (float32 holds every fp16/bf16 value
+    exactly, and no arithmetic is done on the device).
+
+    Why it still discriminates: independently trained (or seeded) models agree on a sampled entry
+    within 1% with probability well under 1/10, so 32 entries per tensor, 96 in all, never all
+    agree by chance. What counts as "the same model": a checkpoint whose sampled entries moved by
+    less than bf16 rounding (a very light fine-tune, e.g. a small LoRA merge into layers other
+    than the sampled ones) passes; re-run ``viasd search`` for such a model if in doubt.
+
+    Quantized and offloaded models: 8-bit floats, integer or packed storage (bitsandbytes, GPTQ)
+    and ``meta`` (offloaded) tensors are not compared: their sketch entry is None. Embeddings are
+    usually left unquantized, so they are still compared; a mask on a model with nothing
+    comparable is accepted on its sizes alone, with a :class:`FingerprintWarning`.
     """
     config = getattr(model, "config", None)
     stack = find_decoder_stack(model)
-    digest = hashlib.sha256()
+    sketch = {
+        component: {"parameter": name, "shape": list(tensor.shape), "values": _sketch(tensor)}
+        for component, name, tensor in _fingerprint_tensors(model)
+    }
+    return {
+        "architecture": (getattr(config, "architectures", None) or [type(model).__name__])[0],
+        "model_type": getattr(config, "model_type", None),
+        "num_layers": stack.num_layers,
+        "hidden_size": getattr(config, "hidden_size", getattr(config, "n_embd", None)),
+        "vocab_size": getattr(config, "vocab_size", None),
+        "weights_sketch": {"scheme": SKETCH_SCHEME, "rtol": SKETCH_RTOL, "atol": SKETCH_ATOL, "tensors": sketch},
+    }
+
+
+def legacy_weights_sha256(model: nn.Module) -> str | None:
+    """The first fingerprint's weight hash (``weights_sha256``), computed on the CPU.
+
+    Kept only to accept masks written before the sketch existed, where the hash still matches
+    (the same values in a dtype that holds them exactly: an fp16 checkpoint in fp16 or fp32, on
+    any device). None when a tensor it read is offloaded.
+    """
+    stack = find_decoder_stack(model)
     tensors = []
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     if embeddings is not None:
@@ -147,30 +256,162 @@ def model_fingerprint(model: nn.Module) -> dict[str, Any]:
         first_param = next(iter(layer.parameters()), None)
         if first_param is not None:
             tensors.append(first_param)
+    digest = hashlib.sha256()
     for tensor in tensors:
-        sample = tensor.detach().reshape(-1).float()
-        stride = max(1, sample.numel() // 65536)
-        rounded = torch.round(sample[::stride][:65536] * 1e3) / 1e3
-        digest.update(rounded.cpu().numpy().tobytes())
-    return {
-        "architecture": (getattr(config, "architectures", None) or [type(model).__name__])[0],
-        "model_type": getattr(config, "model_type", None),
-        "num_layers": stack.num_layers,
-        "hidden_size": getattr(config, "hidden_size", getattr(config, "n_embd", None)),
-        "vocab_size": getattr(config, "vocab_size", None),
-        "weights_sha256": digest.hexdigest(),
-    }
+        if tensor.device.type == "meta":
+            return None
+        flat = tensor.detach().reshape(-1)
+        stride = max(1, flat.numel() // 65536)
+        sample = flat[::stride][:65536].to("cpu", torch.float32)  # the old code's arithmetic, on the CPU
+        digest.update((torch.round(sample * 1e3) / 1e3).numpy().tobytes())
+    return digest.hexdigest()
+
+
+_SIZE_KEYS = ("architecture", "num_layers", "hidden_size", "vocab_size")
+_RERUN = "re-run `viasd search` for this model to record a fingerprint that holds in any dtype and on any device"
+
+
+def _compare_sketches(expected: dict, actual: dict) -> tuple[list[str], int]:
+    """``(problems, number of tensors compared)`` between two ``weights_sketch`` entries."""
+    problems, compared = [], 0
+    if not isinstance(expected, dict) or not isinstance(expected.get("tensors"), dict):
+        return [f"weights_sketch: the recorded sketch is malformed; {_RERUN}"], 0
+    if expected.get("scheme") != SKETCH_SCHEME:
+        return [f"weights_sketch: recorded with scheme {expected.get('scheme')!r}, this version reads "
+                f"{SKETCH_SCHEME!r}; {_RERUN}"], 0
+    rtol, atol = float(expected.get("rtol", SKETCH_RTOL)), float(expected.get("atol", SKETCH_ATOL))
+    live = actual.get("tensors", {})
+    for component, recorded in expected["tensors"].items():
+        mine = live.get(component)
+        if not isinstance(recorded, dict) or mine is None or recorded.get("values") is None or mine["values"] is None:
+            continue  # quantized or offloaded on one side: not comparable
+        if recorded.get("parameter") != mine["parameter"]:
+            continue  # a different tensor was sampled (its layer is quantized on one side)
+        if list(recorded.get("shape", [])) != mine["shape"]:
+            problems.append(f"weights ({component} {mine['parameter']}): mask was searched on shape "
+                            f"{recorded.get('shape')}, this model has {mine['shape']}")
+            continue
+        ref, now = recorded["values"], mine["values"]
+        if not isinstance(ref, list) or len(ref) != len(now):
+            problems.append(f"weights_sketch ({component}): the recorded sketch is malformed; {_RERUN}")
+            continue
+        compared += 1
+        off = [(a, b) for a, b in zip(ref, now) if not abs(a - b) <= rtol * max(abs(a), abs(b)) + atol]
+        if off:
+            problems.append(
+                f"weights ({component} {mine['parameter']}): {len(off)} of {len(ref)} sampled entries differ by more "
+                f"than dtype rounding (e.g. {off[0][0]:.6g} recorded, {off[0][1]:.6g} here): another checkpoint"
+            )
+    return problems, compared
+
+
+def _mismatches(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[list[str], int]:
+    """``(problems, number of weight tensors compared)``; see :func:`fingerprint_mismatches`."""
+    problems = [
+        f"{key}: mask was searched on {expected.get(key)!r}, this model has {actual.get(key)!r}"
+        for key in _SIZE_KEYS
+        if expected.get(key) != actual.get(key)
+    ]
+    if problems:
+        return problems, 0
+    if "weights_sketch" in expected:
+        return _compare_sketches(expected["weights_sketch"], actual.get("weights_sketch") or {})
+    if "weights_sha256" in expected:
+        if expected["weights_sha256"] == actual.get("weights_sha256"):
+            return [], 1
+        return [f"weights_sha256: recorded by an older viasd-adapt as an exact hash of the weights in the dtype "
+                f"they were searched in, which does not match here; {_RERUN}"], 0
+    return [f"weights: the fingerprint records no weights; {_RERUN}"], 0
 
 
 def fingerprint_mismatches(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
-    return [
-        f"{key}: mask was searched on {expected.get(key)!r}, this model has {actual.get(key)!r}"
-        for key in ("architecture", "num_layers", "hidden_size", "vocab_size", "weights_sha256")
-        if expected.get(key) != actual.get(key)
-    ]
+    """Why a model with fingerprint ``actual`` is not the one ``expected`` was recorded on (empty:
+    it is). Sizes must be equal; the weight sketches must agree within dtype rounding
+    (:func:`model_fingerprint`). A first-format fingerprint (``weights_sha256`` only) cannot be
+    compared with a sketch: :func:`model_mismatches` can still check it against a live model."""
+    return _mismatches(expected, actual)[0]
+
+
+def model_mismatches(expected: dict[str, Any], model: nn.Module) -> list[str]:
+    """:func:`fingerprint_mismatches` against a live model. Also reads first-format fingerprints:
+    accepted where their exact hash still matches (same values, same or wider dtype), refused
+    with the advice to re-run the search otherwise. Warns (:class:`FingerprintWarning`) when the
+    sizes match but no weight could be compared (quantized or offloaded weights)."""
+    if not isinstance(expected, dict) or not expected:
+        return [f"fingerprint: the file records none; {_RERUN}"]
+    actual = model_fingerprint(model)
+    legacy = "weights_sketch" not in expected and "weights_sha256" in expected
+    if legacy:
+        actual["weights_sha256"] = legacy_weights_sha256(model)
+    problems, compared = _mismatches(expected, actual)
+    if legacy:
+        problems = [p + f" (this model is loaded as {_model_dtype(model)})" if p.startswith("weights_sha256") else p
+                    for p in problems]
+    elif not problems and compared == 0:
+        warnings.warn(
+            "viasd-adapt: none of the fingerprinted weights could be compared (quantized or offloaded); the mask "
+            "was accepted on the model's architecture and sizes alone", FingerprintWarning, stacklevel=3)
+    return problems
+
+
+def _model_dtype(model: nn.Module) -> str:
+    param = next(iter(model.parameters()), None)
+    return str(param.dtype).replace("torch.", "") if param is not None else "unknown dtype"
 
 
 # ---------------------------------------------------------------------------- artifact
+
+
+def _parse_bits(bits: Any, source: str) -> RoutingMask:
+    """The ``mask`` field: a non-empty list of 0/1 integers (JSON true/false too), nothing else."""
+    if not isinstance(bits, list) or not bits:
+        raise ConfigError(f"{source}: 'mask' must be a non-empty list of 0/1, got {bits!r}")
+    bad = [(i, v) for i, v in enumerate(bits) if not (isinstance(v, (bool, int)) and v in (0, 1))]
+    if bad:
+        shown = ", ".join(f"[{i}] = {v!r}" for i, v in bad[:4])
+        raise ConfigError(f"{source}: 'mask' entries must be 0 or 1 (integers), got {shown}")
+    return RoutingMask(tuple(bool(v) for v in bits))
+
+
+def _check_fields(data: dict[str, Any], mask: RoutingMask, source: str) -> float:
+    """Checks that the fields describing the mask agree with its bits; returns the ratio.
+
+    * the mask skips at least one layer (else every "slim" pass would be a full pass);
+    * ``skipped_layers``, when present, are integers in range, without repeats, and exactly the
+      zeros of ``mask``;
+    * ``ratio``, when present, is a number in (0, 1) that rounds to the skipped count:
+      ``|ratio - skipped/L| <= 1/(2L)``, i.e. ``round(ratio * L)`` could have produced the mask
+      (the search skips ``round(r * L)`` layers; 0.45 of 16 layers is 7.2, so 7 skipped is right,
+      15 is not). Missing, it is taken from the bits.
+    """
+    layers = mask.num_layers
+    if mask.num_skipped == 0:
+        raise ConfigError(f"{source}: 'mask' skips no layer of {layers}: the slim verifier would be the full target")
+    if "skipped_layers" in data:
+        listed = data["skipped_layers"]
+        if not isinstance(listed, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in listed):
+            raise ConfigError(f"{source}: 'skipped_layers' must be a list of layer indices (integers), got {listed!r}")
+        out_of_range = [i for i in listed if not 0 <= i < layers]
+        if out_of_range:
+            raise ConfigError(f"{source}: 'skipped_layers' entries {out_of_range} are out of range for {layers} layers")
+        if len(set(listed)) != len(listed):
+            raise ConfigError(f"{source}: 'skipped_layers' {listed} lists a layer twice")
+        if sorted(listed) != list(mask.skipped):
+            raise ConfigError(f"{source}: 'skipped_layers' {sorted(listed)} disagree with 'mask', whose zeros are "
+                              f"{list(mask.skipped)}")
+    if "ratio" not in data or data["ratio"] is None:
+        return mask.ratio
+    ratio = data["ratio"]
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio):
+        raise ConfigError(f"{source}: 'ratio' must be a number, got {ratio!r}")
+    if not 0.0 < ratio < 1.0:
+        raise ConfigError(f"{source}: 'ratio' must be in (0, 1), got {ratio!r}")
+    if abs(ratio - mask.ratio) > 1.0 / (2 * layers) + 1e-9:
+        raise ConfigError(f"{source}: 'ratio' {ratio} disagrees with 'mask', which skips {mask.num_skipped} of {layers} "
+                          f"layers ({mask.ratio:.3g}; a ratio r skips round(r * {layers}) layers)")
+    return float(ratio)
+
+
 
 
 @dataclass
@@ -200,24 +441,30 @@ class MaskArtifact:
         }
 
     def save(self, path: str | os.PathLike) -> Path:
-        path = Path(path)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
-        except OSError as err:
-            raise ViasdError(f"cannot write mask artifact to {path}: {err.strerror or err}") from None
-        return path
+        """Writes the artifact atomically (a failed write leaves an existing file as it was)."""
+        return write_json(path, self.to_json(), what="mask artifact")
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "MaskArtifact":
+    def from_json(cls, data: dict[str, Any], source: str = "routing-mask artifact") -> "MaskArtifact":
+        """Parses an artifact, refusing one whose fields disagree with its bits (:func:`_check_fields`)."""
         if not isinstance(data, dict) or data.get("format") != "viasd-adapt/routing-mask" or "mask" not in data:
-            raise ConfigError("not a viasd-adapt routing-mask artifact (missing 'format' or 'mask')")
-        ratio = data.get("ratio", 0.0)
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
-            raise ConfigError(f"routing-mask artifact has a non-numeric ratio: {ratio!r}")
+            raise ConfigError(f"{source} is not a viasd-adapt routing-mask artifact (missing 'format' or 'mask')")
+        version = data.get("version", ARTIFACT_VERSION)
+        if isinstance(version, bool) or not isinstance(version, int) or version > ARTIFACT_VERSION:
+            raise ConfigError(f"{source}: 'version' {version!r} is not one this viasd-adapt reads "
+                              f"(<= {ARTIFACT_VERSION}); upgrade viasd-adapt or re-run `viasd search`")
+        mask = _parse_bits(data["mask"], source)
+        ratio = _check_fields(data, mask, source)
+        for key in ("search", "fingerprint", "report"):
+            if not isinstance(data.get(key, {}), dict):
+                raise ConfigError(f"{source}: '{key}' must be an object, got {type(data[key]).__name__}")
+        for key in ("score", "delta"):
+            value = data.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ConfigError(f"{source}: '{key}' must be a number or null, got {value!r}")
         return cls(
-            mask=RoutingMask.from_bits(data["mask"]),
-            ratio=float(ratio),
+            mask=mask,
+            ratio=ratio,
             score=data.get("score"),
             delta=data.get("delta"),
             search=data.get("search", {}),
@@ -228,21 +475,20 @@ class MaskArtifact:
     @classmethod
     def load(cls, path: str | os.PathLike, model: nn.Module | None = None) -> "MaskArtifact":
         """Reads an artifact; with ``model``, refuses it unless it was searched on that model."""
-        path = Path(path)
+        text = read_text(path, "mask file")  # clear errors for a missing file, a folder, binary content
         try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ViasdError(f"mask file not found: {path}") from None
+            data = json.loads(text)
         except json.JSONDecodeError as err:
             raise ConfigError(f"mask file {path} is not valid JSON: {err}") from None
-        artifact = cls.from_json(data)
+        artifact = cls.from_json(data, source=f"mask file {path}")
         if model is not None:
             artifact.check_model(model, source=str(path))
         return artifact
 
     def check_model(self, model: nn.Module, source: str = "mask") -> None:
+        """Refuses ``model`` unless the mask was searched on it (in any dtype, on any device)."""
         self.mask.validate_for(model)
-        problems = fingerprint_mismatches(self.fingerprint, model_fingerprint(model))
+        problems = model_mismatches(self.fingerprint, model)
         if problems:
             raise ModelMismatchError(f"{source} belongs to another model: " + "; ".join(problems))
 

@@ -20,6 +20,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from viasd_adapt.errors import UnsupportedModelError
 from viasd_adapt.routing.layers import find_decoder_stack
 
 
@@ -58,25 +59,54 @@ def _shallow_module_copy(module: nn.Module) -> nn.Module:
         if isinstance(getattr(module, name, None), dict):
             setattr(clone, name, type(getattr(module, name))(getattr(module, name)))
     for name, value in list(vars(clone).items()):
-        rebound = _rebind(value, module, clone)
+        rebound = _rebind(value, module, clone, name)
         if rebound is not value:
             setattr(clone, name, rebound)
     return clone
 
 
-def _rebind(value, original: nn.Module, clone: nn.Module):
+def _wrapped_method_of(value, original: nn.Module) -> types.MethodType | None:
+    """The method of ``original`` that a decorator-style wrapper (``functools.wraps``: a
+    ``__wrapped__`` chain) calls, or None."""
+    inner = value
+    for _ in range(32):
+        inner = getattr(inner, "__wrapped__", None)
+        if inner is None:
+            return None
+        if isinstance(inner, types.MethodType):
+            return inner if inner.__self__ is original else None
+    return None
+
+
+def _rebind(value, original: nn.Module, clone: nn.Module, name: str = "attribute"):
     """Points an instance-level method bound to ``original`` at ``clone`` instead.
 
     Wrappers such as accelerate's device hooks replace ``module.forward`` on the instance with
     ``partial(new_forward, module)`` and keep ``module._old_forward`` (a bound method). A shallow copy
     would keep calling the *original* module, i.e. the full layer list: the view would silently be
     the target.
+
+    ``module.forward = torch.compile(module.forward)`` is a wrapper around the original's bound
+    method with no way to point it elsewhere; its compiled code is also specialised to the
+    original module. The view calls the plain method, rebound (it runs uncompiled; the target
+    keeps its compiled forward). Any other wrapper around one of the original's methods is refused:
+    the view would either run the full model or drop what the wrapper does.
+    (``module.compile()`` needs nothing here: a copied module does not keep its compiled call.)
     """
     if isinstance(value, types.MethodType) and value.__self__ is original:
         return types.MethodType(value.__func__, clone)
     if isinstance(value, functools.partial) and value.args and value.args[0] is original:
         rebound = functools.partial(value.func, clone, *value.args[1:], **value.keywords)
         return functools.update_wrapper(rebound, value) if hasattr(value, "__wrapped__") else rebound
+    method = _wrapped_method_of(value, original) if callable(value) else None
+    if method is not None:
+        if hasattr(value, "_torchdynamo_orig_callable"):  # torch.compile(module.method)
+            return types.MethodType(method.__func__, clone)
+        raise UnsupportedModelError(
+            f"{type(original).__name__}.{name} was replaced on the instance by a wrapper ({getattr(value, '__qualname__', value)!r}) "
+            "around the model's own method; a routed view cannot point it at its own layers (it would run the full "
+            "model). Remove the wrapper (or define it on the class) before using the slim tier."
+        )
     return value
 
 
