@@ -129,7 +129,8 @@ def max_positions(model: nn.Module) -> int | None:
     return None
 
 
-def check_fits_context(model: nn.Module, prompt_length: int, max_new_tokens: int, extra: int = 0) -> None:
+def check_fits_context(model: nn.Module, prompt_length: int, max_new_tokens: int, extra: int = 0,
+                       role: str = "model") -> None:
     """Prompt + budget (+ ``extra`` speculative positions) must fit the model's positions.
 
     Past that, rotary models degenerate silently and learned-position models (GPT-2) fail with an
@@ -140,7 +141,7 @@ def check_fits_context(model: nn.Module, prompt_length: int, max_new_tokens: int
         raise ConfigError(
             f"prompt ({prompt_length} tokens) + max_new_tokens ({max_new_tokens})"
             + (f" + {extra} speculative positions" if extra else "")
-            + f" exceeds the model's {limit} positions; shorten the prompt or the budget"
+            + f" exceeds the {role}'s {limit} positions; shorten the prompt or the budget"
         )
 
 

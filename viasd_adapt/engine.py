@@ -21,7 +21,12 @@ import pluggy
 import torch
 from torch import nn
 
-from viasd_adapt.checks import check_max_new_tokens, check_prompt_ids
+from viasd_adapt.checks import (
+    check_fits_context,
+    check_max_new_tokens,
+    check_prompt_ids,
+    check_token_ids_in_vocabulary,
+)
 from viasd_adapt.cycle import CyclePolicy, StopRule, Verifiers, decide_cycle
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.hooks import HookRules, TierObserver, make_plugin_manager
@@ -48,6 +53,7 @@ class ModelDrafter:
     classic SD, PEARL)."""
 
     def __init__(self, model: nn.Module, sampling: SamplingConfig | Warper):
+        self.model = model
         self.runner = CachedRunner(model)
         self.warper = as_warper(sampling)
 
@@ -176,6 +182,12 @@ def speculative_generate(
     """
     check_max_new_tokens(max_new_tokens)
     check_prompt_ids(prompt_ids)
+    check_token_ids_in_vocabulary(prompt_ids, verifier.target)
+    # Every forward (draft, verify, bonus) stays within prompt + budget positions: blocks are
+    # shortened to what the budget has left, so no speculative extra is needed.
+    check_fits_context(verifier.target, len(prompt_ids), max_new_tokens, role="target")
+    if isinstance(getattr(drafter, "model", None), nn.Module):
+        check_fits_context(drafter.model, len(prompt_ids), max_new_tokens, role="drafter")
     eos = frozenset(int(e) for e in eos_token_ids)
     metrics = verifier.new_generation()
     draft_passes_before = drafter.passes
