@@ -32,6 +32,7 @@ from viasd_adapt.errors import ConfigError
 from viasd_adapt.hooks import HookRules, TierObserver, make_plugin_manager
 from viasd_adapt.ledger import CycleLedger
 from viasd_adapt.metrics import TierMetrics
+from viasd_adapt.monitor import DrafterQualityMonitor
 from viasd_adapt.routing.shared import make_target_runners
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.runner import CachedRunner
@@ -101,9 +102,11 @@ class TieredVerifier:
         self.warper = as_warper(self.sampling)
         self.plugin_manager = self.plugin_manager or make_plugin_manager()
         self.observer = TierObserver(self.plugin_manager, self.framework, mode.value)
-        self.policy = CyclePolicy(self.settings, self.warper.greedy, HookRules(self.plugin_manager), self.bonus_after_block)
+        self.monitor = DrafterQualityMonitor(mode, self.warper.greedy, self.framework)  # warns when lossy commits junk drafts
+        rules = self.monitor.watch(HookRules(self.plugin_manager))
+        self.policy = CyclePolicy(self.settings, self.warper.greedy, rules, self.bonus_after_block)
         self.runners = make_target_runners(self.target, self.slim if mode.uses_slim else None, self.share_prefix)
-        self.ledger = CycleLedger(self.observer)
+        self.ledger = self.monitor.ledger(self.observer)
 
     @property
     def metrics(self) -> TierMetrics:
@@ -115,7 +118,7 @@ class TieredVerifier:
 
     def new_generation(self) -> TierMetrics:
         """Starts a fresh metrics object (earlier outputs keep theirs); the caches are kept."""
-        self.ledger = CycleLedger(self.observer)
+        self.ledger = self.monitor.ledger(self.observer)
         return self.ledger.metrics
 
     def _dist(self, logits_of: Callable[[list[int], int], torch.Tensor], sequence: list[int], block: torch.Tensor) -> torch.Tensor:
