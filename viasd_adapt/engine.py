@@ -140,16 +140,19 @@ class TieredVerifier:
         generator: torch.Generator | None = None,
         max_tokens: int | None = None,
         eos_token_ids: Iterable[int] = (),
+        should_stop: Callable[[list[int]], bool] | None = None,
     ) -> CycleResult:
         """Decides and records one cycle of ``drafts`` (proposed after ``sequence`` with
-        distributions ``p``), cut at ``max_tokens`` and the first EOS before it is recorded."""
+        distributions ``p``), cut at ``max_tokens``, the first EOS, and the first token after which
+        ``should_stop(sequence + kept)`` holds, before it is recorded."""
         runners = self.runners
         verifiers = Verifiers(
             full=lambda block: self._dist(runners.full_logits, sequence, block),
             slim=(lambda block: self._dist(runners.slim_logits, sequence, block)) if self.settings.mode.uses_slim else None,
         )
         resumed_before = runners.resumed_full_passes
-        outcome = decide_cycle(drafts, p, verifiers, self.policy, generator, StopRule.of(max_tokens, eos_token_ids))
+        stop_after = (lambda kept: should_stop(sequence + kept)) if should_stop is not None else None
+        outcome = decide_cycle(drafts, p, verifiers, self.policy, generator, StopRule.of(max_tokens, eos_token_ids, stop_after))
         self.ledger.record(outcome, drafted=int(drafts.shape[0]))
         self.metrics.resumed_full_passes += runners.resumed_full_passes - resumed_before
         return outcome.result
@@ -180,8 +183,9 @@ def speculative_generate(
     Starts with one q prefill for the first token (``q_prefill=False`` drafts straight after the
     prompt, as transformers' assisted decoding does; q then first sees the prompt when it is
     first needed), then runs cycles until ``max_new_tokens``, an EOS token, or
-    ``should_stop(all_ids)``. The last block is shortened so no more than ``max_new_tokens`` are
-    drafted for, and ``verify`` cuts a cycle that overshoots before its tokens are counted.
+    ``should_stop(all_ids)`` (checked after every token, so generation ends where one-token-at-a-time
+    decoding would). The last block is shortened so no more than ``max_new_tokens`` are drafted
+    for, and ``verify`` cuts a cycle that overshoots before its tokens are counted.
     """
     check_max_new_tokens(max_new_tokens)
     check_prompt_ids(prompt_ids)
@@ -204,8 +208,9 @@ def speculative_generate(
             break
         gamma = min(verifier.settings.gamma, max_new_tokens - len(generated))
         drafts, p = drafter.propose(prompt_ids + generated, gamma, generator)
-        result = verifier.verify(prompt_ids + generated, drafts, p, generator, max_new_tokens - len(generated), eos)
-        generated += result.tokens  # already cut to the budget and the first EOS by verify()
+        result = verifier.verify(prompt_ids + generated, drafts, p, generator, max_new_tokens - len(generated), eos,
+                                 should_stop)
+        generated += result.tokens  # already cut to the budget, the first EOS and should_stop by verify()
         if on_tokens:
             on_tokens(result.tokens)
     metrics.draft_passes = drafter.passes - draft_passes_before
