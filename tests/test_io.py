@@ -77,3 +77,20 @@ def test_directory_written_whole_or_not_at_all(tmp_path):
     (tmp_path / "afile").write_text("x")
     with pytest.raises(ViasdError, match="not a directory"):
         write_directory(tmp_path / "afile", good("v3"))
+
+
+def test_save_figure_keeps_the_format_of_the_suffix(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from viasd_adapt.io import save_figure
+
+    fig = plt.figure()
+    try:
+        assert save_figure(fig, tmp_path / "plot.svg").read_text().lstrip().startswith("<?xml")
+        assert save_figure(fig, tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
+    finally:
+        plt.close(fig)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png", "plot.svg"]

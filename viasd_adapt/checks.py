@@ -146,18 +146,43 @@ def check_fits_context(model: nn.Module, prompt_length: int, max_new_tokens: int
 
 
 def eos_ids(value: int | Iterable[int] | torch.Tensor | None) -> list[int]:
-    """EOS ids from an int, a list, a tensor or None."""
+    """EOS ids from an int, a list, a tensor or None (a string is refused: "12" is not [1, 2])."""
     if value is None:
         return []
     if isinstance(value, torch.Tensor):
         return [int(x) for x in value.reshape(-1).tolist()]
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return [value]
-    return [int(x) for x in value]
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ConfigError(f"eos token ids must be an int or a list of ints, got {value!r}")
+    ids = list(value)
+    if any(isinstance(x, bool) or not isinstance(x, int) for x in ids):
+        raise ConfigError(f"eos token ids must be integers, got {ids!r}")
+    return ids
+
+
+def check_draft_block(drafts: Any, p: Any, vocab_size: int | None) -> None:
+    """What a drafter's ``propose`` returned: ``(g,)`` integer ids inside the vocabulary and ``(g, V)``
+    finite probabilities over the target's vocabulary. A custom drafter that breaks this would
+    otherwise fail with an IndexError inside torch, or (NaN) run on silently."""
+    if not isinstance(drafts, torch.Tensor) or drafts.dim() != 1 or drafts.is_floating_point():
+        raise ConfigError(f"the drafter must return draft ids as a 1-D integer tensor, got {getattr(drafts, 'shape', drafts)!r}")
+    if not isinstance(p, torch.Tensor) or p.dim() != 2 or p.shape[0] != drafts.shape[0]:
+        raise ConfigError(f"the drafter returned {drafts.shape[0]} drafts but probabilities of shape "
+                          f"{tuple(getattr(p, 'shape', ()))}; expected ({drafts.shape[0]}, vocabulary)")
+    if vocab_size is not None and p.shape[1] != vocab_size:
+        raise ModelMismatchError(f"the drafter's distributions cover {p.shape[1]} tokens, the target's {vocab_size}; "
+                                 "they must share one vocabulary")
+    if drafts.numel() and (int(drafts.min()) < 0 or int(drafts.max()) >= p.shape[1]):
+        raise ConfigError(f"the drafter proposed token id {int(drafts.max()) if int(drafts.max()) >= p.shape[1] else int(drafts.min())}, "
+                          f"outside the vocabulary of {p.shape[1]} tokens")
+    if not bool(torch.isfinite(p).all()):
+        raise ConfigError("the drafter returned NaN or infinite probabilities")
 
 
 __all__ = [
     "as_prompt_list",
+    "check_draft_block",
     "check_fits_context",
     "check_max_new_tokens",
     "check_prompt_ids",

@@ -22,10 +22,14 @@ import torch
 from torch import nn
 
 from viasd_adapt.checks import (
+    check_draft_block,
     check_fits_context,
     check_max_new_tokens,
     check_prompt_ids,
+    check_same_vocabulary,
     check_token_ids_in_vocabulary,
+    eos_ids,
+    vocab_size_of,
 )
 from viasd_adapt.cycle import CyclePolicy, StopRule, Verifiers, decide_cycle
 from viasd_adapt.errors import ConfigError
@@ -107,6 +111,7 @@ class TieredVerifier:
         self.policy = CyclePolicy(self.settings, self.warper.greedy, rules, self.bonus_after_block)
         self.runners = make_target_runners(self.target, self.slim if mode.uses_slim else None, self.share_prefix)
         self.ledger = self.monitor.ledger(self.observer)
+        self.vocab_size = vocab_size_of(self.target)
 
     @property
     def metrics(self) -> TierMetrics:
@@ -145,6 +150,7 @@ class TieredVerifier:
         """Decides and records one cycle of ``drafts`` (proposed after ``sequence`` with
         distributions ``p``), cut at ``max_tokens``, the first EOS, and the first token after which
         ``should_stop(sequence + kept)`` holds, before it is recorded."""
+        check_draft_block(drafts, p, self.vocab_size)
         runners = self.runners
         verifiers = Verifiers(
             full=lambda block: self._dist(runners.full_logits, sequence, block),
@@ -194,8 +200,11 @@ def speculative_generate(
     # shortened to what the budget has left, so no speculative extra is needed.
     check_fits_context(verifier.target, len(prompt_ids), max_new_tokens, role="target")
     if isinstance(getattr(drafter, "model", None), nn.Module):
+        check_same_vocabulary(verifier.target, drafter.model)
         check_fits_context(drafter.model, len(prompt_ids), max_new_tokens, role="drafter")
-    eos = frozenset(int(e) for e in eos_token_ids)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ConfigError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    eos = frozenset(eos_ids(eos_token_ids))
     metrics = verifier.new_generation()
     draft_passes_before = drafter.passes
     generated: list[int] = []

@@ -89,9 +89,12 @@ def write_json(path: str | os.PathLike, data: Any, what: str = "JSON file") -> P
     return write_text(path, json.dumps(data, indent=2) + "\n", what)
 
 
-def save_figure(figure, path: str | os.PathLike) -> Path:
-    """A matplotlib figure as PNG, atomically."""
-    return write_atomic(path, lambda tmp: figure.savefig(tmp, dpi=110, format="png"), "plot")
+def save_figure(figure, path: str | os.PathLike, dpi: int = 110) -> Path:
+    """A matplotlib figure, atomically, in the format its suffix names (``.png`` when it has none).
+
+    The temporary file has another suffix, so the format is passed explicitly."""
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    return write_atomic(path, lambda tmp: figure.savefig(tmp, dpi=dpi, format=fmt), "plot")
 
 
 def read_text(path: str | os.PathLike, what: str = "file") -> str:

@@ -140,4 +140,8 @@ class ProcessorWarper:
 
 def as_warper(sampling: "SamplingConfig | Warper") -> Warper:
     """A :class:`Warper` from a :class:`SamplingConfig` (or a warper, as is)."""
-    return ConfigWarper(sampling) if isinstance(sampling, SamplingConfig) else sampling
+    if isinstance(sampling, SamplingConfig):
+        return ConfigWarper(sampling)
+    if not callable(getattr(sampling, "probs", None)) or not isinstance(getattr(sampling, "greedy", None), bool):
+        raise ConfigError(f"sampling must be a SamplingConfig (or a Warper), got {type(sampling).__name__}")
+    return sampling
