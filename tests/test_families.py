@@ -21,7 +21,7 @@ from viasd_adapt.errors import UnsupportedModelError
 from viasd_adapt.hooks import make_plugin_manager
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.routing import RoutingMask, SlimVerifier
-from viasd_adapt.routing.shared import SeparateRunners, SharedPrefixRunners
+from viasd_adapt.routing.shared import SharedPrefixRunners
 from viasd_adapt.routing.view import block_output_arities
 from viasd_adapt.sampling import SamplingConfig
 from viasd_adapt.settings import TierSettings
