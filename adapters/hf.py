@@ -341,6 +341,9 @@ def _fallback_reason(target: nn.Module, call: dict) -> str | None:
         return "assistant_ensemble_weight changes what the target verifies against (static ensemble verification)"
     if call.get("custom_generate") is not None:
         return "custom_generate was passed; the tier's loop is itself a custom_generate"
+    per_step = [name for name in _PER_STEP_OUTPUTS if setting(name)]
+    if per_step and setting("return_dict_in_generate"):
+        return f"{', '.join(per_step)} asked for: per-step outputs that only the stock loop produces"
     return None
 
 
@@ -373,6 +376,10 @@ def _check_cache_options(target: nn.Module, call: dict) -> None:
             "dynamic KV caches it can crop and share between its verifiers; this call runs with those (same output)",
             ViasdCacheWarning, stacklevel=4)
         call["cache_implementation"] = "dynamic"
+
+
+# Fields of stock's dict output that the tier's loop does not produce (it returns sequences only).
+_PER_STEP_OUTPUTS = ("output_scores", "output_logits", "output_attentions", "output_hidden_states")
 
 
 # ============================================================================ generate

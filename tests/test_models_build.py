@@ -49,3 +49,14 @@ def test_same_seed_gives_identical_weights(tiny_pair, tmp_path):
     rebuilt = build_pair("tiny", out_dir=tmp_path, seed=0, progress=False)
     for name in ("target/model.safetensors", "draft/model.safetensors", "tokenizer/tokenizer.json"):
         assert _digest(rebuilt / name) == _digest(tiny_pair / name), name
+
+
+@pytest.mark.slow
+def test_pair_directory_has_normal_permissions(tiny_pair):
+    import os
+    import stat
+
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(tiny_pair.stat().st_mode) == 0o777 & ~umask  # was 0700 (tempfile.mkdtemp)
+    assert stat.S_IMODE((tiny_pair / "build_report.json").stat().st_mode) == 0o666 & ~umask

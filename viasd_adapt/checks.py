@@ -129,7 +129,8 @@ def max_positions(model: nn.Module) -> int | None:
     return None
 
 
-def check_fits_context(model: nn.Module, prompt_length: int, max_new_tokens: int, extra: int = 0) -> None:
+def check_fits_context(model: nn.Module, prompt_length: int, max_new_tokens: int, extra: int = 0,
+                       role: str = "model") -> None:
     """Prompt + budget (+ ``extra`` speculative positions) must fit the model's positions.
 
     Past that, rotary models degenerate silently and learned-position models (GPT-2) fail with an
@@ -140,23 +141,49 @@ def check_fits_context(model: nn.Module, prompt_length: int, max_new_tokens: int
         raise ConfigError(
             f"prompt ({prompt_length} tokens) + max_new_tokens ({max_new_tokens})"
             + (f" + {extra} speculative positions" if extra else "")
-            + f" exceeds the model's {limit} positions; shorten the prompt or the budget"
+            + f" exceeds the {role}'s {limit} positions; shorten the prompt or the budget"
         )
 
 
 def eos_ids(value: int | Iterable[int] | torch.Tensor | None) -> list[int]:
-    """EOS ids from an int, a list, a tensor or None."""
+    """EOS ids from an int, a list, a tensor or None (a string is refused: "12" is not [1, 2])."""
     if value is None:
         return []
     if isinstance(value, torch.Tensor):
         return [int(x) for x in value.reshape(-1).tolist()]
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return [value]
-    return [int(x) for x in value]
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ConfigError(f"eos token ids must be an int or a list of ints, got {value!r}")
+    ids = list(value)
+    if any(isinstance(x, bool) or not isinstance(x, int) for x in ids):
+        raise ConfigError(f"eos token ids must be integers, got {ids!r}")
+    return ids
+
+
+def check_draft_block(drafts: Any, p: Any, vocab_size: int | None, ids: list[int] | None = None) -> None:
+    """What a drafter's ``propose`` returned: ``(g,)`` integer ids inside the vocabulary and ``(g, V)``
+    finite probabilities over the target's vocabulary. A custom drafter that breaks this would
+    otherwise fail with an IndexError inside torch, or (NaN) run on silently. With the drafts' host
+    ``ids`` at hand, the range check reads nothing back from the device."""
+    if not isinstance(drafts, torch.Tensor) or drafts.dim() != 1 or drafts.is_floating_point():
+        raise ConfigError(f"the drafter must return draft ids as a 1-D integer tensor, got {getattr(drafts, 'shape', drafts)!r}")
+    if not isinstance(p, torch.Tensor) or p.dim() != 2 or p.shape[0] != drafts.shape[0]:
+        raise ConfigError(f"the drafter returned {drafts.shape[0]} drafts but probabilities of shape "
+                          f"{tuple(getattr(p, 'shape', ()))}; expected ({drafts.shape[0]}, vocabulary)")
+    if vocab_size is not None and p.shape[1] != vocab_size:
+        raise ModelMismatchError(f"the drafter's distributions cover {p.shape[1]} tokens, the target's {vocab_size}; "
+                                 "they must share one vocabulary")
+    outside = [t for t in (ids if ids is not None else drafts.tolist()) if not 0 <= t < p.shape[1]]
+    if outside:
+        raise ConfigError(f"the drafter proposed token id {outside[0]}, outside the vocabulary of {p.shape[1]} tokens")
+    if not bool(torch.isfinite(p).all()):
+        raise ConfigError("the drafter returned NaN or infinite probabilities")
 
 
 __all__ = [
     "as_prompt_list",
+    "check_draft_block",
     "check_fits_context",
     "check_max_new_tokens",
     "check_prompt_ids",

@@ -74,22 +74,27 @@ class CyclePolicy:
 
 @dataclass(frozen=True)
 class StopRule:
-    """Where generation stops: a token budget and EOS ids. Applied to every cycle *before* it is
-    counted or shown to observers, so no hook ever sees a token the caller drops."""
+    """Where generation stops: a token budget, EOS ids, and optionally a caller's test
+    ``stop_after(kept_tokens)`` (e.g. transformers' stopping criteria over the prefix + kept tokens),
+    asked after each token so that generation ends at the first token that satisfies it, exactly
+    where one-token-at-a-time decoding would. Applied to every cycle *before* it is counted or
+    shown to observers, so no hook ever sees a token the caller drops."""
 
     budget: int | None = None
     eos: frozenset[int] = frozenset()
+    stop_after: Callable[[list[int]], bool] | None = None
 
     @classmethod
-    def of(cls, budget: int | None = None, eos: Iterable[int] = ()) -> "StopRule":
-        return cls(budget, frozenset(int(e) for e in eos))
+    def of(cls, budget: int | None = None, eos: Iterable[int] = (),
+           stop_after: Callable[[list[int]], bool] | None = None) -> "StopRule":
+        return cls(budget, frozenset(int(e) for e in eos), stop_after)
 
     def split(self, tokens: list[int]) -> tuple[list[int], bool]:
         """The tokens to keep (up to the budget and the first EOS, inclusive) and whether to stop."""
         kept: list[int] = []
         for token in tokens if self.budget is None else tokens[: self.budget]:
             kept.append(token)
-            if token in self.eos:
+            if token in self.eos or (self.stop_after is not None and self.stop_after(kept)):
                 return kept, True
         return kept, self.budget is not None and len(kept) >= self.budget
 

@@ -21,12 +21,22 @@ import pluggy
 import torch
 from torch import nn
 
-from viasd_adapt.checks import check_max_new_tokens, check_prompt_ids
+from viasd_adapt.checks import (
+    check_draft_block,
+    check_fits_context,
+    check_max_new_tokens,
+    check_prompt_ids,
+    check_same_vocabulary,
+    check_token_ids_in_vocabulary,
+    eos_ids,
+    vocab_size_of,
+)
 from viasd_adapt.cycle import CyclePolicy, StopRule, Verifiers, decide_cycle
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.hooks import HookRules, TierObserver, make_plugin_manager
 from viasd_adapt.ledger import CycleLedger
 from viasd_adapt.metrics import TierMetrics
+from viasd_adapt.monitor import DrafterQualityMonitor
 from viasd_adapt.routing.shared import make_target_runners
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.runner import CachedRunner
@@ -48,6 +58,7 @@ class ModelDrafter:
     classic SD, PEARL)."""
 
     def __init__(self, model: nn.Module, sampling: SamplingConfig | Warper):
+        self.model = model
         self.runner = CachedRunner(model)
         self.warper = as_warper(sampling)
 
@@ -129,9 +140,12 @@ class TieredVerifier:
         self.warper = as_warper(self.sampling)
         self.plugin_manager = self.plugin_manager or make_plugin_manager()
         self.observer = TierObserver(self.plugin_manager, self.framework, mode.value)
-        self.policy = CyclePolicy(self.settings, self.warper.greedy, HookRules(self.plugin_manager), self.bonus_after_block)
+        self.monitor = DrafterQualityMonitor(mode, self.warper.greedy, self.framework)  # warns when lossy commits junk drafts
+        rules = self.monitor.watch(HookRules(self.plugin_manager))
+        self.policy = CyclePolicy(self.settings, self.warper.greedy, rules, self.bonus_after_block)
         self.runners = make_target_runners(self.target, self.slim if mode.uses_slim else None, self.share_prefix)
-        self.ledger = CycleLedger(self.observer)
+        self.ledger = self.monitor.ledger(self.observer)
+        self.vocab_size = vocab_size_of(self.target)
 
     @property
     def metrics(self) -> TierMetrics:
@@ -143,7 +157,7 @@ class TieredVerifier:
 
     def new_generation(self) -> TierMetrics:
         """Starts a fresh metrics object (earlier outputs keep theirs); the caches are kept."""
-        self.ledger = CycleLedger(self.observer)
+        self.ledger = self.monitor.ledger(self.observer)
         return self.ledger.metrics
 
     def _dist(self, logits_of: Callable[[list[int], int], torch.Tensor], sequence: list[int], block: torch.Tensor,
@@ -168,24 +182,28 @@ class TieredVerifier:
         generator: torch.Generator | None = None,
         max_tokens: int | None = None,
         eos_token_ids: Iterable[int] = (),
+        should_stop: Callable[[list[int]], bool] | None = None,
         draft_ids: list[int] | None = None,
     ) -> CycleResult:
         """Decides and records one cycle of ``drafts`` (proposed after ``sequence`` with
-        distributions ``p``), cut at ``max_tokens`` and the first EOS before it is recorded.
+        distributions ``p``), cut at ``max_tokens``, the first EOS, and the first token after which
+        ``should_stop(sequence + kept)`` holds, before it is recorded.
 
         ``draft_ids``: the drafts as host ids, when the caller has them (PEARL's drafter does);
         otherwise they are read back from the device once per cycle.
         """
         runners = self.runners
         ids = list(draft_ids) if draft_ids is not None else drafts.tolist()
+        check_draft_block(drafts, p, self.vocab_size, ids)
         known = (drafts, ids)
         verifiers = Verifiers(
             full=lambda block: self._dist(runners.full_logits, sequence, block, known),
             slim=(lambda block: self._dist(runners.slim_logits, sequence, block, known)) if self.settings.mode.uses_slim else None,
         )
         resumed_before = runners.resumed_full_passes
-        outcome = decide_cycle(drafts, p, verifiers, self.policy, generator, StopRule.of(max_tokens, eos_token_ids),
-                               draft_ids=ids)
+        stop_after = (lambda kept: should_stop(sequence + kept)) if should_stop is not None else None
+        outcome = decide_cycle(drafts, p, verifiers, self.policy, generator,
+                               StopRule.of(max_tokens, eos_token_ids, stop_after), draft_ids=ids)
         self.ledger.record(outcome, drafted=int(drafts.shape[0]))
         self.metrics.resumed_full_passes += runners.resumed_full_passes - resumed_before
         return outcome.result
@@ -216,12 +234,22 @@ def speculative_generate(
     Starts with one q prefill for the first token (``q_prefill=False`` drafts straight after the
     prompt, as transformers' assisted decoding does; q then first sees the prompt when it is
     first needed), then runs cycles until ``max_new_tokens``, an EOS token, or
-    ``should_stop(all_ids)``. The last block is shortened so no more than ``max_new_tokens`` are
-    drafted for, and ``verify`` cuts a cycle that overshoots before its tokens are counted.
+    ``should_stop(all_ids)`` (checked after every token, so generation ends where one-token-at-a-time
+    decoding would). The last block is shortened so no more than ``max_new_tokens`` are drafted
+    for, and ``verify`` cuts a cycle that overshoots before its tokens are counted.
     """
     check_max_new_tokens(max_new_tokens)
     check_prompt_ids(prompt_ids)
-    eos = frozenset(int(e) for e in eos_token_ids)
+    check_token_ids_in_vocabulary(prompt_ids, verifier.target)
+    # Every forward (draft, verify, bonus) stays within prompt + budget positions: blocks are
+    # shortened to what the budget has left, so no speculative extra is needed.
+    check_fits_context(verifier.target, len(prompt_ids), max_new_tokens, role="target")
+    if isinstance(getattr(drafter, "model", None), nn.Module):
+        check_same_vocabulary(verifier.target, drafter.model)
+        check_fits_context(drafter.model, len(prompt_ids), max_new_tokens, role="drafter")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ConfigError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    eos = frozenset(eos_ids(eos_token_ids))
     metrics = verifier.new_generation()
     draft_passes_before = drafter.passes
     generated: list[int] = []
@@ -235,8 +263,8 @@ def speculative_generate(
         gamma = min(verifier.settings.gamma, max_new_tokens - len(generated))
         drafts, p, ids = draft_with_ids(drafter, prompt_ids + generated, gamma, generator)
         result = verifier.verify(prompt_ids + generated, drafts, p, generator, max_new_tokens - len(generated), eos,
-                                 draft_ids=ids)
-        generated += result.tokens  # already cut to the budget and the first EOS by verify()
+                                 should_stop, draft_ids=ids)
+        generated += result.tokens  # already cut to the budget, the first EOS and should_stop by verify()
         if on_tokens:
             on_tokens(result.tokens)
     metrics.draft_passes = drafter.passes - draft_passes_before

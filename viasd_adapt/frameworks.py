@@ -22,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from viasd_adapt.checks import check_fits_context, check_max_new_tokens, check_prompt_ids, check_token_ids_in_vocabulary
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.pair import LoadedPair, RunOutput, RunRequest
 from viasd_adapt.settings import Mode
@@ -98,7 +99,20 @@ def run(name: str, pair: LoadedPair, request: RunRequest) -> RunOutput:
         raise ConfigError(f"framework {name!r} cannot run: {reason}")
     if request.mode == PLAIN and not framework.has_plain:
         raise ConfigError(f"framework {name!r} has no plain (viasd-adapt-free) path")
+    check_request_fits(pair, request)
     return framework.load()(pair, request)
+
+
+def check_request_fits(pair: LoadedPair, request: RunRequest) -> None:
+    """The prompt's ids index both models' vocabularies and prompt + budget fit both models'
+    positions. Checked once here for every framework (plain runs included), because past the
+    limit rotary models degenerate silently and GPT-2 dies with an IndexError inside torch."""
+    prompt = check_prompt_ids(request.prompt_ids)
+    check_max_new_tokens(request.max_new_tokens)
+    for role, model in (("target", pair.target), ("drafter", pair.draft)):
+        if model is not None:
+            check_token_ids_in_vocabulary(prompt, model)
+            check_fits_context(model, len(prompt), request.max_new_tokens, role=role)
 
 
 # ----------------------------------------------------------------------------- the two baselines
@@ -164,5 +178,5 @@ register(Framework("eagle", "EAGLE (eagle-llm EaModel.eagenerate through viasd_a
                    needs_modules=("eagle.model.ea_model",)))
 
 
-__all__ = ["FRAMEWORKS", "PLAIN", "TIER_MODES", "Framework", "generation_config_for", "get", "register", "run",
+__all__ = ["FRAMEWORKS", "PLAIN", "TIER_MODES", "Framework", "check_request_fits", "generation_config_for", "get", "register", "run",
            "run_ar", "run_engine"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
@@ -45,6 +46,41 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Path], None], what: s
     return path
 
 
+def write_directory(path: str | os.PathLike, write: Callable[[Path], None], what: str = "directory") -> Path:
+    """Calls ``write(tmp_dir)`` on a new directory beside ``path``, then puts it in place of ``path``.
+
+    For artifacts made of several files (a head's weights and config, ``save_pretrained``): a
+    reader never sees a mix of old and new files, and a failure leaves ``path`` as it was. An
+    existing ``path`` is moved aside and deleted only once the new one is in place (there is a
+    moment with no ``path``, never one with a half-written one). New directories get 0777 & ~umask.
+    """
+    path = Path(path).expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and not path.is_dir():
+            raise NotADirectoryError(20, "exists and is not a directory")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        old = None
+        try:
+            write(tmp)
+            os.chmod(tmp, 0o777 & ~_umask())
+            if path.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+                os.replace(path, old / path.name)
+            os.replace(tmp, path)
+        except BaseException:
+            if old is not None and not path.exists():
+                os.replace(old / path.name, path)  # put the previous version back
+            raise
+        finally:
+            for leftover in (tmp, old):
+                if leftover is not None and leftover.exists():
+                    shutil.rmtree(leftover, ignore_errors=True)
+    except OSError as err:
+        raise ViasdError(f"cannot write {what} {path}: {err.strerror or err}") from None
+    return path
+
+
 def write_text(path: str | os.PathLike, text: str, what: str = "file") -> Path:
     return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), what)
 
@@ -53,9 +89,12 @@ def write_json(path: str | os.PathLike, data: Any, what: str = "JSON file") -> P
     return write_text(path, json.dumps(data, indent=2) + "\n", what)
 
 
-def save_figure(figure, path: str | os.PathLike) -> Path:
-    """A matplotlib figure as PNG, atomically."""
-    return write_atomic(path, lambda tmp: figure.savefig(tmp, dpi=110, format="png"), "plot")
+def save_figure(figure, path: str | os.PathLike, dpi: int = 110) -> Path:
+    """A matplotlib figure, atomically, in the format its suffix names (``.png`` when it has none).
+
+    The temporary file has another suffix, so the format is passed explicitly."""
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    return write_atomic(path, lambda tmp: figure.savefig(tmp, dpi=dpi, format=fmt), "plot")
 
 
 def read_text(path: str | os.PathLike, what: str = "file") -> str:
@@ -73,4 +112,4 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
         raise ViasdError(f"cannot read {what} {path}: {err.strerror or err}") from None
 
 
-__all__ = ["read_text", "save_figure", "write_atomic", "write_json", "write_text"]
+__all__ = ["read_text", "save_figure", "write_atomic", "write_directory", "write_json", "write_text"]

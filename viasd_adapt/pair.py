@@ -124,28 +124,77 @@ def pick_device(name: str = "auto") -> torch.device:
     return device
 
 
+# Files from which transformers can build a tokenizer; a directory with none of them is not one.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "spiece.model", "vocab.json",
+                   "vocab.txt", "merges.txt")
+
+
+def _load_errors() -> tuple[type[BaseException], ...]:
+    """What loading a damaged checkpoint raises (besides the usual OSError/ValueError): a truncated
+    safetensors file, a truncated or foreign pytorch_model.bin."""
+    import pickle
+    import zipfile
+
+    errors: list[type[BaseException]] = [OSError, ValueError, KeyError, RuntimeError, EOFError, TypeError,
+                                         pickle.UnpicklingError, zipfile.BadZipFile]
+    try:
+        from safetensors import SafetensorError
+
+        errors.append(SafetensorError)
+    except ImportError:  # pragma: no cover - safetensors is a dependency
+        pass
+    return tuple(errors)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def load_model(path: str | Path, device: torch.device, role: str) -> nn.Module:
-    """An eval-mode causal LM from a local directory, with a clear error if it is not one."""
+    """An eval-mode causal LM from a local directory, with a clear error if it is not one
+    (missing, no config.json, unknown architecture, missing or damaged weights)."""
     from transformers import AutoModelForCausalLM
 
     path = Path(path).expanduser()
+    if not path.exists():
+        raise ViasdError(f"{role} path {path} does not exist")
     if not (path / "config.json").is_file():
         raise ViasdError(f"{role} path {path} is not a model directory (no config.json)")
     try:
         dtype = torch.float32 if device.type == "cpu" else "auto"
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-    except (OSError, ValueError, KeyError, RuntimeError) as err:
-        raise ViasdError(f"cannot load the {role} model from {path}: {str(err).splitlines()[0]}") from None
+    except _load_errors() as err:
+        detail = _first_line(err)
+        if "deserializ" in detail or "incomplete metadata" in detail or isinstance(err, (EOFError,)):
+            detail = f"a weights file is damaged or truncated ({detail})"
+        raise ViasdError(f"cannot load the {role} model from {path}: {detail}") from None
     return model.to(device).eval()
 
 
+def _is_local(path: str | Path) -> bool:
+    text = str(path)
+    return isinstance(path, Path) or text.startswith(("/", ".", "~")) or Path(text).expanduser().exists()
+
+
 def load_tokenizer(path: str | Path):
+    """The tokenizer saved in a model directory (or a hub id where a hub is reachable)."""
     from transformers import AutoTokenizer
 
+    if _is_local(path):
+        local = Path(path).expanduser()
+        if not local.exists():
+            raise ViasdError(f"tokenizer path {local} does not exist")
+        if not local.is_dir():
+            raise ViasdError(f"tokenizer path {local} is not a directory")
+        if not any((local / name).is_file() for name in TOKENIZER_FILES):
+            raise ViasdError(f"{local} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+                             "pass the directory the model was saved to with its tokenizer")
+        path = local
     try:
-        return AutoTokenizer.from_pretrained(str(Path(path).expanduser()))
-    except (OSError, ValueError, KeyError) as err:
-        raise ViasdError(f"cannot load a tokenizer from {path}: {str(err).splitlines()[0]}") from None
+        return AutoTokenizer.from_pretrained(str(path))
+    except _load_errors() as err:
+        raise ViasdError(f"cannot load a tokenizer from {path}: {_first_line(err)}") from None
 
 
 def fallback_mask(num_layers: int, ratio: float) -> RoutingMask:

@@ -26,6 +26,9 @@ class SamplingConfig:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
+        if isinstance(self.do_sample, str) or self.do_sample not in (True, False):  # "no" would read as sampling
+            raise ConfigError(f"do_sample must be True or False, got {self.do_sample!r}")
+        object.__setattr__(self, "do_sample", bool(self.do_sample))  # numpy/torch booleans too
         check_real("temperature", self.temperature, low=0.0)
         if self.do_sample and self.temperature == 0:
             object.__setattr__(self, "do_sample", False)
@@ -143,4 +146,8 @@ class ProcessorWarper:
 
 def as_warper(sampling: "SamplingConfig | Warper") -> Warper:
     """A :class:`Warper` from a :class:`SamplingConfig` (or a warper, as is)."""
-    return ConfigWarper(sampling) if isinstance(sampling, SamplingConfig) else sampling
+    if isinstance(sampling, SamplingConfig):
+        return ConfigWarper(sampling)
+    if not callable(getattr(sampling, "probs", None)) or not isinstance(getattr(sampling, "greedy", None), bool):
+        raise ConfigError(f"sampling must be a SamplingConfig (or a Warper), got {type(sampling).__name__}")
+    return sampling

@@ -50,6 +50,9 @@ class Mode(str, Enum):
     def parse(cls, value: "Mode | str") -> "Mode":
         if isinstance(value, Mode):
             return value
+        if not isinstance(value, str):  # str(None) would read as "none"
+            choices = ", ".join(m.value for m in cls)
+            raise ConfigError(f"mode must be one of: {choices} (a string or a Mode), got {value!r}")
         try:
             return cls(str(value).lower())
         except ValueError:

@@ -22,8 +22,27 @@ _SUBCOMMANDS = [
 ]
 
 
+def _not_utf8(argument: str) -> bool:
+    """Python hands undecodable argv bytes over as lone surrogates (PEP 383)."""
+    return any("\udc80" <= ch <= "\udcff" for ch in argument)
+
+
 class _CleanErrors(click.Group):
-    """Turns :class:`ViasdError` into a one-line message and exit code 2."""
+    """Turns :class:`ViasdError` into a one-line message and exit code 2.
+
+    Arguments that are not valid UTF-8 are refused up front, by position: they would otherwise
+    reach the tokenizer or a ``print`` as lone surrogates and fail deep inside with a traceback
+    (file names included: viasd-adapt writes and reads UTF-8 paths only).
+    """
+
+    def main(self, args=None, *rest, **kwargs):
+        argv = list(sys.argv[1:] if args is None else args)
+        for position, argument in enumerate(argv, start=1):
+            if isinstance(argument, str) and _not_utf8(argument):
+                shown = argument.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                click.secho(f"error: argument {position} ({shown!r}) is not valid UTF-8 text", fg="red", err=True)
+                sys.exit(2)
+        return super().main(args, *rest, **kwargs)
 
     def invoke(self, ctx: click.Context):
         try:

@@ -29,12 +29,22 @@ def models() -> None:
 @click.option("--threads", type=click.IntRange(1, 2), default=1, show_default=True,
               help="CPU threads; the weights are reproducible for a given thread count.")
 def build(preset_name: str, seed: int, out_dir: Path | None, threads: int) -> None:
-    """Train a tokenizer, a target and a drafter on stdlib code, and write them with a report."""
-    from viasd_adapt.models.build import build_pair
+    """Train a tokenizer, a target and a drafter on stdlib code, and write them with a report.
+
+    An existing <out>/<preset>/ is refused unless it is an earlier build of the same preset; then
+    only the build's own entries are replaced and everything else there (mask.json, tuned.json,
+    eagle_head/, your files) is kept.
+    """
+    from viasd_adapt.io import read_text
+    from viasd_adapt.models.build import BUILD_ENTRIES, build_pair
 
     pair_dir = build_pair(preset_name, out_dir=out_dir, seed=seed, threads=threads)
-    report = json.loads((pair_dir / "build_report.json").read_text())
+    report = json.loads(read_text(pair_dir / "build_report.json", "build report"))
     click.echo(f"built {preset_name} in {report['build_seconds']:.0f}s -> {pair_dir}")
+    kept = sorted(p.name for p in pair_dir.iterdir() if p.name not in BUILD_ENTRIES)
+    if kept:
+        click.echo(f"  kept from before: {', '.join(kept)} (a mask or head made for other weights is refused "
+                   "by its fingerprint check when loaded)")
     losses = report["heldout_loss"]
     click.echo(f"  held-out loss: target {losses['target']:.3f}, draft {losses['draft']:.3f}")
     click.echo(f"  drafter acceptance: {report['drafter_acceptance']['speculative_acceptance_rate']:.1%}")

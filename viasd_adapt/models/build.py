@@ -10,8 +10,10 @@ disk, not a slightly better fp32 version of them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import platform
 import random
 import shutil
@@ -23,7 +25,8 @@ import tokenizers
 import torch
 import transformers
 
-from viasd_adapt.errors import ConfigError
+from viasd_adapt.errors import ConfigError, ViasdError
+from viasd_adapt.io import write_json
 from viasd_adapt.models import corpus, evaluate
 from viasd_adapt.models.layer_skip import random_mask
 from viasd_adapt.models.presets import Preset, get_preset
@@ -105,28 +108,114 @@ def build_pair(
     is written to a temporary directory first and moved into place at the end, so an interrupted
     build never leaves a half-written pair behind. The same seed and ``threads`` on the same
     software versions give identical weights. Returns the pair directory.
+
+    What already exists at ``<out_dir>/<preset>`` is never deleted wholesale (it may hold a
+    searched ``mask.json``, a ``tuned.json``, an ``eagle_head/`` or the user's own files):
+
+    * nothing there, or an empty directory: the new pair is moved into place;
+    * an earlier build of the same preset (its ``build_report.json`` names the preset): only the
+      build's own entries (:data:`BUILD_ENTRIES`) are replaced, each by an atomic rename, and every
+      other entry is kept. A kept mask or head made for other weights is caught by its fingerprint
+      check when it is loaded (the same seed and thread count rebuild identical weights);
+    * anything else: :class:`ConfigError` before any training, and nothing is touched.
+
+    The new directories get the usual permissions (0755 under umask 022), files 0644.
     """
-    if threads < 1:
-        raise ConfigError(f"threads must be >= 1, got {threads}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ConfigError(f"threads must be an integer >= 1, got {threads!r}")
     preset = get_preset(preset) if isinstance(preset, str) else preset
     root = Path(out_dir).expanduser() if out_dir is not None else cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
     pair_dir = root / preset.name
+    check_build_destination(pair_dir, preset.name)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        staging_dir = Path(tempfile.mkdtemp(prefix=f".{preset.name}-building-", dir=root))
+    except OSError as err:
+        raise ViasdError(f"cannot write the pair under {root}: {err.strerror or err}") from None
     started = time.perf_counter()
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
-    staging_dir = Path(tempfile.mkdtemp(prefix=f".{preset.name}-building-", dir=root))
     try:
         report = _train_and_write(preset, seed, staging_dir, progress)
         report["build_seconds"] = round(time.perf_counter() - started, 1)
-        (staging_dir / "build_report.json").write_text(json.dumps(report, indent=2) + "\n")
-        if pair_dir.exists():
-            shutil.rmtree(pair_dir)
-        staging_dir.rename(pair_dir)
+        write_json(staging_dir / "build_report.json", report, "build report")
+        install_build(staging_dir, pair_dir, preset.name)
     finally:
         torch.set_num_threads(previous_threads)
         shutil.rmtree(staging_dir, ignore_errors=True)  # only left over if the build failed
     return pair_dir
+
+
+# What a build writes into the pair directory; everything else there belongs to someone else.
+BUILD_ENTRIES = ("tokenizer", "target", "draft", "build_report.json")
+
+
+def _built_preset(pair_dir: Path) -> str | None:
+    """The preset name an earlier build recorded in ``pair_dir``, or None."""
+    try:
+        report = json.loads((pair_dir / "build_report.json").read_text(encoding="utf-8"))
+        name = report["preset"]["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return name if isinstance(name, str) else None
+
+
+def check_build_destination(pair_dir: Path, preset_name: str) -> None:
+    """Refuses, before any training, a destination that is not empty and not an earlier build of
+    ``preset_name`` (see :func:`build_pair`)."""
+    if not pair_dir.exists() and not pair_dir.is_symlink():
+        return
+    if not pair_dir.is_dir():
+        raise ConfigError(f"{pair_dir} exists and is not a directory; nothing was changed (choose another --out)")
+    try:
+        empty = not any(pair_dir.iterdir())
+    except OSError as err:
+        raise ViasdError(f"cannot read {pair_dir}: {err.strerror or err}") from None
+    if not empty and _built_preset(pair_dir) != preset_name:
+        raise ConfigError(
+            f"{pair_dir} already exists and is not an earlier build of the {preset_name!r} preset (no "
+            "build_report.json naming it); nothing was deleted. Choose another --out, or move it away"
+        )
+
+
+def install_build(staging_dir: Path, pair_dir: Path, preset_name: str) -> list[str]:
+    """Moves a finished build from ``staging_dir`` to ``pair_dir`` (same file system).
+
+    Returns the names of entries of an earlier build's directory that were kept (masks, heads,
+    the user's files). On a failure midway, the earlier entries already moved aside are put back.
+    """
+    os.chmod(staging_dir, 0o777 & ~_umask())  # mkdtemp makes it 0700
+    check_build_destination(pair_dir, preset_name)
+    if pair_dir.is_dir() and not any(pair_dir.iterdir()):
+        pair_dir.rmdir()
+    if not pair_dir.exists():
+        staging_dir.rename(pair_dir)
+        return []
+    aside = Path(tempfile.mkdtemp(prefix=f".{pair_dir.name}-replaced-", dir=pair_dir.parent))
+    moved: list[str] = []
+    try:
+        for name in BUILD_ENTRIES:
+            if (pair_dir / name).exists() or (pair_dir / name).is_symlink():
+                (pair_dir / name).rename(aside / name)
+                moved.append(name)
+            (staging_dir / name).rename(pair_dir / name)
+    except OSError as err:
+        for name in moved:
+            with contextlib.suppress(OSError):
+                if (pair_dir / name).exists():
+                    shutil.rmtree(pair_dir / name) if (pair_dir / name).is_dir() else (pair_dir / name).unlink()
+                (aside / name).rename(pair_dir / name)
+        raise ViasdError(f"cannot move the new pair into {pair_dir}: {err.strerror or err}") from None
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+    shutil.rmtree(staging_dir, ignore_errors=True)  # emptied
+    return sorted(p.name for p in pair_dir.iterdir() if p.name not in BUILD_ENTRIES)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _train_and_write(preset: Preset, seed: int, out: Path, progress: bool) -> dict:

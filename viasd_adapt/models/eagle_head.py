@@ -30,6 +30,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from viasd_adapt.errors import ConfigError, ViasdError
+from viasd_adapt.io import write_directory
 
 HEAD_FORMAT = "viasd-adapt/eagle-head"
 
@@ -209,10 +210,14 @@ def train_eagle_head(
             "threads": torch.get_num_threads(),
         },
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
     head.eval()
-    torch.save({k: v.detach().to(save_dtype).clone() for k, v in head.state_dict().items()}, out_dir / "pytorch_model.bin")
-    (out_dir / "config.json").write_text(json.dumps(fields, indent=2) + "\n")
+    state = {k: v.detach().to(save_dtype).clone() for k, v in head.state_dict().items()}
+
+    def write(directory: Path) -> None:  # weights and config appear together or not at all
+        torch.save(state, directory / "pytorch_model.bin")
+        (directory / "config.json").write_text(json.dumps(fields, indent=2) + "\n", encoding="utf-8")
+
+    write_directory(out_dir, write, "EAGLE head")
     return out_dir
 
 

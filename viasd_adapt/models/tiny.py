@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from transformers import (
     AutoModelForCausalLM,
+    BloomConfig,
+    FalconConfig,
     Gemma2Config,
     GPT2Config,
     GPTNeoXConfig,
@@ -20,7 +22,7 @@ from transformers import (
     Qwen3Config,
 )
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gpt2", "gpt_neox")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gpt2", "gpt_neox", "bloom", "falcon")
 
 
 def tiny_config(family: str, vocab_size: int = 96, num_layers: int = 6, hidden: int = 32) -> PretrainedConfig:
@@ -58,6 +60,12 @@ def tiny_config(family: str, vocab_size: int = 96, num_layers: int = 6, hidden: 
             num_attention_heads=4,
             max_position_embeddings=512,
         )
+    elif family == "bloom":  # ALiBi positions; its blocks return (hidden_states, attn_weights)
+        config = BloomConfig(vocab_size=vocab_size, hidden_size=hidden, n_layer=num_layers, n_head=4,
+                             bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    elif family == "falcon":  # rotary, parallel attention; its blocks return (hidden_states, attn_weights)
+        config = FalconConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=num_layers,
+                              num_attention_heads=4, max_position_embeddings=512, bos_token_id=0, eos_token_id=0)
     else:
         raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
     config._attn_implementation = "eager"

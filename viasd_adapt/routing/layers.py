@@ -16,7 +16,7 @@ from viasd_adapt.errors import UnsupportedModelError
 # (path of the module that owns the stack, attribute holding the nn.ModuleList)
 LAYER_PATHS: tuple[tuple[str, str], ...] = (
     ("model", "layers"),  # Llama, Mistral, Qwen2/Qwen3, Gemma/Gemma2, Phi-3, ...
-    ("transformer", "h"),  # GPT-2, GPT-J, Bloom-style
+    ("transformer", "h"),  # GPT-2, GPT-J, Bloom, Falcon
     ("gpt_neox", "layers"),  # GPT-NeoX, Pythia
     ("model.decoder", "layers"),  # OPT
 )
@@ -72,5 +72,5 @@ def find_decoder_stack(model: nn.Module) -> DecoderStack:
     tried = ", ".join(f"{owner}.{attr}" for owner, attr in LAYER_PATHS)
     raise UnsupportedModelError(
         f"cannot route {type(model).__name__}: no decoder-layer nn.ModuleList found at any of {tried}. "
-        "Supported families: Llama, Mistral, Qwen2/Qwen3, Gemma2, GPT-2, GPT-NeoX."
+        "Supported families: Llama, Mistral, Qwen2/Qwen3, Gemma2, GPT-2, GPT-NeoX, OPT, Bloom, Falcon."
     )

@@ -38,7 +38,7 @@ from transformers import DynamicCache
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.routing.slim import SlimCache, SlimVerifier
-from viasd_adapt.routing.view import PassThroughLayer, build_layer_view
+from viasd_adapt.routing.view import PassThroughLayer, StubLayer, build_layer_view
 from viasd_adapt.runner import (
     CachedRunner,
     accepts_logits_to_keep,
@@ -111,7 +111,7 @@ class HiddenSlot:
         self.value: torch.Tensor | None = None
 
 
-class CaptureLayer(nn.Module):
+class CaptureLayer(StubLayer):
     """Records the residual stream entering its position, then runs ``inner`` (None: a stub)."""
 
     def __init__(self, slot: HiddenSlot, layer_index: int, inner: nn.Module | None = None):
@@ -122,13 +122,13 @@ class CaptureLayer(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
         self.slot.value = hidden_states
-        return hidden_states if self.inner is None else self.inner(hidden_states, *args, **kwargs)
+        return self.as_block_output(hidden_states) if self.inner is None else self.inner(hidden_states, *args, **kwargs)
 
     def extra_repr(self) -> str:
         return f"capture_input_of_layer={self.layer_index}"
 
 
-class InjectLayer(nn.Module):
+class InjectLayer(StubLayer):
     """Stands in for the last prefix layer of a resumed forward: returns the stored ``h_s1``."""
 
     def __init__(self, slot: HiddenSlot, layer_index: int):
@@ -136,12 +136,12 @@ class InjectLayer(nn.Module):
         self.slot = slot
         self.layer_index = layer_index
 
-    def forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
         value = self.slot.value
         if value is None or value.shape != hidden_states.shape:
             got = None if value is None else tuple(value.shape)
             raise RuntimeError(f"resumed forward: stored hidden states {got} do not fit the block {tuple(hidden_states.shape)}")
-        return value.to(hidden_states.dtype)
+        return self.as_block_output(value.to(hidden_states.dtype))
 
     def extra_repr(self) -> str:
         return f"inject_output_of_layer={self.layer_index}"

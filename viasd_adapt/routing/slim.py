@@ -24,6 +24,7 @@ from __future__ import annotations
 from torch import nn
 from transformers import DynamicCache
 
+from viasd_adapt.errors import ConfigError
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.routing.mask import RoutingMask
 from viasd_adapt.routing.view import PassThroughLayer, build_layer_view
@@ -81,6 +82,8 @@ class SlimVerifier:
     """
 
     def __init__(self, target: nn.Module, mask: RoutingMask):
+        if not isinstance(mask, RoutingMask):
+            raise ConfigError(f"mask must be a RoutingMask (MaskArtifact.load(path).mask for a file), got {type(mask).__name__}")
         self.target = target
         self.mask = mask
         self.model = build_routed_view(target, mask)

@@ -21,21 +21,38 @@ import torch
 from torch import nn
 
 from viasd_adapt.errors import UnsupportedModelError
-from viasd_adapt.routing.layers import find_decoder_stack
+from viasd_adapt.routing.layers import DecoderStack, find_decoder_stack
 
 
-class PassThroughLayer(nn.Module):
-    """A bypassed decoder layer: returns the residual stream unchanged and never touches the cache.
+class StubLayer(nn.Module):
+    """A module standing in for a decoder layer; it must return what the real layer returns.
 
-    transformers >= 5 decoder layers return the hidden-states tensor itself, so the stub does too.
+    Families disagree on a decoder layer's output: most transformers-5 layers (Llama, Qwen, GPT-2,
+    GPT-NeoX, ...) return the hidden-states tensor itself, while Bloom, Falcon, GPT-Neo and other
+    older designs return a tuple ``(hidden_states, attention_weights)`` that their decoder indexes
+    with ``outputs[0]``. A stub that returned a bare tensor there would be indexed along the batch
+    dimension and crash (or worse). :func:`build_layer_view` sets :attr:`output_arity` from
+    :func:`block_output_arities` (measured, not guessed from the family name); the stub then returns
+    ``hidden_states`` alone (``None``) or a tuple of that length with ``None`` after it.
     """
+
+    output_arity: int | None = None
+
+    def as_block_output(self, hidden_states: torch.Tensor):
+        if self.output_arity is None:
+            return hidden_states
+        return (hidden_states,) + (None,) * (self.output_arity - 1)
+
+
+class PassThroughLayer(StubLayer):
+    """A bypassed decoder layer: returns the residual stream unchanged and never touches the cache."""
 
     def __init__(self, layer_index: int):
         super().__init__()
         self.layer_index = layer_index
 
-    def forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        return hidden_states
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+        return self.as_block_output(hidden_states)
 
     def extra_repr(self) -> str:
         return f"skipped_layer={self.layer_index}"
@@ -134,10 +151,23 @@ def _install_output_capture_hooks(model: nn.Module, path: list[str]) -> None:
 
 def build_layer_view(model: nn.Module, layers: Sequence[nn.Module]) -> nn.Module:
     """``model`` with its decoder-layer list replaced by ``layers`` (one module per layer index),
-    sharing every weight with ``model``; ``model`` itself is not modified."""
+    sharing every weight with ``model``; ``model`` itself is not modified.
+
+    Every :class:`StubLayer` in ``layers`` is told the output convention of the real layer it
+    stands in for (see :func:`block_output_arities`).
+    """
     stack = find_decoder_stack(model)
     if len(layers) != stack.num_layers:
         raise ValueError(f"a view needs {stack.num_layers} layers, got {len(layers)}")
+    if any(isinstance(layer, StubLayer) for layer in layers):
+        arities = block_output_arities(model)
+        for original, layer in zip(stack.layers, layers):
+            if isinstance(layer, StubLayer):
+                layer.output_arity = arities[type(original)]
+    return _view(model, stack, layers)
+
+
+def _view(model: nn.Module, stack: DecoderStack, layers: Sequence[nn.Module]) -> nn.Module:
     path = stack.owner_path.split(".")
     _install_output_capture_hooks(model, path)
     root = _shallow_module_copy(model)
@@ -150,6 +180,65 @@ def build_layer_view(model: nn.Module, layers: Sequence[nn.Module]) -> nn.Module
     return root
 
 
+# Output convention per decoder-layer class: None (the tensor) or the length of the tuple returned.
+_ARITIES: dict[type, int | None] = {}
+
+
+class _Recorder(nn.Module):
+    """Runs a real layer and notes the shape of what it returned (used once per layer class)."""
+
+    def __init__(self, inner: nn.Module, sink: dict):
+        super().__init__()
+        self.inner, self.sink = inner, sink
+
+    def forward(self, *args, **kwargs):
+        out = self.inner(*args, **kwargs)
+        self.sink[type(self.inner)] = out
+        return out
+
+
+def block_output_arities(model: nn.Module) -> dict[type, int | None]:
+    """What each decoder-layer class of ``model`` returns: ``None`` for the hidden-states tensor
+    itself, ``n`` for a tuple of ``n`` whose first item is the hidden states.
+
+    Measured once per layer class with a one-token forward of a weight-sharing view whose layers
+    record their outputs (the model is not touched; results are cached by class, so later views
+    cost nothing). A layer returning anything else, or a model that cannot run that forward, gets
+    an :class:`UnsupportedModelError` naming its family.
+    """
+    stack = find_decoder_stack(model)
+    classes = {type(layer) for layer in stack.layers}
+    if not classes <= _ARITIES.keys():
+        family = getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__
+        outputs: dict[type, object] = {}
+        probe = _view(model, stack, [_Recorder(layer, outputs) for layer in stack.layers])
+        device = next(model.parameters()).device
+        failure = None
+        try:
+            with torch.no_grad():
+                probe(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), use_cache=False)
+        except Exception as err:  # noqa: BLE001 - any failure means we cannot learn the convention
+            failure = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        found = {}
+        for cls, out in outputs.items():
+            if isinstance(out, torch.Tensor):
+                found[cls] = None
+            elif isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+                found[cls] = len(out)
+            else:
+                raise UnsupportedModelError(
+                    f"cannot route {type(model).__name__} ({family}): its decoder layer {cls.__name__} returned "
+                    f"{type(out).__name__}, not the hidden states (a tensor or a tuple starting with one)"
+                )
+        if failure is not None or not classes <= found.keys():
+            raise UnsupportedModelError(
+                f"cannot route {type(model).__name__} ({family}): a one-token test forward, run to learn what its "
+                f"decoder layers return, failed ({failure or 'some layers never ran'})"
+            )
+        _ARITIES.update(found)
+    return {cls: _ARITIES[cls] for cls in classes}
+
+
 def view_owner(view: nn.Module) -> nn.Module:
     """The module of a view (or model) that owns the decoder-layer list: its base decoder, which
     returns hidden states without the LM head."""
@@ -160,4 +249,4 @@ def view_owner(view: nn.Module) -> nn.Module:
     return module
 
 
-__all__ = ["PassThroughLayer", "build_layer_view", "view_owner"]
+__all__ = ["PassThroughLayer", "StubLayer", "block_output_arities", "build_layer_view", "view_owner"]
