@@ -167,14 +167,15 @@ def _plan(context: CycleContext, cycle: TreeCycle, outcome: CycleOutcome, root: 
     slim_nodes = nodes[: 1 + common_prefix(tokens[:-1], drafts.tolist())]
     q_pass = cycle.q_pass
     q_holds = q_pass is not None and q_pass.tokens[: len(committed)] == committed
-    mode = context.settings.mode
-    wants_q = context.head_features is HeadFeatures.FULL or mode is not Mode.AUDIT or outcome.result.escalated
-    if wants_q and not q_holds and context.head_features is HeadFeatures.FULL:
+    full_features = context.head_features is HeadFeatures.FULL
+    if full_features and not q_holds:
         # measurement mode: true features for what the slim tier committed (costs a q pass)
         _, hidden = context.full.path(cycle.input_ids, committed, slim_nodes if len(slim_nodes) == len(committed) else None)
         q_pass, q_holds = QPass(committed, hidden), True
         outcome = replace(outcome, full_passes=outcome.full_passes + 1)
-    if q_holds and wants_q:
+    # audit's q runs in shadow; the head gets what lossy would give it, so audit decides as lossy does
+    shadow_only = context.settings.mode is Mode.AUDIT and not outcome.result.escalated
+    if q_holds and (full_features or not shadow_only):
         features = q_pass.hidden[: len(committed)]
     else:
         features = cycle.slim_hidden[slim_nodes.to(cycle.slim_hidden.device)]
