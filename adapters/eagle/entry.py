@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
 from torch import nn
@@ -18,6 +18,9 @@ from viasd_adapt.errors import ConfigError
 from viasd_adapt.metrics import TierMetrics
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
 from viasd_adapt.settings import Mode, TierSettings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from viasd_adapt.pair import LoadedPair, RunOutput, RunRequest
 
 #: Positions eagle needs past the budget: the draft tree written after the committed tokens, and
 #: eagle's overshoot (it stops only after the cycle that passes the budget).
@@ -123,7 +126,7 @@ def generate(
 # =========================================================================== the framework registry's entry
 
 
-def load_for_pair(pair) -> nn.Module:
+def load_for_pair(pair: LoadedPair) -> nn.Module:
     """The pair's EaModel, loaded (and sanity-checked) once per :class:`~viasd_adapt.pair.LoadedPair`."""
     from viasd_adapt.adapters.eagle.compat import load_ea_model
 
@@ -137,7 +140,7 @@ def load_for_pair(pair) -> nn.Module:
     return pair.loaded["eagle"]
 
 
-def run(pair, request):
+def run(pair: LoadedPair, request: RunRequest) -> RunOutput:
     """The ``eagle`` entry of :mod:`viasd_adapt.frameworks`.
 
     ``plain``: ``eagenerate`` with no viasd-adapt scope at all; every tier mode: :func:`generate`.
