@@ -35,3 +35,21 @@ def load_shipped_demo_pair():
     target = AutoModelForCausalLM.from_pretrained(str(pair.target), dtype=torch.float32).eval()
     drafter = AutoModelForCausalLM.from_pretrained(str(pair.draft), dtype=torch.float32).eval()
     return pair, tokenizer, target, drafter
+
+
+@pytest.fixture(scope="session")
+def tiny_eagle(tmp_path_factory):
+    """The tiny EAGLE setup of :mod:`tests.support.eagle` (targets and a head), built once per
+    session. Serves the EAGLE adapter's test modules."""
+    pytest.importorskip("eagle.model.ea_model")
+    from tests.support.eagle import build_tiny_eagle
+
+    return build_tiny_eagle(tmp_path_factory.mktemp("eagle"))
+
+
+@pytest.fixture(scope="session")
+def ea_model(tiny_eagle):
+    """The tiny target with its head as an eagle ``EaModel``, loaded and sanity-checked once."""
+    from viasd_adapt.adapters import eagle
+
+    return eagle.load_ea_model(tiny_eagle / "target", tiny_eagle / "head")

@@ -1,5 +1,6 @@
 """EAGLE adapter on a tiny Llama: transformers-5 compat, load-time sanity check, head training,
-the four modes and bad input. Everything is built in seconds from configs (no download)."""
+every mode and bad input. Everything is built in seconds from configs (no download); the fixtures
+``tiny_eagle`` and ``ea_model`` live in conftest.py, the shared pieces in tests/support/eagle.py."""
 
 from __future__ import annotations
 
@@ -10,58 +11,20 @@ import torch
 
 eagle_pkg = pytest.importorskip("eagle.model.ea_model")
 
+from tests.support.eagle import MASK, NUM_LAYERS, prompts as _prompts  # noqa: E402
 from viasd_adapt.adapters import eagle  # noqa: E402
-from viasd_adapt.adapters.eagle_compat import (  # noqa: E402
+from viasd_adapt.adapters.eagle.compat import (  # noqa: E402
     TRANSFORMERS_MAJOR,
     check_base_model,
     eagle_compat,
     repair_rotary_caches,
 )
 from viasd_adapt.errors import ConfigError, ModelMismatchError  # noqa: E402
-from viasd_adapt.models import corpus  # noqa: E402
 from viasd_adapt.models.eagle_head import train_eagle_head  # noqa: E402
-from viasd_adapt.models.tiny import tiny_model  # noqa: E402
-from viasd_adapt.models.tokenizer import train_tokenizer  # noqa: E402
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint  # noqa: E402
 from viasd_adapt.settings import TierSettings  # noqa: E402
 
 torch.set_num_threads(1)
-
-NUM_LAYERS = 6
-MASK = RoutingMask.from_skipped(NUM_LAYERS, [2, 4])
-
-
-def _save_target(path, tokenizer, seed: int) -> None:
-    model = tiny_model("llama", seed=seed, vocab_size=len(tokenizer), num_layers=NUM_LAYERS)
-    with torch.no_grad():  # sharper distributions than a plain random init: greedy paths get long
-        model.lm_head.weight.mul_(6.0)
-    model.config.bos_token_id = tokenizer.bos_token_id
-    model.config.eos_token_id = tokenizer.eos_token_id
-    model.config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-
-
-@pytest.fixture(scope="module")
-def tiny_eagle(tmp_path_factory):
-    """A tiny Llama target (saved with save_pretrained), a second one, and a head for the first."""
-    root = tmp_path_factory.mktemp("eagle")
-    texts = [source.read() for source in corpus.split_files()[0][:15]]
-    tokenizer = train_tokenizer(texts, 320)
-    _save_target(root / "target", tokenizer, seed=0)
-    _save_target(root / "other", tokenizer, seed=1)
-    train_eagle_head(root / "target", root / "head", seed=0, steps=40, batch_size=4, seq_len=32, max_train_chars=40_000)
-    return root
-
-
-@pytest.fixture(scope="module")
-def ea_model(tiny_eagle):
-    return eagle.load_ea_model(tiny_eagle / "target", tiny_eagle / "head")
-
-
-def _prompts(ea_model, n=3):
-    tokenizer = ea_model.get_tokenizer()
-    return [tokenizer(text, return_tensors="pt").input_ids[:, :24] for text in corpus.heldout_prompts(n, seed=3)]
 
 
 # --------------------------------------------------------------------------- compat layer
@@ -204,8 +167,12 @@ def test_bad_generation_arguments(ea_model):
         eagle.generate(ea_model, ids, 4, temperature=1.0, top_p=0.0)
     with pytest.raises(ConfigError, match="needs a routing mask"):
         eagle.generate(ea_model, ids, 4, settings=TierSettings(mode="lossy"))
-    with pytest.raises(ConfigError, match="KV cache"):
+    with pytest.raises(ConfigError, match="positions"):
         eagle.generate(ea_model, ids, 10_000)
+    with pytest.raises(ConfigError, match="temperature"):
+        eagle.generate(ea_model, ids, 4, temperature=float("nan"))
+    with pytest.raises(ModelMismatchError, match="vocabulary"):
+        eagle.generate(ea_model, torch.full_like(ids, 10_000), 4)
     assert not eagle.is_patched()
 
 
@@ -217,7 +184,8 @@ def test_lossless_greedy_is_token_identical_to_unwrapped_eagenerate(ea_model, st
     for ids in _prompts(ea_model, 3):
         raw = ea_model.eagenerate(ids, max_new_tokens=20)[0, ids.shape[1] :].tolist()
         assert not eagle.is_patched()
-        result = eagle.generate(ea_model, ids, 20, mask=MASK, settings=TierSettings(mode="lossless"), lossless_strategy=strategy)
+        result = eagle.generate(ea_model, ids, 20, mask=MASK, settings=TierSettings(mode="lossless"),
+                                options=eagle.EagleOptions(lossless_strategy=strategy))
         assert result.tokens == raw[:20]
         assert result.metrics.committed == len(result.tokens) == 20
         assert result.metrics.slim_passes > 0
@@ -263,7 +231,7 @@ def test_lossy_and_audit_make_the_same_decisions_and_audit_reports(ea_model):
 
 def test_sampling_modes_run_with_warped_bonus(ea_model):
     ids = _prompts(ea_model, 1)[0]
-    for mode in ("none", "lossless", "lossy", "audit"):
+    for mode in ("none", "lenient", "lossless", "lossy", "audit"):
         torch.manual_seed(0)
         result = eagle.generate(ea_model, ids, 12, mask=MASK if mode != "none" else None,
                                 settings=TierSettings(mode=mode), temperature=0.8, top_p=0.9)
@@ -279,7 +247,7 @@ def test_viasd_generate_framework_eagle_every_mode(tiny_eagle, ea_model, tmp_pat
     from viasd_adapt.cli.main import cli
 
     MaskArtifact(MASK, ratio=MASK.ratio, fingerprint=model_fingerprint(ea_model.base_model)).save(tmp_path / "mask.json")
-    for mode in ("none", "lossless", "lossy", "audit"):
+    for mode in ("none", "lenient", "lossless", "lossy", "audit"):
         out = tmp_path / f"{mode}.json"
         result = CliRunner().invoke(cli, [
             "generate", "--framework", "eagle", "--target", str(tiny_eagle / "target"),
@@ -304,7 +272,7 @@ def test_sampling_with_top_k_1_equals_greedy_so_the_bonus_token_is_warped(ea_mod
         greedy = eagle.generate(ea_model, ids, 20, settings=TierSettings(mode="none")).tokens
         torch.manual_seed(seed)
         sampled = eagle.generate(ea_model, ids, 20, mask=MASK, settings=TierSettings(mode="lossless"),
-                                 temperature=1.0, top_k=1, lossless_strategy=strategy)
+                                 temperature=1.0, top_k=1, options=eagle.EagleOptions(lossless_strategy=strategy))
         assert sampled.tokens == greedy
 
 
@@ -329,7 +297,10 @@ def test_scopes_cannot_nest(ea_model):
 
 
 def test_greedy_argmax_plugin_accepts_the_verifiers_own_choice():
-    plugin = eagle.GreedyArgmaxAcceptance()
+    from viasd_adapt.plugins import GreedyArgmaxAcceptance
+
+    assert eagle.GreedyArgmaxAcceptance is GreedyArgmaxAcceptance  # moved to the core, re-exported
+    plugin = GreedyArgmaxAcceptance()
     settings = TierSettings(mode="lossy")
     tokens = torch.tensor([0, 1])
     p = torch.tensor([[0.9, 0.1, 0.0], [0.1, 0.9, 0.0]])  # sharp drafter
@@ -340,3 +311,115 @@ def test_greedy_argmax_plugin_accepts_the_verifiers_own_choice():
     assert plugin.viasd_gate1_accept_prob(tokens, p, u, settings, True).tolist() == [1.0, 0.0]
     assert plugin.viasd_escalation_accept_prob(tokens, p, u, settings, True).tolist() == [1.0, 0.0]
     assert plugin.viasd_gate1_accept_prob(tokens, p, u, settings, False) is None
+
+
+# --------------------------------------------------------------------------- lenient baseline
+
+
+def test_lenient_at_zero_is_eagles_own_greedy_output(ea_model):
+    for ids in _prompts(ea_model, 3):
+        raw = ea_model.eagenerate(ids, max_new_tokens=20)[0, ids.shape[1] :].tolist()
+        result = eagle.generate(ea_model, ids, 20, settings=TierSettings(mode="lenient", lenience=0.0))
+        assert result.tokens == raw[:20]
+        m = result.metrics
+        assert m.slim_passes == 0 and m.full_passes == m.cycles  # q over the tree each cycle, no u
+        assert m.audited >= 20 and m.overrule_rate == 0.0  # lenient audits itself against q for free
+
+
+def test_lenient_accepts_more_and_reports_what_it_overruled(ea_model):
+    strict_rejections, loose_rejections = 0, 0
+    for ids in _prompts(ea_model, 3):
+        strict = eagle.generate(ea_model, ids, 24, settings=TierSettings(mode="lenient", lenience=0.0))
+        loose = eagle.generate(ea_model, ids, 24, settings=TierSettings(mode="lenient", lenience=0.9))
+        strict_rejections += strict.metrics.drafts_rejected
+        loose_rejections += loose.metrics.drafts_rejected
+        first_diff = next((i for i, (a, b) in enumerate(zip(loose.tokens, strict.tokens)) if a != b), None)
+        if first_diff is None:
+            assert loose.metrics.overrule_rate == 0.0
+        else:  # greedy: a token is overruled exactly when it is not q's argmax
+            assert min(loose.metrics.overruled_positions) == first_diff
+    assert loose_rejections < strict_rejections
+
+
+# --------------------------------------------------------------------------- options
+
+
+def test_options_are_typed_and_checked(ea_model):
+    options = eagle.EagleOptions(head_features="full", lossless_strategy="cascade")
+    assert options.head_features is eagle.HeadFeatures.FULL and options.lossless_strategy is eagle.LosslessStrategy.CASCADE
+    with pytest.raises(ConfigError, match="head_features must be one of 'slim', 'full'"):
+        eagle.EagleOptions(head_features="fast")
+    with pytest.raises(ConfigError, match="lossless_strategy"):
+        eagle.EagleOptions(lossless_strategy="tree")
+    with pytest.raises(ConfigError, match="share_prefix"):
+        eagle.EagleOptions(share_prefix="yes")
+    with pytest.raises(ConfigError, match="options must be an EagleOptions"):
+        eagle.generate(ea_model, _prompts(ea_model, 1)[0], 4, options="cascade")
+    with pytest.raises(ConfigError, match="settings must be a TierSettings"):
+        eagle.generate(ea_model, _prompts(ea_model, 1)[0], 4, settings={"mode": "lossy"})
+    assert not eagle.is_patched()
+
+
+def test_full_head_features_cost_one_q_pass_per_cycle(ea_model):
+    ids = _prompts(ea_model, 1)[0]
+    settings = TierSettings(mode="lossy", alpha1=0.5, alpha2=0.99)  # u resolves (nearly) every position itself
+    slim = eagle.generate(ea_model, ids, 24, mask=MASK, settings=settings)
+    full = eagle.generate(ea_model, ids, 24, mask=MASK, settings=settings, options=eagle.EagleOptions(head_features="full"))
+    assert full.metrics.full_passes == full.metrics.cycles  # the prefill, then one q pass every cycle
+    assert slim.metrics.full_passes < slim.metrics.cycles
+
+
+# --------------------------------------------------------------------------- EOS and the registry entry
+
+
+class _Tokenizer:
+    """Stands in for eagle's tokenizer; eagenerate only reads ``eos_token_id``."""
+
+    def __init__(self, eos_token_id: int):
+        self.eos_token_id = eos_token_id
+
+
+def test_generation_past_eos_when_asked(ea_model):
+    ids = _prompts(ea_model, 1)[0]
+    greedy = eagle.generate(ea_model, ids, 20, settings=TierSettings(mode="none")).tokens
+    eos = greedy[4]
+    saved = ea_model.tokenizer
+    ea_model.tokenizer = _Tokenizer(eos)
+    try:
+        for mode in ("none", "lossless"):
+            mask = MASK if mode == "lossless" else None
+            stopped = eagle.generate(ea_model, ids, 20, mask=mask, settings=TierSettings(mode=mode))
+            assert stopped.tokens == greedy[: greedy.index(eos) + 1]
+            assert stopped.metrics.committed == len(stopped.tokens)
+            full = eagle.generate(ea_model, ids, 20, mask=mask, settings=TierSettings(mode=mode), stop_at_eos=False)
+            assert full.tokens == greedy  # greedy continues past EOS exactly as if it were any token
+            assert full.metrics.committed == 20 and len(full.tiers) == 20
+    finally:
+        ea_model.tokenizer = saved
+
+
+def _loaded_pair(tiny_eagle, ea_model):
+    from viasd_adapt.pair import LoadedPair, MaskInfo
+
+    return LoadedPair(target=ea_model.base_model, draft=None, tokenizer=ea_model.tokenizer,
+                      mask=MaskInfo(MASK, "test mask", False), device=torch.device("cpu"),
+                      target_path=str(tiny_eagle / "target"), eagle_head=str(tiny_eagle / "head"),
+                      loaded={"eagle": ea_model})
+
+
+def test_framework_registry_entry_runs_plain_and_every_mode(tiny_eagle, ea_model):
+    from viasd_adapt import frameworks
+    from viasd_adapt.pair import RunRequest
+
+    pair = _loaded_pair(tiny_eagle, ea_model)
+    prompt = _prompts(ea_model, 1)[0][0].tolist()
+    outputs = {}
+    for mode in ("plain", "none", "lenient", "lossless", "lossy", "audit"):
+        settings = TierSettings(mode="none" if mode == "plain" else mode, lenience=0.0)
+        out = frameworks.run("eagle", pair, RunRequest(mode, prompt, 10, settings, stop_at_eos=False))
+        assert len(out.tokens) == 10 and out.extra_bytes > 0
+        assert (out.metrics is None) == (mode == "plain")
+        outputs[mode] = out
+    assert outputs["plain"].tokens == outputs["none"].tokens == outputs["lenient"].tokens == outputs["lossless"].tokens
+    assert outputs["lossy"].extra_bytes > outputs["none"].extra_bytes  # the slim verifier's own cache
+    assert outputs["lossy"].metrics.slim_passes > 0 and outputs["none"].metrics.slim_passes == 0

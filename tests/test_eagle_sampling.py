@@ -1,6 +1,6 @@
 """EAGLE adapter, lossless sampling: the output is exactly the target's distribution.
 
-Split from test_eagle.py (same tiny fixtures) to keep each file's run short.
+Split from test_eagle.py (same tiny fixtures, from conftest.py) to keep each file's run short.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("eagle.model.ea_model")
 
-from tests.test_eagle import MASK, _prompts, ea_model, tiny_eagle  # noqa: E402,F401  (fixtures)
+from tests.support.eagle import MASK, prompts  # noqa: E402
 from viasd_adapt.adapters import eagle  # noqa: E402
 from viasd_adapt.settings import TierSettings  # noqa: E402
 
@@ -51,13 +51,13 @@ def test_lossless_sampling_matches_the_target_distribution(ea_model, tiny_eagle,
     from transformers import AutoModelForCausalLM
 
     stock = AutoModelForCausalLM.from_pretrained(tiny_eagle / "target", dtype=torch.float32).eval()
-    prompt = _prompts(ea_model, 1)[0][:, :12]
+    prompt = prompts(ea_model, 1)[0][:, :12]
     processor = prepare_logits_processor(temperature=0.8, top_p=0.9)
     torch.manual_seed(2024)
     samples, slim_tokens = [], 0
     for _ in range(80):
         result = eagle.generate(ea_model, prompt, 4, mask=MASK, settings=TierSettings(mode="lossless"),
-                                temperature=0.8, top_p=0.9, lossless_strategy=strategy)
+                                temperature=0.8, top_p=0.9, options=eagle.EagleOptions(lossless_strategy=strategy))
         samples.append(result.tokens)
         slim_tokens += result.metrics.slim_tokens + result.metrics.draft_tokens
     assert slim_tokens > 80  # the cascade really produced most tokens, not q alone

@@ -1,9 +1,9 @@
 """The EAGLE tests again under transformers 4.57 (eagle-llm's own world), when CI provides it.
 
 Set ``VIASD_TRANSFORMERS4_PYTHON`` to a Python whose environment has transformers 4.57 (plus this
-project and eagle-llm); this test then runs ``tests/test_eagle.py`` and ``tests/test_eagle_tree.py``
-with it. On CI (``CI`` set) without the variable, the test builds that side environment itself in the
-cache directory (the README's four commands: a venv that borrows everything from the running one but
+project and eagle-llm); this test then runs the EAGLE test modules (``MODULES``) with it. On CI
+(``CI`` set) without the variable, the test builds that side environment itself in the cache
+directory (the README's four commands: a venv that borrows everything from the running one but
 transformers 4.57), so both transformers lines are tested on every CI run. Elsewhere it is skipped.
 """
 
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 PYTHON = os.environ.get("VIASD_TRANSFORMERS4_PYTHON")
+MODULES = ["tests/test_eagle.py", "tests/test_eagle_tree.py", "tests/test_eagle_slim_view.py", "tests/test_eagle_threads.py"]
 ON_CI = bool(os.environ.get("CI"))
 
 
@@ -47,7 +48,7 @@ def test_eagle_tests_pass_on_transformers_4():
     version = subprocess.run([PYTHON, "-c", "import transformers; print(transformers.__version__)"],
                              capture_output=True, text=True, check=True).stdout.strip()
     assert version.startswith("4."), f"{PYTHON} has transformers {version}, not 4.x"
-    run = subprocess.run([PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_eagle.py", "tests/test_eagle_tree.py"],
+    run = subprocess.run([PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *MODULES],
                          cwd=root, capture_output=True, text=True, timeout=900)
     sys.stdout.write(run.stdout[-3000:])
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]

@@ -7,7 +7,7 @@ import torch
 
 utils = pytest.importorskip("eagle.model.utils")
 
-from viasd_adapt.adapters.eagle_tree import (  # noqa: E402
+from viasd_adapt.adapters.eagle.tree import (  # noqa: E402
     first_child_chain,
     greedy_accepted,
     longest_gated_path,

@@ -20,20 +20,26 @@ class CycleLedger:
         self.observer = observer
         self.metrics = metrics if metrics is not None else TierMetrics()
 
-    def record(self, outcome: CycleOutcome, drafted: int) -> None:
-        """One decided cycle: its tokens and tiers, draft accounting, passes and audit."""
+    def record(self, outcome: CycleOutcome, drafted: int, draft_passes: int = 0, resumed_full_passes: int = 0) -> None:
+        """One decided cycle: its tokens and tiers, draft accounting, passes and audit.
+
+        ``draft_passes`` and ``resumed_full_passes`` are for frameworks whose drafter and target
+        passes happen per cycle in the adapter's own code (EAGLE's head, resumed q passes).
+        """
         first_index = self.metrics.committed
         self.metrics.record_cycle(outcome.result, drafted=drafted)
         self.metrics.slim_passes += outcome.slim_passes
         self.metrics.full_passes += outcome.full_passes
+        self.metrics.draft_passes += draft_passes
+        self.metrics.resumed_full_passes += resumed_full_passes
         if outcome.audit is not None:
             self.metrics.record_audit(outcome.audit, offset=first_index)
         if self.observer is not None:
             self.observer.cycle(outcome.result, self.metrics, first_index)
 
-    def record_prefill(self, token: int) -> None:
+    def record_prefill(self, token: int, draft_passes: int = 0) -> None:
         """The first token, from one q pass over the prompt (a cycle with no drafts)."""
-        self.record(CycleOutcome(CycleResult([int(token)], [Tier.FULL]), full_passes=1), drafted=0)
+        self.record(CycleOutcome(CycleResult([int(token)], [Tier.FULL]), full_passes=1), drafted=0, draft_passes=draft_passes)
 
 
 __all__ = ["CycleLedger"]

@@ -80,7 +80,7 @@ def build_head(config_fields: dict) -> nn.Module:
     from eagle.model.cnets import Model
     from eagle.model.configs import EConfig
 
-    from viasd_adapt.adapters.eagle_compat import eagle_compat
+    from viasd_adapt.adapters.eagle.compat import eagle_compat
 
     fields = {k: v for k, v in config_fields.items() if k not in ("bias", "architectures", "model_type")}
     with eagle_compat():

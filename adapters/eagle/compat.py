@@ -346,10 +346,34 @@ def check_head_matches(base_model_path: str | os.PathLike, ea_model_path: str | 
         )
 
 
+def check_head_embeddings(ea_model: nn.Module) -> None:
+    """Refuses a loaded EaModel whose head was trained for another base model.
+
+    EAGLE heads carry a frozen copy of their base model's token embeddings (eagle's training script
+    and :func:`viasd_adapt.models.eagle_head.train_eagle_head` both copy them), so a head whose
+    embedding table differs from the base model's was trained on another model's features.
+    """
+    head = ea_model.ea_layer.embed_tokens.weight.detach()
+    base = ea_model.base_model.get_input_embeddings().weight.detach()
+    if head.shape != base.shape:
+        raise ModelMismatchError(
+            f"the EAGLE head's embedding table {tuple(head.shape)} does not match the base model's {tuple(base.shape)}: "
+            "a head for another base model"
+        )
+    tolerance = 1e-2 * float(base.float().abs().max()) + 1e-3  # fp16 round-trips pass, other models do not
+    difference = float((head.float().cpu() - base.float().cpu()).abs().max())
+    if difference > tolerance:
+        raise ModelMismatchError(
+            f"the EAGLE head's token embeddings differ from the base model's (max |difference| {difference:.3g}): "
+            "it was trained for another base model"
+        )
+
+
 __all__ = [
     "RopeSpec",
     "SanityReport",
     "check_base_model",
+    "check_head_embeddings",
     "check_head_matches",
     "compare_logits",
     "eagle_compat",

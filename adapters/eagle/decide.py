@@ -1,0 +1,292 @@
+"""One EAGLE cycle's decision: pick a path of the tree, decide it with the core, plan the commit.
+
+Everything a tier decides goes through :func:`viasd_adapt.cycle.decide_cycle`: this module only
+turns the tree into one block (the chosen root-to-leaf path: its drafts, the head's p along it, the
+slim verifier's rows along it as a precomputed ``Verifiers.slim``, and q as a lazy ``Verifiers.full``
+that runs q over the lag + root + block only when the decision asks). The exception is lossless
+``route``, whose verification calls the core's lossless verify (:func:`~viasd_adapt.tiers.verify_block`
+with :func:`~viasd_adapt.rules.lossless_accept_prob`) on each verified path: it checks a block
+with one token proposed by u after the head's drafts (sampling) and, greedy, two paths of the tree
+in one q pass, which is tree plumbing, not a tier rule.
+
+Which path. Greedy: the path with the longest run of drafts accepted under the first verifier's
+rule (u's argmax for lossless, gate 1 for lossy/audit, the lenient rule on q for lenient: at
+lenience 0 that is eagle's own choice). Sampling: the *first-sample chain* (package docstring).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+
+from viasd_adapt.adapters.eagle.options import HeadFeatures, LosslessStrategy
+from viasd_adapt.adapters.eagle.slim_tree import SlimTreeVerifier
+from viasd_adapt.adapters.eagle.state import CommitPlan, QCache, QPass, TreeCycle
+from viasd_adapt.adapters.eagle.target import FullTreeVerifier
+from viasd_adapt.adapters.eagle.tree import (
+    first_child_chain,
+    longest_gated_path,
+    node_drafter_probs,
+    path_length,
+    two_path_subtree,
+)
+from viasd_adapt.cycle import CycleOutcome, CyclePolicy, Verifiers, decide_cycle, lenient_accept_prob
+from viasd_adapt.rules import TierRules, lossless_accept_prob
+from viasd_adapt.sampling import sample_or_argmax
+from viasd_adapt.settings import Mode, TierSettings
+from viasd_adapt.tiers import verified_cycle, verify_block
+
+Gate = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class CycleContext:
+    """What a decision needs from its session (no model plumbing beyond the two verifiers)."""
+
+    settings: TierSettings
+    rules: TierRules
+    head_features: HeadFeatures
+    lossless_strategy: LosslessStrategy
+    slim: SlimTreeVerifier | None
+    full: FullTreeVerifier
+    retrieve: torch.Tensor  # (paths, depth + 1) tree node of each path position, -1 padded
+    tree_mask: torch.Tensor  # (tree_len, tree_len)
+    tree_positions: torch.Tensor  # (tree_len,)
+    topk: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    outcome: CycleOutcome
+    plan: CommitPlan
+    path: int  # row of ``retrieve`` (eagle's ``best_candidate``)
+
+
+def warp(logits: torch.Tensor, logits_processor) -> torch.Tensor:
+    """Rows of logits -> the distributions the rules compare, warped exactly like eagle warps the
+    head's (same logits processor), so p, u and q are alike."""
+    logits = logits.float()
+    if logits_processor is not None:  # transformers' processors take (batch, V)
+        logits = logits_processor(None, logits.reshape(-1, logits.shape[-1])).reshape(logits.shape)
+    return logits.softmax(-1)
+
+
+def drafter_probs(cycle: TreeCycle, vocab: int, topk: int) -> torch.Tensor:
+    """p at every tree node: exact in greedy (the recorded head logits) and sampling (eagle's ``op``)."""
+    draft = cycle.draft
+    tokens, values, op = draft.tree_logits
+    if not draft.greedy:
+        full = torch.cat([o.float().cpu() for o in op], dim=0)
+    elif draft.head_logits:
+        full = torch.cat([o.float().cpu() for o in draft.head_logits], dim=0).softmax(-1)
+    else:  # the head ran on another device through eagle's own weights: top-k only (an upper bound)
+        full = None
+    return node_drafter_probs(draft.tree_indices.cpu(), tokens.cpu(), values.cpu(), full, vocab, topk)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def decide(context: CycleContext, cycle: TreeCycle) -> Decision:
+    """The cycle's decision, per mode (module docstring)."""
+    mode = context.settings.mode
+    if mode is Mode.LENIENT:
+        return _lenient(context, cycle)
+    if mode is Mode.LOSSLESS and context.lossless_strategy is LosslessStrategy.ROUTE:
+        return _route_two_paths(context, cycle) if cycle.draft.greedy else _route(context, cycle)
+    return _on_one_path(context, cycle)
+
+
+# ----------------------------------------------------------------------------- shared pieces
+
+
+@dataclass(frozen=True)
+class _Tree:
+    """The cycle's tree as the rules see it."""
+
+    candidates: torch.Tensor  # (paths, depth + 1)
+    root: int
+    p_nodes: torch.Tensor  # (tree_len, V)
+    greedy: bool
+
+
+def _tree(context: CycleContext, cycle: TreeCycle, vocab: int) -> _Tree:
+    candidates = cycle.draft.candidates.cpu()
+    return _Tree(candidates, int(candidates[0, 0]), drafter_probs(cycle, vocab, context.topk), cycle.draft.greedy)
+
+
+def _choose(context: CycleContext, cycle: TreeCycle, tree: _Tree, verifier_paths: torch.Tensor, gate: Gate) -> int:
+    if tree.greedy:
+        return longest_gated_path(tree.candidates, context.retrieve, verifier_paths, tree.p_nodes, gate)
+    return first_child_chain(context.retrieve, cycle.draft.tree_indices.cpu(), context.topk)
+
+
+def _path(context: CycleContext, tree: _Tree, j: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Nodes (root first), drafts and p along path ``j``."""
+    g = path_length(context.retrieve[j])
+    nodes = context.retrieve[j, : g + 1]
+    return nodes, tree.candidates[j, 1 : g + 1].long(), tree.p_nodes[nodes[1:]]
+
+
+def _lazy_full(context: CycleContext, cycle: TreeCycle, root: int, drafts: torch.Tensor, nodes: torch.Tensor):
+    """``Verifiers.full``: q over lag + root + tokens, run when called; remembers the pass."""
+    logits_processor = cycle.draft.logits_processor
+
+    def full(tokens: torch.Tensor) -> torch.Tensor:
+        listed = tokens.tolist()
+        from_tree = listed == drafts[: len(listed)].tolist()
+        logits, hidden = context.full.path(cycle.input_ids, [root] + listed, nodes[: len(listed) + 1] if from_tree else None)
+        cycle.q_pass = QPass([root] + listed, hidden)
+        return warp(logits, logits_processor).cpu()
+
+    return full
+
+
+def _fixed(rows: torch.Tensor, drafts: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A verifier whose rows along the path are already computed (one pass over the whole tree)."""
+
+    def verifier(tokens: torch.Tensor) -> torch.Tensor:
+        if tokens.tolist() != drafts[: tokens.shape[0]].tolist():
+            raise RuntimeError("the tree verifier's rows hold the chosen path only")
+        return rows[: tokens.shape[0] + 1]
+
+    return verifier
+
+
+def _plan(context: CycleContext, cycle: TreeCycle, outcome: CycleOutcome, root: int, drafts: torch.Tensor,
+          nodes: torch.Tensor) -> tuple[CycleOutcome, CommitPlan]:
+    """Commit plan of a cycle decided on one path, with the head's features (package docstring)."""
+    tokens = outcome.result.tokens
+    committed = [root] + tokens[:-1]
+    slim_nodes = nodes[: 1 + common_prefix(tokens[:-1], drafts.tolist())]
+    q_pass = cycle.q_pass
+    q_holds = q_pass is not None and q_pass.tokens[: len(committed)] == committed
+    full_features = context.head_features is HeadFeatures.FULL
+    if full_features and not q_holds:
+        # measurement mode: true features for what the slim tier committed (costs a q pass)
+        _, hidden = context.full.path(cycle.input_ids, committed, slim_nodes if len(slim_nodes) == len(committed) else None)
+        q_pass, q_holds = QPass(committed, hidden), True
+        outcome = replace(outcome, full_passes=outcome.full_passes + 1)
+    # audit's q runs in shadow; the head gets what lossy would give it, so audit decides as lossy does
+    shadow_only = context.settings.mode is Mode.AUDIT and not outcome.result.escalated
+    if q_holds and (full_features or not shadow_only):
+        features = q_pass.hidden[: len(committed)]
+    else:
+        features = cycle.slim_hidden[slim_nodes.to(cycle.slim_hidden.device)]
+    plan = CommitPlan(committed, tokens[-1], slim_nodes, features, QCache.FED if q_holds else QCache.BEHIND)
+    return outcome, plan
+
+
+# ----------------------------------------------------------------------------- the modes
+
+
+def _policy(context: CycleContext, greedy: bool) -> CyclePolicy:
+    return CyclePolicy(context.settings, greedy, context.rules)
+
+
+def _on_one_path(context: CycleContext, cycle: TreeCycle) -> Decision:
+    """Lossless cascade, lossy, audit: u over the tree, one path, :func:`decide_cycle`."""
+    logits_processor = cycle.draft.logits_processor
+    u_nodes = warp(cycle.slim_logits, logits_processor).cpu()
+    tree = _tree(context, cycle, u_nodes.shape[-1])
+    u_paths = u_nodes[context.retrieve.clamp_min(0)]
+    settings, greedy = context.settings, tree.greedy
+    if settings.mode is Mode.LOSSLESS:
+        gate: Gate = lambda tokens, p, u: lossless_accept_prob(tokens, p, u[:-1], greedy)
+    else:
+        gate = lambda tokens, p, u: context.rules.gate1_accept_prob(tokens, p, u[:-1], settings, greedy)
+    j = _choose(context, cycle, tree, u_paths, gate)
+    nodes, drafts, p = _path(context, tree, j)
+    verifiers = Verifiers(full=_lazy_full(context, cycle, tree.root, drafts, nodes),
+                          slim=_fixed(u_paths[j, : drafts.shape[0] + 1], drafts))
+    outcome = decide_cycle(drafts, p, verifiers, _policy(context, greedy))
+    outcome, plan = _plan(context, cycle, outcome, tree.root, drafts, nodes)
+    return Decision(outcome, plan, j)
+
+
+def _lenient(context: CycleContext, cycle: TreeCycle) -> Decision:
+    """q over the whole tree, as eagle runs it; the lenient rule decides along one path."""
+    logits_processor = cycle.draft.logits_processor
+    q_paths = warp(cycle.full_paths, logits_processor).cpu()
+    tree = _tree(context, cycle, q_paths.shape[-1])
+    lenience, greedy = context.settings.lenience, tree.greedy
+    j = _choose(context, cycle, tree, q_paths, lambda tokens, p, q: lenient_accept_prob(tokens, p, q, lenience, greedy))
+    nodes, drafts, p = _path(context, tree, j)
+    outcome = decide_cycle(drafts, p, Verifiers(full=_fixed(q_paths[j, : drafts.shape[0] + 1], drafts)), _policy(context, greedy))
+    tokens = outcome.result.tokens
+    committed = [tree.root] + tokens[:-1]
+    q_nodes = nodes[: len(committed)]  # lenient commits accepted drafts, then q's own token
+    features = cycle.full_hidden[q_nodes.to(cycle.full_hidden.device)]
+    plan = CommitPlan(committed, tokens[-1], q_nodes, features, QCache.TREE, q_nodes=q_nodes)
+    return Decision(outcome, plan, j)
+
+
+def _verify_candidates(candidates: torch.Tensor, proposals: torch.Tensor, q: torch.Tensor, greedy: bool):
+    """The core's lossless verify of one candidate block against q."""
+    accept = lossless_accept_prob(candidates, proposals, q[:-1], greedy)
+    return verify_block(candidates, proposals, q, accept, greedy)
+
+
+def _route(context: CycleContext, cycle: TreeCycle) -> Decision:
+    """Lossless route, sampling: q verifies the first-sample chain plus one token u samples after
+    it, each position against the distribution it was proposed from (p, then u)."""
+    logits_processor = cycle.draft.logits_processor
+    u_nodes = warp(cycle.slim_logits, logits_processor).cpu()
+    tree = _tree(context, cycle, u_nodes.shape[-1])
+    j = first_child_chain(context.retrieve, cycle.draft.tree_indices.cpu(), context.topk)
+    nodes, drafts, p = _path(context, tree, j)
+    g = drafts.shape[0]
+    u_end = u_nodes[nodes[-1]]
+    extra = sample_or_argmax(u_end, tree.greedy, None)
+    candidates = torch.cat([drafts, drafts.new_tensor([extra])])
+    proposals = torch.cat([p, u_end[None]])
+    q = _lazy_full(context, cycle, tree.root, drafts, nodes)(candidates)
+    verdict = _verify_candidates(candidates, proposals, q, tree.greedy)
+    n = verdict.n_accepted
+    result = verified_cycle(candidates[:n].tolist() + [verdict.next_token], n, g, g)
+    outcome, plan = _plan(context, cycle, CycleOutcome(result, slim_passes=1, full_passes=1), tree.root, drafts, nodes)
+    return Decision(outcome, plan, j)
+
+
+def _route_two_paths(context: CycleContext, cycle: TreeCycle) -> Decision:
+    """Lossless route, greedy: q verifies a two-path sub-tree in one forward, the path u prefers
+    (plus u's own next token after it) and the head's top-1 chain, with eagle's tree attention;
+    the path q accepts further wins (u's on ties). A poor slim verifier thus costs at most its
+    extra token: the head's best guess is always checked. q's cache is compacted here to hold
+    exactly the committed tokens."""
+    u_nodes = warp(cycle.slim_logits, None).cpu()
+    tree = _tree(context, cycle, u_nodes.shape[-1])
+    u_paths = u_nodes[context.retrieve.clamp_min(0)]
+    j_u = _choose(context, cycle, tree, u_paths, lambda tokens, p, u: lossless_accept_prob(tokens, p, u[:-1], True))
+    j_chain = first_child_chain(context.retrieve, cycle.draft.tree_indices.cpu(), context.topk)
+    paths = [context.retrieve[j, : path_length(context.retrieve[j]) + 1] for j in (j_u, j_chain)]
+    sub = two_path_subtree(context.tree_mask, context.tree_positions, paths[0], paths[1])
+    extra = int(u_nodes[int(paths[0][-1])].argmax())
+    fed = torch.cat([cycle.draft.tree_tokens.cpu()[sub.nodes], torch.tensor([extra])])
+    logits, hidden = context.full.forward(cycle.input_ids, fed.tolist(), sub.mask[None, None], sub.positions)
+    q_rows = warp(logits, None).cpu()
+    best = None
+    for k, rows in enumerate(sub.rows):
+        candidates = fed[rows[1:]]
+        proposals = torch.cat([tree.p_nodes[paths[k][1:]], u_nodes[int(paths[0][-1])][None]])[: candidates.shape[0]]
+        verdict = _verify_candidates(candidates, proposals, q_rows[rows], True)
+        if best is None or verdict.n_accepted > best[1].n_accepted:
+            best = (k, verdict, rows, candidates)
+    k, verdict, rows, candidates = best
+    n, g = verdict.n_accepted, paths[k].numel() - 1
+    result = verified_cycle(candidates[:n].tolist() + [verdict.next_token], n, g, g)
+    committed_rows = torch.tensor(rows[: n + 1])
+    length = cycle.input_ids.shape[1]
+    context.full.compact(committed_rows + length, length)
+    committed = [tree.root] + result.tokens[:-1]
+    plan = CommitPlan(committed, result.tokens[-1], paths[k][: min(n, g) + 1], hidden[committed_rows], QCache.HOLDS)
+    return Decision(CycleOutcome(result, slim_passes=1, full_passes=1), plan, (j_u, j_chain)[k])
+
+
+__all__ = ["CycleContext", "Decision", "common_prefix", "decide", "drafter_probs", "warp"]

@@ -1,0 +1,243 @@
+"""One ``tiered`` scope: the session's verifiers and rules, and what each patched function does.
+
+The methods named after eagle's functions are called by the per-thread dispatchers of
+:mod:`.patches` with the thread's :class:`~.state.Generation` as their first argument; they keep the
+cycle in progress in its declared fields. Mode ``none`` runs eagle's own functions and only
+observes them; every other mode replaces the target forward and the acceptance, and records each
+decided cycle through the generation's :class:`~viasd_adapt.ledger.CycleLedger`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterable, Iterator
+
+import torch
+from torch import nn
+
+from viasd_adapt.adapters.eagle.compat import check_head_embeddings
+from viasd_adapt.adapters.eagle.decide import CycleContext, decide, warp
+from viasd_adapt.adapters.eagle.options import EagleOptions, as_options
+from viasd_adapt.adapters.eagle.patches import close_scope, open_scope, original
+from viasd_adapt.adapters.eagle.slim_tree import SlimTreeVerifier
+from viasd_adapt.adapters.eagle.state import Generation, PlainVerdict, QCache, TreeCycle, TreeDraft
+from viasd_adapt.adapters.eagle.target import FullTreeVerifier
+from viasd_adapt.checks import check_settings
+from viasd_adapt.cycle import CycleOutcome
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.hooks import HookRules, TierObserver, make_plugin_manager
+from viasd_adapt.ledger import CycleLedger
+from viasd_adapt.metrics import TierMetrics
+from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
+from viasd_adapt.sampling import sample_or_argmax
+from viasd_adapt.settings import Mode, TierSettings
+from viasd_adapt.tiers import verified_cycle
+
+
+class RecordingHead:
+    """Stands in for the LM head that eagle's ``topK_genrate`` is given, and keeps each output.
+
+    In greedy mode eagle keeps only the top-k logits of the head at each tree level; the recorded
+    outputs (one per row of the tree's token table, in order) give the exact p instead.
+    """
+
+    def __init__(self, head: nn.Module):
+        self.head = head
+        self.outputs: list[torch.Tensor] = []
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.head(hidden)
+        self.outputs.append(logits.detach().reshape(-1, logits.shape[-1]))
+        return logits
+
+
+def _check_batch_of_one(input_ids: torch.Tensor) -> None:
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ConfigError(
+            f"eagle-llm decodes one sequence at a time (batch size 1); got input_ids of shape {tuple(input_ids.shape)}"
+        )
+
+
+class EagleTierSession:
+    """One ``tiered`` scope: settings, options, the two verifiers, hooks, and the metrics of every
+    generation run inside it (``generations``; ``last_metrics`` is the latest)."""
+
+    def __init__(self, ea_model: nn.Module, settings: TierSettings, mask: RoutingMask | None,
+                 plugins: Iterable[object] = (), options: EagleOptions | None = None):
+        self.ea_model = ea_model
+        self.settings = settings
+        self.options = as_options(options)
+        shares = self.options.share_prefix and settings.mode in (Mode.LOSSY, Mode.AUDIT)
+        self.slim = SlimTreeVerifier(ea_model.base_model, mask, record_prefix=shares) if mask is not None else None
+        self.full = FullTreeVerifier(ea_model, self.slim)
+        self.plugin_manager = make_plugin_manager(plugins)
+        self.rules = HookRules(self.plugin_manager)
+        self.observer = TierObserver(self.plugin_manager, "eagle", settings.mode.value)
+        self.generations: list[TierMetrics] = []
+
+    @property
+    def mode(self) -> Mode:
+        return self.settings.mode
+
+    @property
+    def last_metrics(self) -> TierMetrics | None:
+        return self.generations[-1] if self.generations else None
+
+    def cache_bytes(self) -> int:
+        """EAGLE's pre-allocated KV buffers: q's (the EaModel's) and the slim verifier's own."""
+        return self.full.cache_bytes() + (self.slim.cache_bytes() if self.slim is not None else 0)
+
+    def start_generation(self) -> Generation:
+        generation = Generation(CycleLedger(self.observer))
+        self.generations.append(generation.ledger.metrics)
+        return generation
+
+    def _context(self) -> CycleContext:
+        from eagle.model.utils import TOPK
+
+        buffers = self.ea_model.tree_buffers
+        return CycleContext(
+            self.settings, self.rules, self.options.head_features, self.options.lossless_strategy, self.slim, self.full,
+            buffers["retrieve_indices"].cpu(), buffers["tree_attn_mask"][0, 0].cpu(), buffers["tree_position_ids"].cpu(),
+            TOPK,
+        )
+
+    # ------------------------------------------------------------------ generation start
+    def initialize_tree(self, generation: Generation, input_ids, model, tree_attn_mask, past_key_values, logits_processor):
+        _check_batch_of_one(input_ids)
+        if self.mode is Mode.NONE:
+            out = original("initialize_tree")(input_ids, model, tree_attn_mask, past_key_values, logits_processor)
+            generation.ledger.record_prefill(int(out[3].reshape(-1)[0]), draft_passes=1)
+            return out
+        # Our own prefill (q's first token, then the head's first tree): the same steps as eagle's,
+        # with the head's outputs recorded for the exact greedy p.
+        _, logits, hidden = model(input_ids, past_key_values=past_key_values, output_orig=True, init=False)
+        token = sample_or_argmax(warp(logits[0, -1:], logits_processor)[0], logits_processor is None, None)
+        token_ids = torch.tensor([[token]], dtype=input_ids.dtype, device=input_ids.device)
+        recorder = RecordingHead(model.base_model.lm_head)
+        tree_logits = model.ea_layer.topK_genrate(hidden, torch.cat((input_ids, token_ids), dim=1), recorder, logits_processor)
+        model.base_model.model.tree_mask = tree_attn_mask
+        generation.next_head_logits = recorder.outputs
+        generation.ledger.record_prefill(token, draft_passes=1)
+        self.full.new_generation(input_ids.shape[1])
+        if self.slim is not None:
+            self.slim.new_generation()
+        return tree_logits, logits, hidden, token_ids
+
+    def candidates_drafted(self, generation: Generation, tree_logits, tree_indices, logits_processor, out) -> None:
+        """After eagle's ``generate_candidates``: the cycle's tree, kept for the decision."""
+        generation.tree_size = int(tree_indices.shape[0])
+        if self.mode is not Mode.NONE:
+            cart_candidates, _, tree_candidates = out
+            draft = TreeDraft(tree_logits, tree_indices, logits_processor, generation.next_head_logits, cart_candidates,
+                              tree_candidates[0])
+            generation.cycle = TreeCycle(draft)
+
+    # ------------------------------------------------------------------ one target forward over the tree
+    def tree_decoding(self, generation: Generation, model, tree_candidates, past_key_values, tree_position_ids, input_ids,
+                      retrieve_indices):
+        if self.mode is Mode.NONE:
+            return original("tree_decoding")(model, tree_candidates, past_key_values, tree_position_ids, input_ids,
+                                             retrieve_indices)
+        cycle = generation.cycle
+        cycle.input_ids = input_ids
+        if self.mode is Mode.LENIENT:  # q over the tree, exactly as eagle runs it
+            out = original("tree_decoding")(model, tree_candidates, past_key_values, tree_position_ids, input_ids,
+                                            retrieve_indices)
+            cycle.full_paths, cycle.full_hidden = out[0], out[1][0]
+            return out
+        logits, hidden = self.slim.tree_pass(input_ids, tree_candidates, tree_position_ids, model.base_model.model.tree_mask)
+        cycle.slim_logits, cycle.slim_hidden = logits, hidden
+        # eagle's shape contract: logits per path (paths, depth+1, V), tree hidden (1, tree_len, H)
+        return logits[retrieve_indices.to(logits.device)], hidden[None], None
+
+    # ------------------------------------------------------------------ acceptance
+    def evaluate_posterior(self, generation: Generation, logits, candidates, logits_processor, cart_candidates_prob, op,
+                           p_indices, tree_candidates, b_indices):
+        if self.mode is Mode.NONE:
+            best, accept_length, sample_p = original("evaluate_posterior")(
+                logits, candidates, logits_processor, cart_candidates_prob, op, p_indices, tree_candidates, b_indices
+            )
+            best_row, accepted = candidates[int(best)], int(accept_length)
+            generation.plain = PlainVerdict(generation.tree_size - 1, int((best_row[1:] >= 0).sum()),
+                                            [int(t) for t in best_row[1 : accepted + 1]])
+            return best, accept_length, sample_p
+        resumed_before = self.full.resumed_passes
+        decision = decide(self._context(), generation.cycle)
+        generation.cycle.plan = decision.plan
+        generation.ledger.record(decision.outcome, drafted=generation.tree_size - 1, draft_passes=1,
+                                 resumed_full_passes=self.full.resumed_passes - resumed_before)
+        return torch.tensor(decision.path), torch.tensor(len(decision.plan.committed) - 1), None
+
+    # ------------------------------------------------------------------ commit and next tree
+    def update_inference_inputs(self, generation: Generation, input_ids, candidates, best_candidate, accept_length,
+                                retrieve_indices, logits_processor, logits, tree_logits, new_token,
+                                past_key_values_data_list, current_length_data, model, hidden_state, hidden_state_new,
+                                sample_p):
+        if self.mode is Mode.NONE:
+            out = original("update_inference_inputs")(
+                input_ids, candidates, best_candidate, accept_length, retrieve_indices, logits_processor, logits,
+                tree_logits, new_token, past_key_values_data_list, current_length_data, model, hidden_state,
+                hidden_state_new, sample_p,
+            )
+            verdict = generation.plain
+            tokens = verdict.accepted + [int(out[4].reshape(-1)[0])]
+            result = verified_cycle(tokens, len(verdict.accepted), verdict.path_drafts, verdict.path_drafts)
+            generation.ledger.record(CycleOutcome(result, full_passes=1), drafted=verdict.drafted, draft_passes=1)
+            generation.plain = None
+            return out
+        plan = generation.cycle.plan
+        prev = input_ids.shape[1]
+        committed = torch.tensor([plan.committed], dtype=input_ids.dtype, device=input_ids.device)
+        input_ids = torch.cat([input_ids, committed], dim=-1)
+        if plan.q_cache is QCache.FED:
+            self.full.holds(prev + len(plan.committed))
+        elif plan.q_cache is QCache.TREE:
+            self.full.compact(plan.q_nodes + prev, prev)
+        elif plan.q_cache is QCache.BEHIND:
+            self.full.holds(self.full.valid)
+        if self.slim is not None:  # tokens u never saw at their position (not tree nodes) become its lag
+            self.slim.compact(plan.slim_nodes + prev, prev)
+        token = torch.tensor([[plan.next_root]], dtype=input_ids.dtype, device=input_ids.device)
+        features = plan.features[None].to(model.base_model.lm_head.weight.dtype)
+        recorder = RecordingHead(model.base_model.lm_head)
+        tree_logits = model.ea_layer.topK_genrate(features, input_ids=torch.cat((input_ids, token), dim=1), head=recorder,
+                                                  logits_processor=logits_processor)
+        generation.next_head_logits = recorder.outputs
+        generation.cycle = None
+        return input_ids, tree_logits, new_token + len(plan.committed), None, token
+
+
+@contextlib.contextmanager
+def tiered(
+    ea_model: nn.Module,
+    mask: RoutingMask | MaskArtifact | str | os.PathLike | None = None,
+    settings: TierSettings | None = None,
+    plugins: Iterable[object] = (),
+    options: EagleOptions | None = None,
+) -> Iterator[EagleTierSession]:
+    """Scope in which ``ea_model.eagenerate``, called from this thread, runs with the slim tier.
+
+    Other threads and other EaModels keep eagle's own functions (:mod:`.patches`). Every name is
+    restored when the last open scope closes, also when generation raises; ``reset_tree_mode`` is
+    called on the way out so no tree mask is left set on the base model.
+    """
+    settings = check_settings(settings if settings is not None else TierSettings())
+    options = as_options(options)
+    if not hasattr(ea_model, "ea_layer") or not hasattr(ea_model, "base_model"):
+        raise ConfigError(f"expected an eagle EaModel, got {type(ea_model).__name__}")
+    check_head_embeddings(ea_model)
+    resolved = resolve_mask(ea_model.base_model, mask, settings.mode)
+    session = EagleTierSession(ea_model, settings, resolved, plugins, options)
+    open_scope(session)
+    try:
+        yield session
+    finally:
+        close_scope(session)
+        from eagle.model.utils import reset_tree_mode
+
+        reset_tree_mode(ea_model)
+
+
+__all__ = ["EagleTierSession", "RecordingHead", "tiered"]

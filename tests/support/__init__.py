@@ -1,0 +1,1 @@
+"""Helpers shared by several test modules (model pairs, statistics); fixtures live in conftest.py."""
