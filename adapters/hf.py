@@ -81,6 +81,7 @@ from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.sampling import ProcessorWarper
 from viasd_adapt.settings import Mode, TierSettings
 from viasd_adapt.tiers import verified_cycle
+from viasd_adapt.tuning.artifact import settings_for_mask
 
 FRAMEWORK = "hf"
 _PATCHED_ATTRIBUTES = ("generate", "_get_candidate_generator")
@@ -214,7 +215,7 @@ def patch(
 
     Returns the session handle; pass it to :func:`unpatch`.
     """
-    settings = check_settings(settings if settings is not None else TierSettings())
+    settings = check_settings(settings if settings is not None else settings_for_mask(mask))
     refuse_compile_wrapper(target)  # it has a generate() of sorts, but patching it would reach nothing
     if not hasattr(target, "generate") or not hasattr(type(target), "_get_candidate_generator"):
         raise ConfigError(f"{type(target).__name__} is not a transformers generation model (no generate())")

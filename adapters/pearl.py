@@ -81,6 +81,7 @@ from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.sampling import SamplingConfig
 from viasd_adapt.settings import TierSettings
 from viasd_adapt.tiers import CycleResult
+from viasd_adapt.tuning.artifact import settings_for_mask
 
 FRAMEWORK = "pearl"
 
@@ -457,7 +458,7 @@ def pearl_generate(
     """
     prompt = as_prompt_list(prompt_ids, "PEARL")
     check_max_new_tokens(max_new_tokens)
-    settings = check_settings(settings if settings is not None else TierSettings())
+    settings = check_settings(settings if settings is not None else settings_for_mask(mask))
     check_token_ids_in_vocabulary(prompt, target)
     check_fits_context(target, len(prompt), max_new_tokens, extra=settings.gamma)
     routing = resolve_mask(target, mask, settings.mode)

@@ -7,6 +7,8 @@ exists once, and observers see exactly the tokens the metrics count, in the same
 
 from __future__ import annotations
 
+from typing import Callable
+
 from viasd_adapt.cycle import CycleOutcome
 from viasd_adapt.hooks import TierObserver
 from viasd_adapt.metrics import TierMetrics
@@ -14,11 +16,17 @@ from viasd_adapt.tiers import CycleResult, Tier
 
 
 class CycleLedger:
-    """Records the cycles of one generation into ``metrics`` and notifies ``observer``."""
+    """Records the cycles of one generation into ``metrics`` and notifies ``observer``.
 
-    def __init__(self, observer: TierObserver | None = None, metrics: TierMetrics | None = None):
+    ``watchers`` are internal listeners (the drafter-quality monitor) that see each recorded
+    cycle's tiers, after the metrics and before the observer hooks.
+    """
+
+    def __init__(self, observer: TierObserver | None = None, metrics: TierMetrics | None = None,
+                 watchers: tuple[Callable[[list[int]], None], ...] = ()):
         self.observer = observer
         self.metrics = metrics if metrics is not None else TierMetrics()
+        self.watchers = watchers
 
     def record(self, outcome: CycleOutcome, drafted: int, draft_passes: int = 0, resumed_full_passes: int = 0) -> None:
         """One decided cycle: its tokens and tiers, draft accounting, passes and audit.
@@ -34,6 +42,8 @@ class CycleLedger:
         self.metrics.resumed_full_passes += resumed_full_passes
         if outcome.audit is not None:
             self.metrics.record_audit(outcome.audit, offset=first_index)
+        for watcher in self.watchers:
+            watcher([int(t) for t in outcome.result.tiers])
         if self.observer is not None:
             self.observer.cycle(outcome.result, self.metrics, first_index)
 

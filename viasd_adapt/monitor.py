@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 import torch
 
-from viasd_adapt.cycle import CycleOutcome
 from viasd_adapt.hooks import TierObserver
 from viasd_adapt.ledger import CycleLedger
 from viasd_adapt.rules import TierRules, gather_token_probs
@@ -105,7 +104,7 @@ class DrafterQualityMonitor:
     def ledger(self, observer: TierObserver | None) -> CycleLedger:
         """A fresh ledger for a new generation; the evidence starts again from zero."""
         self.evidence, self.warned, self._gate1 = DrafterEvidence(), False, None
-        return _MonitoredLedger(observer, self) if self.active else CycleLedger(observer)
+        return CycleLedger(observer, watchers=(self._committed,) if self.active else ())
 
     def _saw_gate1(self, tokens: torch.Tensor, u: torch.Tensor) -> None:
         self._gate1 = (tokens, u)
@@ -171,18 +170,6 @@ class _WatchedRules:
 
     def escalation_accept_prob(self, tokens, p, q, settings, greedy):
         return self.inner.escalation_accept_prob(tokens, p, q, settings, greedy)
-
-
-class _MonitoredLedger(CycleLedger):
-    """A ledger that also shows each recorded cycle's tier-1 commits to the monitor."""
-
-    def __init__(self, observer: TierObserver | None, monitor: DrafterQualityMonitor):
-        super().__init__(observer)
-        self._monitor = monitor
-
-    def record(self, outcome: CycleOutcome, drafted: int) -> None:
-        super().record(outcome, drafted)
-        self._monitor._committed(outcome.result.tiers)
 
 
 __all__ = ["DrafterEvidence", "DrafterQualityMonitor", "JunkThresholds", "ViasdQualityWarning"]

@@ -33,6 +33,7 @@ from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
 from viasd_adapt.sampling import sample_or_argmax
 from viasd_adapt.settings import Mode, TierSettings
 from viasd_adapt.tiers import verified_cycle
+from viasd_adapt.tuning.artifact import settings_for_mask
 
 
 class RecordingHead:
@@ -223,7 +224,7 @@ def tiered(
     restored when the last open scope closes, also when generation raises; ``reset_tree_mode`` is
     called on the way out so no tree mask is left set on the base model.
     """
-    settings = check_settings(settings if settings is not None else TierSettings())
+    settings = check_settings(settings if settings is not None else settings_for_mask(mask))
     options = as_options(options)
     if not hasattr(ea_model, "ea_layer") or not hasattr(ea_model, "base_model"):
         raise ConfigError(f"expected an eagle EaModel, got {type(ea_model).__name__}")

@@ -121,10 +121,11 @@ def run_demo(
         echo(click_style(f"no mask.json shipped with this pair: using the {FALLBACK_MASK_LABEL}", colour, fg="red"))
     if frameworks is None:
         frameworks = default_frameworks(paths.eagle_head is not None)
-    from viasd_adapt.tuning.artifact import default_settings
+    from viasd_adapt.tuning.artifact import settings_for_mask, tuned_mask_path
 
-    settings = default_settings(paths.mask)
-    pair = load_pair(paths.target, paths.draft, paths.mask, device="auto", eagle_head=paths.eagle_head)
+    mask_path = tuned_mask_path(paths.mask) or paths.mask
+    settings = settings_for_mask(mask_path) if mask_path else TierSettings()
+    pair = load_pair(paths.target, paths.draft, mask_path, device="auto", eagle_head=paths.eagle_head)
     mask = pair.mask
     echo(f"slim verifier skips layers {list(mask.mask.skipped)} of {mask.mask.num_layers} "
          f"(s1 = {mask.mask.first_skipped}; {mask.source})")
@@ -132,7 +133,7 @@ def run_demo(
     echo("")
     echo(click_style(f"small bench: {budget.bench_prompts} held-out prompts x {budget.bench_tokens} tokens x {budget.bench_repeats} repeats", colour))
     data = run_bench_session(
-        paths.target, paths.draft, mask_path=paths.mask, num_prompts=budget.bench_prompts,
+        paths.target, paths.draft, mask_path=mask_path, num_prompts=budget.bench_prompts,
         max_new_tokens=budget.bench_tokens, repeats=budget.bench_repeats, frameworks=frameworks, json_path=json_path,
         plot_path=plot_path, echo=echo, label=f"viasd demo ({paths.name} pair)", pair=pair,
         cost_repeats=budget.cost_repeats, task_prompts=budget.task_prompts,

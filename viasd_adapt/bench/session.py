@@ -130,12 +130,12 @@ def run_bench_session(
     cost_repeats: int = 15,
 ) -> dict[str, Any]:
     """Runs the bench and reports it through ``echo``; returns the JSON document."""
-    from viasd_adapt.tuning.artifact import find_tuned
+    from viasd_adapt.tuning.artifact import find_tuned, settings_for_mask
 
     threads = set_threads()
     quiet_transformers()
     tuned = find_tuned(mask_path)
-    base = tuned.settings if tuned is not None else TierSettings()
+    base = settings_for_mask(mask_path) if mask_path else TierSettings()
     settings = tier_settings_from_options(base, preset, alpha1=alpha1, alpha2=alpha2, lenience=lenience, gamma=gamma)
     sampling = SamplingConfig.from_temperature(temperature)
     config = BenchConfig(frameworks=split_list(frameworks), modes=split_list(modes), max_new_tokens=max_new_tokens,

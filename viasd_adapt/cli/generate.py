@@ -34,9 +34,11 @@ def resolve_paths(framework: str, target: Path | None, draft: Path | None, mask:
         demo = _demo_pair()
         if demo is None:
             raise ViasdError("no --target given and the shipped demo pair is not installed; pass --target and --draft")
+        from viasd_adapt.tuning.artifact import tuned_mask_path
+
         target = demo.target
         draft = draft if draft is not None else demo.draft
-        mask = mask if mask is not None else demo.mask
+        mask = mask if mask is not None else (tuned_mask_path(demo.mask) or demo.mask)
         eagle_head = eagle_head if eagle_head is not None else demo.eagle_head
     if framework not in ("ar", "eagle") and draft is None:
         raise ConfigError(f"--framework {framework} needs --draft")
@@ -45,13 +47,13 @@ def resolve_paths(framework: str, target: Path | None, draft: Path | None, mask:
 
 def build_settings(framework: str, mode: str | None, mask: Path | None, **overrides) -> TierSettings:
     """The tier settings: the tuned choice beside the mask when there is one, then the options."""
-    from viasd_adapt.tuning.artifact import default_settings
+    from viasd_adapt.tuning.artifact import settings_for_mask
 
     if framework == "ar":
         if mode is not None and Mode.parse(mode) is not Mode.NONE:
             raise ConfigError("--framework ar is plain target decoding: it has no tier (use --mode none)")
         mode = "none"
-    base = default_settings(mask)
+    base = settings_for_mask(mask) if mask is not None and Path(mask).is_file() else TierSettings()
     changes = {k: v for k, v in dict(mode=mode, **overrides).items() if v is not None}
     settings = base.with_(**changes)
     if settings.mode.uses_slim and mask is None:

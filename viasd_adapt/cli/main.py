@@ -18,6 +18,7 @@ _SUBCOMMANDS = [
     ("viasd_adapt.cli.search", "search"),
     ("viasd_adapt.cli.generate", "generate"),
     ("viasd_adapt.cli.bench", "bench"),
+    ("viasd_adapt.cli.tune", "tune"),
     ("viasd_adapt.cli.demo", "demo"),
 ]
 

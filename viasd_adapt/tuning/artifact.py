@@ -107,4 +107,35 @@ def default_settings(mask_path: str | os.PathLike | None) -> TierSettings:
     return tuned.settings if tuned is not None else TierSettings()
 
 
-__all__ = ["TUNED_FILENAME", "TunedSettings", "default_settings", "find_tuned", "tuned_path_beside"]
+def tuned_mask_path(mask_path: str | os.PathLike | None) -> Path | None:
+    """The mask the tuned choice was measured with: the tuner may have picked a mask it searched
+    for another skip ratio (saved beside ``mask.json``). None when there is no tuned choice or it
+    needs no mask."""
+    tuned = find_tuned(mask_path)
+    if tuned is None or not tuned.settings.mode.uses_slim:
+        return None
+    name = tuned.report.get("mask_file")
+    if not name:
+        return Path(mask_path)
+    candidate = Path(name)
+    if not candidate.is_absolute():
+        candidate = Path(mask_path).expanduser().parent / candidate
+    return candidate if candidate.is_file() else Path(mask_path)
+
+
+def settings_for_mask(mask) -> TierSettings:
+    """Adapters' ``settings=None``: the tuned settings beside a mask *path* when they were measured
+    with that very mask, else :class:`TierSettings` defaults."""
+    tuned = find_tuned(mask) if isinstance(mask, (str, os.PathLike)) else None
+    if tuned is None:
+        return TierSettings()
+    if tuned.settings.mode.uses_slim and tuned.mask_bits is not None:
+        from viasd_adapt.routing.mask import MaskArtifact
+
+        if MaskArtifact.load(mask).mask.bits() != list(tuned.mask_bits):
+            return TierSettings()
+    return tuned.settings
+
+
+__all__ = ["TUNED_FILENAME", "TunedSettings", "default_settings", "find_tuned", "settings_for_mask", "tuned_mask_path",
+           "tuned_path_beside"]

@@ -1,0 +1,96 @@
+"""``viasd tune``: the fastest setting that meets a fidelity budget, written beside the mask.
+
+Heavy imports happen inside the command so ``viasd --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+def _floats(value: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated numbers, got {value!r}") from None
+
+
+@click.command()
+@click.option("--pair", default=None, help="A pair name or directory (its mask.json is used); or --target/--draft/--mask.")
+@click.option("--target", "target_path", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--draft", "draft_path", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--mask", "mask_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The pair's DIMR mask [default: mask.json beside the target directory].")
+@click.option("--ratios", default="", help="Also search one DIMR mask per skip ratio, e.g. 0.3,0.6 [default: only the pair's mask].")
+@click.option("--search-steps", type=click.IntRange(min=4), default=40, show_default=True, help="DIMR budget per searched mask.")
+@click.option("--alpha1", "alpha1_values", default="0,0.3,0.6,0.9", show_default=True, help="Gate-1 tolerances to sweep.")
+@click.option("--alpha2", "alpha2_values", default="0,0.2,0.5", show_default=True, help="Gate-2 tolerances to sweep.")
+@click.option("--lenience", "lenience_values", default="0.2,0.4,0.6,0.8", show_default=True,
+              help="Tolerances of the lenient baseline to sweep.")
+@click.option("--greedy-gates", default="proposer,top", show_default=True,
+              help="Greedy gate readings to sweep (proposer = the paper's, top = against the verifier's top token).")
+@click.option("--gamma", type=click.IntRange(min=1), default=5, show_default=True, help="Draft block length.")
+@click.option("--max-ll-drop", type=float, default=0.02, show_default=True,
+              help="Fidelity budget: most target log-likelihood drop per token (nats) from the target's own output.")
+@click.option("--max-overrule", type=float, default=None, help="Also cap the overrule rate (share of tokens q would overrule).")
+@click.option("--prompts", "num_prompts", type=click.IntRange(min=1), default=12, show_default=True,
+              help="Calibration prompts (held-out snippets, drawn apart from the bench's).")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=48, show_default=True)
+@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The tuned-settings file [default: tuned.json beside the mask]; an existing file needs --force.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --out.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Frontier PNG [default: <out>-frontier.png].")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Every point as JSON.")
+def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, alpha1_values, alpha2_values, lenience_values,
+         greedy_gates, gamma, max_ll_drop, max_overrule, num_prompts, max_new_tokens, temperature, out_path, force,
+         plot_path, json_path) -> None:
+    """Sweep VIA-SD (alpha1, alpha2, r) and the lenient baseline; write the cheapest setting within a fidelity budget."""
+    import torch
+    from tqdm import tqdm
+
+    from viasd_adapt.bench.session import default_prompts, quiet_transformers
+    from viasd_adapt.errors import ConfigError
+    from viasd_adapt.io import write_json
+    from viasd_adapt.pair import load_pair
+    from viasd_adapt.sampling import SamplingConfig
+    from viasd_adapt.tuning.artifact import TUNED_FILENAME
+    from viasd_adapt.tuning.tune import Budget, TuneGrid, artifact_of, calibration_prompts, describe, plot_frontiers
+    from viasd_adapt.tuning.tune import tune as run_tune
+
+    if pair is not None:
+        if target_path or draft_path:
+            raise ConfigError("give either --pair or --target/--draft, not both")
+        from viasd_adapt.models.registry import resolve_pair
+
+        paths = resolve_pair(pair)
+        target_path, draft_path, mask_path = paths.target, paths.draft, mask_path or paths.mask
+    if target_path is None or draft_path is None:
+        raise ConfigError("give --pair NAME, or --target and --draft")
+    sampling = SamplingConfig.from_temperature(temperature)
+    grid = TuneGrid(_floats(alpha1_values), _floats(alpha2_values), _floats(lenience_values),
+                    tuple(g.strip() for g in greedy_gates.split(",") if g.strip()), gamma)
+    budget = Budget(max_ll_drop, max_overrule)
+    base_dir = Path(mask_path).parent if mask_path else Path(target_path).parent
+    out_path = out_path or base_dir / TUNED_FILENAME
+    plot_path = plot_path or out_path.with_name(out_path.stem + "-frontier.png")
+    if out_path.exists() and not force:
+        raise ConfigError(f"{out_path} already exists; pass --force to overwrite it, or --out another path")
+    torch.set_num_threads(1)
+    quiet_transformers()
+    loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device="cpu")
+    if loaded.mask.is_fallback:
+        click.echo(f"note: no mask.json for this pair; tuning with the {loaded.mask.source}")
+    prompts = calibration_prompts(num_prompts, default_prompts(8))
+    result = run_tune(loaded, prompts, max_new_tokens, grid, budget, _floats(ratios), search_steps, sampling,
+                      save_masks_to=base_dir, progress=lambda m: click.echo(f"  .. {m}"),
+                      bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False))
+    for line in describe(result):
+        click.echo(line)
+    artifact = artifact_of(result, loaded)
+    click.echo(f"wrote {artifact.save(out_path)} ({result.seconds:.0f}s); frontier -> {plot_frontiers(result, plot_path)}")
+    if json_path:
+        click.echo(f"wrote {write_json(json_path, {'points': [p.to_dict() for p in result.points], 'tuned': artifact.to_json()})}")

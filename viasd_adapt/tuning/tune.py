@@ -1,0 +1,372 @@
+"""``viasd tune``: the cheapest setting that meets a fidelity budget, VIA-SD and the baselines alike.
+
+For one pair, every candidate runs the same speculative loop (:mod:`viasd_adapt.engine`, the loop
+the HF adapter's tiered modes run) on calibration prompts kept apart from the bench's:
+
+* untiered lossless SD (mode ``none``) and the lossless cascade (exact by construction);
+* the lenient baseline for each tolerance ``a``;
+* lossy VIA-SD for each routing mask (one DIMR mask per skip ratio r, reused or searched), each
+  ``alpha1`` and ``alpha2``, and each greedy gate reading.
+
+Each candidate gets a **cost**, full-equivalent passes per token (:mod:`viasd_adapt.bench.costs`,
+per-forward costs measured once per mask), and a **fidelity**: the target's log-likelihood drop per
+token from its own greedy output on the same prompts, and the overrule rate (greedy: the share of
+tokens that are not the target's argmax given their prefix, exactly the audit's greedy overrule;
+sampling: the audit run in shadow). The chosen setting is the cheapest within the budget; when
+that is the lenient baseline or plain SD the tuner says so and writes that choice. Both Pareto
+frontiers (cost vs log-likelihood drop) go into one PNG.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from viasd_adapt import frameworks
+from viasd_adapt.advice import DEFAULT_MAX_LL_DROP
+from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent, measure_forward_costs
+from viasd_adapt.bench.fidelity import score_output
+from viasd_adapt.checks import check_real
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.io import save_figure
+from viasd_adapt.metrics import TierMetrics
+from viasd_adapt.pair import LoadedPair, MaskInfo, RunRequest
+from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint
+from viasd_adapt.routing.slim import SlimVerifier
+from viasd_adapt.sampling import SamplingConfig
+from viasd_adapt.settings import Mode, TierSettings
+from viasd_adapt.tuning.artifact import TunedSettings
+
+TUNE_PROMPT_SEED = 2  # the bench draws with seed 0, the next-line task with seed 1
+
+
+@dataclass(frozen=True)
+class TuneGrid:
+    """What the tuner sweeps."""
+
+    alpha1: tuple[float, ...] = (0.0, 0.3, 0.6, 0.9)
+    alpha2: tuple[float, ...] = (0.0, 0.2, 0.5)
+    lenience: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)
+    greedy_gates: tuple[str, ...] = ("proposer", "top")
+    gamma: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("alpha1", "alpha2", "lenience"):
+            values = getattr(self, name)
+            if not values:
+                raise ConfigError(f"the tuning grid needs at least one {name} value")
+            for value in values:
+                check_real(name, value, low=0.0, high=1.0, high_open=True)
+        for gate in self.greedy_gates:
+            TierSettings(greedy_gates=gate)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The fidelity budget: a setting qualifies when it stays within both bounds."""
+
+    max_ll_drop: float = DEFAULT_MAX_LL_DROP
+    max_overrule: float | None = None
+
+    def __post_init__(self) -> None:
+        check_real("max_ll_drop", self.max_ll_drop, low=0.0)
+        if self.max_overrule is not None:
+            check_real("max_overrule", self.max_overrule, low=0.0, high=1.0)
+
+    def admits(self, point: "Point") -> bool:
+        if point.exact:
+            return True
+        if point.ll_drop > self.max_ll_drop:
+            return False
+        return self.max_overrule is None or (point.overrule is not None and point.overrule <= self.max_overrule)
+
+
+@dataclass
+class Point:
+    """One measured candidate."""
+
+    family: str  # "sd", "lossless", "lenient" or "viasd"
+    settings: TierSettings
+    mask: str | None  # the mask's source, for tier modes
+    full_equivalent: float
+    ll_drop: float
+    overrule: float | None
+    tokens: int
+    metrics: dict = field(default_factory=dict)
+
+    @property
+    def exact(self) -> bool:
+        return self.settings.mode.is_exact
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["settings"] = self.settings.to_dict()
+        return data
+
+
+@dataclass
+class TuneResult:
+    points: list[Point]
+    chosen: Point
+    budget: Budget
+    costs: dict[str, dict]
+    masks: dict[str, dict]
+    seconds: float
+
+    def best(self, family: str) -> Point | None:
+        within = [p for p in self.points if p.family == family and self.budget.admits(p)]
+        return min(within, key=lambda p: p.full_equivalent) if within else None
+
+
+def calibration_prompts(n: int, bench_prompts: list[str] | None = None) -> list[str]:
+    """Held-out snippets drawn apart from the bench's (a different seed; any overlap dropped)."""
+    from viasd_adapt.models.corpus import heldout_prompts
+
+    excluded = set(bench_prompts or [])
+    prompts = [p for p in heldout_prompts(n + len(excluded), seed=TUNE_PROMPT_SEED) if p not in excluded]
+    return prompts[:n]
+
+
+def _masks_for_ratios(pair: LoadedPair, ratios: tuple[float, ...], search_steps: int, save_dir: Path | None,
+                      say: Callable[[str], None]) -> dict[str, RoutingMask]:
+    """The pair's own mask, plus one DIMR mask per ratio it does not already cover."""
+    from viasd_adapt.routing.layers import find_decoder_stack
+    from viasd_adapt.routing.mask import skip_count
+
+    masks: dict[str, RoutingMask] = {}
+    if pair.mask is not None:
+        masks[pair.mask.source] = pair.mask.mask
+    num_layers = find_decoder_stack(pair.target).num_layers
+    have = {mask.num_skipped for mask in masks.values()}
+    for ratio in ratios:
+        k = skip_count(num_layers, ratio)
+        if k in have:
+            continue
+        have.add(k)
+        say(f"searching a DIMR mask for r = {ratio} ({k} of {num_layers} layers skipped, {search_steps} steps)")
+        artifact = _search(pair, ratio, search_steps)
+        name = f"DIMR r={ratio}"
+        if save_dir is not None:
+            path = artifact.save(save_dir / f"mask-r{ratio:.2f}.json")
+            name = str(path)
+        masks[name] = artifact.mask
+    return masks
+
+
+def _search(pair: LoadedPair, ratio: float, steps: int) -> MaskArtifact:
+    from viasd_adapt.search.calibration import default_prompts, encode_prompts
+    from viasd_adapt.search.dimr import SearchSettings
+    from viasd_adapt.search.pipeline import search_mask
+
+    calib, _ = default_prompts(8, 0, seed=0)
+    settings = SearchSettings(steps=steps, bo_every=5, patience=max(10, steps // 3), seed=0)
+    return search_mask(pair.target, pair.draft, encode_prompts(pair.tokenizer, calib), ratio=ratio, settings=settings,
+                       new_tokens=32).artifact
+
+
+def _candidates(masks: dict[str, RoutingMask], grid: TuneGrid, base: TierSettings, greedy: bool):
+    """(family, settings, mask name) for every candidate of the sweep."""
+    yield "sd", base.with_(mode=Mode.NONE), None
+    for a in grid.lenience:
+        yield "lenient", base.with_(mode=Mode.LENIENT, lenience=a), None
+    gates = grid.greedy_gates if greedy else ("proposer",)
+    for name, mask in masks.items():
+        yield "lossless", base.with_(mode=Mode.LOSSLESS, ratio=mask.ratio), name
+        for a1, a2, gate in itertools.product(grid.alpha1, grid.alpha2, gates):
+            yield "viasd", base.with_(mode=Mode.LOSSY, alpha1=a1, alpha2=a2, greedy_gates=gate, ratio=mask.ratio), name
+
+
+def tune(
+    pair: LoadedPair,
+    prompts: list[str],
+    max_new_tokens: int = 48,
+    grid: TuneGrid = TuneGrid(),
+    budget: Budget = Budget(),
+    ratios: tuple[float, ...] = (),
+    search_steps: int = 40,
+    sampling: SamplingConfig = SamplingConfig(),
+    save_masks_to: Path | None = None,
+    seed: int = 0,
+    cost_repeats: int = 9,
+    progress: Callable[[str], None] | None = None,
+    bar: Callable[[int], object] | None = None,
+) -> TuneResult:
+    """Measures every candidate and chooses the cheapest within ``budget`` (module docstring)."""
+    say = progress or (lambda message: None)
+    started = time.perf_counter()
+    if not prompts:
+        raise ConfigError("tuning needs at least one calibration prompt")
+    prompt_ids = [list(pair.tokenizer(p).input_ids) for p in prompts]
+    masks = _masks_for_ratios(pair, ratios, search_steps, save_masks_to, say)
+    original_mask = pair.mask
+    try:
+        return _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, seed, cost_repeats, say, bar,
+                        started)
+    finally:
+        pair.mask = original_mask
+
+
+def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, seed, cost_repeats, say, bar, started):
+    base = TierSettings(gamma=grid.gamma)
+
+    def run(settings: TierSettings, mask_name: str | None, mode: str | None = None) -> tuple[list[list[int]], TierMetrics]:
+        pair.mask = MaskInfo(masks[mask_name], mask_name, False) if mask_name else pair.mask
+        merged, outputs = TierMetrics(), []
+        for index, ids in enumerate(prompt_ids):
+            request = RunRequest((mode or settings.mode.value), ids, max_new_tokens, settings, sampling, seed + index,
+                                 stop_at_eos=False)
+            out = frameworks.run("engine", pair, request)
+            outputs.append(out.tokens)
+            merged = merged.merge(out.metrics)
+        return outputs, merged
+
+    say(f"reference: the target's greedy output on {len(prompt_ids)} calibration prompts x {max_new_tokens} tokens")
+    reference_ll = 0.0
+    reference_tokens = 0
+    for index, ids in enumerate(prompt_ids):
+        ref = frameworks.run("ar", pair, RunRequest("none", ids, max_new_tokens, base, SamplingConfig(), seed + index,
+                                                    stop_at_eos=False))
+        score = score_output(pair.target, ids, ref.tokens)
+        reference_ll += score.log_likelihood
+        reference_tokens += score.tokens
+    reference_ll /= max(1, reference_tokens)
+
+    say("timing single forwards per mask")
+    costs: dict[str | None, ForwardCosts] = {}
+    context = prompt_ids[0][:64] + list(range(1, 33))
+    costs[None] = measure_forward_costs(pair.target, pair.draft, None, context, grid.gamma, cost_repeats)
+    for name, mask in masks.items():
+        costs[name] = measure_forward_costs(pair.target, pair.draft, SlimVerifier(pair.target, mask), context, grid.gamma,
+                                            cost_repeats)
+    candidates = list(_candidates(masks, grid, base, sampling.greedy))
+    ticker = bar(len(candidates)) if bar is not None else None
+    points: list[Point] = []
+    for family, settings, mask_name in candidates:
+        outputs, metrics = run(settings, mask_name)
+        ll, matches, tokens = 0.0, 0, 0
+        for ids, out in zip(prompt_ids, outputs):
+            score = score_output(pair.target, ids, out)
+            ll, matches, tokens = ll + score.log_likelihood, matches + score.argmax_matches, tokens + score.tokens
+        if sampling.greedy or settings.mode.is_exact:
+            overrule = 0.0 if settings.mode.is_exact else 1.0 - matches / max(1, tokens)
+        elif settings.mode is Mode.LENIENT:
+            overrule = metrics.overrule_rate
+        else:
+            overrule = run(settings.with_(mode=Mode.AUDIT), mask_name)[1].overrule_rate
+        feq = full_equivalent(costs[mask_name], PassCounts.of_metrics(metrics, metrics.committed))
+        points.append(Point(family, settings, mask_name, feq, reference_ll - ll / max(1, tokens), overrule, tokens,
+                            {"rejection_rate": metrics.rejection_rate, "mean_accepted_length": metrics.mean_accepted_length,
+                             "slim_tokens": metrics.slim_tokens, "escalated_cycles": metrics.escalated_cycles,
+                             "cycles": metrics.cycles}))
+        if ticker is not None:
+            ticker.update(1)
+    if ticker is not None:
+        ticker.close()
+    within = [p for p in points if budget.admits(p)]
+    chosen = min(within, key=lambda p: (p.full_equivalent, not p.exact))
+    return TuneResult(points, chosen, budget,
+                      {str(k): v.to_dict() for k, v in costs.items()},
+                      {name: {"bits": m.bits(), "skipped": list(m.skipped), "s1": m.first_skipped} for name, m in masks.items()},
+                      time.perf_counter() - started)
+
+
+def pareto(points: list[Point]) -> list[Point]:
+    """The points no other point beats on both cost and log-likelihood drop, by cost."""
+    front, best_drop = [], float("inf")
+    for point in sorted(points, key=lambda p: (p.full_equivalent, p.ll_drop)):
+        if point.ll_drop < best_drop:
+            front.append(point)
+            best_drop = point.ll_drop
+    return front
+
+
+def artifact_of(result: TuneResult, pair: LoadedPair, masks_dir: Path | None = None) -> TunedSettings:
+    """The tuned-settings artifact of a result (the chosen point, its evidence, the target's fingerprint)."""
+    chosen = result.chosen
+    mask_bits = result.masks[chosen.mask]["bits"] if chosen.mask else None
+    best = {family: (p.to_dict() if p else None) for family in ("sd", "lossless", "lenient", "viasd")
+            for p in [result.best(family)]}
+    return TunedSettings(
+        settings=chosen.settings,
+        choice=chosen.family,
+        mask_bits=mask_bits,
+        fingerprint=model_fingerprint(pair.target),
+        budget=asdict(result.budget),
+        measured=chosen.to_dict(),
+        report={"best_within_budget": best, "costs": result.costs, "masks": result.masks, "seconds": round(result.seconds, 1),
+                "mask_file": Path(chosen.mask).name if chosen.mask and Path(chosen.mask).is_file() else None,
+                "points": len(result.points)},
+    )
+
+
+def describe(result: TuneResult) -> list[str]:
+    """The tuner's verdict in sentences."""
+    lines = []
+    best = {family: result.best(family) for family in ("sd", "lossless", "lenient", "viasd")}
+    for family, point in best.items():
+        if point is None:
+            lines.append(f"{family}: no setting within the budget")
+            continue
+        lines.append(f"{family}: best within budget {point.full_equivalent:.3f} full-equivalent passes/token "
+                     f"(LL drop {point.ll_drop:+.3f}, overrule {point.overrule if point.overrule is not None else float('nan'):.3f}) "
+                     f"with {_short(point.settings)}" + (f", mask {point.mask}" if point.mask else ""))
+    chosen = result.chosen
+    viasd, lenient = best["viasd"], best["lenient"]
+    if chosen.family == "viasd":
+        gain = 1 - viasd.full_equivalent / lenient.full_equivalent if lenient else None
+        lines.append("VERDICT: the slim tier pays on this pair: VIA-SD lossy is the cheapest setting within the budget"
+                     + (f", {gain:.0%} fewer full-equivalent passes than the best lenient point" if gain is not None else ""))
+    else:
+        lines.append(f"VERDICT: the slim tier does not pay on this pair at this budget; the cheapest setting is "
+                     f"{chosen.family} ({_short(chosen.settings)}), and that is what is written")
+    return lines
+
+
+def _short(settings: TierSettings) -> str:
+    mode = settings.mode
+    if mode is Mode.LENIENT:
+        return f"lenient a={settings.lenience}"
+    if mode is Mode.LOSSY:
+        return f"lossy alpha1={settings.alpha1} alpha2={settings.alpha2} gates={settings.greedy_gates}"
+    return mode.value
+
+
+def plot_frontiers(result: TuneResult, path: str | Path, title: str = "") -> Path:
+    """Both Pareto frontiers (VIA-SD lossy and the lenient baseline) with every point and the budget."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    styles = {"viasd": ("#d62728", "VIA-SD lossy"), "lenient": ("#ff7f0e", "lenient baseline"),
+              "sd": ("#1f77b4", "untiered SD"), "lossless": ("#2ca02c", "lossless cascade")}
+    for family, (colour, label) in styles.items():
+        members = [p for p in result.points if p.family == family]
+        if not members:
+            continue
+        ax.scatter([p.full_equivalent for p in members], [p.ll_drop for p in members], color=colour, alpha=0.35, s=18)
+        front = pareto(members)
+        ax.plot([p.full_equivalent for p in front], [p.ll_drop for p in front], "-o", color=colour, label=label, markersize=4)
+    ax.axhline(result.budget.max_ll_drop, color="black", linestyle="--", linewidth=0.8, label="fidelity budget")
+    ax.scatter([result.chosen.full_equivalent], [result.chosen.ll_drop], marker="*", s=250, color="gold",
+               edgecolor="black", zorder=5, label=f"chosen: {result.chosen.family}")
+    ax.set_xlabel("full-equivalent passes per token (lower is cheaper)")
+    ax.set_ylabel("target log-likelihood drop per token (lower is more faithful)")
+    ax.set_title(title or "viasd tune: cost vs fidelity", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    try:
+        return save_figure(fig, path)
+    finally:
+        plt.close(fig)
+
+
+__all__ = ["Budget", "Point", "TUNE_PROMPT_SEED", "TuneGrid", "TuneResult", "artifact_of", "calibration_prompts",
+           "describe", "pareto", "plot_frontiers", "tune"]
