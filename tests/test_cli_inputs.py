@@ -25,8 +25,6 @@ def test_non_finite_numbers_are_refused(option, name, value):
     assert name in line and value in line
 
 
-@pytest.mark.xfail(strict=True, reason="needs the lead's one-line edit in cli/generate.py (see the reliab report): "
-                   "--temperature nan and negative temperatures currently run greedy, silently")
 @pytest.mark.parametrize("value", ["nan", "-1"])
 def test_bad_temperature_is_refused(value):
     line = _one_line_error(CliRunner().invoke(cli, [*GENERATE, "--temperature", value]))

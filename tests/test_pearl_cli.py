@@ -49,7 +49,7 @@ def test_pearl_runs_from_the_command_line(pair_dir, tmp_path, mode):
     assert m["draft_tokens"] + m["slim_tokens"] + m["full_tokens"] == m["committed"]
     assert (m["slim_passes"] > 0) == (mode != "none")
     assert (m["overrule_rate"] is not None) == (mode == "audit")
-    assert "PEARL:" in output and "pre-verify" in output
+    assert "note: PEARL (" in output and "pre-verify" in output
 
 
 def test_pearl_cli_greedy_matches_ar_and_sampling_runs(pair_dir, tmp_path):

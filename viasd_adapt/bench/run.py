@@ -40,6 +40,9 @@ from viasd_adapt.settings import Mode, TierSettings
 AR = "ar"
 TIER_MODES = frameworks.TIER_MODES
 DEFAULT_MODES = ("none", "lenient", "lossless", "lossy", "audit")
+# The next-line task keeps the last this-many tokens of each prefix: enough code context, and
+# room for EAGLE's tree in small models' position tables.
+TASK_CONTEXT_TOKENS = 192
 
 ROW_FIELDS = (
     "framework", "mode", "rejection_rate", "mean_accepted_length", "full_passes_per_token", "resumed_passes_per_token",
@@ -249,7 +252,7 @@ def _task_scores(pair, rows, task, config, generate, say) -> dict[tuple[str, str
             continue
         hits = 0
         for index, (prefix, line) in enumerate(task):
-            ids = list(pair.tokenizer(prefix).input_ids)
+            ids = list(pair.tokenizer(prefix).input_ids)[-TASK_CONTEXT_TOKENS:]
             hits += next_line_match(pair.tokenizer, generate(row, ids, config.task_tokens, config.seed + index).tokens, line)
         scores[row.key] = hits / len(task)
     return scores
