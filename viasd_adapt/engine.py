@@ -27,7 +27,7 @@ from viasd_adapt.errors import ConfigError
 from viasd_adapt.hooks import HookRules, TierObserver, make_plugin_manager
 from viasd_adapt.ledger import CycleLedger
 from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.routing.shared import make_target_runners
+from viasd_adapt.routing.shared import TargetRunners, make_target_runners
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.runner import CachedRunner
 from viasd_adapt.sampling import SamplingConfig, Warper, as_warper, sample_or_argmax
@@ -76,6 +76,8 @@ class TieredVerifier:
             after a fully committed block (PEARL), see :class:`~viasd_adapt.cycle.CyclePolicy`.
         share_prefix: let q resume from the slim verifier's hidden states at its first skipped
             layer (:mod:`viasd_adapt.routing.shared`); off gives every model its own cache.
+        runners: the target's runners, when the caller builds them (encoder-decoder targets:
+            :class:`viasd_adapt.seq2seq.Seq2SeqTargetRunners`); None builds the decoder-only ones.
     """
 
     target: nn.Module
@@ -86,6 +88,7 @@ class TieredVerifier:
     framework: str = "hf"
     bonus_after_block: bool = True
     share_prefix: bool = True
+    runners: TargetRunners | None = None
     ledger: CycleLedger = field(init=False)
 
     def __post_init__(self) -> None:
@@ -96,7 +99,8 @@ class TieredVerifier:
         self.plugin_manager = self.plugin_manager or make_plugin_manager()
         self.observer = TierObserver(self.plugin_manager, self.framework, mode.value)
         self.policy = CyclePolicy(self.settings, self.warper.greedy, HookRules(self.plugin_manager), self.bonus_after_block)
-        self.runners = make_target_runners(self.target, self.slim if mode.uses_slim else None, self.share_prefix)
+        if self.runners is None:
+            self.runners = make_target_runners(self.target, self.slim if mode.uses_slim else None, self.share_prefix)
         self.ledger = CycleLedger(self.observer)
 
     @property
