@@ -24,6 +24,10 @@ Seams (verified on transformers 5.24):
   touches the assistant's generation config (the heuristic draft-length schedule of stock
   assisted decoding keeps its state: a tiered call leaves nothing behind that changes later calls).
 
+Encoder-decoder targets (T5, BART, mBART, Marian, Whisper) take the same paths; their tiered rows
+reuse the target's encoder output and run the engine over the decoder ids
+(:mod:`viasd_adapt.adapters.hf_seq2seq`, :mod:`viasd_adapt.seq2seq`).
+
 KV caches: the target's runners (:mod:`viasd_adapt.routing.shared`) are built per ``generate``
 call. With a mask whose first skipped layer s1 > 0 the slim and full verifiers share the cache
 and the residual stream of layers below s1, and q's passes over tokens u already saw start at s1.
@@ -445,7 +449,8 @@ class _OwnLoop:
     generation_config=, **model_kwargs)`` after preparing all of those; the drafter and streamer,
     which 5.24 does not forward to a callable, are closed over. The prepared logits processors are
     applied to p, u and q row by row with each row's prefix (:class:`ProcessorWarper`), as the stock
-    loop applies them to q.
+    loop applies them to q. For an encoder-decoder target ``input_ids`` are the decoder ids and
+    ``inputs_tensor`` the source; its rows are built by :class:`viasd_adapt.adapters.hf_seq2seq.Seq2SeqRows`.
     """
 
     def __init__(self, session: TierSession, assistant: nn.Module, streamer):

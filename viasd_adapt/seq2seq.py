@@ -36,7 +36,7 @@ import pluggy
 import torch
 from torch import nn
 
-from viasd_adapt.checks import check_drafter_reads_source, check_max_new_tokens, check_prompt_ids
+from viasd_adapt.checks import check_drafter_reads_source, check_encoder_source, check_max_new_tokens, check_prompt_ids
 from viasd_adapt.engine import GenerationOutput, ModelDrafter, TieredVerifier, speculative_generate
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.routing.encdec import (
@@ -266,6 +266,7 @@ def seq2seq_generate(
             checkpoints want their task/language tokens here).
     """
     check_max_new_tokens(max_new_tokens)
+    check_encoder_source(source)
     check_drafter_reads_source(target, drafter)
     prompt = check_prompt_ids(decoder_prompt if decoder_prompt is not None else default_decoder_prompt(target))
     check_fits_decoder(target, len(prompt), max_new_tokens, extra=settings.gamma)
@@ -288,15 +289,15 @@ def load_input_features(path) -> torch.Tensor:
     path = Path(path).expanduser()
     if not path.is_file():
         raise ViasdError(f"input features file not found: {path}")
+    if path.suffix not in (".npy", ".pt", ".pth"):
+        raise ConfigError(f"input features must be a .npy or .pt file, got {path.name}")
     try:
         if path.suffix == ".npy":
             import numpy as np
 
             features = torch.from_numpy(np.load(path, allow_pickle=False))
-        elif path.suffix in (".pt", ".pth"):
-            features = torch.load(path, map_location="cpu", weights_only=True)
         else:
-            raise ConfigError(f"input features must be a .npy or .pt file, got {path.name}")
+            features = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, ValueError, RuntimeError) as err:
         raise ViasdError(f"cannot read input features from {path}: {str(err).splitlines()[0]}") from None
     if not isinstance(features, torch.Tensor) or features.dim() not in (2, 3) or not features.is_floating_point():

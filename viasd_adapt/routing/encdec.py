@@ -139,8 +139,11 @@ class EncoderContext:
     def encode(cls, model: nn.Module, inputs: torch.Tensor, attention_mask: torch.Tensor | None = None) -> "EncoderContext":
         """Runs ``model``'s encoder once on one source: token ids ``(1, S)`` for text models, input
         features ``(1, mel, frames)`` for Whisper (``model.main_input_name`` says which)."""
+        from viasd_adapt.checks import check_encoder_source
+
         if not is_encoder_decoder(model) or not hasattr(model, "get_encoder"):
             raise ConfigError(f"{type(model).__name__} has no encoder to run")
+        check_encoder_source(inputs)
         name = getattr(model, "main_input_name", "input_ids")
         kwargs = {name: inputs}
         if attention_mask is not None:
