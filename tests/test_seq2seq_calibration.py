@@ -136,3 +136,13 @@ def test_calibration_refuses_bad_inputs():
         build_seq2seq_windows(target, [[500]])
     with pytest.raises(Exception, match="cannot read the source"):
         build_seq2seq_calibration(target, tiny_model("llama", vocab_size=96), sources)
+
+
+def test_rouge_l_from_rouge_score():
+    pytest.importorskip("rouge_score")
+    from viasd_adapt.text_scores import rouge_l_f1
+
+    # LCS("a b c d", "a c d") = 3: precision 1, recall 3/4, F1 6/7
+    assert rouge_l_f1(["a b c d", "x"], ["a c d", "x"]) == pytest.approx((6 / 7 + 1.0) / 2)
+    with pytest.raises(ConfigError, match="2 predictions for 1 references"):
+        rouge_l_f1(["a"], ["a", "b"])
