@@ -291,9 +291,10 @@ def build(args) -> None:
         "build_seconds": round(time.perf_counter() - started, 1),
         "torch_threads": torch.get_num_threads(),
     }
+    for name, model in (("target", target), ("draft", draft)):  # loadable as a pair by `viasd generate`
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
     tokenizer.save_pretrained(root / "tokenizer")
-    target.save_pretrained(root / "target")
-    draft.save_pretrained(root / "draft")
     write_json(root / "data.json", {"train": [e.__dict__ for e in train_examples],
                                     "heldout": [e.__dict__ for e in heldout_examples]})
     write_json(root / "build.json", report)

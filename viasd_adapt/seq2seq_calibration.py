@@ -131,6 +131,12 @@ class Seq2SeqWindows:
         """tau: the number of scored positions."""
         return int(self.scored.sum())
 
+    @property
+    def input_ids(self) -> torch.Tensor:
+        """The decoder windows, under the name :class:`~viasd_adapt.search.calibration.TokenWindows`
+        uses, so reports that count or measure windows read both kinds alike."""
+        return self.decoder_ids
+
     def _encoder_outputs(self, model: nn.Module, start: int, batch_size: int):
         """The encoder output of rows ``start..start+batch_size`` for ``model``'s encoder, computed
         once per encoder module (q and its slim views share one)."""
