@@ -191,7 +191,8 @@ def patch(
     """Adds the slim tier to ``target.generate(..., assistant_model=...)`` for the calling thread.
 
     Args:
-        target: the full verifier q (a transformers causal LM).
+        target: the full verifier q (a transformers causal LM, or an encoder-decoder model: T5, BART,
+            mBART, Marian, Whisper).
         mask: the routing mask of the slim verifier: a :class:`RoutingMask`, a
             :class:`MaskArtifact`, or the path of a ``mask.json`` (checked against ``target``'s
             fingerprint). Not needed for ``mode="none"``.

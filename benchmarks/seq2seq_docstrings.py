@@ -36,7 +36,6 @@ import ast
 import json
 import math
 import random
-import sys
 import textwrap
 import time
 from dataclasses import dataclass
