@@ -24,6 +24,10 @@ Seams (verified on transformers 5.24):
   touches the assistant's generation config (the heuristic draft-length schedule of stock
   assisted decoding keeps its state: a tiered call leaves nothing behind that changes later calls).
 
+Encoder-decoder targets (T5, BART, mBART, Marian, Whisper) take the same paths; their tiered rows
+reuse the target's encoder output and run the engine over the decoder ids
+(:mod:`viasd_adapt.adapters.hf_seq2seq`, :mod:`viasd_adapt.seq2seq`).
+
 KV caches: the target's runners (:mod:`viasd_adapt.routing.shared`) are built per ``generate``
 call. With a mask whose first skipped layer s1 > 0 the slim and full verifiers share the cache
 and the residual stream of layers below s1, and q's passes over tokens u already saw start at s1.
@@ -62,6 +66,7 @@ import torch
 from torch import nn
 
 from viasd_adapt.checks import (
+    check_drafter_reads_source,
     check_fits_context,
     check_max_new_tokens,
     check_same_tokenizer,
@@ -75,7 +80,7 @@ from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.hooks import TierObserver, make_plugin_manager
 from viasd_adapt.ledger import CycleLedger
 from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.routing.layers import find_decoder_stack, refuse_compile_wrapper
+from viasd_adapt.routing.layers import find_decoder_stack, is_encoder_decoder, refuse_compile_wrapper
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.sampling import ProcessorWarper
@@ -203,7 +208,8 @@ def patch(
     """Adds the slim tier to ``target.generate(..., assistant_model=...)`` for the calling thread.
 
     Args:
-        target: the full verifier q (a transformers causal LM).
+        target: the full verifier q (a transformers causal LM, or an encoder-decoder model: T5, BART,
+            mBART, Marian, Whisper).
         mask: the routing mask of the slim verifier: a :class:`RoutingMask`, a
             :class:`MaskArtifact`, or the path of a ``mask.json`` (checked against ``target``'s
             fingerprint). Not needed for ``mode="none"``.
@@ -318,6 +324,7 @@ def _check_budget(target: nn.Module, call: dict) -> None:
 
 def _check_pair(session: TierSession, target: nn.Module, assistant: nn.Module, call: dict) -> None:
     check_same_vocabulary(target, assistant, role="assistant")
+    check_drafter_reads_source(target, assistant, role="assistant")
     check_same_tokenizer(call.get("tokenizer", session.tokenizer), call.get("assistant_tokenizer", session.assistant_tokenizer),
                          role="assistant")
 
@@ -415,7 +422,12 @@ def _tiered_generate(session: TierSession, original, args: tuple, kwargs: dict):
     reason = _fallback_reason(target, call)
     if reason is not None:
         return _fall_back(session, reason, lambda: original(**call))
-    _check_prompt(call)
+    if is_encoder_decoder(target):  # a source and a decoder prompt instead of one prompt
+        from viasd_adapt.adapters.hf_seq2seq import prepare_seq2seq_call
+
+        prepare_seq2seq_call(target, call)
+    else:
+        _check_prompt(call)
     _check_budget(target, call)
     _check_cache_options(target, call)
     _check_pair(session, target, call["assistant_model"], call)
@@ -495,23 +507,35 @@ class _OwnLoop:
     generation_config=, **model_kwargs)`` after preparing all of those; the drafter and streamer,
     which 5.24 does not forward to a callable, are closed over. The prepared logits processors are
     applied to p, u and q row by row with each row's prefix (:class:`ProcessorWarper`), as the stock
-    loop applies them to q.
+    loop applies them to q. For an encoder-decoder target ``input_ids`` are the decoder ids and
+    ``inputs_tensor`` the source; its rows are built by :class:`viasd_adapt.adapters.hf_seq2seq.Seq2SeqRows`.
     """
 
     def __init__(self, session: TierSession, assistant: nn.Module, streamer):
         self.session, self.assistant, self.streamer = session, assistant, streamer
         self.metrics: TierMetrics | None = None
 
-    def __call__(self, model, input_ids, logits_processor=None, stopping_criteria=None, generation_config=None, **model_kwargs):
+    def __call__(self, model, input_ids, logits_processor=None, stopping_criteria=None, generation_config=None,
+                 inputs_tensor=None, **model_kwargs):
         config = generation_config
         max_new = check_max_new_tokens(int(config.max_length) - input_ids.shape[1])
         warper = ProcessorWarper(logits_processor, greedy=not bool(getattr(config, "do_sample", False)))
-        attention = model_kwargs.get("attention_mask")
+        if is_encoder_decoder(model):  # input_ids are decoder ids; each row also reads its source
+            from viasd_adapt.adapters.hf_seq2seq import Seq2SeqRows
+
+            generate_row = Seq2SeqRows(self, model, input_ids, inputs_tensor, model_kwargs, max_new, warper,
+                                       stopping_criteria, config)
+        else:
+            attention = model_kwargs.get("attention_mask")
+
+            def generate_row(b: int):
+                row = input_ids[b] if attention is None else input_ids[b][attention[b].bool()]
+                return self._generate_row(model, row, max_new, stopping_criteria, config, warper)
+
         rows = []
         try:
             for b in range(input_ids.shape[0]):
-                row = input_ids[b] if attention is None else input_ids[b][attention[b].bool()]
-                rows.append(self._generate_row(model, row, max_new, stopping_criteria, config, warper))
+                rows.append(generate_row(b))
         finally:
             if self.streamer is not None:
                 self.streamer.end()
@@ -521,9 +545,10 @@ class _OwnLoop:
         self.metrics = metrics
         sequences = _pad_right(input_ids, [r.tokens for r in rows], _pad_id(config))
         if config.return_dict_in_generate:
-            from transformers.generation.utils import GenerateDecoderOnlyOutput
+            from transformers.generation.utils import GenerateDecoderOnlyOutput, GenerateEncoderDecoderOutput
 
-            output = GenerateDecoderOnlyOutput(sequences=sequences)
+            output_class = GenerateEncoderDecoderOutput if is_encoder_decoder(model) else GenerateDecoderOnlyOutput
+            output = output_class(sequences=sequences)
             output.viasd_row_metrics = [r.metrics for r in rows]
             return output
         return sequences
@@ -535,6 +560,10 @@ class _OwnLoop:
         verifier = TieredVerifier(model, session.settings, warper, session.slim, session.plugin_manager,
                                   framework=FRAMEWORK, share_prefix=session.share_prefix)
         drafter = ModelDrafter(self.assistant, warper)
+        return self.run_row(verifier, drafter, prompt_ids, max_new, stopping_criteria, config)
+
+    def run_row(self, verifier, drafter, prompt_ids: torch.Tensor, max_new: int, stopping_criteria, config):
+        """The engine loop for one row, with the call's stopping criteria, EOS ids and streamer."""
         device = prompt_ids.device
 
         def should_stop(ids: list[int]) -> bool:

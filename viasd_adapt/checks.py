@@ -145,6 +145,55 @@ def check_fits_context(model: nn.Module, prompt_length: int, max_new_tokens: int
         )
 
 
+def check_drafter_reads_source(target: nn.Module, drafter: nn.Module, role: str = "drafter") -> None:
+    """An encoder-decoder target's drafter must see the source too, and a decoder-only target's
+    drafter must not need one.
+
+    Accepted for an encoder-decoder target: an encoder-decoder drafter (its own encoder), or a
+    decoder whose forward reads ``encoder_outputs`` (distil-Whisper's ``WhisperForCausalLM``),
+    which then reads the target's encoder output and must have the target's hidden size.
+    """
+    from viasd_adapt.routing.encdec import TARGET_ENCODER_OUTPUT, source_reader
+    from viasd_adapt.routing.layers import is_encoder_decoder
+
+    if not is_encoder_decoder(target):
+        if is_encoder_decoder(drafter):
+            raise ModelMismatchError(
+                f"the {role} {type(drafter).__name__} is an encoder-decoder model but the target {type(target).__name__} "
+                "is decoder-only: there is no source for its encoder"
+            )
+        return
+    reader = source_reader(drafter)
+    if reader is None:
+        raise ModelMismatchError(
+            f"the {role} {type(drafter).__name__} is a decoder-only model that cannot read the source of the "
+            f"encoder-decoder target {type(target).__name__}; use an encoder-decoder {role}, or a decoder that reads "
+            "encoder_outputs (e.g. WhisperForCausalLM)"
+        )
+    if reader == TARGET_ENCODER_OUTPUT:
+        width = getattr(target.config, "d_model", getattr(target.config, "hidden_size", None))
+        own = getattr(drafter.config, "d_model", getattr(drafter.config, "hidden_size", None))
+        if width is not None and own is not None and width != own:
+            raise ModelMismatchError(
+                f"the {role} {type(drafter).__name__} reads the target's encoder output ({width} wide) but its own "
+                f"width is {own}"
+            )
+
+
+def check_encoder_source(source: Any, what: str = "source") -> torch.Tensor:
+    """The encoder input of an encoder-decoder model: present, a tensor, and not empty."""
+    if source is None:
+        raise ConfigError(
+            f"the {what} is missing: an encoder-decoder model needs encoder inputs (input_ids for text models, "
+            "input_features for Whisper, or encoder_outputs)"
+        )
+    if not isinstance(source, torch.Tensor):
+        raise ConfigError(f"the {what} must be a tensor, got {type(source).__name__}")
+    if source.dim() < 2 or source.shape[0] < 1 or source.shape[-1] == 0:
+        raise ConfigError(f"the {what} is empty (shape {tuple(source.shape)}): at least one position is needed")
+    return source
+
+
 def eos_ids(value: int | Iterable[int] | torch.Tensor | None) -> list[int]:
     """EOS ids from an int, a list, a tensor or None (a string is refused: "12" is not [1, 2])."""
     if value is None:
@@ -184,6 +233,8 @@ def check_draft_block(drafts: Any, p: Any, vocab_size: int | None, ids: list[int
 __all__ = [
     "as_prompt_list",
     "check_draft_block",
+    "check_drafter_reads_source",
+    "check_encoder_source",
     "check_fits_context",
     "check_max_new_tokens",
     "check_prompt_ids",

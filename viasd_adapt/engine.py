@@ -37,7 +37,7 @@ from viasd_adapt.hooks import HookRules, TierObserver, make_plugin_manager
 from viasd_adapt.ledger import CycleLedger
 from viasd_adapt.metrics import TierMetrics
 from viasd_adapt.monitor import DrafterQualityMonitor
-from viasd_adapt.routing.shared import make_target_runners
+from viasd_adapt.routing.shared import TargetRunners, make_target_runners
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.runner import CachedRunner
 from viasd_adapt.sampling import SamplingConfig, Warper, as_warper, sample_or_argmax
@@ -121,6 +121,8 @@ class TieredVerifier:
             after a fully committed block (PEARL), see :class:`~viasd_adapt.cycle.CyclePolicy`.
         share_prefix: let q resume from the slim verifier's hidden states at its first skipped
             layer (:mod:`viasd_adapt.routing.shared`); off gives every model its own cache.
+        runners: the target's runners, when the caller builds them (encoder-decoder targets:
+            :class:`viasd_adapt.seq2seq.Seq2SeqTargetRunners`); None builds the decoder-only ones.
     """
 
     target: nn.Module
@@ -131,6 +133,7 @@ class TieredVerifier:
     framework: str = "hf"
     bonus_after_block: bool = True
     share_prefix: bool = True
+    runners: TargetRunners | None = None
     ledger: CycleLedger = field(init=False)
 
     def __post_init__(self) -> None:
@@ -143,7 +146,8 @@ class TieredVerifier:
         self.monitor = DrafterQualityMonitor(mode, self.warper.greedy, self.framework)  # warns when lossy commits junk drafts
         rules = self.monitor.watch(HookRules(self.plugin_manager))
         self.policy = CyclePolicy(self.settings, self.warper.greedy, rules, self.bonus_after_block)
-        self.runners = make_target_runners(self.target, self.slim if mode.uses_slim else None, self.share_prefix)
+        if self.runners is None:
+            self.runners = make_target_runners(self.target, self.slim if mode.uses_slim else None, self.share_prefix)
         self.ledger = self.monitor.ledger(self.observer)
         self.vocab_size = vocab_size_of(self.target)
 

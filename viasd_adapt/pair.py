@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from viasd_adapt.checks import check_same_vocabulary
+from viasd_adapt.checks import check_drafter_reads_source, check_same_vocabulary
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.metrics import TierMetrics
 from viasd_adapt.routing.layers import find_decoder_stack
@@ -93,6 +93,10 @@ class RunRequest:
     sampling: SamplingConfig = SamplingConfig()
     seed: int = 0
     stop_at_eos: bool = True
+    # Encoder-decoder targets: ``prompt_ids`` are the SOURCE ids (the decoder starts from its
+    # decoder_start_token_id); a target that reads features (Whisper) takes them here instead,
+    # ``(1, mel, frames)`` (:func:`viasd_adapt.seq2seq.load_input_features`).
+    input_features: Any = None
 
 
 @dataclass
@@ -152,9 +156,10 @@ def _first_line(err: BaseException) -> str:
 
 
 def load_model(path: str | Path, device: torch.device, role: str) -> nn.Module:
-    """An eval-mode causal LM from a local directory, with a clear error if it is not one
-    (missing, no config.json, unknown architecture, missing or damaged weights)."""
-    from transformers import AutoModelForCausalLM
+    """An eval-mode causal LM (or encoder-decoder model: T5, BART, Marian, Whisper, ...) from a
+    local directory, with a clear error if it is not one (missing, no config.json, unknown
+    architecture, missing or damaged weights)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq
 
     path = Path(path).expanduser()
     if not path.exists():
@@ -163,7 +168,11 @@ def load_model(path: str | Path, device: torch.device, role: str) -> nn.Module:
         raise ViasdError(f"{role} path {path} is not a model directory (no config.json)")
     try:
         dtype = torch.float32 if device.type == "cpu" else "auto"
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        auto = AutoModelForCausalLM
+        config = AutoConfig.from_pretrained(str(path))
+        if getattr(config, "is_encoder_decoder", False):
+            auto = AutoModelForSpeechSeq2Seq if config.model_type == "whisper" else AutoModelForSeq2SeqLM
+        model = auto.from_pretrained(str(path), dtype=dtype)
     except _load_errors() as err:
         detail = _first_line(err)
         if "deserializ" in detail or "incomplete metadata" in detail or isinstance(err, (EOFError,)):
@@ -235,6 +244,7 @@ def load_pair(
     tokenizer = load_tokenizer(target_path)
     if draft is not None:
         check_same_vocabulary(target, draft)
+        check_drafter_reads_source(target, draft)
     search = [Path(target_path).expanduser().parent]
     mask = resolve_mask_info(target, mask_path, ratio, search) if need_mask else None
     return LoadedPair(target, draft, tokenizer, mask, dev, str(target_path), str(draft_path or ""),

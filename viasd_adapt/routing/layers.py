@@ -1,8 +1,15 @@
-"""Generic discovery of the decoder-layer stack of a Hugging Face causal LM.
+"""Generic discovery of the decoder-layer stack of a Hugging Face model.
 
 Families differ only in where the ``nn.ModuleList`` of blocks lives. We look along a short list of
 known attribute paths rather than guessing from module names, so an unknown architecture fails
 loudly with the list of what was tried instead of routing the wrong modules.
+
+Encoder-decoder models (T5, BART, mBART, Marian, Whisper) are routed in their **decoder** only: the
+encoder runs once per prompt and its output is shared by every pass, so skipping encoder layers
+would not make a verifier pass cheaper. Their stacks are looked up by ``config.model_type``, not by
+probing paths: an encoder-decoder model has two stacks, and probing could find the encoder's. The
+``layout`` says what a block returns, so a bypassed block can return the same thing
+(:func:`viasd_adapt.routing.view.pass_through_layer`).
 """
 
 from __future__ import annotations
@@ -13,7 +20,13 @@ from torch import nn
 
 from viasd_adapt.errors import UnsupportedModelError
 
-# (path of the module that owns the stack, attribute holding the nn.ModuleList)
+#: Blocks that take and return the residual-stream tensor (transformers >= 5 decoder layers).
+PLAIN = "plain"
+#: T5 blocks: return ``(hidden, self_attention_position_bias, cross_attention_position_bias)``; the
+#: first block computes the relative position bias that every later block reuses.
+T5_LAYOUT = "t5"
+
+# (path of the module that owns the stack, attribute holding the nn.ModuleList), decoder-only models
 LAYER_PATHS: tuple[tuple[str, str], ...] = (
     ("model", "layers"),  # Llama, Mistral, Qwen2/Qwen3, Gemma/Gemma2, Phi-3, ...
     ("transformer", "h"),  # GPT-2, GPT-J, Bloom, Falcon
@@ -21,14 +34,30 @@ LAYER_PATHS: tuple[tuple[str, str], ...] = (
     ("model.decoder", "layers"),  # OPT
 )
 
+# config.model_type -> (owner path, attribute, layout) of the DECODER stack, encoder-decoder models
+ENCODER_DECODER_PATHS: dict[str, tuple[str, str, str]] = {
+    "t5": ("decoder", "block", T5_LAYOUT),
+    "mt5": ("decoder", "block", T5_LAYOUT),
+    "bart": ("model.decoder", "layers", PLAIN),
+    "mbart": ("model.decoder", "layers", PLAIN),
+    "marian": ("model.decoder", "layers", PLAIN),
+    "whisper": ("model.decoder", "layers", PLAIN),
+}
+
 
 @dataclass(frozen=True)
 class DecoderStack:
-    """Where a model keeps its decoder layers: ``owner_path`` + ``attribute``, and the list."""
+    """Where a model keeps its decoder layers: ``owner_path`` + ``attribute``, and the list.
+
+    ``layout`` is what one block returns (:data:`PLAIN` or :data:`T5_LAYOUT`);
+    ``encoder_decoder`` is True when the stack is the decoder of an encoder-decoder model.
+    """
 
     owner_path: str
     attribute: str
     layers: nn.ModuleList
+    layout: str = PLAIN
+    encoder_decoder: bool = False
 
     @property
     def num_layers(self) -> int:
@@ -60,17 +89,49 @@ def refuse_compile_wrapper(model: nn.Module) -> None:
         )
 
 
+def _layer_list(model: nn.Module, owner_path: str, attribute: str) -> nn.ModuleList | None:
+    owner = _get_submodule(model, owner_path)
+    layers = getattr(owner, attribute, None) if owner is not None else None
+    return layers if isinstance(layers, nn.ModuleList) and len(layers) > 0 else None
+
+
+def is_encoder_decoder(model: nn.Module) -> bool:
+    """Whether ``model`` is an encoder-decoder (seq2seq) model, by its config."""
+    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+
+
+def _find_encoder_decoder_stack(model: nn.Module) -> DecoderStack:
+    model_type = getattr(model.config, "model_type", None)
+    supported = ", ".join(f"{name} ({owner}.{attr})" for name, (owner, attr, _) in ENCODER_DECODER_PATHS.items())
+    entry = ENCODER_DECODER_PATHS.get(model_type)
+    if entry is None:
+        raise UnsupportedModelError(
+            f"cannot route {type(model).__name__}: encoder-decoder model type {model_type!r} is not supported; "
+            f"the decoder stack is looked up by model type, known: {supported}"
+        )
+    owner_path, attribute, layout = entry
+    layers = _layer_list(model, owner_path, attribute)
+    if layers is None:
+        raise UnsupportedModelError(
+            f"cannot route {type(model).__name__} ({model_type}): no decoder-layer nn.ModuleList at {owner_path}.{attribute} "
+            "(only the ...ForConditionalGeneration / ...MTModel heads are supported, not encoder-only or base models)"
+        )
+    return DecoderStack(owner_path, attribute, layers, layout, encoder_decoder=True)
+
+
 def find_decoder_stack(model: nn.Module) -> DecoderStack:
     """Returns the decoder stack of ``model`` or raises :class:`UnsupportedModelError` (also for a
     ``torch.compile`` wrapper, :func:`refuse_compile_wrapper`)."""
     refuse_compile_wrapper(model)
+    if is_encoder_decoder(model):
+        return _find_encoder_decoder_stack(model)
     for owner_path, attribute in LAYER_PATHS:
-        owner = _get_submodule(model, owner_path)
-        layers = getattr(owner, attribute, None) if owner is not None else None
-        if isinstance(layers, nn.ModuleList) and len(layers) > 0:
+        layers = _layer_list(model, owner_path, attribute)
+        if layers is not None:
             return DecoderStack(owner_path, attribute, layers)
     tried = ", ".join(f"{owner}.{attr}" for owner, attr in LAYER_PATHS)
     raise UnsupportedModelError(
         f"cannot route {type(model).__name__}: no decoder-layer nn.ModuleList found at any of {tried}. "
-        "Supported families: Llama, Mistral, Qwen2/Qwen3, Gemma2, GPT-2, GPT-NeoX, OPT, Bloom, Falcon."
+        "Supported families: Llama, Mistral, Qwen2/Qwen3, Gemma2, GPT-2, GPT-NeoX, OPT, Bloom, Falcon; encoder-decoder: "
+        + ", ".join(ENCODER_DECODER_PATHS) + "."
     )

@@ -294,7 +294,16 @@ def layers_bytes(layers) -> int:
 
 
 def make_target_runners(target: nn.Module, slim: SlimVerifier | None, share_prefix: bool = True) -> TargetRunners:
-    """Shared-prefix runners when the mask allows it (s1 > 0), else separate ones."""
+    """Shared-prefix runners when the mask allows it (s1 > 0), else separate ones.
+
+    Decoder-only targets only: an encoder-decoder target's runners need its encoder output
+    (:class:`viasd_adapt.seq2seq.Seq2SeqTargetRunners`).
+    """
+    if find_decoder_stack(target).encoder_decoder:
+        raise ConfigError(
+            f"{type(target).__name__} is an encoder-decoder model: build its runners with "
+            "viasd_adapt.seq2seq.Seq2SeqTargetRunners (they need the encoder output)"
+        )
     if share_prefix and slim is not None and slim.mask.first_skipped > 0:
         return SharedPrefixRunners(target, slim)
     return SeparateRunners(target, slim)

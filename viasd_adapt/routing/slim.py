@@ -27,15 +27,20 @@ from transformers import DynamicCache
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.routing.mask import RoutingMask
-from viasd_adapt.routing.view import PassThroughLayer, build_layer_view
+from viasd_adapt.routing.view import build_layer_view, pass_through_layer
 
 
 def build_routed_view(model: nn.Module, mask: RoutingMask) -> nn.Module:
-    """The target with skipped layers replaced by stubs, sharing every weight with ``model``."""
+    """The target with skipped layers replaced by stubs, sharing every weight with ``model``.
+
+    The stubs return what the layer they replace returns (a tensor, or T5's tuple with the shared
+    position biases: :func:`~viasd_adapt.routing.view.pass_through_layer`). For an encoder-decoder
+    model only decoder layers are skipped; the encoder is shared untouched.
+    """
     mask.validate_for(model)
     stack = find_decoder_stack(model)
     return build_layer_view(
-        model, [layer if keep else PassThroughLayer(i) for i, (layer, keep) in enumerate(zip(stack.layers, mask.keep))]
+        model, [layer if keep else pass_through_layer(stack, i) for i, (layer, keep) in enumerate(zip(stack.layers, mask.keep))]
     )
 
 
@@ -88,7 +93,14 @@ class SlimVerifier:
         self.mask = mask
         self.model = build_routed_view(target, mask)
 
-    def new_cache(self) -> SlimCache:
+    def new_cache(self):
+        """An empty cache for the slim view: a :class:`SlimCache`, or for an encoder-decoder target
+        an ``EncoderDecoderCache`` with a SlimCache self-attention part
+        (:func:`viasd_adapt.routing.encdec.seq2seq_cache`)."""
+        if find_decoder_stack(self.target).encoder_decoder:
+            from viasd_adapt.routing.encdec import decoder_cache_config, seq2seq_cache
+
+            return seq2seq_cache(decoder_cache_config(self.target), self.mask.retained)
         return SlimCache(self.target.config, self.mask.retained)
 
     def __repr__(self) -> str:

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from viasd_adapt.errors import UnsupportedModelError
-from viasd_adapt.routing.layers import DecoderStack, find_decoder_stack
+from viasd_adapt.routing.layers import T5_LAYOUT, DecoderStack, find_decoder_stack
 
 
 class StubLayer(nn.Module):
@@ -56,6 +56,47 @@ class PassThroughLayer(StubLayer):
 
     def extra_repr(self) -> str:
         return f"skipped_layer={self.layer_index}"
+
+
+class T5PassThroughBlock(nn.Module):
+    """A bypassed T5 decoder block: the residual stream and the shared position biases pass through.
+
+    A T5 block returns ``(hidden, self_attention_position_bias, cross_attention_position_bias)``
+    and the stack hands the biases to the next block. The *first* block is the one holding the
+    relative-position embedding: it computes the bias every later block reuses (T5 shares one
+    positional scheme across layers). Skipping block 0 means skipping its attention and MLP, not
+    the model's notion of position, so the stub at index 0 still computes that bias from block 0's
+    embedding (``bias_attention``), for the queries of this forward after whatever the cache holds,
+    exactly as block 0's attention would. Without it every retained block would see a zero bias:
+    no positional information at all. Stubs at other indices pass the biases they are given.
+    The cross-attention bias is left as given: T5 has no learned cross-attention bias, and the first
+    retained block builds its (zero) bias itself when it is None.
+    """
+
+    def __init__(self, layer_index: int, bias_attention: nn.Module | None = None):
+        super().__init__()
+        self.layer_index = layer_index
+        self.bias_attention = bias_attention
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask=None, position_bias=None, encoder_hidden_states=None,
+                encoder_attention_mask=None, encoder_decoder_position_bias=None, cache=None, **kwargs):
+        if position_bias is None and self.bias_attention is not None:
+            past = int(cache.get_seq_length(self.layer_index)) if cache is not None else 0
+            length = hidden_states.shape[1]
+            position_bias = self.bias_attention.compute_bias(length, past + length, device=hidden_states.device,
+                                                             past_seen_tokens=past).to(hidden_states.dtype)
+        return hidden_states, position_bias, encoder_decoder_position_bias
+
+    def extra_repr(self) -> str:
+        return f"skipped_layer={self.layer_index}"
+
+
+def pass_through_layer(stack: DecoderStack, index: int) -> nn.Module:
+    """The stub that bypasses layer ``index`` of ``stack``, returning what that layer returns."""
+    if stack.layout == T5_LAYOUT:
+        first = stack.layers[0].layer[0].SelfAttention
+        return T5PassThroughBlock(index, first if index == 0 and first.has_relative_attention_bias else None)
+    return PassThroughLayer(index)
 
 
 _HOOK_DICTS = (
@@ -159,7 +200,9 @@ def build_layer_view(model: nn.Module, layers: Sequence[nn.Module]) -> nn.Module
     stack = find_decoder_stack(model)
     if len(layers) != stack.num_layers:
         raise ValueError(f"a view needs {stack.num_layers} layers, got {len(layers)}")
-    if any(isinstance(layer, StubLayer) for layer in layers):
+    # encoder-decoder stacks have a known convention per layout (see pass_through_layer), and a
+    # one-token probe of them would need encoder inputs
+    if not stack.encoder_decoder and any(isinstance(layer, StubLayer) for layer in layers):
         arities = block_output_arities(model)
         for original, layer in zip(stack.layers, layers):
             if isinstance(layer, StubLayer):
@@ -249,4 +292,5 @@ def view_owner(view: nn.Module) -> nn.Module:
     return module
 
 
-__all__ = ["PassThroughLayer", "StubLayer", "block_output_arities", "build_layer_view", "view_owner"]
+__all__ = ["PassThroughLayer", "StubLayer", "T5PassThroughBlock", "block_output_arities", "build_layer_view",
+           "pass_through_layer", "view_owner"]
