@@ -58,9 +58,11 @@ class Framework:
     bound_kind: str = "sequential"
     needs_eagle_head: bool = False
     needs_modules: tuple[str, ...] = ()
+    seq2seq_runner: str | None = None  # "module:function" for encoder-decoder pairs; None = unsupported
 
-    def load(self) -> Runner:
-        module, _, function = self.runner.partition(":")
+    def load(self, encoder_decoder: bool = False) -> Runner:
+        runner = self.seq2seq_runner if encoder_decoder else self.runner
+        module, _, function = runner.partition(":")
         return getattr(importlib.import_module(module), function)
 
     def unavailable(self, pair: LoadedPair | None = None) -> str | None:
@@ -99,8 +101,16 @@ def run(name: str, pair: LoadedPair, request: RunRequest) -> RunOutput:
         raise ConfigError(f"framework {name!r} cannot run: {reason}")
     if request.mode == PLAIN and not framework.has_plain:
         raise ConfigError(f"framework {name!r} has no plain (viasd-adapt-free) path")
-    check_request_fits(pair, request)
-    return framework.load()(pair, request)
+    from viasd_adapt.routing.layers import is_encoder_decoder
+
+    encoder_decoder = is_encoder_decoder(pair.target)
+    if encoder_decoder and framework.seq2seq_runner is None:
+        supported = ", ".join(sorted(n for n, f in FRAMEWORKS.items() if f.seq2seq_runner))
+        raise ConfigError(f"framework {name!r} does not support encoder-decoder targets ({type(pair.target).__name__}); "
+                          f"use one of: {supported}")
+    if not encoder_decoder:
+        check_request_fits(pair, request)
+    return framework.load(encoder_decoder)(pair, request)
 
 
 def check_request_fits(pair: LoadedPair, request: RunRequest) -> None:
@@ -166,11 +176,11 @@ def run_engine(pair: LoadedPair, request: RunRequest) -> RunOutput:
 
 
 register(Framework("ar", "autoregressive target decoding (HF generate, no assistant)", f"{__name__}:run_ar",
-                   has_tier=False, bound_kind="ar"))
+                   has_tier=False, bound_kind="ar", seq2seq_runner="viasd_adapt.seq2seq:run_ar"))
 register(Framework("engine", "classic SD through viasd_adapt.engine (the loop the hf adapter's tiered modes run)",
-                   f"{__name__}:run_engine"))
+                   f"{__name__}:run_engine", seq2seq_runner="viasd_adapt.seq2seq:run_engine"))
 register(Framework("hf", "HF assisted generation: target.generate(assistant_model=draft), patched by viasd_adapt.adapters.hf",
-                   "viasd_adapt.adapters.hf:run", has_plain=True))
+                   "viasd_adapt.adapters.hf:run", has_plain=True, seq2seq_runner="viasd_adapt.adapters.hf_seq2seq:run"))
 register(Framework("pearl", "PEARL (viasd_adapt.adapters.pearl.pearl_generate, parallel drafter/target threads)",
                    "viasd_adapt.adapters.pearl:run", bound_kind="overlapped"))
 register(Framework("eagle", "EAGLE (eagle-llm EaModel.eagenerate through viasd_adapt.adapters.eagle; its own base-model copy)",

@@ -73,7 +73,9 @@ _PATH = click.Path(exists=True, path_type=Path)
 @click.option("--mask", type=click.Path(path_type=Path), default=None, help="Routing mask artifact (mask.json) [default: the demo pair's].")
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=None,
               help="Tier mode [default: the tuned choice beside the mask, else lossless; none for --framework ar].")
-@click.option("--prompt", required=True, help="Text to continue.")
+@click.option("--prompt", default="", help="Text to continue; for an encoder-decoder target, the source text.")
+@click.option("--input-features", type=_PATH, default=None,
+              help="Encoder input features (.npy or .pt, (mel, frames)) for a target that reads features (Whisper).")
 @click.option("--max-new-tokens", type=int, default=64, show_default=True)
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy.")
 @click.option("--top-p", type=float, default=1.0, show_default=True)
@@ -85,8 +87,8 @@ _PATH = click.Path(exists=True, path_type=Path)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write tokens, text and metrics here.")
 @click.option("--color/--no-color", "colour", default=None, help="Colour by tier [default: when stdout is a terminal].")
-def generate(framework, target, draft, eagle_head, mask, mode, prompt, max_new_tokens, temperature, top_p, seed,
-             gamma, alpha1, alpha2, lenience, json_path, colour) -> None:
+def generate(framework, target, draft, eagle_head, mask, mode, prompt, input_features, max_new_tokens, temperature, top_p,
+             seed, gamma, alpha1, alpha2, lenience, json_path, colour) -> None:
     """Generate a completion and show which tier committed each token."""
     import torch
 
@@ -103,11 +105,22 @@ def generate(framework, target, draft, eagle_head, mask, mode, prompt, max_new_t
     settings = build_settings(framework, mode, mask, gamma=gamma, alpha1=alpha1, alpha2=alpha2, lenience=lenience)
     pair = load_pair(target, draft if framework != "ar" else None, mask, need_mask=settings.mode.uses_slim,
                      device="cpu", eagle_head=eagle_head, ratio=settings.ratio)
+    from viasd_adapt.routing.layers import is_encoder_decoder
+
+    encoder_decoder = is_encoder_decoder(pair.target)
+    features = None
+    if input_features is not None:
+        from viasd_adapt.seq2seq import load_input_features
+
+        if not encoder_decoder:
+            raise ConfigError("--input-features is for encoder-decoder targets that read features (Whisper)")
+        features = load_input_features(input_features)
     prompt_ids = list(pair.tokenizer(prompt)["input_ids"]) if prompt else []
-    if not prompt_ids:
-        raise ConfigError("the prompt is empty: pass --prompt with some text")
+    if not prompt_ids and features is None:
+        raise ConfigError("the prompt is empty: pass --prompt with some text" + (" (the source), or --input-features"
+                                                                                   if encoder_decoder else ""))
     torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
-    request = RunRequest(settings.mode.value, prompt_ids, max_new_tokens, settings, sampling, seed)
+    request = RunRequest(settings.mode.value, prompt_ids, max_new_tokens, settings, sampling, seed, input_features=features)
     start = time.perf_counter()
     result = frameworks.run(framework, pair, request)
     seconds = time.perf_counter() - start
@@ -116,7 +129,8 @@ def generate(framework, target, draft, eagle_head, mask, mode, prompt, max_new_t
     colour = sys.stdout.isatty() if colour is None else colour
     tiers = result.tiers or []
     click.echo(f"[{framework} / {settings.mode.value}] {len(result.tokens)} tokens in {seconds:.2f}s")
-    click.echo(click.style(prompt, dim=True) if colour else prompt, nl=False, color=colour)
+    shown = f"source: {prompt or input_features}\noutput: " if encoder_decoder else prompt
+    click.echo(click.style(shown, dim=True) if colour else shown, nl=False, color=colour)
     click.echo(render_tiers(token_pieces(tokenizer, result.tokens), tiers, colour), color=colour)
     click.echo(legend(colour), color=colour)
     if result.metrics is not None:

@@ -46,16 +46,12 @@ def check_ratio(ratio: float) -> float:
 
 
 def _load_model(path: Path, role: str):
+    """A causal LM or an encoder-decoder model (T5, BART, Marian, Whisper) in float32 on the CPU."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    if not (path / "config.json").is_file():
-        raise ViasdError(f"{role} model not found: {path} has no config.json")
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    except (OSError, ValueError) as err:
-        raise ViasdError(f"cannot load the {role} model from {path}: {err}") from None
-    return model.eval()
+    from viasd_adapt.pair import load_model
+
+    return load_model(path, torch.device("cpu"), role)
 
 
 def _load_tokenizer(path: Path, role: str, required: bool):
@@ -90,6 +86,11 @@ def _load_tokenizer(path: Path, role: str, required: bool):
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the search and the random baseline.")
 @click.option("--calib", "calib_file", type=click.Path(path_type=Path), default=None,
               help="Calibration prompts: one per line or a JSON list [default: held-out stdlib snippets].")
+@click.option("--calib-pairs", "calib_pairs", type=click.Path(path_type=Path), default=None,
+              help="Encoder-decoder targets: source -> target pairs (JSONL/JSON {source, target}, or TSV); "
+                   "the last --heldout-prompts pairs are held out for the agreement report.")
+@click.option("--calib-continuation", type=click.Choice(["target-model", "reference"]), default="target-model",
+              show_default=True, help="Encoder-decoder windows: the target's greedy output, or the pairs' targets.")
 @click.option("--calib-prompts", type=int, default=16, show_default=True, help="Corpus prompts used when --calib is not given.")
 @click.option("--heldout-prompts", type=int, default=16, show_default=True, help="Held-out prompts for the agreement report.")
 @click.option("--new-tokens", type=int, default=48, show_default=True, help="Target's greedy tokens per calibration prompt.")
@@ -105,8 +106,8 @@ def _load_tokenizer(path: Path, role: str, required: bool):
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads [default: torch's choice].")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 def search(target_path, draft_path, pair, ratio, space, slim_cost, steps, bo_every, patience, seed, calib_file,
-           calib_prompts, heldout_prompts, new_tokens, prompt_tokens, out_path, force, plot_path, compare_random,
-           threads, no_progress) -> None:
+           calib_pairs, calib_continuation, calib_prompts, heldout_prompts, new_tokens, prompt_tokens, out_path, force,
+           plot_path, compare_random, threads, no_progress) -> None:
     """DIMR: search the routing mask of the slim verifier (random + BoTorch)."""
     started = time.perf_counter()
     check_ratio(ratio)
@@ -161,7 +162,21 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, steps, bo_eve
         mask_space = FixedCountSpace(num_layers, skip_count(num_layers, ratio))
     spec = CalibrationSpec(calib_file=calib_file, n_calibration=calib_prompts, n_heldout=heldout_prompts,
                            new_tokens=new_tokens, max_prompt_tokens=prompt_tokens, prompt_seed=seed)
-    calib_ids, heldout_ids = prompt_token_ids(target_tok, spec)
+    calib_references = None
+    if find_decoder_stack(target).encoder_decoder:
+        from viasd_adapt.seq2seq_calibration import encode_pairs, load_pair_file
+
+        if calib_pairs is None:
+            raise ConfigError("an encoder-decoder target needs --calib-pairs (source -> target pairs); the default "
+                              "stdlib snippets are prompts for decoder-only models")
+        pairs = load_pair_file(calib_pairs)
+        if len(pairs) <= heldout_prompts:
+            raise ConfigError(f"--calib-pairs has {len(pairs)} pairs; more than --heldout-prompts ({heldout_prompts}) are needed")
+        sources, references = encode_pairs(target_tok, pairs, max_source_tokens=prompt_tokens)
+        calib_ids, heldout_ids = sources[: len(sources) - heldout_prompts], sources[len(sources) - heldout_prompts :]
+        calib_references = references[: len(calib_ids)] if references is not None else None
+    else:
+        calib_ids, heldout_ids = prompt_token_ids(target_tok, spec)
 
     if not no_progress:
         click.echo(f"calibrating: {len(calib_ids)} prompts x {new_tokens} greedy tokens of the target ...", err=True)
@@ -177,7 +192,8 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, steps, bo_eve
     try:
         outcome = search_mask(target, draft, calib_ids, heldout_ids, ratio=ratio, settings=settings,
                               compare_random=compare_random, new_tokens=new_tokens,
-                              on_step=on_step, calibration_info=spec.to_dict(), space=mask_space)
+                              on_step=on_step, calibration_info=spec.to_dict(), space=mask_space,
+                              calib_references=calib_references, continuation=calib_continuation)
     finally:
         for bar in bars:
             bar.close()

@@ -205,6 +205,8 @@ def build_windows(
 @torch.no_grad()
 def scored_log_probs(model: nn.Module, windows: TokenWindows, batch_size: int = 16) -> torch.Tensor:
     """Teacher-forced log-probabilities at the scored positions, shape ``(tau, V)``, float32."""
+    if hasattr(windows, "log_probs"):  # encoder-decoder windows (viasd_adapt.seq2seq_calibration) score themselves
+        return windows.log_probs(model, batch_size)
     chunks = []
     trims = _accepts_logits_to_keep(model)
     for start in range(0, windows.input_ids.size(0), batch_size):

@@ -103,6 +103,8 @@ def search_mask(
     on_step: Callable | None = None,
     calibration_info: dict | None = None,
     space: MaskSpace | None = None,
+    calib_references: Sequence[Sequence[int]] | None = None,
+    continuation: str = "target-model",
 ) -> SearchOutcome:
     """Calibrate once, run DIMR, score the random baseline, and build the artifact.
 
@@ -121,7 +123,14 @@ def search_mask(
     cal.check_compatible(target, draft)
     started = time.perf_counter()
 
-    calibration = cal.build_calibration(target, draft, calib_ids, new_tokens, pad_id)
+    encoder_decoder = find_decoder_stack(target).encoder_decoder
+    if encoder_decoder:  # calib_ids / heldout_ids are SOURCES; decoder windows come from the target
+        from viasd_adapt.seq2seq_calibration import build_seq2seq_calibration, build_seq2seq_windows
+
+        calibration = build_seq2seq_calibration(target, draft, calib_ids, new_tokens, references=calib_references,
+                                                continuation=continuation, pad_id=pad_id)
+    else:
+        calibration = cal.build_calibration(target, draft, calib_ids, new_tokens, pad_id)
     objective = MaskObjective(target, calibration, tier)
     calibration_seconds = time.perf_counter() - started
 
@@ -152,7 +161,8 @@ def search_mask(
         "history": [[e.step, e.kind, round(e.cost, 5)] for e in result.history],
         "costs_exact": "calibration is fixed and forwards are deterministic, so the observed minimum is exact; no re-evaluation",
     }
-    probe = AgreementProbe(target, cal.build_windows(target, heldout_ids, new_tokens, pad_id)) if heldout_ids else None
+    build_probe_windows = build_seq2seq_windows if encoder_decoder else cal.build_windows
+    probe = AgreementProbe(target, build_probe_windows(target, heldout_ids, new_tokens, pad_id=pad_id)) if heldout_ids else None
     if probe is not None:
         report["heldout_tau"] = probe.windows.num_scored
         report["heldout_agreement"] = _rounded(probe.of_mask(best_mask))
