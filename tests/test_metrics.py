@@ -92,3 +92,17 @@ def test_to_dict_is_json_ready_and_has_the_derived_fields():
                 "slim_passes", "accepted_lengths"):
         assert key in data, key
     assert data["committed"] == 10 and data["draft_tokens"] == 6 and data["token_tiers"] == [1, 1, 2, 1, 1, 1, 1, 3, 3, 3]
+
+
+def test_trim_drops_the_audit_of_trimmed_tokens():
+    from viasd_adapt.tiers import AuditRecord
+
+    m = TierMetrics()
+    m.record_cycle(cycle([D, D, F], judged=2, rejected=0), drafted=2)
+    m.record_audit(AuditRecord(overrule=[0.0, 1.0, 0.0], tv=[0.1, 0.9, 0.0], positions=[0, 1, 2], tiers=[1, 1, 3]), offset=0)
+    m.record_cycle(cycle([D, F], judged=1, rejected=0), drafted=1)
+    m.record_audit(AuditRecord(overrule=[1.0, 0.0], tv=[1.0, 0.0], positions=[0, 1], tiers=[1, 3]), offset=3)
+    assert m.audited == 5 and m.overruled_positions == [1, 3]
+    m.trim_to(3)
+    assert m.audited == 3 and m.overruled_positions == [1]
+    assert m.overrule_rate == pytest.approx(1 / 3) and m.overrule_rate_by_tier == {1: 0.5, 2: None, 3: 0.0}

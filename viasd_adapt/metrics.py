@@ -56,13 +56,12 @@ class TierMetrics:
     draft_passes: int = 0
     token_tiers: list[int] = field(default_factory=list)
     accepted_lengths: list[int] = field(default_factory=list)
-    audited: int = 0
-    overrule_sum: float = 0.0
-    overruled_positions: list[int] = field(default_factory=list)
-    tv_sum: float = 0.0
-    # per tier (index 0 = tier 1): audited tokens and the sum of their overrule probabilities
-    audited_by_tier: list[int] = field(default_factory=lambda: [0, 0, 0])
-    overrule_sum_by_tier: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    # the audit, one entry per audited token: its index in the generation, its tier, the chance
+    # lossless q would have overruled it, and the TV distance of its effective distribution from q
+    audit_positions: list[int] = field(default_factory=list)
+    audit_tiers: list[int] = field(default_factory=list)
+    audit_overrule: list[float] = field(default_factory=list)
+    audit_tv: list[float] = field(default_factory=list)
 
     # ------------------------------------------------------------------ recording
     def record_cycle(self, result: CycleResult, drafted: int) -> None:
@@ -77,19 +76,21 @@ class TierMetrics:
 
     def record_audit(self, record: AuditRecord, offset: int) -> None:
         """Adds a shadow audit; ``offset`` is the generated-token index of the cycle's first token."""
-        self.audited += len(record.overrule)
-        self.overrule_sum += sum(record.overrule)
-        self.tv_sum += sum(record.tv)
-        self.overruled_positions += [offset + j for j, o in zip(record.positions, record.overrule) if o >= 0.5]
-        for tier, overrule in zip(record.tiers, record.overrule):
-            self.audited_by_tier[tier - 1] += 1
-            self.overrule_sum_by_tier[tier - 1] += overrule
+        self.audit_positions += [offset + j for j in record.positions]
+        self.audit_tiers += [int(t) for t in record.tiers]
+        self.audit_overrule += list(record.overrule)
+        self.audit_tv += list(record.tv)
 
     def trim_to(self, n_tokens: int) -> None:
-        """Drops tokens committed past ``n_tokens`` (generation stopped mid-block: EOS, budget)."""
+        """Drops tokens committed past ``n_tokens`` (generation stopped mid-block: EOS, budget),
+        and their audit entries."""
         surplus = self.committed - n_tokens
         if surplus <= 0:
             return
+        keep = [i for i, position in enumerate(self.audit_positions) if position < n_tokens]
+        for name in ("audit_positions", "audit_tiers", "audit_overrule", "audit_tv"):
+            values = getattr(self, name)
+            setattr(self, name, [values[i] for i in keep])
         del self.token_tiers[n_tokens:]
         for i in reversed(range(len(self.accepted_lengths))):  # the surplus may span several cycles
             cut = min(surplus, self.accepted_lengths[i])
@@ -142,30 +143,36 @@ class TierMetrics:
         return self._per_token(self.draft_passes)
 
     @property
+    def audited(self) -> int:
+        return len(self.audit_overrule)
+
+    @property
+    def overruled_positions(self) -> list[int]:
+        """Indices of audited tokens lossless q would more likely than not have overruled."""
+        return [p for p, o in zip(self.audit_positions, self.audit_overrule) if o >= 0.5]
+
+    @property
     def overrule_rate(self) -> float | None:
-        return self.overrule_sum / self.audited if self.audited else None
+        return sum(self.audit_overrule) / self.audited if self.audited else None
 
     @property
     def tv_distance(self) -> float | None:
-        return self.tv_sum / self.audited if self.audited else None
+        return sum(self.audit_tv) / self.audited if self.audited else None
 
     @property
     def overrule_rate_by_tier(self) -> dict[int, float | None]:
         """Mean overrule probability of the tokens each tier committed (None: tier never audited)."""
-        return {
-            tier: (self.overrule_sum_by_tier[tier - 1] / n if (n := self.audited_by_tier[tier - 1]) else None)
-            for tier in _TIERS
-        }
+        rates = {}
+        for tier in _TIERS:
+            values = [o for t, o in zip(self.audit_tiers, self.audit_overrule) if t == tier]
+            rates[tier] = sum(values) / len(values) if values else None
+        return rates
 
     def merge(self, other: "TierMetrics") -> "TierMetrics":
-        """Sum of two metrics (for aggregating prompts); lists are concatenated, per-tier lists added."""
+        """Sum of two metrics (for aggregating prompts); lists are concatenated."""
         merged = TierMetrics()
         for name, value in asdict(self).items():
-            theirs = getattr(other, name)
-            if name in ("audited_by_tier", "overrule_sum_by_tier"):
-                setattr(merged, name, [a + b for a, b in zip(value, theirs)])
-            else:
-                setattr(merged, name, value + theirs)
+            setattr(merged, name, value + getattr(other, name))
         return merged
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,6 +187,8 @@ class TierMetrics:
             full_passes_per_token=self.full_passes_per_token,
             slim_passes_per_token=self.slim_passes_per_token,
             draft_passes_per_token=self.draft_passes_per_token,
+            audited=self.audited,
+            overruled_positions=self.overruled_positions,
             overrule_rate=self.overrule_rate,
             overrule_rate_by_tier={str(k): v for k, v in self.overrule_rate_by_tier.items()},
             tv_distance=self.tv_distance,
