@@ -136,12 +136,17 @@ def check_fits_context(model: nn.Module, prompt_length: int, max_new_tokens: int
     Past that, rotary models degenerate silently and learned-position models (GPT-2) fail with an
     IndexError deep inside torch.
     """
-    limit = max_positions(model)
+    check_fits_positions(max_positions(model), prompt_length, max_new_tokens, extra, f"the {role}'s", "prompt")
+
+
+def check_fits_positions(limit: int | None, prompt_length: int, max_new_tokens: int, extra: int = 0,
+                         whose: str = "the model's", what: str = "prompt") -> None:
+    """``prompt_length + max_new_tokens + extra`` must not exceed ``limit`` positions (None: no limit)."""
     if limit is not None and prompt_length + max_new_tokens + extra > limit:
         raise ConfigError(
-            f"prompt ({prompt_length} tokens) + max_new_tokens ({max_new_tokens})"
+            f"{what} ({prompt_length} tokens) + max_new_tokens ({max_new_tokens})"
             + (f" + {extra} speculative positions" if extra else "")
-            + f" exceeds the {role}'s {limit} positions; shorten the prompt or the budget"
+            + f" exceeds {whose} {limit} positions; shorten the prompt or the budget"
         )
 
 
@@ -236,6 +241,7 @@ __all__ = [
     "check_drafter_reads_source",
     "check_encoder_source",
     "check_fits_context",
+    "check_fits_positions",
     "check_max_new_tokens",
     "check_prompt_ids",
     "check_real",

@@ -102,6 +102,17 @@ def run_block(model: nn.Module, cache, cache_kwarg: str, tokens: list[int], star
     return out.logits[0, -n_tail:].float()
 
 
+def layers_bytes(layers) -> int:
+    """Bytes of the key/value tensors of some cache layers."""
+    total = 0
+    for layer in layers:
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.numel() * tensor.element_size()
+    return total
+
+
 def common_prefix_length(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -166,10 +177,4 @@ class CachedRunner:
 
     def cache_bytes(self) -> int:
         """Bytes held by the cache's key/value tensors."""
-        total = 0
-        for layer in self.cache.layers:
-            for name in ("keys", "values"):
-                tensor = getattr(layer, name, None)
-                if isinstance(tensor, torch.Tensor):
-                    total += tensor.numel() * tensor.element_size()
-        return total
+        return layers_bytes(self.cache.layers)

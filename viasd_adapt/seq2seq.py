@@ -36,7 +36,13 @@ import pluggy
 import torch
 from torch import nn
 
-from viasd_adapt.checks import check_drafter_reads_source, check_encoder_source, check_max_new_tokens, check_prompt_ids
+from viasd_adapt.checks import (
+    check_drafter_reads_source,
+    check_encoder_source,
+    check_fits_positions,
+    check_max_new_tokens,
+    check_prompt_ids,
+)
 from viasd_adapt.engine import GenerationOutput, ModelDrafter, TieredVerifier, speculative_generate
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.routing.encdec import (
@@ -49,8 +55,16 @@ from viasd_adapt.routing.encdec import (
     source_reader,
 )
 from viasd_adapt.routing.layers import is_encoder_decoder
+from viasd_adapt.routing.shared import SeparateRunners
 from viasd_adapt.routing.slim import SlimVerifier
-from viasd_adapt.runner import accepts_logits_to_keep, cache_kwarg_name, can_truncate, common_prefix_length, truncate_cache
+from viasd_adapt.runner import (
+    accepts_logits_to_keep,
+    cache_kwarg_name,
+    can_truncate,
+    common_prefix_length,
+    layers_bytes,
+    truncate_cache,
+)
 from viasd_adapt.sampling import SamplingConfig, Warper, as_warper
 from viasd_adapt.settings import TierSettings
 
@@ -125,16 +139,15 @@ class Seq2SeqRunner:
 
     def cache_bytes(self) -> int:
         """Bytes of the self-attention keys/values (the cross-attention part may be shared)."""
-        from viasd_adapt.routing.shared import layers_bytes
-
         return layers_bytes(_cache_layers(self.cache))
 
 
-class Seq2SeqTargetRunners:
+class Seq2SeqTargetRunners(SeparateRunners):
     """q and u of an encoder-decoder target over one decoder sequence (module docstring).
 
-    Implements :class:`~viasd_adapt.routing.shared.TargetRunners`. Both read ``encoder`` (the
-    target's encoder output for this prompt) and one :class:`SharedCrossAttention`.
+    Implements :class:`~viasd_adapt.routing.shared.TargetRunners` like
+    :class:`~viasd_adapt.routing.shared.SeparateRunners`, with encoder-decoder runners. Both read
+    ``encoder`` (the target's encoder output for this prompt) and one :class:`SharedCrossAttention`.
     """
 
     def __init__(self, target: nn.Module, slim: SlimVerifier | None, encoder: EncoderContext):
@@ -144,33 +157,15 @@ class Seq2SeqTargetRunners:
             raise ConfigError("the slim verifier was built on another model than this target")
         config = decoder_cache_config(target)
         self.cross = SharedCrossAttention(config)
-        self.full = Seq2SeqRunner(target, encoder, lambda: seq2seq_cache(config, None, self.cross))
-        self.slim = (
+        super().__init__(
+            Seq2SeqRunner(target, encoder, lambda: seq2seq_cache(config, None, self.cross)),
             Seq2SeqRunner(slim.model, encoder, lambda: seq2seq_cache(config, slim.mask.retained, self.cross))
-            if slim is not None else None
+            if slim is not None else None,
         )
-        self.resumed_full_passes = 0
-
-    @property
-    def full_passes(self) -> int:
-        return self.full.passes
-
-    @property
-    def slim_passes(self) -> int:
-        return self.slim.passes if self.slim is not None else 0
-
-    def full_logits(self, sequence: list[int], n_tail: int) -> torch.Tensor:
-        return self.full.logits_for(sequence, n_tail)
-
-    def slim_logits(self, sequence: list[int], n_tail: int) -> torch.Tensor:
-        if self.slim is None:
-            raise ConfigError("this mode needs a routing mask (slim verifier); pass mask=...")
-        return self.slim.logits_for(sequence, n_tail)
 
     def cache_bytes(self) -> dict[str, int]:
         """Key/value bytes: q's and u's self-attention caches, and the cross-attention cache they share."""
-        return {"full": self.full.cache_bytes(), "slim": self.slim.cache_bytes() if self.slim is not None else 0,
-                "shared": self.cross.bytes()}
+        return super().cache_bytes() | {"shared": self.cross.bytes()}
 
 
 class Seq2SeqDrafter(ModelDrafter):
@@ -224,13 +219,8 @@ def decoder_position_limit(model: nn.Module) -> int | None:
 
 def check_fits_decoder(model: nn.Module, prompt_length: int, max_new_tokens: int, extra: int = 0) -> None:
     """Decoder prompt + budget (+ speculative positions) must fit the decoder's learned positions."""
-    limit = decoder_position_limit(model)
-    if limit is not None and prompt_length + max_new_tokens + extra > limit:
-        raise ConfigError(
-            f"decoder prompt ({prompt_length} tokens) + max_new_tokens ({max_new_tokens})"
-            + (f" + {extra} speculative positions" if extra else "")
-            + f" exceeds the decoder's {limit} positions; shorten the budget"
-        )
+    check_fits_positions(decoder_position_limit(model), prompt_length, max_new_tokens, extra, "the decoder's",
+                         "decoder prompt")
 
 
 def seq2seq_verifier(target: nn.Module, settings: TierSettings, sampling: SamplingConfig | Warper,

@@ -357,15 +357,21 @@ def audit_cycle(
     greedy: bool,
 ) -> AuditRecord:
     """Scores a lossy cycle against the full verifier run in shadow (see :func:`_score_token`)."""
-    record = AuditRecord()
     g, k = tokens.shape[0], slim.n_accepted
+
+    def effective(j: int) -> torch.Tensor:
+        return effective_distribution(p[j] if j < g else None, u[j], q[j], settings, bool(slim.resolves[min(j, g)]),
+                                      after_escalation=j > k)
+
+    return _audit(result, q, greedy, effective)
+
+
+def _audit(result: CycleResult, q: torch.Tensor, greedy: bool, effective) -> AuditRecord:
+    """Scores each committed token of ``result`` against q; ``effective(j)`` is the sampler's
+    distribution at position j (not asked for in greedy decoding, which compares point masses)."""
+    record = AuditRecord()
     for j, (token, tier) in enumerate(zip(result.tokens, result.tiers)):
-        pi = None
-        if not greedy:
-            pi = effective_distribution(
-                p[j] if j < g else None, u[j], q[j], settings, bool(slim.resolves[min(j, g)]), after_escalation=j > k
-            )
-        overrule, tv = _score_token(token, pi, q[j], greedy)
+        overrule, tv = _score_token(token, None if greedy else effective(j), q[j], greedy)
         record.overrule.append(overrule)
         record.tv.append(tv)
         record.positions.append(j)
@@ -381,22 +387,15 @@ def audit_lenient_cycle(
     At a draft position the lenient sampler commits ``min(p, q / (1 - a))`` plus the leftover
     mass spread as ``norm(max(0, q - p))``; at the bonus position it samples q itself.
     """
-    record = AuditRecord()
     g = tokens.shape[0]
-    for j, (token, tier) in enumerate(zip(result.tokens, result.tiers)):
-        pi = None
-        if not greedy:
-            if j < g:
-                kept = _gate_mass(p[j], q[j], lenience)
-                pi = kept + (1.0 - kept.sum()).clamp_min(0.0) * normalise_residual(q[j] - p[j], q[j])
-            else:
-                pi = q[j]
-        overrule, tv = _score_token(token, pi, q[j], greedy)
-        record.overrule.append(overrule)
-        record.tv.append(tv)
-        record.positions.append(j)
-        record.tiers.append(int(tier))
-    return record
+
+    def effective(j: int) -> torch.Tensor:
+        if j >= g:
+            return q[j]
+        kept = _gate_mass(p[j], q[j], lenience)
+        return kept + (1.0 - kept.sum()).clamp_min(0.0) * normalise_residual(q[j] - p[j], q[j])
+
+    return _audit(result, q, greedy, effective)
 
 
 __all__ = [

@@ -5,7 +5,6 @@ Shared by the ``bench`` and ``demo`` commands so that both print exactly the sam
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -17,8 +16,7 @@ import torch
 from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, delta_message, verdict
 from viasd_adapt.bench.report import FIDELITY_COLUMNS, SPEED_COLUMNS, format_costs, format_table, plot_rows, result_json, save_json
 from viasd_adapt.bench.run import DEFAULT_MODES, BenchConfig, run_bench
-from viasd_adapt.errors import ConfigError
-from viasd_adapt.io import read_text
+from viasd_adapt.prompts import read_prompts_file
 from viasd_adapt.pair import LoadedPair, load_pair
 from viasd_adapt.sampling import SamplingConfig
 from viasd_adapt.settings import CONSERVATIVE, TierSettings
@@ -49,26 +47,6 @@ def task_examples(n: int, seed: int = TASK_SEED) -> list[tuple[str, str]]:
     from viasd_adapt.models.corpus import heldout_next_lines
 
     return heldout_next_lines(n, seed=seed) if n else []
-
-
-def read_prompts_file(path: str | Path) -> list[str]:
-    """Prompts from a file: a JSON list of strings, or else one prompt per non-empty line (write
-    ``\\n`` for a newline inside a one-line prompt)."""
-    text = read_text(path, "prompts file")
-    if text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"prompts file {path} looks like JSON but is not valid: {err}") from None
-        if not isinstance(data, list) or not all(isinstance(p, str) for p in data):
-            raise ConfigError(f"prompts file {path} must hold a JSON list of strings")
-        prompts = data
-    else:
-        prompts = [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
-    prompts = [p for p in prompts if p.strip()]
-    if not prompts:
-        raise ConfigError(f"prompts file {path} holds no prompts")
-    return prompts
 
 
 def set_threads() -> int:

@@ -6,7 +6,6 @@ transformers) happen inside the command, so ``viasd --help`` stays fast.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path

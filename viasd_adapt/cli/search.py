@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.errors import ConfigError, ViasdError
+from viasd_adapt.errors import ConfigError
 
 
 def ensure_writable(path: Path, what: str, force: bool = True) -> None:

@@ -25,6 +25,8 @@ def _floats(value: str) -> tuple[float, ...]:
               help="The pair's DIMR mask [default: mask.json beside the target directory].")
 @click.option("--ratios", default="", help="Also search one DIMR mask per skip ratio, e.g. 0.3,0.6 [default: only the pair's mask].")
 @click.option("--search-steps", type=click.IntRange(min=4), default=40, show_default=True, help="DIMR budget per searched mask.")
+@click.option("--exits", default="", help="Also try early-exit masks keeping the first k layers, e.g. 6,8,10 "
+              "(for targets trained for early exit; with a shared prefix they cost only their own layers).")
 @click.option("--alpha1", "alpha1_values", default="0,0.3,0.6,0.9", show_default=True, help="Gate-1 tolerances to sweep.")
 @click.option("--alpha2", "alpha2_values", default="0,0.2,0.5", show_default=True, help="Gate-2 tolerances to sweep.")
 @click.option("--lenience", "lenience_values", default="0.2,0.4,0.6,0.8", show_default=True,
@@ -45,7 +47,7 @@ def _floats(value: str) -> tuple[float, ...]:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Frontier PNG [default: <out>-frontier.png].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Every point as JSON.")
-def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, alpha1_values, alpha2_values, lenience_values,
+def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, alpha1_values, alpha2_values, lenience_values,
          greedy_gates, gamma, max_ll_drop, max_overrule, num_prompts, max_new_tokens, temperature, out_path, force,
          plot_path, json_path) -> None:
     """Sweep VIA-SD (alpha1, alpha2, r) and the lenient baseline; write the cheapest setting within a fidelity budget."""
@@ -85,7 +87,8 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, alpha1_
     if loaded.mask.is_fallback:
         click.echo(f"note: no mask.json for this pair; tuning with the {loaded.mask.source}")
     prompts = calibration_prompts(num_prompts, default_prompts(8))
-    result = run_tune(loaded, prompts, max_new_tokens, grid, budget, _floats(ratios), search_steps, sampling,
+    exit_layers = tuple(int(k) for k in _floats(exits))
+    result = run_tune(loaded, prompts, max_new_tokens, grid, budget, _floats(ratios), search_steps, exit_layers, sampling,
                       save_masks_to=base_dir, progress=lambda m: click.echo(f"  .. {m}"),
                       bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False))
     for line in describe(result):

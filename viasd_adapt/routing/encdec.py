@@ -38,6 +38,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from viasd_adapt.errors import ConfigError, UnsupportedModelError
 from viasd_adapt.routing.layers import find_decoder_stack, is_encoder_decoder
+from viasd_adapt.runner import layers_bytes
 
 
 #: How a model reads the source: its own encoder, or the target's encoder output.
@@ -88,13 +89,7 @@ class SharedCrossAttention:
         return cache
 
     def bytes(self) -> int:
-        total = 0
-        for layer in self.cache.layers:
-            for name in ("keys", "values"):
-                tensor = getattr(layer, name, None)
-                if isinstance(tensor, torch.Tensor):
-                    total += tensor.numel() * tensor.element_size()
-        return total
+        return layers_bytes(self.cache.layers)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from viasd_adapt.runner import (
     can_truncate,
     common_prefix_length,
     enable_rollback,
+    layers_bytes,
     run_block,
     truncate_cache,
 )
@@ -73,12 +74,22 @@ def _check_request(sequence: list[int], n_tail: int) -> None:
 
 
 class SeparateRunners:
-    """q and u each with a cache of their own; nothing shared (the reference implementation)."""
+    """q and u each with a cache of their own; nothing shared (the reference implementation).
 
-    def __init__(self, target: nn.Module, slim: SlimVerifier | None):
-        self.full = CachedRunner(target)
-        self.slim = CachedRunner(slim.model, slim.new_cache) if slim is not None else None
+    ``full`` and ``slim`` are runners with ``logits_for(sequence, n_tail)``, ``passes`` and
+    ``cache_bytes()`` (decoder-only :class:`~viasd_adapt.runner.CachedRunner` by default; the
+    encoder-decoder runners of :mod:`viasd_adapt.seq2seq` plug in the same way).
+    """
+
+    def __init__(self, full, slim=None):
+        self.full = full
+        self.slim = slim
         self.resumed_full_passes = 0
+
+    @classmethod
+    def of(cls, target: nn.Module, slim: SlimVerifier | None) -> "SeparateRunners":
+        """Decoder-only runners for ``target`` and (if given) its slim verifier."""
+        return cls(CachedRunner(target), CachedRunner(slim.model, slim.new_cache) if slim is not None else None)
 
     @property
     def full_passes(self) -> int:
@@ -282,17 +293,6 @@ class SharedPrefixRunners:
         }
 
 
-def layers_bytes(layers) -> int:
-    """Bytes of the key/value tensors of some cache layers."""
-    total = 0
-    for layer in layers:
-        for name in ("keys", "values"):
-            tensor = getattr(layer, name, None)
-            if isinstance(tensor, torch.Tensor):
-                total += tensor.numel() * tensor.element_size()
-    return total
-
-
 def make_target_runners(target: nn.Module, slim: SlimVerifier | None, share_prefix: bool = True) -> TargetRunners:
     """Shared-prefix runners when the mask allows it (s1 > 0), else separate ones.
 
@@ -306,7 +306,7 @@ def make_target_runners(target: nn.Module, slim: SlimVerifier | None, share_pref
         )
     if share_prefix and slim is not None and slim.mask.first_skipped > 0:
         return SharedPrefixRunners(target, slim)
-    return SeparateRunners(target, slim)
+    return SeparateRunners.of(target, slim)
 
 
 __all__ = [

@@ -15,7 +15,6 @@ each candidate mask then costs one slim forward over the same batch (see ``objec
 from __future__ import annotations
 
 import inspect
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -24,6 +23,7 @@ import torch
 from torch import nn
 
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
+from viasd_adapt.prompts import read_prompts_file
 from viasd_adapt.runner import CachedRunner
 
 DEFAULT_CALIB_PROMPTS = 16
@@ -36,32 +36,11 @@ DEFAULT_PROMPT_TOKENS = 64
 
 
 def load_prompt_file(path: str | Path) -> list[str]:
-    """Prompts from ``path``: a JSON list of strings, or one prompt per non-empty line.
+    """Calibration prompts from ``path`` (:func:`viasd_adapt.prompts.read_prompts_file`'s format).
 
-    An empty file (or one with only blank lines / an empty list) is an error: searching a mask on
-    no data would silently return an arbitrary mask.
+    An empty file is an error: searching a mask on no data would silently return an arbitrary mask.
     """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"calibration file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"cannot read calibration file {path}: {err}") from None
-    stripped = text.strip()
-    if stripped.startswith("["):
-        try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"calibration file {path} looks like JSON but does not parse: {err}") from None
-        if not isinstance(data, list) or not all(isinstance(item, str) for item in data):
-            raise ConfigError(f"calibration file {path} must hold a JSON list of strings")
-        prompts = [item for item in data if item.strip()]
-    else:
-        prompts = [line for line in text.splitlines() if line.strip()]
-    if not prompts:
-        raise ConfigError(f"calibration file {path} is empty: give one prompt per line or a JSON list of strings")
-    return prompts
+    return read_prompts_file(path, "calibration file")
 
 
 def default_prompts(n_calibration: int, n_heldout: int, seed: int = 0) -> tuple[list[str], list[str]]:

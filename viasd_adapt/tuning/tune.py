@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import torch
 
 from viasd_adapt import frameworks
 from viasd_adapt.advice import DEFAULT_MAX_LL_DROP
@@ -133,8 +132,10 @@ def calibration_prompts(n: int, bench_prompts: list[str] | None = None) -> list[
 
 
 def _masks_for_ratios(pair: LoadedPair, ratios: tuple[float, ...], search_steps: int, save_dir: Path | None,
-                      say: Callable[[str], None]) -> dict[str, RoutingMask]:
-    """The pair's own mask, plus one DIMR mask per ratio it does not already cover."""
+                      say: Callable[[str], None], exits: tuple[int, ...] = ()) -> dict[str, RoutingMask]:
+    """The pair's own mask, one DIMR mask per ratio it does not already cover, and the early-exit
+    masks ``exits`` (keep layers ``0..k-1``, skip the rest: everything the slim pass computes is
+    reused when the target resumes at k, so they cost nothing beyond the exit's own layers)."""
     from viasd_adapt.routing.layers import find_decoder_stack
     from viasd_adapt.routing.mask import skip_count
 
@@ -155,6 +156,15 @@ def _masks_for_ratios(pair: LoadedPair, ratios: tuple[float, ...], search_steps:
             path = artifact.save(save_dir / f"mask-r{ratio:.2f}.json")
             name = str(path)
         masks[name] = artifact.mask
+    for k in exits:
+        if not 0 < k < num_layers:
+            raise ConfigError(f"an early exit must keep 1..{num_layers - 1} layers, got {k}")
+        mask = RoutingMask.from_skipped(num_layers, range(k, num_layers))
+        name = f"early exit at layer {k}"
+        if save_dir is not None:
+            name = str(MaskArtifact(mask, mask.ratio, fingerprint=model_fingerprint(pair.target),
+                                    search={"kind": "early exit", "exit_layer": k}).save(save_dir / f"mask-exit{k}.json"))
+        masks[name] = mask
     return masks
 
 
@@ -189,6 +199,7 @@ def tune(
     budget: Budget = Budget(),
     ratios: tuple[float, ...] = (),
     search_steps: int = 40,
+    exits: tuple[int, ...] = (),
     sampling: SamplingConfig = SamplingConfig(),
     save_masks_to: Path | None = None,
     seed: int = 0,
@@ -202,7 +213,7 @@ def tune(
     if not prompts:
         raise ConfigError("tuning needs at least one calibration prompt")
     prompt_ids = [list(pair.tokenizer(p).input_ids) for p in prompts]
-    masks = _masks_for_ratios(pair, ratios, search_steps, save_masks_to, say)
+    masks = _masks_for_ratios(pair, ratios, search_steps, save_masks_to, say, exits)
     original_mask = pair.mask
     try:
         return _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, seed, cost_repeats, say, bar,
