@@ -71,7 +71,6 @@ from viasd_adapt.checks import (
     check_max_new_tokens,
     check_same_tokenizer,
     check_same_vocabulary,
-    check_settings,
     eos_ids,
 )
 from viasd_adapt.cycle import CycleOutcome
@@ -86,7 +85,7 @@ from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.sampling import ProcessorWarper
 from viasd_adapt.settings import Mode, TierSettings
 from viasd_adapt.tiers import verified_cycle
-from viasd_adapt.tuning.artifact import settings_for_mask
+from viasd_adapt.tuning.artifact import adapter_settings
 
 FRAMEWORK = "hf"
 _PATCHED_ATTRIBUTES = ("generate", "_get_candidate_generator")
@@ -221,7 +220,7 @@ def patch(
 
     Returns the session handle; pass it to :func:`unpatch`.
     """
-    settings = check_settings(settings if settings is not None else settings_for_mask(mask))
+    settings = adapter_settings(settings, mask)
     refuse_compile_wrapper(target)  # it has a generate() of sorts, but patching it would reach nothing
     if not hasattr(target, "generate") or not hasattr(type(target), "_get_candidate_generator"):
         raise ConfigError(f"{type(target).__name__} is not a transformers generation model (no generate())")

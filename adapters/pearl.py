@@ -68,7 +68,6 @@ from viasd_adapt.checks import (
     check_fits_context,
     check_max_new_tokens,
     check_same_vocabulary,
-    check_settings,
     check_token_ids_in_vocabulary,
     eos_ids,
 )
@@ -81,7 +80,7 @@ from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.sampling import SamplingConfig
 from viasd_adapt.settings import TierSettings
 from viasd_adapt.tiers import CycleResult
-from viasd_adapt.tuning.artifact import settings_for_mask
+from viasd_adapt.tuning.artifact import adapter_settings
 
 FRAMEWORK = "pearl"
 
@@ -458,7 +457,7 @@ def pearl_generate(
     """
     prompt = as_prompt_list(prompt_ids, "PEARL")
     check_max_new_tokens(max_new_tokens)
-    settings = check_settings(settings if settings is not None else settings_for_mask(mask))
+    settings = adapter_settings(settings, mask)
     check_token_ids_in_vocabulary(prompt, target)
     check_fits_context(target, len(prompt), max_new_tokens, extra=settings.gamma)
     routing = resolve_mask(target, mask, settings.mode)

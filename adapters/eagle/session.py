@@ -23,7 +23,6 @@ from viasd_adapt.adapters.eagle.patches import close_scope, open_scope, original
 from viasd_adapt.adapters.eagle.slim_tree import SlimTreeVerifier
 from viasd_adapt.adapters.eagle.state import Generation, PlainVerdict, QCache, TreeCycle, TreeDraft
 from viasd_adapt.adapters.eagle.target import FullTreeVerifier
-from viasd_adapt.checks import check_settings
 from viasd_adapt.cycle import CycleOutcome
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.hooks import HookRules, TierObserver, make_plugin_manager
@@ -33,7 +32,7 @@ from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
 from viasd_adapt.sampling import sample_or_argmax
 from viasd_adapt.settings import Mode, TierSettings
 from viasd_adapt.tiers import verified_cycle
-from viasd_adapt.tuning.artifact import settings_for_mask
+from viasd_adapt.tuning.artifact import adapter_settings
 
 
 class RecordingHead:
@@ -224,7 +223,7 @@ def tiered(
     restored when the last open scope closes, also when generation raises; ``reset_tree_mode`` is
     called on the way out so no tree mask is left set on the base model.
     """
-    settings = check_settings(settings if settings is not None else settings_for_mask(mask))
+    settings = adapter_settings(settings, mask)
     options = as_options(options)
     if not hasattr(ea_model, "ea_layer") or not hasattr(ea_model, "base_model"):
         raise ConfigError(f"expected an eagle EaModel, got {type(ea_model).__name__}")

@@ -27,8 +27,8 @@ def _floats(value: str) -> tuple[float, ...]:
 @click.option("--search-steps", type=click.IntRange(min=4), default=40, show_default=True, help="DIMR budget per searched mask.")
 @click.option("--exits", default="", help="Also try early-exit masks keeping the first k layers, e.g. 6,8,10 "
               "(for targets trained for early exit; with a shared prefix they cost only their own layers).")
-@click.option("--alpha1", "alpha1_values", default="0,0.3,0.6,0.9", show_default=True, help="Gate-1 tolerances to sweep.")
-@click.option("--alpha2", "alpha2_values", default="0,0.2,0.5", show_default=True, help="Gate-2 tolerances to sweep.")
+@click.option("--alpha1", "alpha1_values", default="0,0.3,0.5,0.8", show_default=True, help="Gate-1 tolerances to sweep (0.5: the paper).")
+@click.option("--alpha2", "alpha2_values", default="0,0.3,0.6", show_default=True, help="Gate-2 tolerances to sweep (0.3: the paper).")
 @click.option("--lenience", "lenience_values", default="0.2,0.4,0.6,0.8", show_default=True,
               help="Tolerances of the lenient baseline to sweep.")
 @click.option("--greedy-gates", default="proposer,top", show_default=True,

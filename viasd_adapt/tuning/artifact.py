@@ -137,5 +137,18 @@ def settings_for_mask(mask) -> TierSettings:
     return tuned.settings
 
 
-__all__ = ["TUNED_FILENAME", "TunedSettings", "default_settings", "find_tuned", "settings_for_mask", "tuned_mask_path",
+__all__ = ["TUNED_FILENAME", "TunedSettings", "adapter_settings", "default_settings", "find_tuned", "settings_for_mask", "tuned_mask_path",
            "tuned_path_beside"]
+
+
+def adapter_settings(settings: TierSettings | None, mask) -> TierSettings:
+    """What every adapter's ``tiered(..., settings=None)`` runs with: the given settings (checked),
+    else the tuned choice measured with this mask, else defaults; with a
+    :class:`~viasd_adapt.advice.NegativeDeltaWarning` when a lossy tier is opened on a mask whose
+    recorded Delta(u) < 0."""
+    from viasd_adapt.advice import warn_if_negative_delta
+    from viasd_adapt.checks import check_settings
+
+    chosen = check_settings(settings if settings is not None else settings_for_mask(mask))
+    warn_if_negative_delta(mask, chosen)
+    return chosen

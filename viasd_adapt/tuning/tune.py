@@ -48,8 +48,8 @@ TUNE_PROMPT_SEED = 2  # the bench draws with seed 0, the next-line task with see
 class TuneGrid:
     """What the tuner sweeps."""
 
-    alpha1: tuple[float, ...] = (0.0, 0.3, 0.6, 0.9)
-    alpha2: tuple[float, ...] = (0.0, 0.2, 0.5)
+    alpha1: tuple[float, ...] = (0.0, 0.3, 0.5, 0.8)
+    alpha2: tuple[float, ...] = (0.0, 0.3, 0.6)
     lenience: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)
     greedy_gates: tuple[str, ...] = ("proposer", "top")
     gamma: int = 5
