@@ -4,7 +4,12 @@ Speed alone says nothing about a lossy mode, so every row carries fidelity next 
 
 * **target log-likelihood** per generated token: the target's mean ``log q(x_t | prefix)`` over the
   row's output, teacher-forced; its *drop* from the target's own greedy output on the same prompts
-  (positive = the row wrote text the target finds less likely);
+  (positive = the row wrote text the target finds less likely). Whole-sequence likelihoods vary a
+  lot between continuations once two outputs diverge, so the drop is noisy on a few prompts;
+* **regret** per generated token: the mean of ``max_v log q(v | prefix) - log q(x_t | prefix)``
+  over the row's own output, teacher-forced: how much likelier the target's own choice was at each
+  position. Zero for the target's greedy output, never negative, and local to each token, so it is
+  far steadier than the drop;
 * **agreement** with the target's greedy output: positional (token t equals the reference's token
   t; everything after a first divergence counts as a miss) and teacher-forced (token t is the
   target's argmax given the row's own prefix);
@@ -28,6 +33,7 @@ class OutputScore:
     log_likelihood: float  # summed over the output's tokens
     argmax_matches: int  # tokens that are the target's argmax given their own prefix
     tokens: int
+    regret: float = 0.0  # summed max_v log q(v | prefix) - log q(x_t | prefix)
 
 
 @torch.no_grad()
@@ -40,9 +46,10 @@ def score_output(target: nn.Module, prompt_ids: list[int], tokens: list[int]) ->
     logits = target(input_ids=ids, use_cache=False).logits[0, len(prompt_ids) - 1 : -1].float()
     log_probs = torch.log_softmax(logits, dim=-1)
     chosen = torch.tensor(tokens, device=log_probs.device)
-    log_likelihood = float(log_probs.gather(-1, chosen[:, None]).sum())
-    matches = int((log_probs.argmax(dim=-1) == chosen).sum())
-    return OutputScore(log_likelihood, matches, len(tokens))
+    picked = log_probs.gather(-1, chosen[:, None]).squeeze(-1)
+    best = log_probs.max(dim=-1)
+    matches = int((best.indices == chosen).sum())
+    return OutputScore(float(picked.sum()), matches, len(tokens), float((best.values - picked).sum()))
 
 
 def positional_agreement(tokens: list[int], reference: list[int]) -> int:

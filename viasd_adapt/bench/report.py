@@ -32,6 +32,7 @@ FIDELITY_COLUMNS = (
     ("row", None, None),
     ("target_LL", "target_ll", "{:.3f}"),
     ("LL_drop", "ll_drop", "{:+.3f}"),
+    ("regret", "regret", "{:.3f}"),
     ("agree", "greedy_agreement", "{:.3f}"),
     ("argmax_agree", "target_argmax_agreement", "{:.3f}"),
     ("overrule", "overrule_rate", "{:.3f}"),

@@ -47,7 +47,7 @@ TASK_CONTEXT_TOKENS = 192
 ROW_FIELDS = (
     "framework", "mode", "rejection_rate", "mean_accepted_length", "full_passes_per_token", "resumed_passes_per_token",
     "slim_passes_per_token", "draft_passes_per_token", "full_equivalent_per_token", "tokens_per_s", "speedup_vs_ar",
-    "speedup_vs_untiered", "target_ll", "ll_drop", "greedy_agreement", "target_argmax_agreement", "overrule_rate",
+    "speedup_vs_untiered", "target_ll", "ll_drop", "regret", "greedy_agreement", "target_argmax_agreement", "overrule_rate",
     "overrule_tier1", "overrule_tier2", "overrule_tier3", "tv_distance", "next_line_match", "peak_mem_mb",
     "analytic_bound", "fraction_of_bound",
 )
@@ -107,6 +107,7 @@ class RepeatStats:
     agree: int = 0
     argmax_agree: int = 0
     log_likelihood: float = 0.0
+    regret: float = 0.0
     metrics: TierMetrics | None = None
     per_prompt_tps: list[float] = field(default_factory=list)
 
@@ -239,6 +240,7 @@ def _run_timed(pair: LoadedPair, meter: RunMeter, run, ids: list[int], acc: Repe
     score = score_output(pair.target, ids, tokens)
     acc.argmax_agree += score.argmax_matches
     acc.log_likelihood += score.log_likelihood
+    acc.regret += score.regret
     if output.metrics is not None:
         acc.metrics = output.metrics if acc.metrics is None else acc.metrics.merge(output.metrics)
 
@@ -311,6 +313,7 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
             "speedup_vs_untiered": paired_speedup(runs, untiered) if untiered else None,
             "target_ll": ll,
             "ll_drop": (ar_ll - ll) if ll is not None and ar_ll is not None else None,
+            "regret": med(lambda r: r.regret / r.tokens if r.tokens else None),
             "greedy_agreement": med(lambda r: r.agree / r.tokens if r.tokens else None),
             "target_argmax_agreement": med(lambda r: r.argmax_agree / r.tokens if r.tokens else None),
             "overrule_rate": from_metrics(lambda m: m.overrule_rate),

@@ -37,6 +37,8 @@ def _floats(value: str) -> tuple[float, ...]:
 @click.option("--max-ll-drop", type=float, default=0.02, show_default=True,
               help="Fidelity budget: most target log-likelihood drop per token (nats) from the target's own output.")
 @click.option("--max-overrule", type=float, default=None, help="Also cap the overrule rate (share of tokens q would overrule).")
+@click.option("--max-regret", type=float, default=None,
+              help="Also cap the regret (nats/token by which the target preferred its own choice, teacher-forced).")
 @click.option("--prompts", "num_prompts", type=click.IntRange(min=1), default=12, show_default=True,
               help="Calibration prompts (held-out snippets, drawn apart from the bench's).")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=48, show_default=True)
@@ -48,7 +50,7 @@ def _floats(value: str) -> tuple[float, ...]:
               help="Frontier PNG [default: <out>-frontier.png].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Every point as JSON.")
 def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, alpha1_values, alpha2_values, lenience_values,
-         greedy_gates, gamma, max_ll_drop, max_overrule, num_prompts, max_new_tokens, temperature, out_path, force,
+         greedy_gates, gamma, max_ll_drop, max_overrule, max_regret, num_prompts, max_new_tokens, temperature, out_path, force,
          plot_path, json_path) -> None:
     """Sweep VIA-SD (alpha1, alpha2, r) and the lenient baseline; write the cheapest setting within a fidelity budget."""
     import torch
@@ -75,7 +77,7 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     sampling = SamplingConfig.from_temperature(temperature)
     grid = TuneGrid(_floats(alpha1_values), _floats(alpha2_values), _floats(lenience_values),
                     tuple(g.strip() for g in greedy_gates.split(",") if g.strip()), gamma)
-    budget = Budget(max_ll_drop, max_overrule)
+    budget = Budget(max_ll_drop, max_overrule, max_regret)
     base_dir = Path(mask_path).parent if mask_path else Path(target_path).parent
     out_path = out_path or base_dir / TUNED_FILENAME
     plot_path = plot_path or out_path.with_name(out_path.stem + "-frontier.png")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -34,6 +35,7 @@ from viasd_adapt.checks import check_real
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import save_figure
 from viasd_adapt.metrics import TierMetrics
+from viasd_adapt.monitor import ViasdQualityWarning
 from viasd_adapt.pair import LoadedPair, MaskInfo, RunRequest
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint
 from viasd_adapt.routing.slim import SlimVerifier
@@ -69,20 +71,25 @@ class TuneGrid:
 class Budget:
     """The fidelity budget: a setting qualifies when it stays within both bounds."""
 
-    max_ll_drop: float = DEFAULT_MAX_LL_DROP
+    max_ll_drop: float | None = DEFAULT_MAX_LL_DROP
     max_overrule: float | None = None
+    max_regret: float | None = None
 
     def __post_init__(self) -> None:
-        check_real("max_ll_drop", self.max_ll_drop, low=0.0)
+        if self.max_ll_drop is not None:
+            check_real("max_ll_drop", self.max_ll_drop, low=0.0)
         if self.max_overrule is not None:
             check_real("max_overrule", self.max_overrule, low=0.0, high=1.0)
+        if self.max_regret is not None:
+            check_real("max_regret", self.max_regret, low=0.0)
+        if self.max_ll_drop is None and self.max_overrule is None and self.max_regret is None:
+            raise ConfigError("a fidelity budget needs at least one bound (max_ll_drop, max_overrule or max_regret)")
 
     def admits(self, point: "Point") -> bool:
         if point.exact:
             return True
-        if point.ll_drop > self.max_ll_drop:
-            return False
-        return self.max_overrule is None or (point.overrule is not None and point.overrule <= self.max_overrule)
+        bounds = ((self.max_ll_drop, point.ll_drop), (self.max_overrule, point.overrule), (self.max_regret, point.regret))
+        return all(limit is None or (value is not None and value <= limit) for limit, value in bounds)
 
 
 @dataclass
@@ -97,6 +104,7 @@ class Point:
     overrule: float | None
     tokens: int
     metrics: dict = field(default_factory=dict)
+    regret: float | None = None
 
     @property
     def exact(self) -> bool:
@@ -216,8 +224,12 @@ def tune(
     masks = _masks_for_ratios(pair, ratios, search_steps, save_masks_to, say, exits)
     original_mask = pair.mask
     try:
-        return _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, seed, cost_repeats, say, bar,
-                        started)
+        with warnings.catch_warnings():
+            # the sweep tries tolerances far from the defaults on purpose; the junk-drafter monitor
+            # would read a loose gate 1 as a junk drafter
+            warnings.simplefilter("ignore", ViasdQualityWarning)
+            return _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, seed, cost_repeats, say,
+                            bar, started)
     finally:
         pair.mask = original_mask
 
@@ -259,10 +271,11 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
     points: list[Point] = []
     for family, settings, mask_name in candidates:
         outputs, metrics = run(settings, mask_name)
-        ll, matches, tokens = 0.0, 0, 0
+        ll, matches, tokens, regret = 0.0, 0, 0, 0.0
         for ids, out in zip(prompt_ids, outputs):
             score = score_output(pair.target, ids, out)
             ll, matches, tokens = ll + score.log_likelihood, matches + score.argmax_matches, tokens + score.tokens
+            regret += score.regret
         if sampling.greedy or settings.mode.is_exact:
             overrule = 0.0 if settings.mode.is_exact else 1.0 - matches / max(1, tokens)
         elif settings.mode is Mode.LENIENT:
@@ -273,7 +286,7 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
         points.append(Point(family, settings, mask_name, feq, reference_ll - ll / max(1, tokens), overrule, tokens,
                             {"rejection_rate": metrics.rejection_rate, "mean_accepted_length": metrics.mean_accepted_length,
                              "slim_tokens": metrics.slim_tokens, "escalated_cycles": metrics.escalated_cycles,
-                             "cycles": metrics.cycles}))
+                             "cycles": metrics.cycles}, regret / max(1, tokens)))
         if ticker is not None:
             ticker.update(1)
     if ticker is not None:
@@ -324,7 +337,8 @@ def describe(result: TuneResult) -> list[str]:
             lines.append(f"{family}: no setting within the budget")
             continue
         lines.append(f"{family}: best within budget {point.full_equivalent:.3f} full-equivalent passes/token "
-                     f"(LL drop {point.ll_drop:+.3f}, overrule {point.overrule if point.overrule is not None else float('nan'):.3f}) "
+                     f"(LL drop {point.ll_drop:+.3f}, regret {point.regret if point.regret is not None else float('nan'):.3f}, "
+                     f"overrule {point.overrule if point.overrule is not None else float('nan'):.3f}) "
                      f"with {_short(point.settings)}" + (f", mask {point.mask}" if point.mask else ""))
     chosen = result.chosen
     viasd, lenient = best["viasd"], best["lenient"]
