@@ -10,7 +10,7 @@ the cheapest to share with the target: everything it computes is reused when q r
 This script trains such a target with the shipped demo pair's tokenizer and drafter (so the
 drafter side of the comparison is unchanged) and writes an ordinary pair directory:
 
-    python benchmarks/early_exit_pair.py            # ~25-40 CPU minutes, 1 thread
+    python benchmarks/early_exit_pair.py            # ~25-50 CPU minutes, 1 thread (shipped as assets/demo-ee)
     viasd search --pair ~/.cache/viasd-adapt/demo-ee ...   # then search, tune and bench it
 
 Output: ``$VIASD_CACHE/demo-ee/{target,draft,build_report.json}`` (``draft`` is a copy of the
@@ -28,12 +28,12 @@ from dataclasses import replace
 import torch
 
 from viasd_adapt.models import corpus, evaluate
-from viasd_adapt.models.presets import DEMO
+from viasd_adapt.models.presets import DEMO, DEMO_EE
 from viasd_adapt.models.registry import cache_dir, demo_pair_paths
 from viasd_adapt.models.train import chunk, llama_config, new_model, token_stream, train_model
 
-EXIT_LAYERS = (6, 8, 10)
-EXIT_WEIGHT = 0.5
+EXIT_LAYERS = DEMO_EE.target_training.early_exit_layers
+EXIT_WEIGHT = DEMO_EE.target_training.early_exit_weight
 
 
 def main() -> None:
@@ -55,7 +55,7 @@ def main() -> None:
     heldout = chunk(token_stream(corpus.heldout_text(), tokenizer), DEMO.seq_len)
     heldout = heldout[torch.linspace(0, heldout.size(0) - 1, DEMO.eval_sequences).round().long()]
 
-    budget = replace(DEMO.target_training, steps=args.steps, early_exit_layers=EXIT_LAYERS, early_exit_weight=EXIT_WEIGHT)
+    budget = replace(DEMO_EE.target_training, steps=args.steps)
     target = new_model(llama_config(DEMO.target, tokenizer, DEMO.seq_len), args.seed)
     with torch.no_grad():  # start from the drafter's trained embedding, as the demo target did
         target.get_input_embeddings().weight.copy_(drafter.get_input_embeddings().weight)

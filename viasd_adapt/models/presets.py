@@ -19,7 +19,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from viasd_adapt.errors import ConfigError
 
@@ -125,7 +125,15 @@ DEMO = Preset(
     notes="shipped in viasd_adapt/assets/demo",
 )
 
-PRESETS: dict[str, Preset] = {preset.name: preset for preset in (TINY, DEMO)}
+DEMO_EE = replace(
+    DEMO,
+    name="demo-ee",
+    target_training=replace(DEMO.target_training, early_exit_layers=(6, 8, 10), early_exit_weight=0.5),
+    notes="the demo pair with a target trained for early exit (LayerSkip-style exit losses at layers 6, 8, 10); "
+    "shipped in viasd_adapt/assets/demo-ee",
+)
+
+PRESETS: dict[str, Preset] = {preset.name: preset for preset in (TINY, DEMO, DEMO_EE)}
 
 
 def get_preset(name: str) -> Preset:

@@ -69,7 +69,9 @@ def read_pair(root: Path, name: str | None = None, source: str = "built") -> Pai
 def _pairs_under(root: Path, source: str) -> list[PairPaths]:
     if not root.is_dir():
         return []
-    found = (read_pair(child, source=source) for child in sorted(root.iterdir()) if child.is_dir())
+    # hidden folders are builds in progress or put aside (models build stages in ".<name>-building-*")
+    found = (read_pair(child, source=source) for child in sorted(root.iterdir())
+             if child.is_dir() and not child.name.startswith("."))
     return [pair for pair in found if pair is not None]
 
 
