@@ -6,7 +6,7 @@ passes per token and rejects fewer drafts, and every committed token is attribut
 Lossless mode stays token-identical to plain greedy decoding of the target.
 
 The paper's built-in rules are used. (On an earlier candidate pair whose drafter was sharper than
-its target, greedy lossy needed the opt-in ``GreedyArgmaxAcceptance`` rules plugin of the EAGLE
+its target, greedy lossy needed the opt-in ``GreedyArgmaxAcceptance`` rules plugin (``viasd_adapt.plugins``, first written for the EAGLE
 adapter to beat stock verification: the probability-ratio gate can reject the very token greedy q
 would pick. On the shipped pair the built-in rules win by a wide margin.)
 """

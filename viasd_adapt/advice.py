@@ -16,6 +16,7 @@ from typing import Any
 from viasd_adapt.settings import TierSettings
 
 DEFAULT_MAX_LL_DROP = 0.02  # nats per token: the default fidelity budget of tune and the verdict
+DEFAULT_MAX_REGRET = 0.02  # nats per token: bounds what the LL drop alone can miss (see tuning.tune.Budget)
 
 
 class NegativeDeltaWarning(UserWarning):
@@ -57,9 +58,10 @@ def warn_if_negative_delta(mask: Any, settings: TierSettings) -> str | None:
     return message
 
 
-def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP) -> list[str]:
+def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regret: float = DEFAULT_MAX_REGRET) -> list[str]:
     """Per framework: the cheapest row (full-equivalent passes per token) within the fidelity
-    budget, among untiered SD (none), lenient, lossless and lossy, and whether the tier won."""
+    budget (LL drop and regret), among untiered SD (none), lenient, lossless and lossy, and
+    whether the tier won."""
     lines = []
     for framework in dict.fromkeys(r["framework"] for r in rows if r["mode"] != "-"):
         candidates = [
@@ -67,7 +69,9 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP) -> list[
             if r["framework"] == framework and r["mode"] in ("none", "lenient", "lossless", "lossy")
             and r.get("full_equivalent_per_token") is not None
         ]
-        within = [r for r in candidates if r["mode"] in ("none", "lossless") or (r.get("ll_drop") is not None and r["ll_drop"] <= max_ll_drop)]
+        within = [r for r in candidates if r["mode"] in ("none", "lossless") or (
+            r.get("ll_drop") is not None and r["ll_drop"] <= max_ll_drop
+            and (r.get("regret") is None or r["regret"] <= max_regret))]
         if not within:
             continue
         best = min(within, key=lambda r: r["full_equivalent_per_token"])
@@ -78,11 +82,11 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP) -> list[
         )
         won = best["mode"] in ("lossless", "lossy")
         lines.append(
-            f"{framework}: cheapest within an LL drop of {max_ll_drop} nats/token is {best['mode']} "
+            f"{framework}: cheapest within an LL drop of {max_ll_drop} and a regret of {max_regret} nats/token is {best['mode']} "
             f"({best['full_equivalent_per_token']:.3f} full-equivalent passes/token; all: {described}). "
             + ("The slim tier pays here." if won else "The slim tier does not pay here: use " + best["mode"] + ".")
         )
     return lines
 
 
-__all__ = ["DEFAULT_MAX_LL_DROP", "NegativeDeltaWarning", "delta_message", "verdict", "warn_if_negative_delta"]
+__all__ = ["DEFAULT_MAX_LL_DROP", "DEFAULT_MAX_REGRET", "NegativeDeltaWarning", "delta_message", "verdict", "warn_if_negative_delta"]

@@ -1,14 +1,15 @@
-"""``viasd bench``: every framework with and without the tier, in one process.
+"""``viasd bench``: every framework with and without the tier, and the simple baselines, in one process.
 
-Modules, one job each:
+Modules, one job each (frameworks and model loading live in :mod:`viasd_adapt.frameworks` and
+:mod:`viasd_adapt.pair`, shared with ``viasd generate`` and ``viasd tune``):
 
-* :mod:`~viasd_adapt.bench.context`: load a model pair from local paths, the mask (or a labelled
-  fallback), the prompts;
-* :mod:`~viasd_adapt.bench.rows`: the registry of row runners, one entry per framework;
-* :mod:`~viasd_adapt.bench.measure`: forward passes and tensor memory, counted with hooks;
-* :mod:`~viasd_adapt.bench.costs`: per-forward costs and the analytic speedup bound;
-* :mod:`~viasd_adapt.bench.run`: the interleaved, repeated schedule and the medians;
-* :mod:`~viasd_adapt.bench.goals`, :mod:`~viasd_adapt.bench.report`, :mod:`~viasd_adapt.bench.plot`:
-  goal checks, table/JSON, PNG;
-* :mod:`~viasd_adapt.bench.demo`: ``viasd demo`` (tier-coloured completions and a small bench).
+* :mod:`~viasd_adapt.bench.run`: the rows, the interleaved and repeated schedule, the medians;
+* :mod:`~viasd_adapt.bench.costs`: per-forward costs, full-equivalent passes, the analytic bound;
+* :mod:`~viasd_adapt.bench.fidelity`: target likelihood, regret, agreement, the next-line task;
+* :mod:`~viasd_adapt.bench.measure`: passes of rows without metrics, and tensor memory (hooks);
+* :mod:`~viasd_adapt.bench.report`: tables, JSON, the plot;
+* :mod:`~viasd_adapt.bench.session`: one invocation end to end (shared by bench and demo);
+* :mod:`~viasd_adapt.bench.demo`: ``viasd demo``.
+
+The issues' goal thresholds are not here: ``benchmarks/goals.py`` checks a bench JSON against them.
 """

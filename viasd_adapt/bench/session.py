@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, delta_message, verdict
+from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, delta_message, verdict
 from viasd_adapt.bench.report import FIDELITY_COLUMNS, SPEED_COLUMNS, format_costs, format_table, plot_rows, result_json, save_json
 from viasd_adapt.bench.run import DEFAULT_MODES, BenchConfig, run_bench
 from viasd_adapt.prompts import read_prompts_file
@@ -99,6 +99,7 @@ def run_bench_session(
     gamma: int | None = None,
     task_prompts: int = 16,
     max_ll_drop: float = DEFAULT_MAX_LL_DROP,
+    max_regret: float = DEFAULT_MAX_REGRET,
     device: str = "auto",
     json_path: Path | str | None = None,
     plot_path: Path | str | None = None,
@@ -114,6 +115,9 @@ def run_bench_session(
     quiet_transformers()
     tuned = find_tuned(mask_path)
     base = settings_for_mask(mask_path) if mask_path else TierSettings()
+    if tuned is not None and lenience is None:  # the lenient rows run the tuner's best lenient point
+        best_lenient = (tuned.report.get("best_within_budget") or {}).get("lenient")
+        lenience = best_lenient["settings"]["lenience"] if best_lenient else None
     settings = tier_settings_from_options(base, preset, alpha1=alpha1, alpha2=alpha2, lenience=lenience, gamma=gamma)
     sampling = SamplingConfig.from_temperature(temperature)
     config = BenchConfig(frameworks=split_list(frameworks), modes=split_list(modes), max_new_tokens=max_new_tokens,
@@ -149,7 +153,7 @@ def run_bench_session(
     echo("")
     echo(format_costs(result))
     echo(f"peak memory: {result.memory_source}")
-    judgement = verdict(result.rows, max_ll_drop)
+    judgement = verdict(result.rows, max_ll_drop, max_regret)
     if judgement:
         echo("verdict:")
         for line in judgement:
@@ -172,6 +176,7 @@ def run_bench_session(
         "seed": seed,
         "threads": threads,
         "max_ll_drop": max_ll_drop,
+        "max_regret": max_regret,
         "verdict": judgement,
     }
     data = result_json(result, run_info)

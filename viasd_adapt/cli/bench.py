@@ -42,6 +42,8 @@ def bench_options(function):
                      help="Held-out next-line examples for the task score (0 = skip)."),
         click.option("--max-ll-drop", type=click.FloatRange(min=0.0), default=0.02, show_default=True,
                      help="Fidelity budget of the verdict (target log-likelihood drop, nats/token)."),
+        click.option("--max-regret", type=click.FloatRange(min=0.0), default=0.02, show_default=True,
+                     help="... and its regret bound (nats/token the target preferred its own choice by)."),
         click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
         click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the rows as JSON."),
         click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a PNG."),

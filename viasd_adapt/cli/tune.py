@@ -37,8 +37,11 @@ def _floats(value: str) -> tuple[float, ...]:
 @click.option("--max-ll-drop", type=float, default=0.02, show_default=True,
               help="Fidelity budget: most target log-likelihood drop per token (nats) from the target's own output.")
 @click.option("--max-overrule", type=float, default=None, help="Also cap the overrule rate (share of tokens q would overrule).")
-@click.option("--max-regret", type=float, default=None,
-              help="Also cap the regret (nats/token by which the target preferred its own choice, teacher-forced).")
+@click.option("--max-regret", type=float, default=0.02, show_default=True,
+              help="Most regret per token (nats by which the target preferred its own choice, teacher-forced); "
+                   "guards the LL drop, which degenerate high-likelihood text can game. A negative value drops the bound.")
+@click.option("--reuse", "reuse_path", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Judge the points of an earlier --json file under this budget instead of measuring again.")
 @click.option("--prompts", "num_prompts", type=click.IntRange(min=1), default=12, show_default=True,
               help="Calibration prompts (held-out snippets, drawn apart from the bench's).")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=48, show_default=True)
@@ -50,7 +53,7 @@ def _floats(value: str) -> tuple[float, ...]:
               help="Frontier PNG [default: <out>-frontier.png].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Every point as JSON.")
 def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, alpha1_values, alpha2_values, lenience_values,
-         greedy_gates, gamma, max_ll_drop, max_overrule, max_regret, num_prompts, max_new_tokens, temperature, out_path, force,
+         greedy_gates, gamma, max_ll_drop, max_overrule, max_regret, reuse_path, num_prompts, max_new_tokens, temperature, out_path, force,
          plot_path, json_path) -> None:
     """Sweep VIA-SD (alpha1, alpha2, r) and the lenient baseline; write the cheapest setting within a fidelity budget."""
     import torch
@@ -77,7 +80,7 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     sampling = SamplingConfig.from_temperature(temperature)
     grid = TuneGrid(_floats(alpha1_values), _floats(alpha2_values), _floats(lenience_values),
                     tuple(g.strip() for g in greedy_gates.split(",") if g.strip()), gamma)
-    budget = Budget(max_ll_drop, max_overrule, max_regret)
+    budget = Budget(max_ll_drop, max_overrule, max_regret if max_regret is not None and max_regret >= 0 else None)
     base_dir = Path(mask_path).parent if mask_path else Path(target_path).parent
     out_path = out_path or base_dir / TUNED_FILENAME
     plot_path = plot_path or out_path.with_name(out_path.stem + "-frontier.png")
@@ -88,11 +91,22 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device="cpu")
     if loaded.mask.is_fallback:
         click.echo(f"note: no mask.json for this pair; tuning with the {loaded.mask.source}")
-    prompts = calibration_prompts(num_prompts, default_prompts(8))
-    exit_layers = tuple(int(k) for k in _floats(exits))
-    result = run_tune(loaded, prompts, max_new_tokens, grid, budget, _floats(ratios), search_steps, exit_layers, sampling,
-                      save_masks_to=base_dir, progress=lambda m: click.echo(f"  .. {m}"),
-                      bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False))
+    if reuse_path is not None:
+        import json
+
+        from viasd_adapt.io import read_text
+        from viasd_adapt.tuning.artifact import TunedSettings
+        from viasd_adapt.tuning.tune import load_result
+
+        data = json.loads(read_text(reuse_path, "tune JSON"))
+        TunedSettings.from_json(data["tuned"], str(reuse_path)).check_model(loaded.target, source=str(reuse_path))
+        result = load_result(data).rechosen(budget)
+    else:
+        prompts = calibration_prompts(num_prompts, default_prompts(8))
+        exit_layers = tuple(int(k) for k in _floats(exits))
+        result = run_tune(loaded, prompts, max_new_tokens, grid, budget, _floats(ratios), search_steps, exit_layers,
+                          sampling, save_masks_to=base_dir, progress=lambda m: click.echo(f"  .. {m}"),
+                          bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False))
     for line in describe(result):
         click.echo(line)
     artifact = artifact_of(result, loaded)

@@ -19,7 +19,7 @@ from torch import nn
 
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.io import read_text, write_json
-from viasd_adapt.routing.mask import fingerprint_mismatches, model_fingerprint
+from viasd_adapt.routing.mask import model_mismatches
 from viasd_adapt.settings import TierSettings
 
 TUNED_FILENAME = "tuned.json"
@@ -80,7 +80,7 @@ class TunedSettings:
         return tuned
 
     def check_model(self, model: nn.Module, source: str = "tuned settings") -> None:
-        problems = fingerprint_mismatches(self.fingerprint, model_fingerprint(model))
+        problems = model_mismatches(self.fingerprint, model)
         if problems:
             raise ModelMismatchError(f"{source} belongs to another model: " + "; ".join(problems))
 
