@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from viasd_adapt.advice import verdict
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent
-from viasd_adapt.bench.fidelity import first_line, next_line_match, positional_agreement, score_output
+from viasd_adapt.bench.fidelity import next_line, next_line_match, positional_agreement, score_output
 from viasd_adapt.bench.measure import RunMeter
 from viasd_adapt.bench.report import plot_rows
 from viasd_adapt.bench.run import ROW_FIELDS, BenchConfig, run_bench
@@ -87,7 +87,7 @@ def test_mask() -> RoutingMask:
 test_mask.__test__ = False  # a helper, not a test
 
 MODES = ("none", "lenient", "lossless", "lossy", "audit")
-TASK = [("def add(a, b):\n", "    return a + b"), ("for i in range(10):\n", "    print(i)")]
+TASK = [("def add(a, b):", "    return a + b"), ("for i in range(10):", "    print(i)")]
 
 
 @pytest.fixture(scope="module")
@@ -207,10 +207,12 @@ def test_next_line_scoring():
     from viasd_adapt.models.tokenizer import train_tokenizer
 
     tok = train_tokenizer(PROMPTS * 20, 300)
-    assert first_line("    return a + b\n    x") == "    return a + b"
-    ids = tok("    return a + b\nmore", add_special_tokens=False)["input_ids"]
+    assert next_line("\n    return a + b\n    x") == "    return a + b" and next_line("no break") is None
+    ids = tok("\n    return a + b\nmore", add_special_tokens=False)["input_ids"]
     assert next_line_match(tok, ids, "    return a + b")
     assert not next_line_match(tok, ids, "return a + b")  # indentation counts
+    late = tok("x\n    return a + b\n", add_special_tokens=False)["input_ids"]
+    assert not next_line_match(tok, late, "    return a + b")  # the prompt's line must end at once
 
 
 def test_costs_bound_and_full_equivalent_by_hand():

@@ -14,8 +14,8 @@ Speed alone says nothing about a lossy mode, so every row carries fidelity next 
   t; everything after a first divergence counts as a miss) and teacher-forced (token t is the
   target's argmax given the row's own prefix);
 * **overrule rate** by tier, from the audit (modes audit and lenient, where q is at hand);
-* **next-line exact match** on held-out real code: the prompt ends at a line break, the row writes
-  one line, which is compared with the file's true next line.
+* **next-line exact match** on held-out real code: the prompt is whole lines of a held-out file, the
+  row writes the line break and the next line, which is compared with the file's true next line.
 """
 
 from __future__ import annotations
@@ -57,14 +57,19 @@ def positional_agreement(tokens: list[int], reference: list[int]) -> int:
     return sum(int(a == b) for a, b in zip(tokens, reference))
 
 
-def first_line(text: str) -> str:
-    """The generated line: everything before the first line break, trailing whitespace removed."""
-    return text.split("\n", 1)[0].rstrip()
+def next_line(text: str) -> str | None:
+    """The line a continuation starts: what follows its first line break, up to the next one,
+    trailing whitespace removed; None when the continuation never breaks the line."""
+    if "\n" not in text:
+        return None
+    return text.split("\n", 2)[1].rstrip()
 
 
 def next_line_match(tokenizer, tokens: list[int], true_line: str) -> bool:
-    """Whether the first line the row wrote is exactly the file's next line (indentation included)."""
-    return first_line(tokenizer.decode(tokens, skip_special_tokens=True)) == true_line.rstrip()
+    """Whether the row ended the prompt's last line at once and wrote exactly the file's next line
+    (indentation included)."""
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    return text.split("\n", 1)[0].strip() == "" and next_line(text) == true_line.rstrip()
 
 
-__all__ = ["OutputScore", "first_line", "next_line_match", "positional_agreement", "score_output"]
+__all__ = ["OutputScore", "next_line", "next_line_match", "positional_agreement", "score_output"]

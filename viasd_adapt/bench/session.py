@@ -97,7 +97,7 @@ def run_bench_session(
     alpha2: float | None = None,
     lenience: float | None = None,
     gamma: int | None = None,
-    task_prompts: int = 16,
+    task_prompts: int = 32,
     max_ll_drop: float = DEFAULT_MAX_LL_DROP,
     max_regret: float = DEFAULT_MAX_REGRET,
     device: str = "auto",

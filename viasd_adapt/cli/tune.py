@@ -42,6 +42,8 @@ def _floats(value: str) -> tuple[float, ...]:
                    "guards the LL drop, which degenerate high-likelihood text can game. A negative value drops the bound.")
 @click.option("--reuse", "reuse_path", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Judge the points of an earlier --json file under this budget instead of measuring again.")
+@click.option("--retime", is_flag=True, help="With --reuse: time the single forwards again and reprice every point "
+              "(the sweep's pass counts are exact; only its timings are noisy).")
 @click.option("--prompts", "num_prompts", type=click.IntRange(min=1), default=12, show_default=True,
               help="Calibration prompts (held-out snippets, drawn apart from the bench's).")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=48, show_default=True)
@@ -53,7 +55,7 @@ def _floats(value: str) -> tuple[float, ...]:
               help="Frontier PNG [default: <out>-frontier.png].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Every point as JSON.")
 def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, alpha1_values, alpha2_values, lenience_values,
-         greedy_gates, gamma, max_ll_drop, max_overrule, max_regret, reuse_path, num_prompts, max_new_tokens, temperature, out_path, force,
+         greedy_gates, gamma, max_ll_drop, max_overrule, max_regret, reuse_path, retime, num_prompts, max_new_tokens, temperature, out_path, force,
          plot_path, json_path) -> None:
     """Sweep VIA-SD (alpha1, alpha2, r) and the lenient baseline; write the cheapest setting within a fidelity budget."""
     import torch
@@ -101,6 +103,14 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
         data = json.loads(read_text(reuse_path, "tune JSON"))
         TunedSettings.from_json(data["tuned"], str(reuse_path)).check_model(loaded.target, source=str(reuse_path))
         result = load_result(data).rechosen(budget)
+        if retime:
+            from viasd_adapt.routing.mask import RoutingMask
+            from viasd_adapt.tuning.tune import mask_costs
+
+            masks = {name: RoutingMask.from_bits(info["bits"]) for name, info in result.masks.items()}
+            prompt = list(loaded.tokenizer(calibration_prompts(1, default_prompts(8))[0]).input_ids)
+            click.echo("  .. timing single forwards per mask again")
+            result = result.repriced(mask_costs(loaded, masks, prompt, grid.gamma, 25))
     else:
         prompts = calibration_prompts(num_prompts, default_prompts(8))
         exit_layers = tuple(int(k) for k in _floats(exits))

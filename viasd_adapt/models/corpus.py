@@ -146,8 +146,11 @@ def heldout_next_lines(
 ) -> list[tuple[str, str]]:
     """``n`` (prefix, next line) pairs from held-out files: a task score for code models.
 
-    The prefix is up to ``context_lines`` whole lines ending with a line break; the next line is
-    the file's true following line (indentation kept, trailing whitespace and newline removed), of
+    The prefix is up to ``context_lines`` whole lines, *without* the line break after the last one:
+    byte-level BPE merges a line break with the next line's indentation into one token, so a
+    prompt ending in a bare line break would ask the model to continue from a token boundary it
+    never saw in training. The model writes that line break itself, then the line. The next line is
+    the file's true following line (indentation kept, trailing whitespace removed), of
     ``min_line_chars``..``max_line_chars`` characters, not blank and not a comment. Reproducible for
     a given ``(n, seed)`` and stdlib, like :func:`heldout_prompts`.
     """
@@ -169,7 +172,7 @@ def heldout_next_lines(
         line = lines[index].rstrip()
         if not min_line_chars <= len(line.strip()) <= max_line_chars or line.lstrip().startswith("#"):
             continue
-        prefix = "\n".join(lines[index - context_lines : index]) + "\n"
+        prefix = "\n".join(lines[index - context_lines : index])
         if prefix.strip():
             pairs.append((prefix, line))
     return pairs

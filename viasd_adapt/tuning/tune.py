@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -112,6 +112,7 @@ class Point:
     tokens: int
     metrics: dict = field(default_factory=dict)
     regret: float | None = None
+    passes: dict = field(default_factory=dict)  # per token: draft, slim, full, resumed (PassCounts)
 
     @property
     def exact(self) -> bool:
@@ -144,6 +145,19 @@ class TuneResult:
     def rechosen(self, budget: Budget) -> "TuneResult":
         """The same measurements judged under another budget (nothing is run again)."""
         return TuneResult(self.points, choose(self.points, budget), budget, self.costs, self.masks, self.seconds)
+
+    def repriced(self, costs: dict[str | None, ForwardCosts]) -> "TuneResult":
+        """The same pass counts priced with per-forward costs measured again (keyed by mask name,
+        None for the runs without a slim verifier): timings are the only noisy part of a sweep."""
+        points = []
+        for point in self.points:
+            if not point.passes:
+                raise ConfigError("these points carry no pass counts (an older tune file); run the sweep again")
+            priced = full_equivalent(costs[point.mask if point.family in ("lossless", "viasd") else None],
+                                     PassCounts(**point.passes))
+            points.append(replace(point, full_equivalent=priced))
+        return TuneResult(points, choose(points, self.budget), self.budget,
+                          {str(k): v.to_dict() for k, v in costs.items()}, self.masks, self.seconds)
 
 
 def choose(points: list[Point], budget: Budget) -> Point:
@@ -217,6 +231,16 @@ def _search(pair: LoadedPair, ratio: float, steps: int) -> MaskArtifact:
                        new_tokens=32).artifact
 
 
+def mask_costs(pair: LoadedPair, masks: dict[str, RoutingMask], prompt_ids: list[int], gamma: int,
+               repeats: int) -> dict[str | None, ForwardCosts]:
+    """Per-forward costs without a slim verifier (key None) and with each mask, on one context."""
+    context = prompt_ids[:64] + list(range(1, 33))
+    costs: dict[str | None, ForwardCosts] = {None: measure_forward_costs(pair.target, pair.draft, None, context, gamma, repeats)}
+    for name, mask in masks.items():
+        costs[name] = measure_forward_costs(pair.target, pair.draft, SlimVerifier(pair.target, mask), context, gamma, repeats)
+    return costs
+
+
 def _candidates(masks: dict[str, RoutingMask], grid: TuneGrid, base: TierSettings, greedy: bool):
     """(family, settings, mask name) for every candidate of the sweep."""
     yield "sd", base.with_(mode=Mode.NONE), None
@@ -241,7 +265,7 @@ def tune(
     sampling: SamplingConfig = SamplingConfig(),
     save_masks_to: Path | None = None,
     seed: int = 0,
-    cost_repeats: int = 9,
+    cost_repeats: int = 15,
     progress: Callable[[str], None] | None = None,
     bar: Callable[[int], object] | None = None,
 ) -> TuneResult:
@@ -290,12 +314,7 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
     reference_ll /= max(1, reference_tokens)
 
     say("timing single forwards per mask")
-    costs: dict[str | None, ForwardCosts] = {}
-    context = prompt_ids[0][:64] + list(range(1, 33))
-    costs[None] = measure_forward_costs(pair.target, pair.draft, None, context, grid.gamma, cost_repeats)
-    for name, mask in masks.items():
-        costs[name] = measure_forward_costs(pair.target, pair.draft, SlimVerifier(pair.target, mask), context, grid.gamma,
-                                            cost_repeats)
+    costs = mask_costs(pair, masks, prompt_ids[0], grid.gamma, cost_repeats)
     candidates = list(_candidates(masks, grid, base, sampling.greedy))
     ticker = bar(len(candidates)) if bar is not None else None
     points: list[Point] = []
@@ -312,11 +331,12 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
             overrule = metrics.overrule_rate
         else:
             overrule = run(settings.with_(mode=Mode.AUDIT), mask_name)[1].overrule_rate
-        feq = full_equivalent(costs[mask_name], PassCounts.of_metrics(metrics, metrics.committed))
+        counts = PassCounts.of_metrics(metrics, metrics.committed)
+        feq = full_equivalent(costs[mask_name], counts)
         points.append(Point(family, settings, mask_name, feq, reference_ll - ll / max(1, tokens), overrule, tokens,
                             {"rejection_rate": metrics.rejection_rate, "mean_accepted_length": metrics.mean_accepted_length,
                              "slim_tokens": metrics.slim_tokens, "escalated_cycles": metrics.escalated_cycles,
-                             "cycles": metrics.cycles}, regret / max(1, tokens)))
+                             "cycles": metrics.cycles}, regret / max(1, tokens), asdict(counts)))
         if ticker is not None:
             ticker.update(1)
     if ticker is not None:
@@ -429,4 +449,4 @@ def plot_frontiers(result: TuneResult, path: str | Path, title: str = "") -> Pat
 
 
 __all__ = ["Budget", "Point", "TUNE_PROMPT_SEED", "TuneGrid", "TuneResult", "artifact_of", "calibration_prompts",
-           "choose", "describe", "load_result", "pareto", "plot_frontiers", "tune"]
+           "choose", "describe", "load_result", "mask_costs", "pareto", "plot_frontiers", "tune"]
