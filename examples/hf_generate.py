@@ -18,7 +18,7 @@ from viasd_adapt.models.registry import demo_pair_paths
 
 parser = argparse.ArgumentParser()
 parser.add_argument("prompt", nargs="?", default="def fibonacci(n):")
-parser.add_argument("--mode", default="lossy", choices=["none", "lossless", "lossy", "audit"])
+parser.add_argument("--mode", default="lossy", choices=["none", "lenient", "lossless", "lossy", "audit"])
 parser.add_argument("--max-new-tokens", type=int, default=48)
 args = parser.parse_args()
 

@@ -28,7 +28,7 @@ def main(prompt: str = "def parse_args(argv):") -> None:
     drafter = AutoModelForCausalLM.from_pretrained(pair.draft, dtype=torch.float32).eval()
     prompt_ids = tokenizer(prompt)["input_ids"]
 
-    for mode in ("none", "lossless", "lossy", "audit"):
+    for mode in ("none", "lenient", "lossless", "lossy", "audit"):
         out = pearl_generate(
             target,
             drafter,
