@@ -37,8 +37,6 @@ torch.set_num_threads(1)
 
 PROMPTS = CHAR_PROMPTS
 LAYERS = CHAR_LAYERS
-
-
 MODES = ("none", "lenient", "lossless", "lossy", "audit")
 TASK = [("def add(a, b):\n", "    return a + b"), ("for i in range(10):\n", "    print(i)")]
 

@@ -22,7 +22,7 @@ from tests.support.pairs import TinyPair, noisy_pair, truncated_pair
 torch.set_num_threads(1)
 
 DECODER_ONLY = {"engine": EngineDriver, "hf": HFDriver, "pearl": PearlDriver}
-GREEDY_PROMPTS = [[3], [7], [5, 17, 2, 40, 9], [3, 1, 4, 1, 5, 9, 2, 6]]
+GREEDY_PROMPTS = [[3], [7], [5, 17, 2, 40, 9]]
 MODES_PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], [10, 20, 30, 40, 50, 60]]
 
 
@@ -64,7 +64,7 @@ class Drivers:
         from tests.support.seq2seq import VOCAB, source_for
 
         prompts = []
-        for seed, prefix in enumerate((0, 2, 4, 0)):
+        for seed, prefix in enumerate((0, 2, 4)):
             kwargs = source_for(family, seed)
             if prefix and family != "whisper":  # Whisper's generate builds its own decoder prompt
                 start = pair.target.generation_config.decoder_start_token_id

@@ -38,7 +38,7 @@ from viasd_adapt.settings import TierSettings
 torch.set_num_threads(1)
 
 SAMPLING = SamplingConfig(do_sample=True, temperature=0.8, top_k=6, top_p=0.95)
-N_SAMPLES = 400
+N_SAMPLES = 300
 
 
 @pytest.mark.parametrize("mode", ["none", "lossless"])
@@ -96,6 +96,7 @@ def test_eagle_lossless_samples_are_calibrated_against_the_target(drivers, reque
 
 
 MODES = ["none", "lenient", "lossless", "lossy", "audit"]
+N_SEEDED = 10
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -107,17 +108,17 @@ def test_sampling_is_seeded_really_samples_and_top_k_1_is_greedy(drivers, reques
     driver = drivers.modes(request, framework)
     prompt, settings = driver.prompts[0], TierSettings(mode=mode, gamma=4)
     sampling = SamplingConfig(do_sample=True, temperature=1.0)
-    first = driver.generate(prompt, 16, settings, sampling=sampling, seed=7)
-    assert len(first.tokens) == first.metrics.committed == 16
-    assert driver.generate(prompt, 16, settings, sampling=sampling, seed=7).tokens == first.tokens  # seeded
-    others = {tuple(driver.generate(prompt, 16, settings, sampling=sampling, seed=seed).tokens) for seed in (1, 2)}
+    first = driver.generate(prompt, N_SEEDED, settings, sampling=sampling, seed=7)
+    assert len(first.tokens) == first.metrics.committed == N_SEEDED
+    assert driver.generate(prompt, N_SEEDED, settings, sampling=sampling, seed=7).tokens == first.tokens  # seeded
+    others = {tuple(driver.generate(prompt, N_SEEDED, settings, sampling=sampling, seed=seed).tokens) for seed in (1, 2)}
     assert others != {tuple(first.tokens)}  # really samples
     if framework == "eagle" and mode == "none":
         return  # upstream eagle: its bonus token comes from the unwarped softmax (see module docstring)
     point = SamplingConfig(do_sample=True, temperature=0.8, top_k=1)
     for variant in ("route", "cascade") if framework == "eagle" and mode == "lossless" else (None,):
-        outputs = {tuple(driver.generate(prompt, 16, settings, sampling=point, seed=seed, variant=variant).tokens)
+        outputs = {tuple(driver.generate(prompt, N_SEEDED, settings, sampling=point, seed=seed, variant=variant).tokens)
                    for seed in (0, 1)}
         assert len(outputs) == 1, variant
         if mode in ("none", "lossless"):
-            assert outputs == {tuple(driver.reference(prompt, 16))}, variant
+            assert outputs == {tuple(driver.reference(prompt, N_SEEDED))}, variant
