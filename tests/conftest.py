@@ -1,4 +1,6 @@
-"""Shared pytest fixtures. Each fixture says which module it serves; add new ones below."""
+"""Session fixtures shared across folders (each says what it serves). Helpers that are not fixtures
+(pairs, statistics, framework drivers) live in tests/support/; the conformance suite's drivers and
+the bench's pair on disk have their own conftest.py in their folders."""
 
 from __future__ import annotations
 
@@ -18,29 +20,10 @@ def tiny_pair(tmp_path_factory):
     return build_pair("tiny", out_dir=tmp_path_factory.mktemp("viasd-cache"), seed=0, progress=False)
 
 
-def load_shipped_demo_pair():
-    """``(pair, tokenizer, target, drafter)`` of the demo pair shipped in the package, fp32, eval.
-
-    The pair and its DIMR mask are part of the package, so a missing one is a failure, not a skip.
-    Serves the demo-pair tests of every adapter.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from viasd_adapt.models.registry import demo_pair_paths
-
-    pair = demo_pair_paths()
-    assert pair.mask is not None, "the shipped demo pair has no mask.json"
-    tokenizer = AutoTokenizer.from_pretrained(str(pair.target))
-    target = AutoModelForCausalLM.from_pretrained(str(pair.target), dtype=torch.float32).eval()
-    drafter = AutoModelForCausalLM.from_pretrained(str(pair.draft), dtype=torch.float32).eval()
-    return pair, tokenizer, target, drafter
-
-
 @pytest.fixture(scope="session")
 def tiny_eagle(tmp_path_factory):
     """The tiny EAGLE setup of :mod:`tests.support.eagle` (targets and a head), built once per
-    session. Serves the EAGLE adapter's test modules."""
+    session. Serves the EAGLE adapter's test modules and the conformance suite's EAGLE cases."""
     pytest.importorskip("eagle.model.ea_model")
     from tests.support.eagle import build_tiny_eagle
 

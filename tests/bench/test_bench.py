@@ -1,0 +1,272 @@
+"""``viasd bench``: rows, fields, medians, pass counting, costs, fidelity, the verdict, JSON and plot.
+
+The pair is the char pair of :mod:`tests.support.pairs` (random and tiny, built from configs in
+milliseconds, with a character-level tokenizer saved beside it), so the bench runs end to end
+through ``from_pretrained`` paths in seconds. The drafter holds the target's first layer and head
+so that it agrees with the target part of the time, and the head is sharpened so that
+distributions are peaked, not flat.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from tests.support.pairs import CHAR_LAYERS, CHAR_PROMPTS, CHAR_VOCAB, char_mask, char_pair_models, char_tokenizer
+from viasd_adapt.advice import verdict
+from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent
+from viasd_adapt.bench.fidelity import next_line, next_line_match, positional_agreement, score_output
+from viasd_adapt.bench.measure import RunMeter
+from viasd_adapt.bench.report import plot_rows
+from viasd_adapt.bench.run import ROW_FIELDS, BenchConfig, run_bench
+from viasd_adapt.cli.main import cli
+from viasd_adapt.pair import LoadedPair, MaskInfo, fallback_mask, load_pair, resolve_mask_info
+from viasd_adapt.errors import ConfigError, ModelMismatchError
+from viasd_adapt.models.tiny import tiny_model
+from viasd_adapt.routing import SlimVerifier
+from viasd_adapt.routing.mask import MaskArtifact, model_fingerprint
+from viasd_adapt.runner import CachedRunner
+from viasd_adapt.sampling import SamplingConfig
+from viasd_adapt.settings import TierSettings
+
+torch.set_num_threads(1)
+
+PROMPTS = CHAR_PROMPTS
+LAYERS = CHAR_LAYERS
+MODES = ("none", "lenient", "lossless", "lossy", "audit")
+TASK = [("def add(a, b):", "    return a + b"), ("for i in range(10):", "    print(i)")]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target, draft = char_pair_models()
+    return LoadedPair(target, draft, char_tokenizer(), MaskInfo(char_mask(), "test", False), torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def result(pair):
+    config = BenchConfig(frameworks=("hf", "pearl"), modes=MODES, max_new_tokens=10, repeats=3, cost_repeats=2,
+                         task_tokens=8)
+    return run_bench(pair, TierSettings(gamma=3, lenience=0.5), SamplingConfig(), PROMPTS, config, TASK)
+
+
+def _row(rows, framework, mode):
+    matches = [r for r in rows if r["framework"] == framework and r["mode"] == mode]
+    assert len(matches) == 1, (framework, mode, [(r["framework"], r["mode"]) for r in rows])
+    return matches[0]
+
+
+# ---------------------------------------------------------------------------- the bench run
+
+
+def test_every_row_is_present_with_every_field(result):
+    keys = [(r["framework"], r["mode"]) for r in result.rows]
+    expected = [("ar", "-"), ("hf", "plain")] + [(fw, m) for fw in ("hf", "pearl") for m in MODES]
+    assert sorted(keys) == sorted(expected)
+    for row in result.rows:
+        assert set(ROW_FIELDS) <= set(row)
+        assert row["tokens_per_s"] > 0
+        assert len(row["repeats"]["tokens_per_s"]) == 3
+        assert row["repeats"]["tokens"] == [2 * 10] * 3  # EOS never stops a bench generation
+
+
+def test_reported_values_are_medians_of_the_repeats(result):
+    for row in result.rows:
+        assert row["tokens_per_s"] == pytest.approx(statistics.median(row["repeats"]["tokens_per_s"]))
+    ar = _row(result.rows, "ar", "-")
+    hf_none = _row(result.rows, "hf", "none")
+    ratios = [a / b for a, b in zip(hf_none["repeats"]["tokens_per_s"], ar["repeats"]["tokens_per_s"])]
+    assert hf_none["speedup_vs_ar"] == pytest.approx(statistics.median(ratios))  # paired within each repeat
+    assert all(len(per_prompt) == len(PROMPTS) for per_prompt in hf_none["repeats"]["per_prompt_tokens_per_s"])
+    assert ar["speedup_vs_ar"] == pytest.approx(1.0)
+    assert hf_none["speedup_vs_untiered"] == pytest.approx(1.0)
+
+
+def test_exact_rows_reproduce_the_targets_greedy_output_and_likelihood(result):
+    ar = _row(result.rows, "ar", "-")
+    for framework, mode in [("hf", "plain"), ("hf", "none"), ("hf", "lossless"), ("pearl", "none"), ("pearl", "lossless")]:
+        row = _row(result.rows, framework, mode)
+        assert row["greedy_agreement"] == 1.0 and row["target_argmax_agreement"] == 1.0, (framework, mode)
+        assert row["ll_drop"] == pytest.approx(0.0, abs=1e-6) and row["target_ll"] == pytest.approx(ar["target_ll"])
+        assert row["next_line_match"] in (None, ar["next_line_match"])
+
+
+def test_pass_counts_and_full_equivalents_reflect_what_each_row_ran(result):
+    ar = _row(result.rows, "ar", "-")
+    assert ar["full_passes_per_token"] == pytest.approx(1.0)  # one prefill + one forward per later token
+    assert ar["slim_passes_per_token"] == 0 and ar["draft_passes_per_token"] == 0
+    assert ar["rejection_rate"] is None
+    c = result.costs
+    assert ar["full_equivalent_per_token"] == pytest.approx(c.c_full / c.c_full_block)  # one-token passes
+    for fw in ("hf", "pearl"):
+        for mode in ("none", "lenient"):
+            assert _row(result.rows, fw, mode)["slim_passes_per_token"] == 0
+            assert _row(result.rows, fw, mode)["draft_passes_per_token"] > 0
+        for mode in ("lossless", "lossy", "audit"):
+            assert _row(result.rows, fw, mode)["slim_passes_per_token"] > 0
+        # audit runs q in shadow every cycle, lossy only on escalation
+        assert _row(result.rows, fw, "audit")["full_passes_per_token"] >= _row(result.rows, fw, "lossy")["full_passes_per_token"]
+        lossy = _row(result.rows, fw, "lossy")
+        assert lossy["resumed_passes_per_token"] > 0  # s1 = 2: q resumes on u's blocks
+        assert lossy["full_equivalent_per_token"] == pytest.approx(statistics.median([
+            full_equivalent(c, PassCounts(lossy["draft_passes_per_token"], lossy["slim_passes_per_token"],
+                                          lossy["full_passes_per_token"], lossy["resumed_passes_per_token"]))
+        ]), rel=0.25)
+
+
+def test_fidelity_fields(result):
+    for row in result.rows:
+        if row["mode"] in ("audit", "lenient"):  # q is at hand: the audit is free in lenient mode
+            assert 0.0 <= row["overrule_rate"] <= 1.0 and 0.0 <= row["tv_distance"] <= 1.0
+            assert row["overrule_tier1"] is not None and row["overrule_tier3"] is not None
+        else:
+            assert row["overrule_rate"] is None and row["tv_distance"] is None
+        if row["mode"] != "plain":
+            assert 0.0 <= row["next_line_match"] <= 1.0
+        assert row["target_ll"] < 0
+        if row["analytic_bound"] is not None:
+            assert row["fraction_of_bound"] == pytest.approx(row["speedup_vs_ar"] / row["analytic_bound"])
+        assert row["peak_mem_mb"] > 0
+    params_mb = sum(p.numel() * 4 for p in char_pair_models()[0].parameters()) / 2**20
+    assert _row(result.rows, "ar", "-")["peak_mem_mb"] > params_mb  # target params + its KV cache
+
+
+# ---------------------------------------------------------------------------- pure parts
+
+
+def test_positional_agreement_counts_same_position_matches_only():
+    assert positional_agreement([1, 2, 3, 4], [1, 9, 3, 4]) == 3
+    assert positional_agreement([2, 3, 4], [1, 2, 3]) == 0  # shifted by one: no re-alignment
+    assert positional_agreement([1, 2], [1, 2, 3]) == 2
+
+
+def test_score_output_by_hand(pair):
+    ids, tokens = [5, 6, 7], [8, 9]
+    with torch.no_grad():
+        logits = pair.target(torch.tensor([ids + tokens])).logits[0].log_softmax(-1)
+    expected = float(logits[2, 8] + logits[3, 9])
+    score = score_output(pair.target, ids, tokens)
+    assert score.log_likelihood == pytest.approx(expected, abs=1e-5) and score.tokens == 2
+    assert score.argmax_matches == int(logits[2].argmax() == 8) + int(logits[3].argmax() == 9)
+
+
+def test_next_line_scoring():
+    from viasd_adapt.models.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(PROMPTS * 20, 300)
+    assert next_line("\n    return a + b\n    x") == "    return a + b" and next_line("no break") is None
+    ids = tok("\n    return a + b\nmore", add_special_tokens=False)["input_ids"]
+    assert next_line_match(tok, ids, "    return a + b")
+    assert not next_line_match(tok, ids, "return a + b")  # indentation counts
+    late = tok("x\n    return a + b\n", add_special_tokens=False)["input_ids"]
+    assert not next_line_match(tok, late, "    return a + b")  # the prompt's line must end at once
+
+
+def test_costs_bound_and_full_equivalent_by_hand():
+    costs = ForwardCosts(c_draft=1.0, c_slim=2.0, c_resume=3.0, c_full_block=4.0, c_full=3.0, context_length=10, block_length=6)
+    # per token: 1*1 + 0.5*2 + 0.25*4 = 3 -> bound 3/3
+    assert analytic_bound(costs, PassCounts(draft=1.0, slim=0.5, full=0.25)) == pytest.approx(1.0)
+    # overlapped: max(1, 2) = 2 -> 1.5
+    assert analytic_bound(costs, PassCounts(draft=1.0, slim=0.5, full=0.25), overlapped_drafting=True) == pytest.approx(1.5)
+    assert analytic_bound(costs, PassCounts()) is None
+    # a resumed pass is priced at c_resume, not c_full_block: (1 + 0.5*2 + 0.25*3) / 4
+    assert full_equivalent(costs, PassCounts(draft=1.0, slim=0.5, full=0.25, resumed=0.25)) == pytest.approx(2.75 / 4)
+    assert full_equivalent(costs, PassCounts(single=1.0)) == pytest.approx(3.0 / 4)
+
+
+def test_run_meter_counts_the_models_own_passes_and_every_cache_layer_once(pair):
+    from viasd_adapt.routing.shared import SharedPrefixRunners
+
+    with RunMeter(pair.target, pair.draft) as meter:
+        measure = meter.start()
+        full = CachedRunner(pair.target)
+        full.logits_for([3, 4, 5], 1)
+        full.logits_for([3, 4, 5, 6], 1)
+        shared = SharedPrefixRunners(pair.target, SlimVerifier(pair.target, char_mask()))  # views built after the hooks
+        shared.slim_logits([3, 4, 5], 2)
+        shared.full_logits([3, 4, 5], 2)
+        CachedRunner(pair.draft).logits_for([3], 1)
+        meter.stop()
+        assert (measure.full_passes, measure.draft_passes) == (2, 1)  # views are not the target itself
+        kv = shared.cache_bytes()
+        expected = full.cache_bytes() + kv["full"] + kv["slim"] + kv["shared"]
+        draft_kv = sum(layer.keys.numel() * 8 for layer in CachedRunner(pair.draft).cache.layers if getattr(layer, "keys", None) is not None)
+        assert sum(measure.layer_peaks.values()) >= expected > 0 and draft_kv == 0
+    assert not pair.target._forward_hooks_with_kwargs  # hooks removed on exit
+
+
+def test_fallback_mask_keeps_layer_zero_and_skips_round_r_l():
+    mask = fallback_mask(16, 0.45)
+    assert mask.keep[0] and mask.num_skipped == 7
+    assert list(mask.skipped) == [1, 3, 5, 7, 9, 11, 13]
+    assert fallback_mask(4, 0.75).num_skipped == 3 and fallback_mask(4, 0.75).keep[0]
+
+
+def test_verdict_names_the_cheapest_row_within_the_budget():
+    def row(mode, feq, drop):
+        return {"framework": "hf", "mode": mode, "full_equivalent_per_token": feq, "ll_drop": drop}
+
+    rows = [{"framework": "ar", "mode": "-"}, row("none", 0.5, 0.0), row("lenient", 0.3, 0.01), row("lossless", 0.6, 0.0),
+            row("lossy", 0.25, 0.05)]
+    (line,) = verdict(rows, max_ll_drop=0.02)
+    assert "is lenient" in line and "does not pay" in line  # lossy is cheaper but outside the budget
+    (line,) = verdict(rows, max_ll_drop=0.1)
+    assert "is lossy" in line and "pays" in line and "does not" not in line
+
+
+# ---------------------------------------------------------------------------- CLI, files, errors
+
+
+def test_cli_bench_writes_json_and_plot(tmp_path, char_pair):
+    pair_dir = char_pair
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps(PROMPTS))
+    out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
+    args = ["bench", "--target", str(pair_dir / "target"), "--draft", str(pair_dir / "draft"), "--prompts", str(prompts),
+            "--max-new-tokens", "6", "--repeats", "2", "--frameworks", "hf", "--modes", "lenient,lossy,audit",
+            "--task-prompts", "1", "--json", str(out_json), "--plot", str(out_png), "--preset", "conservative"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert "hf/lossy" in res.output and "verdict:" in res.output and "FALLBACK" not in res.output
+    assert "feq/tok" in res.output and "LL_drop" in res.output
+    data = json.loads(out_json.read_text())
+    assert [(r["framework"], r["mode"]) for r in data["rows"]] == [
+        ("ar", "-"), ("hf", "plain"), ("hf", "none"), ("hf", "lenient"), ("hf", "lossy"), ("hf", "audit")]
+    assert data["run"]["settings"]["alpha1"] == 0.2 and data["run"]["settings"]["alpha2"] == 0.1
+    assert data["run"]["mask"]["skipped_layers"] == [2, 4] and not data["run"]["mask"]["is_fallback"]
+    assert data["peak_mem_source"].startswith("parameter bytes") and data["run"]["verdict"]
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_rows_writes_png_with_missing_values(tmp_path):
+    rows = [{"framework": "ar", "mode": "-", "speedup_vs_ar": 1.0, "analytic_bound": 1.0, "full_equivalent_per_token": 0.8,
+             "ll_drop": 0.0},
+            {"framework": "hf", "mode": "lossy", "speedup_vs_ar": 1.4, "analytic_bound": None,
+             "full_equivalent_per_token": None, "ll_drop": None}]
+    path = plot_rows(rows, tmp_path / "sub" / "p.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_inputs_give_clear_errors(tmp_path, pair):
+    with pytest.raises(ConfigError, match="unknown framework"):
+        BenchConfig(frameworks=("vllm",))
+    with pytest.raises(ConfigError, match="unknown mode"):
+        BenchConfig(modes=("fast",))
+    other = tiny_model("llama", 5, num_layers=LAYERS, vocab_size=CHAR_VOCAB)
+    MaskArtifact(char_mask(), 0.33, fingerprint=model_fingerprint(other)).save(tmp_path / "other.json")
+    with pytest.raises(ModelMismatchError):
+        resolve_mask_info(pair.target, tmp_path / "other.json", 0.45)
+    res = CliRunner().invoke(cli, ["bench", "--target", str(tmp_path), "--draft", str(tmp_path)])
+    assert res.exit_code == 2 and "not a model directory" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_missing_mask_falls_back_visibly(char_pair):
+    pair_dir = char_pair
+    (pair_dir / "mask.json").unlink()
+    loaded = load_pair(pair_dir / "target", pair_dir / "draft", device="cpu")
+    assert loaded.mask.is_fallback and "FALLBACK" in loaded.mask.source

@@ -1,0 +1,90 @@
+"""``viasd tune``: candidates, budget, frontier, the chosen setting and its artifact, on a tiny pair."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from viasd_adapt.cli.main import cli
+from viasd_adapt.errors import ConfigError, ModelMismatchError
+from viasd_adapt.models.tiny import tiny_model
+from viasd_adapt.settings import TierSettings
+from viasd_adapt.tuning.artifact import TunedSettings, default_settings, settings_for_mask, tuned_mask_path
+from viasd_adapt.tuning.tune import Budget, Point, TuneGrid, calibration_prompts, pareto
+
+torch.set_num_threads(1)
+
+
+def point(family, feq, drop, mode="lossy"):
+    return Point(family, TierSettings(mode=mode), None, feq, drop, 0.0, 10)
+
+
+def test_pareto_and_budget():
+    points = [point("viasd", 0.5, 0.01), point("viasd", 0.4, 0.05), point("viasd", 0.6, 0.0), point("viasd", 0.45, 0.02),
+              point("viasd", 0.7, 0.03)]
+    assert [(p.full_equivalent, p.ll_drop) for p in pareto(points)] == [(0.4, 0.05), (0.45, 0.02), (0.5, 0.01), (0.6, 0.0)]
+    budget = Budget(max_ll_drop=0.02, max_overrule=0.1)
+    assert budget.admits(point("viasd", 1, 0.02)) and not budget.admits(point("viasd", 1, 0.021))
+    exact = point("sd", 1, 0.5, mode="none")  # exact modes always qualify, whatever the noise says
+    assert budget.admits(exact)
+    over = Point("lenient", TierSettings(mode="lenient"), None, 1, 0.0, 0.2, 10)
+    assert not budget.admits(over)
+    with pytest.raises(ConfigError):
+        Budget(max_ll_drop=float("nan"))
+    with pytest.raises(ConfigError):
+        TuneGrid(alpha1=(1.5,))
+    with pytest.raises(ConfigError):
+        TuneGrid(greedy_gates=("sideways",))
+
+
+def test_calibration_prompts_are_kept_apart_from_the_bench():
+    from viasd_adapt.bench.session import default_prompts
+
+    bench = default_prompts(8)
+    calib = calibration_prompts(6, bench)
+    assert len(calib) == 6 and not set(calib) & set(bench)
+
+
+def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):
+    pair = char_pair
+    out = tmp_path / "pair" / "tuned.json"
+    args = ["tune", "--pair", str(pair), "--alpha1", "0,0.5", "--alpha2", "0.2", "--lenience", "0.3,0.9",
+            "--greedy-gates", "top", "--prompts", "2", "--max-new-tokens", "8", "--gamma", "3", "--ratios", "0.5",
+            "--search-steps", "4", "--json", str(tmp_path / "points.json")]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert "VERDICT" in res.output and out.is_file() and (tmp_path / "pair" / "tuned-frontier.png").is_file()
+    assert (tmp_path / "pair" / "mask-r0.50.json").is_file()  # the searched mask for r = 0.5 is kept
+    points = json.loads((tmp_path / "points.json").read_text())["points"]
+    families = {p["family"] for p in points}
+    assert families == {"sd", "lenient", "lossless", "viasd"}
+    assert len([p for p in points if p["family"] == "viasd"]) == 2 * 1 * 2  # alpha1 x alpha2 x masks
+    tuned = TunedSettings.load(out)
+    chosen = min((p for p in points if p["family"] in ("sd", "lossless") or p["ll_drop"] <= 0.02),
+                 key=lambda p: (p["full_equivalent"], p["family"] not in ("sd", "lossless")))
+    assert tuned.choice == chosen["family"] and tuned.settings.to_dict() == chosen["settings"]
+    # commands pick the choice up by default; the tuned file is refused for another model
+    assert default_settings(pair / "mask.json") == tuned.settings
+    if tuned.settings.mode.uses_slim:
+        assert tuned_mask_path(pair / "mask.json").is_file()
+    with pytest.raises(ModelMismatchError):
+        tuned.check_model(tiny_model("llama", 7, num_layers=6, vocab_size=112))
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code == 2 and "--force" in again.output
+
+
+def test_adapters_use_tuned_settings_only_with_the_mask_they_were_measured_with(char_pair):
+    from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
+
+    pair = char_pair
+    mask_path = pair / "mask.json"
+    bits = MaskArtifact.load(mask_path).mask.bits()
+    chosen = TierSettings(mode="lossy", alpha1=0.1, alpha2=0.0)
+    TunedSettings(chosen, "viasd", bits, {}).save(pair / "tuned.json")
+    assert settings_for_mask(mask_path) == chosen
+    other = MaskArtifact(RoutingMask.from_skipped(6, [1, 5]), 0.33, fingerprint=MaskArtifact.load(mask_path).fingerprint)
+    other.save(pair / "other.json")
+    assert settings_for_mask(pair / "other.json") == TierSettings()  # another mask: defaults

@@ -1,0 +1,89 @@
+"""The drafter-quality monitor: lossy mode warns when gate 1 commits a junk drafter's tokens.
+
+Before it, a random drafter with the right vocabulary size had its tokens committed in lossy mode
+with no warning at all.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from tests.support.pairs import load_shipped_demo_pair
+from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate
+from viasd_adapt.monitor import DrafterQualityMonitor, ViasdQualityWarning
+from viasd_adapt.routing import MaskArtifact, SlimVerifier
+from viasd_adapt.sampling import SamplingConfig
+from viasd_adapt.settings import Mode, TierSettings
+from viasd_adapt.tiers import Tier
+
+torch.set_num_threads(1)
+
+PROMPT = "import os\n\n\ndef read_config(path):\n    with open(path) as handle:\n        "
+
+
+@pytest.fixture(scope="module")
+def demo():
+    pair, tokenizer, target, drafter = load_shipped_demo_pair()
+    mask = MaskArtifact.load(pair.mask, model=target).mask
+    torch.manual_seed(0)
+    junk = AutoModelForCausalLM.from_config(drafter.config).eval()  # same vocabulary, random weights
+    return tokenizer, target, drafter, junk, mask
+
+
+def _run(demo, drafter, mode="lossy", sampling=SamplingConfig(), n=40):
+    tokenizer, target, _, _, mask = demo
+    verifier = TieredVerifier(target, TierSettings(mode=mode), sampling,
+                              slim=SlimVerifier(target, mask) if Mode(mode).uses_slim else None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        speculative_generate(ModelDrafter(drafter, sampling), verifier, tokenizer(PROMPT)["input_ids"], n,
+                             generator=torch.Generator().manual_seed(0))
+    return [w for w in caught if issubclass(w.category, ViasdQualityWarning)], verifier
+
+
+def test_shipped_demo_pair_does_not_warn(demo):
+    for sampling in (SamplingConfig(), SamplingConfig(do_sample=True)):
+        found, verifier = _run(demo, demo[2], sampling=sampling)
+        assert verifier.monitor.evidence.committed >= 12  # the evidence was there to judge
+        assert found == [], found[0].message if found else None
+
+
+def test_junk_drafter_warns_once_and_suggests_audit(demo):
+    found, verifier = _run(demo, demo[3])
+    assert len(found) == 1  # once per generation, although the evidence stays junk
+    message = str(found[0].message)
+    assert "mode='audit'" in message and "unrelated to the target" in message
+    assert verifier.monitor.evidence.agreement < 0.5
+    tokens = verifier.metrics.token_tiers
+    assert tokens.count(int(Tier.DRAFT)) >= 12  # junk drafts were indeed committed
+    # A second generation on the same verifier starts afresh and warns again.
+    tokenizer = demo[0]
+    with pytest.warns(ViasdQualityWarning):
+        speculative_generate(ModelDrafter(demo[3], SamplingConfig()), verifier, tokenizer(PROMPT)["input_ids"], 40)
+
+
+@pytest.mark.parametrize("mode", ["lossless", "audit", "none"])
+def test_exact_and_audit_modes_never_warn(demo, mode):
+    found, _ = _run(demo, demo[3], mode=mode, n=24)
+    assert found == []
+
+
+def test_sampling_evidence_uses_surprise_not_argmax():
+    """Sampled drafts need not be u's argmax; junk shows as tokens u finds far more surprising
+    than its own samples."""
+    u = torch.softmax(torch.tensor([[4.0, 2.0, 1.0, 0.0, -6.0]]).repeat(4, 1), dim=-1)
+    for tokens, junk in ((torch.tensor([1, 2, 1, 0]), False), (torch.tensor([4, 4, 4, 4]), True)):
+        monitor = DrafterQualityMonitor(Mode.LOSSY, greedy=False)
+        monitor.ledger(None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ViasdQualityWarning)
+            for _ in range(4):
+                monitor._saw_gate1(tokens, u)
+                monitor._committed([int(Tier.DRAFT)] * 4 + [int(Tier.SLIM)])
+        assert monitor.evidence.committed == 16
+        assert monitor.evidence.agreement < 0.5  # argmax agreement would call both junk
+        assert monitor.looks_like_junk() is junk
