@@ -18,8 +18,8 @@ from viasd_adapt.tuning.tune import Budget, Point, TuneGrid, calibration_prompts
 torch.set_num_threads(1)
 
 
-def point(family, feq, drop, mode="lossy"):
-    return Point(family, TierSettings(mode=mode), None, feq, drop, 0.0, 10)
+def point(family, feq, drop, mode="lossy", regret=0.0):
+    return Point(family, TierSettings(mode=mode), None, feq, drop, 0.0, 10, regret=regret)
 
 
 def test_pareto_and_budget():
@@ -30,8 +30,13 @@ def test_pareto_and_budget():
     assert budget.admits(point("viasd", 1, 0.02)) and not budget.admits(point("viasd", 1, 0.021))
     exact = point("sd", 1, 0.5, mode="none")  # exact modes always qualify, whatever the noise says
     assert budget.admits(exact)
-    over = Point("lenient", TierSettings(mode="lenient"), None, 1, 0.0, 0.2, 10)
+    over = Point("lenient", TierSettings(mode="lenient"), None, 1, 0.0, 0.2, 10, regret=0.0)
     assert not budget.admits(over)
+    # the default budget also bounds the regret: a negative drop (likelier text) does not buy a high regret
+    assert Budget().admits(point("viasd", 1, -0.05, regret=0.02))
+    assert not Budget().admits(point("viasd", 1, -0.05, regret=0.021))
+    assert not Budget().admits(point("viasd", 1, 0.0, regret=None))  # unmeasured is not within the bound
+    assert Budget(max_ll_drop=0.02, max_regret=None).admits(point("viasd", 1, 0.0, regret=None))
     with pytest.raises(ConfigError):
         Budget(max_ll_drop=float("nan"))
     with pytest.raises(ConfigError):
@@ -63,7 +68,7 @@ def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):
     assert families == {"sd", "lenient", "lossless", "viasd"}
     assert len([p for p in points if p["family"] == "viasd"]) == 2 * 1 * 2  # alpha1 x alpha2 x masks
     tuned = TunedSettings.load(out)
-    chosen = min((p for p in points if p["family"] in ("sd", "lossless") or p["ll_drop"] <= 0.02),
+    chosen = min((p for p in points if p["family"] in ("sd", "lossless") or (p["ll_drop"] <= 0.02 and p["regret"] <= 0.02)),
                  key=lambda p: (p["full_equivalent"], p["family"] not in ("sd", "lossless")))
     assert tuned.choice == chosen["family"] and tuned.settings.to_dict() == chosen["settings"]
     # commands pick the choice up by default; the tuned file is refused for another model
