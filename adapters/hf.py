@@ -466,23 +466,26 @@ class _StockObserver:
             return out
 
         def observed_update(input_ids, scores, num_matches, *args, **kw):
-            with contextlib.suppress(Exception):
-                self._record(input_ids, int(num_matches))
+            cycle = None
+            with contextlib.suppress(Exception):  # reading transformers' state may fail: then not counted
+                cycle = self._read(input_ids, int(num_matches))
+            if cycle is not None:  # recording runs the user's observers: their errors are theirs to see
+                self.ledger.record(CycleOutcome(cycle[0], full_passes=1), drafted=cycle[1])
+                self.ledger.metrics.draft_passes += cycle[1]  # the stock assistant runs one forward per draft
             return update(input_ids, scores, num_matches, *args, **kw)
 
         generator.get_candidates = observed_get_candidates
         generator.update_candidate_strategy = observed_update
         return generator
 
-    def _record(self, input_ids: torch.Tensor, num_matches: int) -> None:
+    def _read(self, input_ids: torch.Tensor, num_matches: int):
+        """The cycle transformers just verified, as ``(CycleResult, drafted)``; None if none is open."""
         if self.pending is None:
-            return
+            return None
         start, drafted = self.pending
         self.pending = None
         tokens = input_ids[0, start:].tolist()
-        result = verified_cycle(tokens, min(num_matches, len(tokens) - 1), drafted, drafted)
-        self.ledger.record(CycleOutcome(result, full_passes=1), drafted=drafted)
-        self.ledger.metrics.draft_passes += drafted  # the stock assistant runs one forward per draft
+        return verified_cycle(tokens, min(num_matches, len(tokens) - 1), drafted, drafted), drafted
 
 
 def _generate_observed(session: TierSession, original, args: tuple, kwargs: dict):
@@ -635,7 +638,7 @@ def run(pair, request):
     def generate():
         torch.manual_seed(request.seed)
         with torch.no_grad():
-            return pair.target.generate(ids, generation_config=config, assistant_model=pair.draft)
+            return pair.target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, assistant_model=pair.draft)
 
     if request.mode == PLAIN:
         return RunOutput(generate()[0, ids.shape[1]:].tolist())

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from viasd_adapt.checks import check_encoder_source
+from viasd_adapt.checks import check_encoder_source, check_token_ids_in_vocabulary
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.routing.encdec import OWN_ENCODER, EncoderContext, source_reader
 from viasd_adapt.seq2seq import Seq2SeqDrafter, check_fits_decoder, drafter_context, seq2seq_verifier
@@ -50,6 +50,9 @@ def prepare_seq2seq_call(target: nn.Module, call: dict) -> None:
     to stock assisted generation, whose output is what the user asked for.
     """
     _check_source_and_prompt(call)
+    source = call_source(call)
+    if source is not None and not source.is_floating_point():
+        check_token_ids_in_vocabulary(source.reshape(-1).tolist(), target, what="source")
     if getattr(target.config, "model_type", "") == "whisper" and "begin_suppress_tokens" not in call:
         call["begin_suppress_tokens"] = None
 

@@ -27,6 +27,7 @@ from viasd_adapt.checks import (
     check_max_new_tokens,
     check_prompt_ids,
     check_same_vocabulary,
+    check_settings,
     check_token_ids_in_vocabulary,
     eos_ids,
     vocab_size_of,
@@ -137,6 +138,7 @@ class TieredVerifier:
     ledger: CycleLedger = field(init=False)
 
     def __post_init__(self) -> None:
+        check_settings(self.settings)
         mode = self.settings.mode
         if mode.uses_slim and self.slim is None:
             raise ConfigError(f"mode {mode.value!r} needs a routing mask (slim verifier); pass mask=...")

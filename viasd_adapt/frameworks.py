@@ -153,7 +153,7 @@ def run_ar(pair: LoadedPair, request: RunRequest) -> RunOutput:
     torch.manual_seed(request.seed)
     ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=pair.device)
     with torch.no_grad():
-        out = pair.target.generate(ids, generation_config=generation_config_for(pair, request))
+        out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=generation_config_for(pair, request))
     tokens = out[0, len(request.prompt_ids):].tolist()
     metrics = TierMetrics(cycles=len(tokens), full_passes=len(tokens), token_tiers=[int(Tier.FULL)] * len(tokens),
                           accepted_lengths=[1] * len(tokens))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from viasd_adapt.cycle import CycleOutcome
+from viasd_adapt.cycle import CycleOutcome, StopRule
 from viasd_adapt.hooks import TierObserver
 from viasd_adapt.metrics import TierMetrics
 from viasd_adapt.tiers import CycleResult, Tier
@@ -23,10 +23,30 @@ class CycleLedger:
     """
 
     def __init__(self, observer: TierObserver | None = None, metrics: TierMetrics | None = None,
-                 watchers: tuple[Callable[[list[int]], None], ...] = ()):
+                 watchers: tuple[Callable[[list[int]], None], ...] = (), stop: StopRule | None = None):
         self.observer = observer
         self.metrics = metrics if metrics is not None else TierMetrics()
         self.watchers = watchers
+        # For frameworks whose own loop overshoots the budget or runs past EOS (EAGLE): each cycle is
+        # cut here, before it is counted or shown to observers (cycles after the stop keep no token).
+        self.stop = stop
+        self.stopped = False
+
+    def _cut(self, outcome: CycleOutcome) -> CycleOutcome:
+        if self.stopped:  # a cycle the framework ran past the stop: its passes count, no token does
+            n = 0
+        else:
+            budget = None if self.stop.budget is None else self.stop.budget - self.metrics.committed
+            kept, self.stopped = StopRule(budget, self.stop.eos).split(outcome.result.tokens)
+            n = len(kept)
+        del outcome.result.tokens[n:], outcome.result.tiers[n:]
+        audit = outcome.audit
+        if audit is not None:
+            keep = [i for i, position in enumerate(audit.positions) if position < n]
+            for name in ("overrule", "tv", "positions", "tiers"):
+                values = getattr(audit, name)
+                values[:] = [values[i] for i in keep]
+        return outcome
 
     def record(self, outcome: CycleOutcome, drafted: int, draft_passes: int = 0, resumed_full_passes: int = 0) -> None:
         """One decided cycle: its tokens and tiers, draft accounting, passes and audit.
@@ -34,6 +54,8 @@ class CycleLedger:
         ``draft_passes`` and ``resumed_full_passes`` are for frameworks whose drafter and target
         passes happen per cycle in the adapter's own code (EAGLE's head, resumed q passes).
         """
+        if self.stop is not None:
+            outcome = self._cut(outcome)
         first_index = self.metrics.committed
         self.metrics.record_cycle(outcome.result, drafted=drafted)
         self.metrics.slim_passes += outcome.slim_passes

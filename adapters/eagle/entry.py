@@ -13,6 +13,7 @@ from torch import nn
 
 from viasd_adapt.adapters.eagle.options import EagleOptions
 from viasd_adapt.adapters.eagle.session import tiered
+from viasd_adapt.cycle import StopRule
 from viasd_adapt.checks import check_fits_context, check_max_new_tokens, check_real, check_token_ids_in_vocabulary
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.metrics import TierMetrics
@@ -62,7 +63,7 @@ def _sampling_kwargs(temperature: float, top_p: float, top_k: int) -> dict[str, 
 
 
 def decode(ea_model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, kwargs: dict[str, Any],
-           stop_at_eos: bool = True) -> tuple[list[list[int]], int]:
+           stop_at_eos: bool = True, session=None) -> tuple[list[list[int]], int]:
     """``eagenerate`` until the budget. Returns the tokens kept from each call and how many eagle
     produced in all.
 
@@ -75,6 +76,8 @@ def decode(ea_model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, kw
     kept_per_call: list[list[int]] = []
     total, raw, ids = 0, 0, input_ids
     while total < max_new_tokens:
+        if session is not None:  # the ledger cuts what this call keeps, before observers see it
+            session.stop = StopRule.of(max_new_tokens - total, [eos] if stop_at_eos and eos is not None else ())
         out = ea_model.eagenerate(ids, max_new_tokens=max_new_tokens - total,
                                   max_length=ea_model.base_model.config.max_position_embeddings, **kwargs)
         new = out[0, ids.shape[1] :].tolist()
@@ -112,7 +115,7 @@ def generate(
     if tree_choices is not None:
         kwargs["tree_choices"] = tree_choices
     with tiered(ea_model, mask=mask, settings=settings, plugins=plugins, options=options) as session:
-        kept_per_call, raw = decode(ea_model, input_ids, max_new_tokens, kwargs, stop_at_eos)
+        kept_per_call, raw = decode(ea_model, input_ids, max_new_tokens, kwargs, stop_at_eos, session)
     per_call = session.generations[-len(kept_per_call) :]
     for kept, call_metrics in zip(kept_per_call, per_call):
         call_metrics.trim_to(len(kept))  # the pending root and eagle's overshoot are not output

@@ -26,6 +26,7 @@ from viasd_adapt.adapters.eagle.target import FullTreeVerifier
 from viasd_adapt.cycle import CycleOutcome
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.hooks import HookRules, TierObserver, make_plugin_manager
+from viasd_adapt.cycle import StopRule
 from viasd_adapt.ledger import CycleLedger
 from viasd_adapt.metrics import TierMetrics
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
@@ -75,6 +76,7 @@ class EagleTierSession:
         self.rules = HookRules(self.plugin_manager)
         self.observer = TierObserver(self.plugin_manager, "eagle", settings.mode.value)
         self.generations: list[TierMetrics] = []
+        self.stop: StopRule | None = None  # the next eagenerate's budget and EOS (set by generate())
 
     @property
     def mode(self) -> Mode:
@@ -89,7 +91,7 @@ class EagleTierSession:
         return self.full.cache_bytes() + (self.slim.cache_bytes() if self.slim is not None else 0)
 
     def start_generation(self) -> Generation:
-        generation = Generation(CycleLedger(self.observer))
+        generation = Generation(CycleLedger(self.observer, stop=self.stop))
         self.generations.append(generation.ledger.metrics)
         return generation
 
