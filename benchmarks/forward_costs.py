@@ -157,7 +157,7 @@ def shape_rows(model, device: torch.device, context: int, gamma: int, ratio: flo
     full.logits_for(prompt, 1)  # prefill, untimed
     rows.append(dict(row="full_token", s1=None, **timer.measure(lambda: full.logits_for(prompt + block[:1], 1))))
     rows.append(dict(row="full_block", s1=None, **timer.measure(lambda: full.logits_for(sequence, len(block)))))
-    del full
+    full = None  # free before the next row (lambdas close over the name, so not del)
 
     skipped = round(ratio * layers)
     spread = spread_mask(layers, skipped)
@@ -166,7 +166,7 @@ def shape_rows(model, device: torch.device, context: int, gamma: int, ratio: flo
     separate.logits_for(prompt, 1)
     rows.append(dict(row="slim_block", s1=spread.first_skipped, skipped=list(spread.skipped),
                      **timer.measure(lambda: separate.logits_for(sequence, len(block)))))
-    del separate, slim
+    separate = slim = None
 
     wanted = [1, layers // 4, layers // 2, (3 * layers) // 4]
     masks = {}
@@ -185,7 +185,7 @@ def shape_rows(model, device: torch.device, context: int, gamma: int, ratio: flo
             lambda: runners.full_logits(sequence, len(block)), prepare=lambda: runners.slim_logits(sequence, len(block)))))
         if runners.resumed_full_passes - resumed_before != repeats + 2:
             raise RuntimeError(f"s1 = {s1}: q did not resume on every timed pass")
-        del runners
+        runners = None
     reference = next(r["ms"] for r in rows if r["row"] == "full_block")
     for row in rows:
         row["fraction_of_full_block"] = row["ms"] / reference

@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> dict:
             section("gil_float16", lambda: gil(target, drafter, prompt))
             section("switch_interval_float16", lambda: switch_interval(target, drafter, prompt, args.max_new_tokens))
             section("profiles_float16", lambda: profiles(target, drafter, prompt, args.max_new_tokens))
-        del target, drafter
+        target = drafter = None  # free the weights before the next dtype (not del: the lambdas above close over the names)
         torch.cuda.empty_cache()
     for dtype_name in [d.strip() for d in args.forward_dtypes.split(",") if d.strip()]:
         for attn in ("sdpa", "eager"):

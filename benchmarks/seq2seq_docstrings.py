@@ -43,6 +43,8 @@ from pathlib import Path
 
 import torch
 
+from viasd_adapt.seq2seq_calibration import pad_rows
+
 MAX_SOURCE_CHARS = 700
 MAX_SOURCE_TOKENS = 160
 MAX_TARGET_TOKENS = 32
@@ -178,22 +180,12 @@ def encode_target(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])[: MAX_TARGET_TOKENS - 1] + [tokenizer.eos_token_id]
 
 
-def pad(rows: list[list[int]], value: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), value, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row)
-        mask[i, : len(row)] = 1
-    return ids, mask
-
-
 def batch_loss(model, tokenizer, sources: list[list[int]], targets: list[list[int]]) -> torch.Tensor:
     """Teacher-forced cross-entropy per target token (EOS included)."""
-    source_ids, source_mask = pad(sources, tokenizer.pad_token_id)
+    source_ids, source_mask = pad_rows(sources, tokenizer.pad_token_id)
     decoder_rows = [[tokenizer.bos_token_id] + t[:-1] for t in targets]
-    decoder_ids, _ = pad(decoder_rows, tokenizer.pad_token_id)
-    labels, label_mask = pad(targets, -100)
+    decoder_ids, _ = pad_rows(decoder_rows, tokenizer.pad_token_id)
+    labels, label_mask = pad_rows(targets, -100)
     labels[label_mask == 0] = -100
     logits = model(input_ids=source_ids, attention_mask=source_mask, decoder_input_ids=decoder_ids, use_cache=False).logits
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=-100)

@@ -200,8 +200,13 @@ def _stack_sources(target: nn.Module, sources: Sequence, pad_id: int) -> tuple[t
         if vocab is not None and (max(ids) >= vocab or min(ids) < 0):
             raise ModelMismatchError(f"source token id {max(ids)} is outside the target's vocabulary of {vocab} tokens "
                                      "(tokenizer and model do not belong together?)")
+    return pad_rows(rows, pad_id)
+
+
+def pad_rows(rows: list[list[int]], value: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pads token rows with ``value`` into one tensor; returns it and its attention mask."""
     width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    ids = torch.full((len(rows), width), value, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
         ids[i, : len(row)] = torch.tensor(row)

@@ -132,13 +132,25 @@ def test_rendering_marks_every_tier_and_reassembles_the_text():
 def test_defaults_come_from_the_demo_pair(pair_dir, monkeypatch, tmp_path):
     from viasd_adapt.models.registry import read_pair
 
-    monkeypatch.setattr(gen, "_demo_pair", lambda: read_pair(pair_dir, name="demo", source="shipped"))
+    monkeypatch.setattr(gen, "_registered_pair", lambda name: read_pair(pair_dir, name="demo", source="shipped"))
     out_json = tmp_path / "demo.json"
     result = invoke("--prompt", "class Point:", "--max-new-tokens", 6, "--json", out_json)
     assert result.exit_code == 0, result.output
     data = json.loads(out_json.read_text())
     assert data["framework"] == "hf" and data["mode"] == "lossy"
     assert data["paths"]["target"] == str(pair_dir / "target") and data["paths"]["mask"] == str(pair_dir / "mask.json")
-    monkeypatch.setattr(gen, "_demo_pair", lambda: None)
+    monkeypatch.setattr(gen, "_registered_pair", lambda name: None)
     result = invoke("--prompt", "x")
     assert result.exit_code == 2 and "demo pair is not installed" in result.output
+
+
+def test_pair_option_names_a_pair_directory_and_excludes_target(pair_dir, tmp_path):
+    out_json = tmp_path / "pair.json"
+    result = invoke("--pair", pair_dir, "--prompt", "class Point:", "--max-new-tokens", 4, "--json", out_json)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out_json.read_text())
+    assert data["paths"]["target"] == str(pair_dir / "target") and data["paths"]["draft"] == str(pair_dir / "draft")
+    both = invoke("--pair", pair_dir, "--target", pair_dir / "target", "--prompt", "x")
+    assert both.exit_code == 2 and "either --pair or --target" in both.output
+    unknown = invoke("--pair", "no-such-pair", "--prompt", "x")
+    assert unknown.exit_code == 2 and "no-such-pair" in unknown.output

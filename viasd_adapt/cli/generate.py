@@ -16,29 +16,36 @@ from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.settings import Mode, TierSettings
 
 
-def _demo_pair():
-    """The shipped demo pair, or None when it is not installed."""
-    try:
-        from viasd_adapt.models.registry import demo_pair_paths
+def _registered_pair(name: str | None):
+    """The pair called ``name`` (or the shipped demo pair when None); None when the demo pair is not
+    installed. An unknown name raises, listing what exists."""
+    from viasd_adapt.models.registry import demo_pair_paths, resolve_pair
 
+    if name is not None:
+        return resolve_pair(name)
+    try:
         return demo_pair_paths()
     except ViasdError:
         return None
 
 
 def resolve_paths(framework: str, target: Path | None, draft: Path | None, mask: Path | None,
-                  eagle_head: Path | None) -> tuple[Path, Path | None, Path | None, Path | None]:
-    """Fills missing paths from the shipped demo pair when no ``--target`` is given."""
+                  eagle_head: Path | None, pair: str | None = None) -> tuple[Path, Path | None, Path | None, Path | None]:
+    """Fills missing paths from ``--pair`` (default: the shipped demo pair) when no ``--target`` is
+    given; the mask defaults to the one the pair's tuned choice was measured with."""
+    if pair is not None and target is not None:
+        raise ConfigError("give either --pair or --target/--draft, not both")
     if target is None:
-        demo = _demo_pair()
-        if demo is None:
+        paths = _registered_pair(pair)
+        if paths is None:
             raise ViasdError("no --target given and the shipped demo pair is not installed; pass --target and --draft")
         from viasd_adapt.tuning.artifact import tuned_mask_path
 
-        target = demo.target
-        draft = draft if draft is not None else demo.draft
-        mask = mask if mask is not None else (tuned_mask_path(demo.mask) or demo.mask)
-        eagle_head = eagle_head if eagle_head is not None else demo.eagle_head
+        target = paths.target
+        draft = draft if draft is not None else paths.draft
+        if mask is None and paths.mask is not None:
+            mask = tuned_mask_path(paths.mask) or paths.mask
+        eagle_head = eagle_head if eagle_head is not None else paths.eagle_head
     if framework not in ("ar", "eagle") and draft is None:
         raise ConfigError(f"--framework {framework} needs --draft")
     return target, draft, mask, eagle_head
@@ -66,6 +73,8 @@ _PATH = click.Path(exists=True, path_type=Path)
 @click.command()
 @click.option("--framework", type=click.Choice(["ar", "engine", "hf", "pearl", "eagle"]), default="hf", show_default=True,
               help="ar = plain target decoding; hf = transformers assisted generation; engine = the tier's own SD loop.")
+@click.option("--pair", "pair_name", default=None, help="A pair name (viasd models list) or pair directory instead of --target/--draft "
+                                          "[default: the shipped demo pair].")
 @click.option("--target", type=_PATH, default=None, help="Target model directory [default: the shipped demo pair].")
 @click.option("--draft", type=_PATH, default=None, help="Drafter model directory [default: the demo pair's].")
 @click.option("--eagle-head", type=_PATH, default=None, help="EAGLE head directory (--framework eagle).")
@@ -86,7 +95,7 @@ _PATH = click.Path(exists=True, path_type=Path)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write tokens, text and metrics here.")
 @click.option("--color/--no-color", "colour", default=None, help="Colour by tier [default: when stdout is a terminal].")
-def generate(framework, target, draft, eagle_head, mask, mode, prompt, input_features, max_new_tokens, temperature, top_p,
+def generate(framework, pair_name, target, draft, eagle_head, mask, mode, prompt, input_features, max_new_tokens, temperature, top_p,
              seed, gamma, alpha1, alpha2, lenience, json_path, colour) -> None:
     """Generate a completion and show which tier committed each token."""
     import torch
@@ -100,7 +109,7 @@ def generate(framework, target, draft, eagle_head, mask, mode, prompt, input_fea
 
     check_max_new_tokens(max_new_tokens)
     sampling = SamplingConfig.from_temperature(temperature, top_p)
-    target, draft, mask, eagle_head = resolve_paths(framework, target, draft, mask, eagle_head)
+    target, draft, mask, eagle_head = resolve_paths(framework, target, draft, mask, eagle_head, pair_name)
     settings = build_settings(framework, mode, mask, gamma=gamma, alpha1=alpha1, alpha2=alpha2, lenience=lenience)
     pair = load_pair(target, draft if framework != "ar" else None, mask, need_mask=settings.mode.uses_slim,
                      device="cpu", eagle_head=eagle_head, ratio=settings.ratio)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,12 +134,22 @@ def settings_for_mask(mask) -> TierSettings:
         from viasd_adapt.routing.mask import MaskArtifact
 
         if MaskArtifact.load(mask).mask.bits() != list(tuned.mask_bits):
+            # Settings tuned for one mask are not a choice for another; say so rather than run the
+            # defaults silently (the usual cause: the tuner picked a mask saved beside mask.json).
+            warnings.warn(f"{tuned_path_beside(mask)} was measured with {tuned.report.get('mask_file') or 'another mask'}, "
+                          f"not {Path(mask).name}; running TierSettings() defaults. Pass "
+                          f"mask=viasd_adapt.tuning.tuned_mask_path({Path(mask).name!r}) to run the tuned choice.",
+                          TunedForAnotherMaskWarning, stacklevel=3)
             return TierSettings()
     return tuned.settings
 
 
+class TunedForAnotherMaskWarning(UserWarning):
+    """``tuned.json`` sits beside the given mask but was measured with another one."""
+
+
 __all__ = ["TUNED_FILENAME", "TunedSettings", "adapter_settings", "default_settings", "find_tuned", "settings_for_mask", "tuned_mask_path",
-           "tuned_path_beside"]
+           "tuned_path_beside", "TunedForAnotherMaskWarning"]
 
 
 def adapter_settings(settings: TierSettings | None, mask) -> TierSettings:
