@@ -262,17 +262,10 @@ def unpatch(handle: TierSession) -> None:
 
 
 @contextlib.contextmanager
-def tiered(
-    target: nn.Module,
-    mask: RoutingMask | MaskArtifact | str | os.PathLike | None = None,
-    settings: TierSettings | None = None,
-    plugins: Iterable[object] = (),
-    tokenizer: Any = None,
-    assistant_tokenizer: Any = None,
-    share_prefix: bool = True,
-) -> Iterator[TierSession]:
-    """Context-manager form of :func:`patch` / :func:`unpatch` (restored even on exceptions)."""
-    session = patch(target, mask, settings, plugins, tokenizer, assistant_tokenizer, share_prefix)
+def tiered(target: nn.Module, *args: Any, **kwargs: Any) -> Iterator[TierSession]:
+    """Context-manager form of :func:`patch` / :func:`unpatch`: the same arguments, and the patch
+    is restored even when the block raises."""
+    session = patch(target, *args, **kwargs)
     try:
         yield session
     finally:

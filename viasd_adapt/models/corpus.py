@@ -24,8 +24,11 @@ import random
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from viasd_adapt.errors import ConfigError, ViasdError
+
+T = TypeVar("T")
 
 # Directory names that are never part of the corpus (see module docstring).
 EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"})
@@ -118,22 +121,32 @@ def heldout_prompts(
     if not texts:
         raise ViasdError("the held-out split is empty")
     rng = random.Random(seed)
-    prompts: list[str] = []
-    attempts = 0
-    while len(prompts) < n:
-        attempts += 1
-        if attempts > 1000 * (n + 1):
-            raise ViasdError(f"could not find {n} held-out snippets of {min_chars}-{max_chars} characters")
+
+    def draw() -> str | None:
         lines = rng.choice(texts)
-        start = rng.randrange(len(lines))
         snippet = ""
-        for line in lines[start:]:
+        for line in lines[rng.randrange(len(lines)):]:
             if len(snippet) + len(line) > max_chars:
                 break
             snippet += line
-        if len(snippet) >= min_chars and snippet.strip():
-            prompts.append(snippet)
-    return prompts
+        return snippet if len(snippet) >= min_chars and snippet.strip() else None
+
+    return _draw_until(n, draw, f"held-out snippets of {min_chars}-{max_chars} characters")
+
+
+def _draw_until(n: int, draw: Callable[[], T | None], what: str) -> list[T]:
+    """``n`` accepted draws (``draw`` returns None to reject); gives up with a clear error after
+    1000 attempts per wanted item, so an impossible request cannot loop forever."""
+    found: list[T] = []
+    attempts = 0
+    while len(found) < n:
+        attempts += 1
+        if attempts > 1000 * (n + 1):
+            raise ViasdError(f"could not find {n} {what}")
+        item = draw()
+        if item is not None:
+            found.append(item)
+    return found
 
 
 def heldout_next_lines(
@@ -161,21 +174,17 @@ def heldout_next_lines(
     if not files:
         raise ViasdError("the held-out split is empty")
     rng = random.Random(seed)
-    pairs: list[tuple[str, str]] = []
-    attempts = 0
-    while len(pairs) < n:
-        attempts += 1
-        if attempts > 1000 * (n + 1):
-            raise ViasdError(f"could not find {n} held-out next-line examples")
+
+    def draw() -> tuple[str, str] | None:
         lines = rng.choice(files)
         index = rng.randrange(context_lines, len(lines))
         line = lines[index].rstrip()
         if not min_line_chars <= len(line.strip()) <= max_line_chars or line.lstrip().startswith("#"):
-            continue
+            return None
         prefix = "\n".join(lines[index - context_lines : index])
-        if prefix.strip():
-            pairs.append((prefix, line))
-    return pairs
+        return (prefix, line) if prefix.strip() else None
+
+    return _draw_until(n, draw, "held-out next-line examples")
 
 
 def heldout_text(root: Path | None = None) -> list[str]:

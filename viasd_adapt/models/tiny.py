@@ -52,14 +52,7 @@ def tiny_config(family: str, vocab_size: int = 96, num_layers: int = 6, hidden: 
             vocab_size=vocab_size, n_embd=hidden, n_layer=num_layers, n_head=4, n_positions=512, bos_token_id=0, eos_token_id=0
         )
     elif family == "gpt_neox":
-        config = GPTNeoXConfig(
-            vocab_size=vocab_size,
-            hidden_size=hidden,
-            intermediate_size=hidden * 2,
-            num_hidden_layers=num_layers,
-            num_attention_heads=4,
-            max_position_embeddings=512,
-        )
+        config = GPTNeoXConfig(**{k: v for k, v in common_llama.items() if k != "num_key_value_heads"})
     elif family == "bloom":  # ALiBi positions; its blocks return (hidden_states, attn_weights)
         config = BloomConfig(vocab_size=vocab_size, hidden_size=hidden, n_layer=num_layers, n_head=4,
                              bos_token_id=0, eos_token_id=0, pad_token_id=0)
