@@ -212,6 +212,34 @@ def test_view_is_routed_even_when_forward_is_wrapped_on_the_instance():
     assert torch.equal(forward(slim.model, ids, slim.new_cache()), unwrapped)
 
 
+def test_a_decorator_around_forward_is_refused_but_one_around_to_is_dropped_on_the_view():
+    """A ``functools.wraps`` wrapper around the instance's ``forward`` cannot be re-pointed at the
+    view's layers: refused (it would run the full model). accelerate's ``dispatch_model`` wraps
+    ``.to`` that way to warn about moving a dispatched model; a view never moves through it, so the
+    view gets the plain method, and its forward stays routed."""
+    import functools
+
+    def warning_wrapper(method):
+        @functools.wraps(method)
+        def wrapper(*args, **kwargs):
+            return method(*args, **kwargs)
+
+        return wrapper
+
+    mask = RoutingMask.from_skipped(LAYERS, (1, 3, 5))
+    ids = ids_for(12, length=6)
+    model = tiny_model("llama", seed=0, num_layers=LAYERS)
+    unwrapped = forward(SlimVerifier(model, mask).model, ids)
+    model.to = warning_wrapper(model.to)
+    slim = SlimVerifier(model, mask)
+    assert torch.equal(forward(slim.model, ids), unwrapped)
+    assert slim.model.to.__self__ is slim.model  # the plain method, bound to the view
+    wrapped_forward = tiny_model("llama", seed=0, num_layers=LAYERS)
+    wrapped_forward.model.forward = warning_wrapper(wrapped_forward.model.forward)
+    with pytest.raises(UnsupportedModelError, match="forward was replaced on the instance"):
+        SlimVerifier(wrapped_forward, mask)
+
+
 # ============================================================================== caches
 
 

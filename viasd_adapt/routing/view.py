@@ -123,6 +123,10 @@ def _shallow_module_copy(module: nn.Module) -> nn.Module:
     return clone
 
 
+# Instance attributes a view's forward goes through; a wrapper there that cannot be re-pointed is refused.
+_FORWARD_PATH = frozenset({"forward", "__call__", "_call_impl", "_old_forward"})
+
+
 def _wrapped_method_of(value, original: nn.Module) -> types.MethodType | None:
     """The method of ``original`` that a decorator-style wrapper (``functools.wraps``: a
     ``__wrapped__`` chain) calls, or None."""
@@ -147,8 +151,10 @@ def _rebind(value, original: nn.Module, clone: nn.Module, name: str = "attribute
     ``module.forward = torch.compile(module.forward)`` is a wrapper around the original's bound
     method with no way to point it elsewhere; its compiled code is also specialised to the
     original module. The view calls the plain method, rebound (it runs uncompiled; the target
-    keeps its compiled forward). Any other wrapper around one of the original's methods is refused:
-    the view would either run the full model or drop what the wrapper does.
+    keeps its compiled forward). A wrapper around a method the view never runs a forward through
+    (accelerate's ``dispatch_model`` wraps ``.to`` and ``.cuda`` to warn about moving a dispatched
+    model) is dropped on the view: the view gets the plain method. Any other wrapper around
+    ``forward`` is refused: the view would either run the full model or drop what the wrapper does.
     (``module.compile()`` needs nothing here: a copied module does not keep its compiled call.)
     """
     if isinstance(value, types.MethodType) and value.__self__ is original:
@@ -159,6 +165,8 @@ def _rebind(value, original: nn.Module, clone: nn.Module, name: str = "attribute
     method = _wrapped_method_of(value, original) if callable(value) else None
     if method is not None:
         if hasattr(value, "_torchdynamo_orig_callable"):  # torch.compile(module.method)
+            return types.MethodType(method.__func__, clone)
+        if name not in _FORWARD_PATH:  # e.g. accelerate's dispatch_model wraps .to/.cuda to warn
             return types.MethodType(method.__func__, clone)
         raise UnsupportedModelError(
             f"{type(original).__name__}.{name} was replaced on the instance by a wrapper ({getattr(value, '__qualname__', value)!r}) "

@@ -29,19 +29,28 @@ ON_CI = bool(os.environ.get("CI"))
 
 
 def _side_environment() -> str:
-    """A venv with transformers 4.57 that sees the running environment's other packages."""
+    """A venv with transformers 4.57 that sees the running environment's other packages.
+
+    The venv is cached, but its links to the running environment (and to this checkout, through
+    the editable install's ``.pth``) are rewritten on every run: a cache built from another checkout
+    must not test that checkout's code.
+    """
     from viasd_adapt.models.registry import cache_dir
 
     venv = cache_dir() / "venv-transformers4"
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        site = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        main_site = [p for p in sys.path if p.endswith("site-packages")][0]
-        Path(site, "zz_main.pth").write_text(main_site + "\n")
-        for editable in Path(main_site).glob("__editable__*viasd_adapt*.pth"):
-            Path(site, "zzz_viasd.pth").write_text(editable.read_text())
+    site = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    main_site = [p for p in sys.path if p.endswith("site-packages")][0]
+    Path(site, "zz_main.pth").write_text(main_site + "\n")
+    Path(site, "zzz_viasd.pth").unlink(missing_ok=True)
+    for editable in Path(main_site).glob("__editable__*viasd_adapt*.pth"):
+        Path(site, "zzz_viasd.pth").write_text(editable.read_text())
+    installed = subprocess.run([str(python), "-c", "import transformers; print(transformers.__version__)"],
+                               capture_output=True, text=True, cwd=venv).stdout.strip()
+    if not installed.startswith("4.57"):
         subprocess.run([str(python), "-m", "pip", "install", "-q", "transformers>=4.57,<4.58",
                         "tokenizers>=0.22,<0.23", "huggingface-hub>=0.34,<1.0"], check=True)
     return str(python)
