@@ -136,7 +136,10 @@ def generation_config_for(pair: LoadedPair, request: RunRequest, **extra):
     pad = getattr(pair.target.generation_config, "pad_token_id", None)
     eos = pair.eos_token_ids if request.stop_at_eos else None
     sampling = request.sampling
-    kwargs = dict(max_new_tokens=request.max_new_tokens, eos_token_id=eos or None, pad_token_id=0 if pad is None else pad)
+    # eos_token_id=None would be filled in from the model's own generation config, which stops at
+    # EOS; an empty list is "no EOS" (the target keeps writing its argmax past EOS, like the engine).
+    kwargs = dict(max_new_tokens=request.max_new_tokens, eos_token_id=list(eos) if eos else [],
+                  pad_token_id=0 if pad is None else pad)
     if sampling.greedy:
         kwargs.update(do_sample=False)
     else:

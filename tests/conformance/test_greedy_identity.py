@@ -102,6 +102,21 @@ def test_registry_rows_in_exact_modes_equal_the_targets_greedy_output(drivers, r
                                                                                    stop_at_eos=False))
         assert out.tokens == expected, (framework, mode)
         assert (out.metrics is None) == (mode == "plain")
+    if framework == "eagle":
+        return
+    # stop_at_eos=False must write past EOS even when the model's generation config names one (an
+    # unset eos_token_id is filled in from it by transformers, which then stops early)
+    config = driver.target.generation_config
+    saved = config.eos_token_id
+    config.eos_token_id = expected[2]
+    try:
+        for mode in EXACT_ROWS[framework]:
+            settings = TierSettings(mode="none" if mode == "plain" else mode, lenience=0.0, gamma=3)
+            out = frameworks.run(framework, _loaded_pair(driver, framework),
+                                 RunRequest(mode, prompt, 12, settings, stop_at_eos=False))
+            assert out.tokens == expected, ("past EOS", framework, mode)
+    finally:
+        config.eos_token_id = saved
 
 
 @pytest.mark.parametrize("family", ["t5", "whisper"])
