@@ -45,8 +45,10 @@ def main() -> None:
     input_ids = tokenizer(heldout_prompts(1, seed=0)[0], return_tensors="pt").input_ids
 
     # 2. the same pipeline, with the slim tier: a scope around the user's own eagenerate call
-    for mode in ("none", "lossless", "lossy", "audit"):
-        with eagle.tiered(ea_model, mask=mask if mode != "none" else None, settings=TierSettings(mode=mode)) as session:
+    # (lenient is the simple lossy baseline, no slim tier: compare it with lossy at equal fidelity)
+    for mode in ("none", "lenient", "lossless", "lossy", "audit"):
+        needs_mask = TierSettings(mode=mode).mode.uses_slim
+        with eagle.tiered(ea_model, mask=mask if needs_mask else None, settings=TierSettings(mode=mode)) as session:
             ea_model.eagenerate(input_ids, temperature=args.temperature, max_new_tokens=args.max_new_tokens)
         m = session.last_metrics
         print(f"{mode:9s} rejection rate {m.rejection_rate:.3f}  tokens/cycle {m.mean_accepted_length:.2f}  "
