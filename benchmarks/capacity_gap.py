@@ -168,11 +168,11 @@ def study(target_pair: str, exits: tuple[int, ...], prompts: int, tokens: int, o
             "seconds": round(time.perf_counter() - started, 1),
         }
         rows.append(row)
+        cost = {family: f"{point.full_equivalent:.3f}" if point else "none within budget" for family, point in best.items()}
+        gain = f"{row['gain_vs_lenient']:+.1%}" if row["gain_vs_lenient"] is not None else "n/a"
         print(f"{name}: gap {row['gap']:.2f}, Delta {row['delta']:+.1f}, tier-2/cycle {row['tier2_per_cycle']:.3f}, "
-              f"best SD {best['sd'].full_equivalent:.3f}, lenient {best['lenient'].full_equivalent:.3f}, "
-              f"VIA-SD {best['viasd'].full_equivalent if best['viasd'] else float('nan'):.3f} -> chosen {row['chosen']}, "
-              f"gain vs lenient {row['gain_vs_lenient'] if row['gain_vs_lenient'] is not None else float('nan'):+.1%}",
-              flush=True)
+              f"best SD {cost['sd']}, lenient {cost['lenient']}, VIA-SD {cost['viasd']} -> chosen {row['chosen']}, "
+              f"gain vs lenient {gain}", flush=True)
     data = {"target": str(paths.target), "exits": list(exits), "prompts": prompts, "tokens": tokens, "rows": rows}
     if out:
         write_json(out, data)
@@ -183,10 +183,11 @@ def study(target_pair: str, exits: tuple[int, ...], prompts: int, tokens: int, o
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6.5, 4.5))
-        xs = [r["gap"] for r in rows]
-        ys = [100 * (r["gain_vs_lenient"] or 0.0) for r in rows]
+        measured = [r for r in rows if r["gain_vs_lenient"] is not None]  # no point: a family had none within budget
+        xs = [r["gap"] for r in measured]
+        ys = [100 * r["gain_vs_lenient"] for r in measured]
         ax.plot(xs, ys, "-o")
-        for r, x, y in zip(rows, xs, ys):
+        for r, x, y in zip(measured, xs, ys):
             ax.annotate(r["drafter"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax.axhline(0, color="grey", linewidth=0.8)
         ax.axhline(15, color="green", linestyle="--", linewidth=0.8, label="goal: 15% fewer passes than lenient")

@@ -194,6 +194,7 @@ def batch_loss(model, tokenizer, sources: list[list[int]], targets: list[list[in
 def train(model, tokenizer, data: list[tuple[list[int], list[int]]], budget: Budget, seed: int, label: str) -> list[float]:
     """AdamW with warm-up and cosine decay; LayerDrop through weight-sharing routed views (the
     slim-verifier machinery itself: the bypassed layers' weights get no gradient that step)."""
+    from viasd_adapt.models.train import optimizer_step
     from viasd_adapt.routing.mask import RoutingMask
     from viasd_adapt.routing.slim import build_routed_view
 
@@ -222,12 +223,7 @@ def train(model, tokenizer, data: list[tuple[list[int], list[int]]], budget: Bud
             skipped = rng.sample(range(1, layers), rng.randint(1, most))
             forward = build_routed_view(model, RoutingMask.from_skipped(layers, skipped))
         loss = batch_loss(forward, tokenizer, [b[0] for b in batch], [b[1] for b in batch])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        losses.append(loss.item())
+        losses.append(optimizer_step(model, optimizer, scheduler, loss))
         if step % 50 == 0 or step == budget.steps - 1:
             recent = sum(losses[-50:]) / len(losses[-50:])
             print(f"  {label} step {step + 1}/{budget.steps} loss {recent:.3f} ({time.perf_counter() - started:.0f}s)", flush=True)

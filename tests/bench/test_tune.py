@@ -94,3 +94,40 @@ def test_adapters_use_tuned_settings_only_with_the_mask_they_were_measured_with(
     other.save(pair / "other.json")
     with pytest.warns(TunedForAnotherMaskWarning, match="tuned_mask_path"):  # another mask: defaults, said aloud
         assert settings_for_mask(pair / "other.json") == TierSettings()
+
+
+def test_bench_runs_the_tuners_best_viasd_point_when_the_verdict_is_lenient(tmp_path, char_pair):
+    """A lenient verdict must not leave the bench's tiered rows on defaults: they run the best
+    VIA-SD point the tuner measured, with the mask it was measured with."""
+    from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
+    from viasd_adapt.tuning.artifact import tiered_point
+
+    pair = char_pair
+    fingerprint = MaskArtifact.load(pair / "mask.json").fingerprint
+    MaskArtifact(RoutingMask.from_skipped(6, [3, 4, 5]), 0.5, fingerprint=fingerprint).save(pair / "mask-exit3.json")
+    lenient = TierSettings(mode="lenient", lenience=0.7)
+    viasd = TierSettings(mode="lossy", alpha1=0.1, alpha2=0.4, greedy_gates="top", ratio=0.5)
+    report = {"best_within_budget": {
+        "lenient": {"family": "lenient", "settings": lenient.to_dict(), "mask": None},
+        # recorded with an absolute path on another machine: found again by name beside mask.json
+        "viasd": {"family": "viasd", "settings": viasd.to_dict(), "mask": "/elsewhere/mask-exit3.json"}}}
+    TunedSettings(lenient, "lenient", None, fingerprint, report=report).save(pair / "tuned.json")
+    settings, mask = tiered_point(pair / "mask.json")
+    assert settings == viasd and mask == pair / "mask-exit3.json"
+
+    out = tmp_path / "bench.json"
+    res = CliRunner().invoke(cli, ["bench", "--pair", str(pair), "--max-new-tokens", "4", "--repeats", "1",
+                                   "--num-prompts", "1", "--frameworks", "hf", "--modes", "lenient,lossy",
+                                   "--task-prompts", "0", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "the tuner's best VIA-SD point alpha1=0.1 alpha2=0.4 gates=top" in res.output
+    run = json.loads(out.read_text())["run"]
+    assert run["mask"]["skipped_layers"] == [3, 4, 5]
+    assert {k: run["settings"][k] for k in ("alpha1", "alpha2", "greedy_gates", "lenience")} == {
+        "alpha1": 0.1, "alpha2": 0.4, "greedy_gates": "top", "lenience": 0.7}
+    # an explicit alpha is the user's choice: no silent override
+    res = CliRunner().invoke(cli, ["bench", "--pair", str(pair), "--max-new-tokens", "4", "--repeats", "1",
+                                   "--num-prompts", "1", "--frameworks", "hf", "--modes", "lossy", "--alpha1", "0.3",
+                                   "--task-prompts", "0", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "best VIA-SD point" not in res.output and json.loads(out.read_text())["run"]["settings"]["alpha1"] == 0.3

@@ -70,6 +70,15 @@ def tier_settings_from_options(base: TierSettings, preset: str, **overrides) -> 
     return base.with_(**values)
 
 
+def _same_mask(a: Path | str | None, b: Path | str | None) -> bool:
+    """Whether two mask files skip the same layers (paths may differ)."""
+    if a is None or b is None:
+        return False
+    from viasd_adapt.routing.mask import MaskArtifact
+
+    return MaskArtifact.load(a).mask.bits() == MaskArtifact.load(b).mask.bits()
+
+
 def plot_title(target_path, settings: TierSettings, prompts: int, tokens: int, repeats: int) -> str:
     target = Path(str(target_path))
     pair = target.parent.name if target.name == "target" else target.name
@@ -109,15 +118,26 @@ def run_bench_session(
     cost_repeats: int = 15,
 ) -> dict[str, Any]:
     """Runs the bench and reports it through ``echo``; returns the JSON document."""
-    from viasd_adapt.tuning.artifact import find_tuned, settings_for_mask
+    from viasd_adapt.tuning.artifact import best_point, find_tuned, settings_for_mask, tiered_point
 
     threads = set_threads()
     quiet_transformers()
     tuned = find_tuned(mask_path)
     base = settings_for_mask(mask_path) if mask_path else TierSettings()
     if tuned is not None and lenience is None:  # the lenient rows run the tuner's best lenient point
-        best_lenient = (tuned.report.get("best_within_budget") or {}).get("lenient")
+        best_lenient = best_point(tuned, "lenient")
         lenience = best_lenient["settings"]["lenience"] if best_lenient else None
+    point = tiered_point(mask_path) if tuned is not None and tuned.choice != "viasd" else None
+    if point is not None and alpha1 is None and alpha2 is None and _same_mask(point[1], mask_path):
+        # The verdict was not VIA-SD, yet its rows must still run the tuner's best VIA-SD point, not
+        # defaults: a bench that pits the winner against untuned rivals proves nothing.
+        tier = point[0]
+        base = base.with_(alpha1=tier.alpha1, alpha2=tier.alpha2, greedy_gates=tier.greedy_gates,
+                          escalation_rule=tier.escalation_rule, ratio=tier.ratio)
+        tier_note = (f"tiered rows: the tuner's best VIA-SD point alpha1={tier.alpha1} alpha2={tier.alpha2} "
+                     f"gates={tier.greedy_gates} (measured with {Path(str(point[1])).name if point[1] else 'the mask'})")
+    else:
+        tier_note = ""
     settings = tier_settings_from_options(base, preset, alpha1=alpha1, alpha2=alpha2, lenience=lenience, gamma=gamma)
     sampling = SamplingConfig.from_temperature(temperature)
     config = BenchConfig(frameworks=split_list(frameworks), modes=split_list(modes), max_new_tokens=max_new_tokens,
@@ -130,6 +150,8 @@ def run_bench_session(
     if tuned is not None:
         tuned.check_model(pair.target, source=f"tuned settings beside {mask_path}")
         echo(f"tuned settings ({tuned.choice}) from beside the mask: {tuned.settings.to_dict()}")
+    if tier_note:
+        echo(tier_note)
     if pair.mask is not None:
         mask = pair.mask
         note = "  <-- FALLBACK, not searched" if mask.is_fallback else ""

@@ -73,9 +73,10 @@ def bench(target_path, draft_path, pair, eagle_head, **options) -> None:
         paths = resolve_pair(pair)
         target_path, draft_path = paths.target, paths.draft
         eagle_head = eagle_head or paths.eagle_head
-        from viasd_adapt.tuning.artifact import tuned_mask_path
+        from viasd_adapt.tuning.artifact import tiered_point, tuned_mask_path
 
-        options["mask_path"] = options["mask_path"] or tuned_mask_path(paths.mask) or paths.mask
+        point = tiered_point(paths.mask)  # the tiered rows run the tuner's best VIA-SD point, with its mask
+        options["mask_path"] = options["mask_path"] or tuned_mask_path(paths.mask) or (point and point[1]) or paths.mask
     elif not (target_path and draft_path):
         raise ConfigError("give --target and --draft (model directories), or --pair NAME")
     run_bench_session(target_path, draft_path, eagle_head=eagle_head, echo=click.echo, **options)

@@ -121,6 +121,17 @@ def _layerdrop_skip(num_layers: int, budget: TrainingBudget, rng: random.Random)
     return rng.sample(range(1, num_layers), count)
 
 
+def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, loss: torch.Tensor) -> float:
+    """One clipped AdamW step and a scheduler tick; returns the loss as a float. Shared by every
+    training loop of the project so that the recipes differ only in what they compute a loss on."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    scheduler.step()
+    return loss.item()
+
+
 def train_model(
     model: LlamaForCausalLM,
     rows: torch.Tensor,
@@ -159,12 +170,7 @@ def train_model(
         skip = _layerdrop_skip(num_layers, budget, mask_rng)
         with skipped_layers(model, skip):
             loss = causal_lm_loss(model, batch, budget.early_exit_layers, budget.early_exit_weight)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        losses.append(loss.item())
+        losses.append(optimizer_step(model, optimizer, scheduler, loss))
         shown = {"loss": f"{sum(losses[-20:]) / len(losses[-20:]):.3f}"}
         if budget.layerdrop_step_fraction > 0:
             shown["skipped"] = len(skip)

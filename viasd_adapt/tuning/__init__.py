@@ -6,7 +6,8 @@ from viasd_adapt.tuning.artifact import (
     adapter_settings,
     default_settings,
     find_tuned,
+    tiered_point,
     tuned_mask_path,
 )
 
-__all__ = ["TunedForAnotherMaskWarning", "TunedSettings", "adapter_settings", "default_settings", "find_tuned", "tuned_mask_path"]
+__all__ = ["TunedForAnotherMaskWarning", "TunedSettings", "adapter_settings", "default_settings", "find_tuned", "tiered_point", "tuned_mask_path"]

@@ -124,6 +124,34 @@ def tuned_mask_path(mask_path: str | os.PathLike | None) -> Path | None:
     return candidate if candidate.is_file() else Path(mask_path)
 
 
+def best_point(tuned: TunedSettings, family: str) -> dict[str, Any] | None:
+    """The tuner's cheapest measured point of ``family`` ("viasd", "lenient", "lossless", "sd")
+    within the budget, whatever the overall choice was: a bench compares every family at its best,
+    not the winner against defaults."""
+    point = (tuned.report.get("best_within_budget") or {}).get(family)
+    return point if isinstance(point, dict) and isinstance(point.get("settings"), dict) else None
+
+
+def tiered_point(mask_path: str | os.PathLike | None) -> tuple[TierSettings, Path | None] | None:
+    """The tuner's best lossy VIA-SD point beside ``mask_path`` and the mask it was measured with
+    (None when there is no tuned file or no VIA-SD point met the budget)."""
+    tuned = find_tuned(mask_path)
+    point = best_point(tuned, "viasd") if tuned is not None else None
+    if point is None:
+        return None
+    try:
+        settings = TierSettings(**point["settings"])
+    except TypeError as err:
+        raise ConfigError(f"{tuned_path_beside(mask_path)} has a VIA-SD point this version does not know: {err}") from None
+    mask = point.get("mask")
+    candidate = Path(mask) if mask else None
+    if candidate is not None and not candidate.is_absolute():
+        candidate = Path(mask_path).expanduser().parent / candidate
+    if candidate is not None and not candidate.is_file():  # measured on another machine: same name here
+        candidate = Path(mask_path).expanduser().parent / candidate.name
+    return settings, (candidate if candidate is not None and candidate.is_file() else None)
+
+
 def settings_for_mask(mask) -> TierSettings:
     """Adapters' ``settings=None``: the tuned settings beside a mask *path* when they were measured
     with that very mask, else :class:`TierSettings` defaults."""
@@ -148,7 +176,8 @@ class TunedForAnotherMaskWarning(UserWarning):
     """``tuned.json`` sits beside the given mask but was measured with another one."""
 
 
-__all__ = ["TUNED_FILENAME", "TunedSettings", "adapter_settings", "default_settings", "find_tuned", "settings_for_mask", "tuned_mask_path",
+__all__ = ["TUNED_FILENAME", "TunedSettings", "adapter_settings", "best_point", "default_settings", "find_tuned", "settings_for_mask",
+           "tiered_point", "tuned_mask_path",
            "tuned_path_beside", "TunedForAnotherMaskWarning"]
 
 
