@@ -64,7 +64,8 @@ def test_eagle_tests_pass_on_transformers_4():
     version = subprocess.run([PYTHON, "-c", "import transformers; print(transformers.__version__)"],
                              capture_output=True, text=True, check=True).stdout.strip()
     assert version.startswith("4."), f"{PYTHON} has transformers {version}, not 4.x"
-    run = subprocess.run([PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *MODULES, *SELECT],
+    # serial inside: this test already holds one of the outer run's workers
+    run = subprocess.run([PYTHON, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *MODULES, *SELECT],
                          cwd=root, capture_output=True, text=True, timeout=900)
     sys.stdout.write(run.stdout[-3000:])
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
