@@ -17,6 +17,20 @@ from viasd_adapt.settings import TierSettings
 
 DEFAULT_MAX_LL_DROP = 0.02  # nats per token: the default fidelity budget of tune and the verdict
 DEFAULT_MAX_REGRET = 0.02  # nats per token: bounds what the LL drop alone can miss (see tuning.tune.Budget)
+# A tier setting must be this much cheaper (full-equivalent passes) than the best simpler setting
+# (untiered SD or lenient) to be recommended: forward timings on a shared machine move by a few
+# percent between runs, and the simpler setting needs no slim verifier, no mask and no tuning.
+TIE_MARGIN = 0.03
+
+#: modes that run the slim tier, and the simpler ones a tier setting has to beat
+TIER_MODES = ("lossless", "lossy")
+SIMPLE_MODES = ("none", "lenient")
+
+
+def tier_beats(tier_cost: float, simple_cost: float | None, margin: float = TIE_MARGIN) -> bool:
+    """Whether a tier setting costing ``tier_cost`` beats the best simpler setting by more than
+    ``margin`` (a fraction of the simpler cost); True when there is no simpler setting to beat."""
+    return simple_cost is None or tier_cost < (1.0 - margin) * simple_cost
 
 
 class NegativeDeltaWarning(UserWarning):
@@ -75,18 +89,31 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
         if not within:
             continue
         best = min(within, key=lambda r: r["full_equivalent_per_token"])
+        simple = [r for r in within if r["mode"] in SIMPLE_MODES]
+        best_simple = min(simple, key=lambda r: r["full_equivalent_per_token"]) if simple else None
+        tie = best["mode"] in TIER_MODES and not tier_beats(
+            best["full_equivalent_per_token"], best_simple["full_equivalent_per_token"] if best_simple else None)
+        if tie:
+            tied_with, best = best, best_simple
         described = ", ".join(
             f"{r['mode']} {r['full_equivalent_per_token']:.3f}"
             + (f" (LL drop {r['ll_drop']:+.3f})" if r.get("ll_drop") is not None and r["mode"] in ("lenient", "lossy") else "")
             for r in candidates
         )
-        won = best["mode"] in ("lossless", "lossy")
+        won = best["mode"] in TIER_MODES
+        if tie:
+            gain = 1 - tied_with["full_equivalent_per_token"] / best["full_equivalent_per_token"]
+            judgement = (f"{tied_with['mode']} is only {gain:.1%} cheaper than {best['mode']}, within the "
+                         f"{TIE_MARGIN:.0%} margin of timing noise: the slim tier does not pay here: use {best['mode']}.")
+        else:
+            judgement = "The slim tier pays here." if won else "The slim tier does not pay here: use " + best["mode"] + "."
         lines.append(
-            f"{framework}: cheapest within an LL drop of {max_ll_drop} and a regret of {max_regret} nats/token is {best['mode']} "
-            f"({best['full_equivalent_per_token']:.3f} full-equivalent passes/token; all: {described}). "
-            + ("The slim tier pays here." if won else "The slim tier does not pay here: use " + best["mode"] + ".")
+            f"{framework}: cheapest within an LL drop of {max_ll_drop} and a regret of {max_regret} nats/token is "
+            f"{(tied_with if tie else best)['mode']} ({(tied_with if tie else best)['full_equivalent_per_token']:.3f} "
+            f"full-equivalent passes/token; all: {described}). " + judgement
         )
     return lines
 
 
-__all__ = ["DEFAULT_MAX_LL_DROP", "DEFAULT_MAX_REGRET", "NegativeDeltaWarning", "delta_message", "verdict", "warn_if_negative_delta"]
+__all__ = ["DEFAULT_MAX_LL_DROP", "DEFAULT_MAX_REGRET", "NegativeDeltaWarning", "SIMPLE_MODES", "TIER_MODES", "TIE_MARGIN",
+           "delta_message", "tier_beats", "verdict", "warn_if_negative_delta"]

@@ -17,7 +17,7 @@ import torch
 from click.testing import CliRunner
 
 from tests.support.pairs import CHAR_LAYERS, CHAR_PROMPTS, CHAR_VOCAB, char_mask, char_pair_models, char_tokenizer
-from viasd_adapt.advice import verdict
+from viasd_adapt.advice import tier_beats, verdict
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent
 from viasd_adapt.bench.fidelity import next_line, next_line_match, positional_agreement, score_output
 from viasd_adapt.bench.measure import RunMeter
@@ -216,6 +216,19 @@ def test_verdict_names_the_cheapest_row_within_the_budget():
     assert "is lenient" in line and "does not pay" in line  # lossy is cheaper but outside the budget
     (line,) = verdict(rows, max_ll_drop=0.1)
     assert "is lossy" in line and "pays" in line and "does not" not in line
+
+
+def test_verdict_calls_a_tier_win_inside_the_noise_margin_a_tie_and_recommends_the_simpler_row():
+    def row(mode, feq, drop=0.0):
+        return {"framework": "pearl", "mode": mode, "full_equivalent_per_token": feq, "ll_drop": drop, "regret": 0.0}
+
+    assert tier_beats(0.96, 1.0) and not tier_beats(0.975, 1.0) and tier_beats(0.5, None)
+    assert tier_beats(0.975, 1.0, margin=0.02) and not tier_beats(1.0, 1.0, margin=0.0)
+    (line,) = verdict([row("none", 1.003), row("lenient", 1.003), row("lossless", 1.000), row("lossy", 1.039)])
+    assert "lossless is only 0.3% cheaper than none" in line and "does not pay here: use none" in line
+    assert "pays here." not in line
+    (line,) = verdict([row("none", 1.0), row("lenient", 0.9), row("lossy", 0.85)])  # 5.6% better than lenient: a win
+    assert "is lossy" in line and "The slim tier pays here." in line
 
 
 # ---------------------------------------------------------------------------- CLI, files, errors

@@ -45,6 +45,21 @@ def test_pareto_and_budget():
         TuneGrid(greedy_gates=("sideways",))
 
 
+def test_a_tier_point_must_beat_the_simpler_settings_by_more_than_the_noise_margin():
+    from viasd_adapt.tuning.tune import choose
+
+    budget = Budget(max_ll_drop=0.02, max_regret=None)
+    sd, lenient = point("sd", 0.60, 0.0, mode="none"), point("lenient", 0.50, 0.01, mode="lenient")
+    close = point("viasd", 0.49, 0.01)  # 2% cheaper than lenient: within the margin
+    clear = point("viasd", 0.45, 0.01)  # 10% cheaper: a win
+    assert choose([sd, lenient, close], budget) is lenient
+    assert choose([sd, lenient, close], budget, margin=0.0) is close
+    assert choose([sd, lenient, clear], budget) is clear
+    exact_tie = point("lossless", 0.59, 0.0, mode="lossless")  # the cascade 1.7% under plain SD
+    assert choose([sd, exact_tie], budget) is sd
+    assert choose([exact_tie], budget) is exact_tie  # nothing simpler within budget
+
+
 def test_calibration_prompts_are_kept_apart_from_the_bench():
     from viasd_adapt.bench.session import default_prompts
 
@@ -68,8 +83,13 @@ def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):
     assert families == {"sd", "lenient", "lossless", "viasd"}
     assert len([p for p in points if p["family"] == "viasd"]) == 2 * 1 * 2  # alpha1 x alpha2 x masks
     tuned = TunedSettings.load(out)
-    chosen = min((p for p in points if p["family"] in ("sd", "lossless") or (p["ll_drop"] <= 0.02 and p["regret"] <= 0.02)),
-                 key=lambda p: (p["full_equivalent"], p["family"] not in ("sd", "lossless")))
+    admitted = [p for p in points if p["family"] in ("sd", "lossless") or (p["ll_drop"] <= 0.02 and p["regret"] <= 0.02)]
+    cheapest = lambda family_set: min((p for p in admitted if p["family"] in family_set),  # noqa: E731
+                                      key=lambda p: (p["full_equivalent"], p["family"] not in ("sd", "lossless")))
+    chosen = cheapest({"sd", "lenient", "lossless", "viasd"})
+    simple = cheapest({"sd", "lenient"})
+    if chosen["family"] in ("lossless", "viasd") and chosen["full_equivalent"] >= 0.97 * simple["full_equivalent"]:
+        chosen = simple  # a tier point must beat the simpler settings by more than the 3% noise margin
     assert tuned.choice == chosen["family"] and tuned.settings.to_dict() == chosen["settings"]
     # commands pick the choice up by default; the tuned file is refused for another model
     assert default_settings(pair / "mask.json") == tuned.settings

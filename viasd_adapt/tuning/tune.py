@@ -28,7 +28,7 @@ from typing import Callable
 
 
 from viasd_adapt import frameworks
-from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET
+from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, TIE_MARGIN, tier_beats
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent, measure_forward_costs
 from viasd_adapt.bench.fidelity import score_output
 from viasd_adapt.checks import check_real
@@ -160,9 +160,19 @@ class TuneResult:
                           {str(k): v.to_dict() for k, v in costs.items()}, self.masks, self.seconds)
 
 
-def choose(points: list[Point], budget: Budget) -> Point:
-    """The cheapest point within ``budget``; an exact mode wins ties. Exact modes always qualify."""
-    return min((p for p in points if budget.admits(p)), key=lambda p: (p.full_equivalent, not p.exact))
+def choose(points: list[Point], budget: Budget, margin: float = TIE_MARGIN) -> Point:
+    """The cheapest point within ``budget``; an exact mode wins ties. Exact modes always qualify.
+
+    A slim-tier point (lossless cascade, VIA-SD) is chosen only when it beats the cheapest simpler
+    point (plain SD, lenient) by more than ``margin``: within timing noise the simpler setting,
+    which needs no mask and no slim verifier, is the better recommendation."""
+    admitted = [p for p in points if budget.admits(p)]
+    best = min(admitted, key=lambda p: (p.full_equivalent, not p.exact))
+    simple = [p for p in admitted if p.family in ("sd", "lenient")]
+    if best.family in ("sd", "lenient") or not simple:
+        return best
+    best_simple = min(simple, key=lambda p: (p.full_equivalent, not p.exact))
+    return best if tier_beats(best.full_equivalent, best_simple.full_equivalent, margin) else best_simple
 
 
 def load_result(data: dict) -> TuneResult:
@@ -394,6 +404,11 @@ def describe(result: TuneResult) -> list[str]:
         gain = 1 - viasd.full_equivalent / lenient.full_equivalent if lenient else None
         lines.append("VERDICT: the slim tier pays on this pair: VIA-SD lossy is the cheapest setting within the budget"
                      + (f", {gain:.0%} fewer full-equivalent passes than the best lenient point" if gain is not None else ""))
+    elif viasd is not None and viasd.full_equivalent < chosen.full_equivalent:
+        gain = 1 - viasd.full_equivalent / chosen.full_equivalent
+        lines.append(f"VERDICT: the slim tier does not pay on this pair at this budget: VIA-SD lossy is only {gain:.1%} "
+                     f"cheaper than {chosen.family} ({_short(chosen.settings)}), within the {TIE_MARGIN:.0%} margin of "
+                     f"timing noise, so the simpler {chosen.family} is what is written")
     else:
         lines.append(f"VERDICT: the slim tier does not pay on this pair at this budget; the cheapest setting is "
                      f"{chosen.family} ({_short(chosen.settings)}), and that is what is written")
