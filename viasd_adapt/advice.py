@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any
+from typing import Any, Callable, Sequence, TypeVar
 
 from viasd_adapt.settings import TierSettings
 
@@ -31,6 +31,24 @@ def tier_beats(tier_cost: float, simple_cost: float | None, margin: float = TIE_
     """Whether a tier setting costing ``tier_cost`` beats the best simpler setting by more than
     ``margin`` (a fraction of the simpler cost); True when there is no simpler setting to beat."""
     return simple_cost is None or tier_cost < (1.0 - margin) * simple_cost
+
+
+T = TypeVar("T")
+
+
+def recommend(candidates: Sequence[T], cost: Callable[[T], float], is_simple: Callable[[T], bool],
+              margin: float = TIE_MARGIN, tie_break: Callable[[T], Any] = lambda c: 0) -> tuple[T, T]:
+    """``(cheapest, recommended)`` among settings already within the fidelity budget.
+
+    The recommendation is the cheapest one unless that needs the slim tier and beats the cheapest
+    simpler setting by no more than ``margin``; then it is that simpler setting. One rule for the
+    bench's verdict (rows) and ``viasd tune``'s choice (points)."""
+    cheapest = min(candidates, key=lambda c: (cost(c), tie_break(c)))
+    simple = [c for c in candidates if is_simple(c)]
+    if is_simple(cheapest) or not simple:
+        return cheapest, cheapest
+    best_simple = min(simple, key=lambda c: (cost(c), tie_break(c)))
+    return cheapest, (cheapest if tier_beats(cost(cheapest), cost(best_simple), margin) else best_simple)
 
 
 class NegativeDeltaWarning(UserWarning):
@@ -88,32 +106,28 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
             and (r.get("regret") is None or r["regret"] <= max_regret))]
         if not within:
             continue
-        best = min(within, key=lambda r: r["full_equivalent_per_token"])
-        simple = [r for r in within if r["mode"] in SIMPLE_MODES]
-        best_simple = min(simple, key=lambda r: r["full_equivalent_per_token"]) if simple else None
-        tie = best["mode"] in TIER_MODES and not tier_beats(
-            best["full_equivalent_per_token"], best_simple["full_equivalent_per_token"] if best_simple else None)
-        if tie:
-            tied_with, best = best, best_simple
+        cheapest, use = recommend(within, cost=lambda r: r["full_equivalent_per_token"],
+                                  is_simple=lambda r: r["mode"] in SIMPLE_MODES)
         described = ", ".join(
             f"{r['mode']} {r['full_equivalent_per_token']:.3f}"
             + (f" (LL drop {r['ll_drop']:+.3f})" if r.get("ll_drop") is not None and r["mode"] in ("lenient", "lossy") else "")
             for r in candidates
         )
-        won = best["mode"] in TIER_MODES
-        if tie:
-            gain = 1 - tied_with["full_equivalent_per_token"] / best["full_equivalent_per_token"]
-            judgement = (f"{tied_with['mode']} is only {gain:.1%} cheaper than {best['mode']}, within the "
-                         f"{TIE_MARGIN:.0%} margin of timing noise: the slim tier does not pay here: use {best['mode']}.")
+        if use is not cheapest:
+            gain = 1 - cheapest["full_equivalent_per_token"] / use["full_equivalent_per_token"]
+            judgement = (f"{cheapest['mode']} is only {gain:.1%} cheaper than {use['mode']}, within the "
+                         f"{TIE_MARGIN:.0%} margin of timing noise: the slim tier does not pay here: use {use['mode']}.")
+        elif use["mode"] in TIER_MODES:
+            judgement = "The slim tier pays here."
         else:
-            judgement = "The slim tier pays here." if won else "The slim tier does not pay here: use " + best["mode"] + "."
+            judgement = f"The slim tier does not pay here: use {use['mode']}."
         lines.append(
             f"{framework}: cheapest within an LL drop of {max_ll_drop} and a regret of {max_regret} nats/token is "
-            f"{(tied_with if tie else best)['mode']} ({(tied_with if tie else best)['full_equivalent_per_token']:.3f} "
-            f"full-equivalent passes/token; all: {described}). " + judgement
+            f"{cheapest['mode']} ({cheapest['full_equivalent_per_token']:.3f} full-equivalent passes/token; "
+            f"all: {described}). " + judgement
         )
     return lines
 
 
 __all__ = ["DEFAULT_MAX_LL_DROP", "DEFAULT_MAX_REGRET", "NegativeDeltaWarning", "SIMPLE_MODES", "TIER_MODES", "TIE_MARGIN",
-           "delta_message", "tier_beats", "verdict", "warn_if_negative_delta"]
+           "delta_message", "recommend", "tier_beats", "verdict", "warn_if_negative_delta"]

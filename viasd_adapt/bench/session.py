@@ -127,7 +127,7 @@ def run_bench_session(
     if tuned is not None and lenience is None:  # the lenient rows run the tuner's best lenient point
         best_lenient = best_point(tuned, "lenient")
         lenience = best_lenient["settings"]["lenience"] if best_lenient else None
-    point = tiered_point(mask_path) if tuned is not None and tuned.choice != "viasd" else None
+    point = tiered_point(mask_path, tuned) if tuned is not None and tuned.choice != "viasd" else None
     if point is not None and alpha1 is None and alpha2 is None and _same_mask(point[1], mask_path):
         # The verdict was not VIA-SD, yet its rows must still run the tuner's best VIA-SD point, not
         # defaults: a bench that pits the winner against untuned rivals proves nothing.

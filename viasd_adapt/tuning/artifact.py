@@ -115,13 +115,19 @@ def tuned_mask_path(mask_path: str | os.PathLike | None) -> Path | None:
     tuned = find_tuned(mask_path)
     if tuned is None or not tuned.settings.mode.uses_slim:
         return None
-    name = tuned.report.get("mask_file")
-    if not name:
-        return Path(mask_path)
-    candidate = Path(name)
-    if not candidate.is_absolute():
-        candidate = Path(mask_path).expanduser().parent / candidate
-    return candidate if candidate.is_file() else Path(mask_path)
+    return _recorded_mask(mask_path, tuned.report.get("mask_file")) or Path(mask_path)
+
+
+def _recorded_mask(mask_path: str | os.PathLike, recorded: str | None) -> Path | None:
+    """The mask file a tuned file names, looked up beside ``mask_path`` when the name is relative
+    or was recorded on another machine; None when it names none or the file is not there."""
+    if not recorded:
+        return None
+    folder = Path(mask_path).expanduser().parent
+    candidate = Path(recorded) if Path(recorded).is_absolute() else folder / recorded
+    if not candidate.is_file():  # measured elsewhere: the same name beside this mask
+        candidate = folder / candidate.name
+    return candidate if candidate.is_file() else None
 
 
 def best_point(tuned: TunedSettings, family: str) -> dict[str, Any] | None:
@@ -132,10 +138,11 @@ def best_point(tuned: TunedSettings, family: str) -> dict[str, Any] | None:
     return point if isinstance(point, dict) and isinstance(point.get("settings"), dict) else None
 
 
-def tiered_point(mask_path: str | os.PathLike | None) -> tuple[TierSettings, Path | None] | None:
-    """The tuner's best lossy VIA-SD point beside ``mask_path`` and the mask it was measured with
-    (None when there is no tuned file or no VIA-SD point met the budget)."""
-    tuned = find_tuned(mask_path)
+def tiered_point(mask_path: str | os.PathLike | None, tuned: TunedSettings | None = None) -> tuple[TierSettings, Path | None] | None:
+    """The tuner's best lossy VIA-SD point beside ``mask_path`` (or in ``tuned``, already loaded
+    from there) and the mask it was measured with (None when there is no tuned file or no VIA-SD
+    point met the budget)."""
+    tuned = tuned if tuned is not None else find_tuned(mask_path)
     point = best_point(tuned, "viasd") if tuned is not None else None
     if point is None:
         return None
@@ -143,13 +150,7 @@ def tiered_point(mask_path: str | os.PathLike | None) -> tuple[TierSettings, Pat
         settings = TierSettings(**point["settings"])
     except TypeError as err:
         raise ConfigError(f"{tuned_path_beside(mask_path)} has a VIA-SD point this version does not know: {err}") from None
-    mask = point.get("mask")
-    candidate = Path(mask) if mask else None
-    if candidate is not None and not candidate.is_absolute():
-        candidate = Path(mask_path).expanduser().parent / candidate
-    if candidate is not None and not candidate.is_file():  # measured on another machine: same name here
-        candidate = Path(mask_path).expanduser().parent / candidate.name
-    return settings, (candidate if candidate is not None and candidate.is_file() else None)
+    return settings, _recorded_mask(mask_path, point.get("mask"))
 
 
 def settings_for_mask(mask) -> TierSettings:

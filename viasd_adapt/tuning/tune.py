@@ -28,7 +28,7 @@ from typing import Callable
 
 
 from viasd_adapt import frameworks
-from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, TIE_MARGIN, tier_beats
+from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, TIE_MARGIN, recommend
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent, measure_forward_costs
 from viasd_adapt.bench.fidelity import score_output
 from viasd_adapt.checks import check_real
@@ -167,12 +167,9 @@ def choose(points: list[Point], budget: Budget, margin: float = TIE_MARGIN) -> P
     point (plain SD, lenient) by more than ``margin``: within timing noise the simpler setting,
     which needs no mask and no slim verifier, is the better recommendation."""
     admitted = [p for p in points if budget.admits(p)]
-    best = min(admitted, key=lambda p: (p.full_equivalent, not p.exact))
-    simple = [p for p in admitted if p.family in ("sd", "lenient")]
-    if best.family in ("sd", "lenient") or not simple:
-        return best
-    best_simple = min(simple, key=lambda p: (p.full_equivalent, not p.exact))
-    return best if tier_beats(best.full_equivalent, best_simple.full_equivalent, margin) else best_simple
+    _, chosen = recommend(admitted, cost=lambda p: p.full_equivalent, is_simple=lambda p: p.family in ("sd", "lenient"),
+                          margin=margin, tie_break=lambda p: not p.exact)
+    return chosen
 
 
 def load_result(data: dict) -> TuneResult:
