@@ -55,6 +55,7 @@ back) when the last session on the model closes, also when generation raised.
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import os
 import threading
@@ -64,6 +65,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 from torch import nn
+from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
 from viasd_adapt.checks import (
     check_drafter_reads_source,
@@ -75,6 +77,7 @@ from viasd_adapt.checks import (
 )
 from viasd_adapt.cycle import CycleOutcome
 from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate
+from viasd_adapt.prompt_lookup import DEFAULT_MAX_NGRAM, PromptLookupSpec
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.hooks import TierObserver, make_plugin_manager
 from viasd_adapt.ledger import CycleLedger
@@ -220,7 +223,7 @@ def patch(
 
     Returns the session handle; pass it to :func:`unpatch`.
     """
-    settings = adapter_settings(settings, mask)
+    settings = adapter_settings(settings, mask, target)
     refuse_compile_wrapper(target)  # it has a generate() of sorts, but patching it would reach nothing
     if not hasattr(target, "generate") or not hasattr(type(target), "_get_candidate_generator"):
         raise ConfigError(f"{type(target).__name__} is not a transformers generation model (no generate())")
@@ -329,11 +332,14 @@ def _fallback_reason(target: nn.Module, call: dict) -> str | None:
         value = call.get(name)
         return value if value is not None else getattr(config, name, None)
 
-    if setting("prompt_lookup_num_tokens") is not None:
-        return "prompt lookup decoding has no drafter distribution"
+    lookup = setting("prompt_lookup_num_tokens") is not None
+    if lookup and call.get("assistant_model") is not None:
+        return "both prompt_lookup_num_tokens and assistant_model were passed; stock decides which drafter runs"
+    if lookup and is_encoder_decoder(target):
+        return "prompt lookup on an encoder-decoder target (the tier's lookup drafter reads decoder-only prompts)"
     if setting("assistant_early_exit") is not None:
         return "early-exit drafting uses the target itself as the drafter"
-    if call.get("assistant_model") is None:
+    if call.get("assistant_model") is None and not lookup:
         return "no assistant_model was passed"
     if (setting("num_beams") or 1) > 1:
         return "beam search is not speculative decoding"
@@ -344,6 +350,42 @@ def _fallback_reason(target: nn.Module, call: dict) -> str | None:
     per_step = [name for name in _PER_STEP_OUTPUTS if setting(name)]
     if per_step and setting("return_dict_in_generate"):
         return f"{', '.join(per_step)} asked for: per-step outputs that only the stock loop produces"
+    return None
+
+
+#: Model inputs the tier's loop carries into every forward it runs (decoder-only: the prompt and
+#: its padding mask; encoder-decoder: the source, its mask, the decoder prompt and the encoder
+#: output). ``past_key_values``/``cache`` and ``inputs_embeds`` are refused by name elsewhere.
+_CARRIED_INPUTS = frozenset({
+    "inputs", "input_ids", "attention_mask", "input_features", "decoder_input_ids", "decoder_attention_mask",
+    "encoder_outputs", "past_key_values", "cache", "inputs_embeds", "tokenizer", "assistant_tokenizer",
+})
+
+
+def _uncarried_inputs_reason(target: nn.Module, original, call: dict) -> str | None:
+    """Why a call holds model inputs the tier's loop would drop (``token_type_ids``,
+    ``position_ids``, ``pixel_values``, ...), or None.
+
+    The loop feeds each model only token ids (and the encoder output): any other input the
+    forward would have read is lost, and the output differs from stock with no error (GPT-2's
+    ``token_type_ids`` add an embedding to every position). Such calls run the stock path.
+    What counts as a model input is what transformers itself passes on to the forward: the
+    keyword arguments that are neither ``generate()`` parameters nor generation-config fields.
+    """
+    from transformers import GenerationConfig
+    from transformers.generation.utils import GenerationMixin
+
+    # A model's own generate (Whisper's) takes the generic one's parameters through **kwargs.
+    parameters = set(inspect.signature(original).parameters) | set(inspect.signature(GenerationMixin.generate).parameters)
+    configs = (GenerationConfig(), call.get("generation_config") or target.generation_config)
+    dropped = sorted(
+        key for key, value in call.items()
+        if value is not None and key not in _CARRIED_INPUTS and key not in parameters
+        and not any(hasattr(config, key) for config in configs)
+    )
+    if dropped:
+        return (f"model input{'s' if len(dropped) > 1 else ''} {', '.join(dropped)} given: the tier's loop feeds the "
+                "models token ids only and would drop them")
     return None
 
 
@@ -411,7 +453,7 @@ def _tiered_generate(session: TierSession, original, args: tuple, kwargs: dict):
     if session.mode is Mode.NONE:
         return _generate_observed(session, original, args, kwargs)
     call = _normalise_call(original, args, kwargs)
-    reason = _fallback_reason(target, call)
+    reason = _fallback_reason(target, call) or _uncarried_inputs_reason(target, original, call)
     if reason is not None:
         return _fall_back(session, reason, lambda: original(**call))
     if is_encoder_decoder(target):  # a source and a decoder prompt instead of one prompt
@@ -422,7 +464,8 @@ def _tiered_generate(session: TierSession, original, args: tuple, kwargs: dict):
         _check_prompt(call)
     _check_budget(target, call)
     _check_cache_options(target, call)
-    _check_pair(session, target, call["assistant_model"], call)
+    if call.get("assistant_model") is not None:  # prompt lookup drafts from the prompt's own tokens
+        _check_pair(session, target, call["assistant_model"], call)
     call.pop("assistant_tokenizer", None)  # same vocabulary established above; stock would refuse it
     return _generate_own_loop(session, original, call)
 
@@ -464,7 +507,8 @@ class _StockObserver:
                 cycle = self._read(input_ids, int(num_matches))
             if cycle is not None:  # recording runs the user's observers: their errors are theirs to see
                 self.ledger.record(CycleOutcome(cycle[0], full_passes=1), drafted=cycle[1])
-                self.ledger.metrics.draft_passes += cycle[1]  # the stock assistant runs one forward per draft
+                if not isinstance(generator, PromptLookupCandidateGenerator):  # lookup runs no model
+                    self.ledger.metrics.draft_passes += cycle[1]  # the stock assistant runs one forward per draft
             return update(input_ids, scores, num_matches, *args, **kw)
 
         generator.get_candidates = observed_get_candidates
@@ -506,8 +550,10 @@ class _OwnLoop:
     ``inputs_tensor`` the source; its rows are built by :class:`viasd_adapt.adapters.hf_seq2seq.Seq2SeqRows`.
     """
 
-    def __init__(self, session: TierSession, assistant: nn.Module, streamer):
+    def __init__(self, session: TierSession, assistant: nn.Module | None, streamer,
+                 lookup: tuple[int, PromptLookupSpec] | None = None):
         self.session, self.assistant, self.streamer = session, assistant, streamer
+        self.lookup = lookup  # (block length, spec) when the call asked for prompt lookup instead of an assistant
         self.metrics: TierMetrics | None = None
 
     def __call__(self, model, input_ids, logits_processor=None, stopping_criteria=None, generation_config=None,
@@ -551,10 +597,17 @@ class _OwnLoop:
     def _generate_row(self, model, prompt_ids: torch.Tensor, max_new: int, stopping_criteria, config, warper):
         """One sequence (padding already stripped, so positions start at 0 as HF's mask-derived ones do)."""
         session = self.session
-        check_fits_context(model, prompt_ids.shape[0], max_new, extra=session.settings.gamma)
-        verifier = TieredVerifier(model, session.settings, warper, session.slim, session.plugin_manager,
+        # No speculative margin: the engine shortens every block to the budget left, so no forward
+        # (draft, verify or bonus) reaches past prompt + max_new positions.
+        check_fits_context(model, prompt_ids.shape[0], max_new)
+        # With prompt lookup the call's prompt_lookup_num_tokens is the block length, as in stock.
+        settings = session.settings if self.lookup is None else session.settings.with_(gamma=self.lookup[0])
+        verifier = TieredVerifier(model, settings, warper, session.slim, session.plugin_manager,
                                   framework=FRAMEWORK, share_prefix=session.share_prefix)
-        drafter = ModelDrafter(self.assistant, warper)
+        if self.lookup is None:
+            drafter = ModelDrafter(self.assistant, warper)
+        else:
+            drafter = self.lookup[1].drafter(verifier.vocab_size, eos_ids(_config_eos(config)), prompt_ids.device)
         return self.run_row(verifier, drafter, prompt_ids, max_new, stopping_criteria, config)
 
     def run_row(self, verifier, drafter, prompt_ids: torch.Tensor, max_new: int, stopping_criteria, config):
@@ -572,9 +625,14 @@ class _OwnLoop:
 
         # No q prefill: like the stock loop, draft straight after the prompt (q sees the prompt at
         # its first pass), so cost is compared with assisted generation cycle for cycle.
-        return speculative_generate(drafter, verifier, prompt_ids.tolist(), max_new, eos_ids(getattr(config, "_eos_token_tensor", None)
-                                    if getattr(config, "_eos_token_tensor", None) is not None else config.eos_token_id),
+        return speculative_generate(drafter, verifier, prompt_ids.tolist(), max_new, eos_ids(_config_eos(config)),
                                     None, on_tokens=on_tokens, should_stop=should_stop, q_prefill=False)
+
+
+def _config_eos(config):
+    """The EOS ids transformers prepared for this call (its tensor), else the config's own."""
+    prepared = getattr(config, "_eos_token_tensor", None)
+    return prepared if prepared is not None else config.eos_token_id
 
 
 def _pad_id(config) -> int:
@@ -594,9 +652,24 @@ def _pad_right(input_ids: torch.Tensor, generated: list[list[int]], pad_id: int)
     return torch.cat([input_ids, tail], dim=-1)
 
 
+def _lookup_request(target: nn.Module, call: dict) -> tuple[int, PromptLookupSpec] | None:
+    """``(block length, spec)`` when the call asks for prompt lookup; takes the lookup options out of
+    the call, since the tier's loop, not transformers', does the lookup."""
+    config = call.get("generation_config") or target.generation_config
+    num_tokens = call.pop("prompt_lookup_num_tokens", None) or getattr(config, "prompt_lookup_num_tokens", None)
+    max_ngram = call.pop("max_matching_ngram_size", None) or getattr(config, "max_matching_ngram_size", None)
+    if num_tokens is None:
+        return None
+    if getattr(config, "prompt_lookup_num_tokens", None) is not None:
+        config = call["generation_config"] = copy.deepcopy(config)
+        config.prompt_lookup_num_tokens = None
+    return int(num_tokens), PromptLookupSpec(int(max_ngram or DEFAULT_MAX_NGRAM))
+
+
 def _generate_own_loop(session: TierSession, original, call: dict):
-    assistant = call.pop("assistant_model")
-    loop = _OwnLoop(session, assistant, call.get("streamer"))
+    lookup = _lookup_request(session.target, call)
+    assistant = call.pop("assistant_model", None)
+    loop = _OwnLoop(session, assistant, call.get("streamer"), lookup)
     call["custom_generate"] = loop
     output = original(**call)
     if loop.metrics is not None:
@@ -624,14 +697,19 @@ def run(pair, request):
     from viasd_adapt.frameworks import PLAIN, generation_config_for
     from viasd_adapt.pair import RunOutput
 
-    fix_draft_length(pair.draft, request.settings.gamma)
     ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=pair.device)
-    config = generation_config_for(pair, request)
+    if pair.lookup is None:
+        fix_draft_length(pair.draft, request.settings.gamma)
+        drafter = dict(assistant_model=pair.draft)
+    else:  # stock prompt lookup (plain), or the tier's loop with the lookup drafter
+        drafter = dict(prompt_lookup_num_tokens=request.settings.gamma, max_matching_ngram_size=pair.lookup.max_ngram)
+    config = generation_config_for(pair, request, **{k: v for k, v in drafter.items() if k != "assistant_model"})
 
     def generate():
         torch.manual_seed(request.seed)
         with torch.no_grad():
-            return pair.target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, assistant_model=pair.draft)
+            return pair.target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,
+                                        assistant_model=drafter.get("assistant_model"))
 
     if request.mode == PLAIN:
         return RunOutput(generate()[0, ids.shape[1]:].tolist())

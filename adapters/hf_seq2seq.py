@@ -25,7 +25,7 @@ from torch import nn
 from viasd_adapt.checks import check_encoder_source, check_token_ids_in_vocabulary
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.routing.encdec import OWN_ENCODER, EncoderContext, source_reader
-from viasd_adapt.seq2seq import Seq2SeqDrafter, check_fits_decoder, drafter_context, seq2seq_verifier
+from viasd_adapt.seq2seq import Seq2SeqDrafter, check_fits_decoder, check_fits_encoder, drafter_context, seq2seq_verifier
 
 #: Where a ``generate`` call may carry the source, in the order transformers looks.
 SOURCE_KEYS = ("inputs", "input_ids", "input_features")
@@ -53,6 +53,10 @@ def prepare_seq2seq_call(target: nn.Module, call: dict) -> None:
     source = call_source(call)
     if source is not None and not source.is_floating_point():
         check_token_ids_in_vocabulary(source.reshape(-1).tolist(), target, what="source")
+        check_fits_encoder(target, source)
+        assistant = call.get("assistant_model")
+        if assistant is not None and source_reader(assistant) == OWN_ENCODER:
+            check_fits_encoder(assistant, source)
     if getattr(target.config, "model_type", "") == "whisper" and "begin_suppress_tokens" not in call:
         call["begin_suppress_tokens"] = None
 
@@ -119,7 +123,7 @@ class Seq2SeqRows:
     def __call__(self, b: int):
         loop, session = self.loop, self.loop.session
         prompt = self.input_ids[b]
-        check_fits_decoder(self.model, prompt.shape[0], self.max_new, extra=session.settings.gamma)
+        check_fits_decoder(self.model, prompt.shape[0], self.max_new)  # blocks end at the budget: no margin
         target_context = EncoderContext.from_outputs(self.encoder_outputs, b, self.source_mask)
         source = self.inputs_tensor[b : b + 1] if self.inputs_tensor is not None else None
         row_mask = self.source_mask[b : b + 1] if self.source_mask is not None else None
@@ -139,8 +143,11 @@ def run(pair, request):
     from viasd_adapt.adapters.hf import fix_draft_length, tiered
     from viasd_adapt.frameworks import PLAIN, generation_config_for
     from viasd_adapt.pair import RunOutput
-    from viasd_adapt.seq2seq import generated_tokens, request_source
+    from viasd_adapt.seq2seq import check_decoder_cache_layers, generated_tokens, request_source
 
+    if request.mode in (PLAIN, "none"):  # transformers' own loop decodes (the tiered modes keep their own caches)
+        check_decoder_cache_layers(pair.target)
+        check_decoder_cache_layers(pair.draft)
     fix_draft_length(pair.draft, request.settings.gamma)
     source = {pair.target.main_input_name: request_source(pair, request)}
     config = generation_config_for(pair, request)

@@ -457,9 +457,11 @@ def pearl_generate(
     """
     prompt = as_prompt_list(prompt_ids, "PEARL")
     check_max_new_tokens(max_new_tokens)
-    settings = adapter_settings(settings, mask)
+    settings = adapter_settings(settings, mask, target)
     check_token_ids_in_vocabulary(prompt, target)
-    check_fits_context(target, len(prompt), max_new_tokens, extra=settings.gamma)
+    # No speculative margin: PEARL drafts at most what the budget has left after its pending
+    # drafts, so no forward reaches past prompt + max_new_tokens positions.
+    check_fits_context(target, len(prompt), max_new_tokens)
     routing = resolve_mask(target, mask, settings.mode)
     slim = SlimVerifier(target, routing) if routing is not None else None
     if isinstance(drafter, nn.Module):

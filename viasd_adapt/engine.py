@@ -264,7 +264,10 @@ def speculative_generate(
         if on_tokens:
             on_tokens(generated[:])
     while len(generated) < max_new_tokens and not (generated and generated[-1] in eos):
-        if should_stop and should_stop(prompt_ids + generated):
+        # Asked only once something was generated: like one-token-at-a-time decoding, the prompt
+        # itself never stops generation (a prompt ending in EOS, or BART's decoder start id, which
+        # is its EOS id, would otherwise yield no token at all).
+        if should_stop and generated and should_stop(prompt_ids + generated):
             break
         gamma = min(verifier.settings.gamma, max_new_tokens - len(generated))
         drafts, p, ids = draft_with_ids(drafter, prompt_ids + generated, gamma, generator)

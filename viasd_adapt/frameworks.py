@@ -43,6 +43,7 @@ class Framework:
         has_plain: whether a ``plain`` run exists (the framework with viasd-adapt not installed);
             ``none`` vs ``plain`` measures the overhead of an installed but switched-off tier.
         has_tier: False for the autoregressive baseline, which has no verify step.
+        takes_lookup: whether a prompt-lookup drafter (no model) can stand in for the drafter model.
         bound_kind: how the bench models its cost: ``"sequential"`` (draft, then verify),
             ``"overlapped"`` (drafting runs while verifying, PEARL), ``"none"`` (not modelled:
             EAGLE's tree), ``"ar"`` (one target pass per token).
@@ -58,6 +59,7 @@ class Framework:
     bound_kind: str = "sequential"
     needs_eagle_head: bool = False
     needs_modules: tuple[str, ...] = ()
+    takes_lookup: bool = False
     seq2seq_runner: str | None = None  # "module:function" for encoder-decoder pairs; None = unsupported
 
     def load(self, encoder_decoder: bool = False) -> Runner:
@@ -66,14 +68,24 @@ class Framework:
         return getattr(importlib.import_module(module), function)
 
     def unavailable(self, pair: LoadedPair | None = None) -> str | None:
-        """Why this framework cannot run (with this pair), or None."""
+        """Why this framework cannot run (with this pair), or None. What the framework cannot do
+        at all comes first (an encoder-decoder target), before what it would need (a head, ...)."""
+        if pair is not None and self.seq2seq_runner is None and pair.target is not None:
+            from viasd_adapt.routing.layers import is_encoder_decoder
+
+            if is_encoder_decoder(pair.target):
+                return (f"runs decoder-only targets only; {type(pair.target).__name__} is an encoder-decoder model "
+                        "(use ar, engine or hf)")
         for module in self.needs_modules:
             if importlib.util.find_spec(module.split(".")[0]) is None:
                 return f"needs the Python package providing {module!r} (pip install --no-deps eagle-llm==1.2.1)"
         if self.needs_eagle_head and pair is not None and not pair.eagle_head:
             return "needs an EAGLE head (--eagle-head PATH, or a pair that ships eagle_head/)"
         if self.has_tier and pair is not None and pair.draft is None and not self.needs_eagle_head:
-            return "needs a drafter (--draft PATH)"
+            if pair.lookup is None:
+                return "needs a drafter (--draft PATH)"
+            if not self.takes_lookup:
+                return "needs a drafter model; prompt lookup runs in the hf and engine frameworks"
         return None
 
 
@@ -96,18 +108,20 @@ def get(name: str) -> Framework:
 def run(name: str, pair: LoadedPair, request: RunRequest) -> RunOutput:
     """Runs ``request`` with framework ``name`` on ``pair``."""
     framework = get(name)
-    reason = framework.unavailable(pair)
-    if reason:
-        raise ConfigError(f"framework {name!r} cannot run: {reason}")
-    if request.mode == PLAIN and not framework.has_plain:
-        raise ConfigError(f"framework {name!r} has no plain (viasd-adapt-free) path")
     from viasd_adapt.routing.layers import is_encoder_decoder
 
+    # Checked before what the framework needs (an EAGLE head, ...): asking for a head that could
+    # never run an encoder-decoder target would send the user after the wrong thing.
     encoder_decoder = is_encoder_decoder(pair.target)
     if encoder_decoder and framework.seq2seq_runner is None:
         supported = ", ".join(sorted(n for n, f in FRAMEWORKS.items() if f.seq2seq_runner))
         raise ConfigError(f"framework {name!r} does not support encoder-decoder targets ({type(pair.target).__name__}); "
                           f"use one of: {supported}")
+    reason = framework.unavailable(pair)
+    if reason:
+        raise ConfigError(f"framework {name!r} cannot run: {reason}")
+    if request.mode == PLAIN and not framework.has_plain:
+        raise ConfigError(f"framework {name!r} has no plain (viasd-adapt-free) path")
     if not encoder_decoder:
         check_request_fits(pair, request)
     return framework.load(encoder_decoder)(pair, request)
@@ -165,6 +179,7 @@ def run_ar(pair: LoadedPair, request: RunRequest) -> RunOutput:
 
 def run_engine(pair: LoadedPair, request: RunRequest) -> RunOutput:
     """Classic SD through :mod:`viasd_adapt.engine` (mode none is the untiered loop)."""
+    from viasd_adapt.checks import vocab_size_of
     from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate
     from viasd_adapt.routing.slim import SlimVerifier
 
@@ -173,17 +188,18 @@ def run_engine(pair: LoadedPair, request: RunRequest) -> RunOutput:
     generator = torch.Generator(device="cpu").manual_seed(request.seed)
     verifier = TieredVerifier(pair.target, settings, request.sampling, slim=slim, framework="engine")
     eos = pair.eos_token_ids if request.stop_at_eos else ()
-    out = speculative_generate(ModelDrafter(pair.draft, request.sampling), verifier, request.prompt_ids,
-                               request.max_new_tokens, eos, generator=generator)
+    drafter = (ModelDrafter(pair.draft, request.sampling) if pair.lookup is None
+               else pair.lookup.drafter(vocab_size_of(pair.target), eos, pair.device))
+    out = speculative_generate(drafter, verifier, request.prompt_ids, request.max_new_tokens, eos, generator=generator)
     return RunOutput(out.tokens, out.metrics)
 
 
 register(Framework("ar", "autoregressive target decoding (HF generate, no assistant)", f"{__name__}:run_ar",
                    has_tier=False, bound_kind="ar", seq2seq_runner="viasd_adapt.seq2seq:run_ar"))
 register(Framework("engine", "classic SD through viasd_adapt.engine (the loop the hf adapter's tiered modes run)",
-                   f"{__name__}:run_engine", seq2seq_runner="viasd_adapt.seq2seq:run_engine"))
+                   f"{__name__}:run_engine", takes_lookup=True, seq2seq_runner="viasd_adapt.seq2seq:run_engine"))
 register(Framework("hf", "HF assisted generation: target.generate(assistant_model=draft), patched by viasd_adapt.adapters.hf",
-                   "viasd_adapt.adapters.hf:run", has_plain=True, seq2seq_runner="viasd_adapt.adapters.hf_seq2seq:run"))
+                   "viasd_adapt.adapters.hf:run", has_plain=True, takes_lookup=True, seq2seq_runner="viasd_adapt.adapters.hf_seq2seq:run"))
 register(Framework("pearl", "PEARL (viasd_adapt.adapters.pearl.pearl_generate, parallel drafter/target threads)",
                    "viasd_adapt.adapters.pearl:run", bound_kind="overlapped"))
 register(Framework("eagle", "EAGLE (eagle-llm EaModel.eagenerate through viasd_adapt.adapters.eagle; its own base-model copy)",

@@ -97,6 +97,47 @@ def save_figure(figure, path: str | os.PathLike, dpi: int = 110) -> Path:
     return write_atomic(path, lambda tmp: figure.savefig(tmp, dpi=dpi, format=fmt), "plot")
 
 
+def ensure_writable(path: str | os.PathLike, what: str, force: bool = True) -> Path:
+    """Raises :class:`ConfigError` unless ``path`` can be created (or, with ``force``, overwritten)
+    as a file. Commands call it for every output before their first forward, so an unwritable
+    ``--out`` or ``--json`` fails at once, not after the whole run."""
+    from viasd_adapt.errors import ConfigError
+
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise ConfigError(f"{what} {path} is a directory; give a file path")
+    if path.exists() and not force:
+        raise ConfigError(f"{what} {path} already exists; pass --force to overwrite it, or choose another path")
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"{what} {path} is not writable: {ancestor} is not a directory")
+    if ancestor == path.parent:
+        try:
+            with tempfile.NamedTemporaryFile(dir=ancestor, prefix=".viasd-write-test-"):
+                pass
+        except OSError as err:
+            raise ConfigError(f"{what} {path} is not writable: {err.strerror or err}") from None
+        if path.exists() and not os.access(path, os.W_OK):
+            raise ConfigError(f"{what} {path} is not writable (permission denied)")
+    elif not os.access(ancestor, os.W_OK):
+        raise ConfigError(f"{what} {path} is not writable: cannot create directories under {ancestor}")
+    return path
+
+
+def relative_name(path: str | os.PathLike, folder: str | os.PathLike) -> str:
+    """How an artifact saved in ``folder`` records ``path`` (a file or directory it refers to):
+    relative to ``folder`` when inside it, else only the last component. Artifacts travel (a pair
+    folder is copied, a repository is cloned), so they never record the absolute paths of the
+    machine that made them; readers resolve the names against their own folder."""
+    target = Path(path).expanduser()
+    try:
+        return target.resolve().relative_to(Path(folder).expanduser().resolve()).as_posix()
+    except ValueError:
+        return target.name
+
+
 def read_text(path: str | os.PathLike, what: str = "file") -> str:
     """A UTF-8 text file, with one clear error for a missing file, a folder, or binary content."""
     path = Path(path).expanduser()
@@ -112,4 +153,4 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
         raise ViasdError(f"cannot read {what} {path}: {err.strerror or err}") from None
 
 
-__all__ = ["read_text", "save_figure", "write_atomic", "write_directory", "write_json", "write_text"]
+__all__ = ["ensure_writable", "read_text", "relative_name", "save_figure", "write_atomic", "write_directory", "write_json", "write_text"]

@@ -17,6 +17,11 @@ argmax and one entropy over the slim verifier's rows of committed drafts):
 
 When, after at least ``min_committed`` committed drafts, the evidence crosses the threshold of its
 kind, it warns once per generation with a :class:`ViasdQualityWarning` and suggests mode ``audit``.
+Short generations (a 12-token budget commits fewer than 12 drafts) are judged on stronger evidence
+instead: from ``min_committed_strong`` drafts on, greedy warns when even the upper 95% Wilson bound
+of the agreement is below ``max_agreement`` (0 of 4 or more, 1 of 8 or more, ...; the demo pair's
+80-100% never comes near), sampling when the mean surprise excess is twice as far below its
+threshold.
 It is a heuristic for an obvious failure, not a quality measurement: a drafter that passes it can
 still cost quality, which only ``audit`` measures.
 
@@ -27,11 +32,13 @@ were committed, after the budget and EOS cut).
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 
 import torch
 
+from viasd_adapt.cycle import StopRule
 from viasd_adapt.hooks import TierObserver
 from viasd_adapt.ledger import CycleLedger
 from viasd_adapt.rules import TierRules, gather_token_probs
@@ -83,6 +90,7 @@ class JunkThresholds:
     min_committed: int = 12
     max_agreement: float = 0.5
     max_surprise_excess: float = -2.5
+    min_committed_strong: int = 4
 
 
 class DrafterQualityMonitor:
@@ -101,10 +109,11 @@ class DrafterQualityMonitor:
         """``rules`` with gate 1 observed (as is when the monitor is inactive)."""
         return _WatchedRules(rules, self) if self.active else rules
 
-    def ledger(self, observer: TierObserver | None) -> CycleLedger:
-        """A fresh ledger for a new generation; the evidence starts again from zero."""
+    def ledger(self, observer: TierObserver | None, stop: StopRule | None = None) -> CycleLedger:
+        """A fresh ledger for a new generation (``stop``: see :class:`CycleLedger`); the evidence
+        starts again from zero."""
         self.evidence, self.warned, self._gate1 = DrafterEvidence(), False, None
-        return CycleLedger(observer, watchers=(self._committed,) if self.active else ())
+        return CycleLedger(observer, watchers=(self._committed,) if self.active else (), stop=stop)
 
     def _saw_gate1(self, tokens: torch.Tensor, u: torch.Tensor) -> None:
         self._gate1 = (tokens, u)
@@ -130,11 +139,15 @@ class DrafterQualityMonitor:
 
     def looks_like_junk(self) -> bool:
         e, t = self.evidence, self.thresholds
-        if e.committed < t.min_committed:
+        if e.committed >= t.min_committed:
+            if self.greedy:
+                return e.agreement <= t.max_agreement
+            return e.mean_surprise_excess <= t.max_surprise_excess
+        if e.committed < t.min_committed_strong:
             return False
         if self.greedy:
-            return e.agreement <= t.max_agreement
-        return e.mean_surprise_excess <= t.max_surprise_excess
+            return wilson_upper(e.agreeing, e.committed) < t.max_agreement
+        return e.mean_surprise_excess <= 2 * t.max_surprise_excess
 
     def message(self) -> str:
         e = self.evidence
@@ -150,6 +163,17 @@ class DrafterQualityMonitor:
             "accepted. Measure the damage with mode='audit' (how often the target would overrule), or use "
             "mode='lossless'."
         )
+
+
+def wilson_upper(successes: int, trials: int, z: float = 1.96) -> float:
+    """The upper end of the Wilson score interval of a proportion (95% for z = 1.96): how high the
+    true agreement rate could plausibly be, given few observations."""
+    if trials <= 0:
+        return 1.0
+    share = successes / trials
+    centre = share + z * z / (2 * trials)
+    spread = z * math.sqrt(share * (1 - share) / trials + z * z / (4 * trials * trials))
+    return (centre + spread) / (1 + z * z / trials)
 
 
 class _WatchedRules:
@@ -172,4 +196,4 @@ class _WatchedRules:
         return self.inner.escalation_accept_prob(tokens, p, q, settings, greedy)
 
 
-__all__ = ["DrafterEvidence", "DrafterQualityMonitor", "JunkThresholds", "ViasdQualityWarning"]
+__all__ = ["DrafterEvidence", "DrafterQualityMonitor", "JunkThresholds", "ViasdQualityWarning", "wilson_upper"]

@@ -17,9 +17,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from viasd_adapt.checks import check_drafter_reads_source, check_same_vocabulary
+from viasd_adapt.checks import check_drafter_reads_source, check_same_tokenizer, check_same_vocabulary
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.metrics import TierMetrics
+from viasd_adapt.models.gguf import gguf_model_folder, is_gguf_path
+from viasd_adapt.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP, PromptLookupSpec
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, skip_count
 from viasd_adapt.sampling import SamplingConfig
@@ -60,6 +62,8 @@ class LoadedPair:
     target_path: str = ""
     draft_path: str = ""
     eagle_head: str | None = None
+    # The drafter when it is prompt lookup (``draft`` is then None): token-only, a point mass to the tier.
+    lookup: PromptLookupSpec | None = None
     # Objects a framework loads once and reuses across runs (e.g. EAGLE's EaModel).
     loaded: dict = field(default_factory=dict)
 
@@ -155,15 +159,27 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def load_model(path: str | Path, device: torch.device, role: str) -> nn.Module:
+def load_model(path: str | Path, device: torch.device, role: str, target: nn.Module | None = None) -> nn.Module:
     """An eval-mode causal LM (or encoder-decoder model: T5, BART, Marian, Whisper, ...) from a
-    local directory, with a clear error if it is not one (missing, no config.json, unknown
-    architecture, missing or damaged weights)."""
+    local directory or a ``.gguf`` file (:mod:`viasd_adapt.models.gguf`), with a clear error if it
+    is not one (missing, no config.json, unknown architecture, missing or damaged weights).
+
+    A drafter folder that shares its target's embedding (:mod:`viasd_adapt.models.shared_drafter`)
+    is assembled with ``target`` and refused for any other target."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq
+
+    from viasd_adapt.models.shared_drafter import assemble_drafter, is_shared_drafter
 
     path = Path(path).expanduser()
     if not path.exists():
         raise ViasdError(f"{role} path {path} does not exist")
+    if path.is_dir() and is_shared_drafter(path):
+        if target is None:
+            raise ConfigError(f"the {role} in {path} shares its target's embedding and loads only with its target "
+                              "(viasd_adapt.models.shared_drafter.assemble_drafter(path, target))")
+        return assemble_drafter(path, target, device)
+    if is_gguf_path(path):  # dequantized once, then read from the cache
+        path = gguf_model_folder(path)
     if not (path / "config.json").is_file():
         raise ViasdError(f"{role} path {path} is not a model directory (no config.json)")
     try:
@@ -187,13 +203,15 @@ def _is_local(path: str | Path) -> bool:
 
 
 def load_tokenizer(path: str | Path):
-    """The tokenizer saved in a model directory (or a hub id where a hub is reachable)."""
+    """The tokenizer saved in a model directory or a ``.gguf`` file (or a hub id where a hub is reachable)."""
     from transformers import AutoTokenizer
 
     if _is_local(path):
         local = Path(path).expanduser()
         if not local.exists():
             raise ViasdError(f"tokenizer path {local} does not exist")
+        if is_gguf_path(local):
+            local = gguf_model_folder(local)
         if not local.is_dir():
             raise ViasdError(f"tokenizer path {local} is not a directory")
         if not any((local / name).is_file() for name in TOKENIZER_FILES):
@@ -204,6 +222,17 @@ def load_tokenizer(path: str | Path):
         return AutoTokenizer.from_pretrained(str(path))
     except _load_errors() as err:
         raise ViasdError(f"cannot load a tokenizer from {path}: {_first_line(err)}") from None
+
+
+def _check_draft_tokenizer(tokenizer, draft_path: str | Path) -> None:
+    """A drafter saved with its own tokenizer must map every string to the target's ids: equal
+    vocabulary *sizes* (checked above) do not make two tokenizers the same, and a drafter whose
+    ids mean other strings would draft nonsense the tiers then compare token by token. A drafter
+    folder without a tokenizer is taken to use the target's."""
+    folder = Path(draft_path).expanduser() if _is_local(draft_path) else None
+    if folder is None or not folder.is_dir() or not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return
+    check_same_tokenizer(tokenizer, load_tokenizer(folder), role=f"drafter ({folder})")
 
 
 def fallback_mask(num_layers: int, ratio: float) -> RoutingMask:
@@ -237,18 +266,23 @@ def load_pair(
     eagle_head: str | Path | None = None,
     ratio: float = TierSettings().ratio,
 ) -> LoadedPair:
-    """Loads the pair and the mask; checks that drafter and target share a vocabulary."""
+    """Loads the pair and the mask; checks that drafter and target share a vocabulary.
+
+    ``draft_path`` is a model folder or ``.gguf`` file, ``"prompt-lookup"`` (no model: the drafter
+    copies n-grams of the text, :mod:`viasd_adapt.prompt_lookup`), or None (no drafter)."""
     dev = pick_device(device)
     target = load_model(target_path, dev, "target")
-    draft = load_model(draft_path, dev, "draft") if draft_path is not None else None
+    lookup = PromptLookupSpec() if str(draft_path) == PROMPT_LOOKUP else None
+    draft = load_model(draft_path, dev, "draft", target=target) if draft_path is not None and lookup is None else None
     tokenizer = load_tokenizer(target_path)
     if draft is not None:
         check_same_vocabulary(target, draft)
         check_drafter_reads_source(target, draft)
+        _check_draft_tokenizer(tokenizer, draft_path)
     search = [Path(target_path).expanduser().parent]
     mask = resolve_mask_info(target, mask_path, ratio, search) if need_mask else None
     return LoadedPair(target, draft, tokenizer, mask, dev, str(target_path), str(draft_path or ""),
-                      str(eagle_head) if eagle_head else None)
+                      str(eagle_head) if eagle_head else None, lookup=lookup)
 
 
 __all__ = [

@@ -217,6 +217,51 @@ def decoder_position_limit(model: nn.Module) -> int | None:
     return None
 
 
+_RELATIVE_POSITIONS = ("t5", "mt5", "umt5", "longt5")
+
+
+def encoder_position_limit(model: nn.Module) -> int | None:
+    """How many source tokens ``model``'s encoder has positions for (learned or fixed-table
+    positions: BART, mBART, Marian), or None (T5's relative positions; feature encoders)."""
+    config = model.config
+    if getattr(config, "model_type", "") in _RELATIVE_POSITIONS:
+        return None
+    for name in ("max_source_positions", "max_encoder_position_embeddings", "max_position_embeddings"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def check_fits_encoder(model: nn.Module, source: torch.Tensor) -> None:
+    """A source of token ids must fit the encoder's positions: past them, BART's position
+    embedding fails with an IndexError deep inside torch. (Feature sources are Whisper's, which
+    checks its own frame count.)"""
+    if not isinstance(source, torch.Tensor) or source.is_floating_point() or source.dim() != 2:
+        return
+    limit = encoder_position_limit(model)
+    if limit is not None and source.shape[-1] > limit:
+        raise ConfigError(f"the source ({source.shape[-1]} tokens) exceeds the encoder's {limit} positions "
+                          f"({type(model).__name__}); shorten the source")
+
+
+def check_decoder_cache_layers(model: nn.Module) -> None:
+    """transformers' ``generate`` sizes an encoder-decoder model's self-attention cache by the
+    *encoder's* layer count (transformers 5.24, T5 family): a T5 with more decoder than encoder
+    layers then fails with an IndexError inside the cache on its first decoding step. Refused up
+    front, naming the cause, wherever ``generate`` itself decodes (``ar``, ``hf``); the tier's own
+    loop keeps its own caches and runs such models."""
+    config = model.config
+    encoder, decoder = getattr(config, "num_layers", None), getattr(config, "num_decoder_layers", None)
+    if getattr(config, "model_type", "") in _RELATIVE_POSITIONS and isinstance(encoder, int) and isinstance(decoder, int) \
+            and decoder > encoder:
+        raise ConfigError(
+            f"{type(model).__name__} has {encoder} encoder and {decoder} decoder layers: transformers' generate() sizes "
+            "its cache by the encoder's layer count and fails on such a model (a transformers limitation). Use "
+            "--framework engine (the tier's own loop), or a model with at least as many encoder as decoder layers"
+        )
+
+
 def check_fits_decoder(model: nn.Module, prompt_length: int, max_new_tokens: int, extra: int = 0) -> None:
     """Decoder prompt + budget (+ speculative positions) must fit the decoder's learned positions."""
     check_fits_positions(decoder_position_limit(model), prompt_length, max_new_tokens, extra, "the decoder's",
@@ -257,9 +302,10 @@ def seq2seq_generate(
     """
     check_max_new_tokens(max_new_tokens)
     check_encoder_source(source)
+    check_fits_encoder(target, source)
     check_drafter_reads_source(target, drafter)
     prompt = check_prompt_ids(decoder_prompt if decoder_prompt is not None else default_decoder_prompt(target))
-    check_fits_decoder(target, len(prompt), max_new_tokens, extra=settings.gamma)
+    check_fits_decoder(target, len(prompt), max_new_tokens)  # blocks end at the budget: no margin
     context = EncoderContext.encode(target, source, source_mask)
     verifier = seq2seq_verifier(target, settings, sampling, context, slim, plugin_manager, framework)
     draft = Seq2SeqDrafter(drafter, sampling, drafter_context(drafter, context, source, source_mask))
@@ -308,7 +354,11 @@ def request_source(pair, request) -> torch.Tensor:
             raise ConfigError(f"{type(target).__name__} reads source token ids; input_features are for targets like Whisper")
         ids = check_prompt_ids(request.prompt_ids)
         check_token_ids_in_vocabulary(ids, target, what="source")
-        return torch.tensor([ids], dtype=torch.long, device=pair.device)
+        source = torch.tensor([ids], dtype=torch.long, device=pair.device)
+        for model in (target, pair.draft):
+            if model is not None and is_encoder_decoder(model):
+                check_fits_encoder(model, source)
+        return source
     features = check_encoder_source(features, what=f"input features of {type(target).__name__}")
     if features.dim() == 2:
         features = features.unsqueeze(0)
@@ -330,6 +380,7 @@ def run_ar(pair, request):
     from viasd_adapt.pair import RunOutput
     from viasd_adapt.tiers import Tier
 
+    check_decoder_cache_layers(pair.target)
     source = request_source(pair, request)
     torch.manual_seed(request.seed)
     with torch.no_grad():
@@ -359,7 +410,9 @@ __all__ = [
     "Seq2SeqDrafter",
     "Seq2SeqRunner",
     "Seq2SeqTargetRunners",
+    "check_decoder_cache_layers",
     "check_fits_decoder",
+    "check_fits_encoder",
     "decoder_position_limit",
     "default_decoder_prompt",
     "drafter_context",

@@ -32,7 +32,9 @@ and raises :class:`~viasd_adapt.errors.ModelMismatchError` on any difference bey
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -276,6 +278,48 @@ def _load_stock(base_model_path: str | os.PathLike, dtype: torch.dtype) -> nn.Mo
     return transformers.AutoModelForCausalLM.from_pretrained(base_model_path, dtype=dtype).eval()
 
 
+class _EagleNoise(logging.Filter):
+    """Drops two of transformers' messages about eagle-llm's own (4.x-era) classes, which the user
+    can do nothing about:
+
+    * the load report, when the only keys it lists are rotary ``inv_freq`` buffers reported
+      MISSING: eagle's Llama keeps them as persistent buffers, checkpoints do not hold them, and
+      :func:`repair_rotary_caches` recomputes them right after the load (the report's advice,
+      "consider training", does not apply). A report that lists anything else is shown as is;
+    * "doesn't directly inherit from GenerationMixin": eagle's Llama is never asked to ``generate``.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "directly inherit from `GenerationMixin`" in message:
+            return False
+        rows = [line for line in message.splitlines()
+                if "|" in line and any(status in line for status in ("MISSING", "UNEXPECTED", "MISMATCH"))]
+        return not (rows and all("inv_freq" in row and "MISSING" in row for row in rows))
+
+
+@contextlib.contextmanager
+def quiet_eagle_noise() -> Iterator[None]:
+    """Silences, for one scope, what transformers 5 says about eagle-llm's code on every head load
+    or head build (never globally, and nothing else):
+
+    * the ``rope_scaling`` FutureWarning: eagle's ``EConfig`` assigns ``rope_scaling``, which
+      transformers 5 deprecates; the head's rotary set-up is proven by the load's sanity check;
+    * the messages :class:`_EagleNoise` drops.
+    """
+    loggers = [logging.getLogger(name) for name in ("transformers.modeling_utils", "transformers.utils.loading_report")]
+    quiet = _EagleNoise()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`rope_scaling` is deprecated", category=FutureWarning)
+        for logger in loggers:
+            logger.addFilter(quiet)
+        try:
+            yield
+        finally:
+            for logger in loggers:
+                logger.removeFilter(quiet)
+
+
 def load_ea_model(
     base_model_path: str | os.PathLike,
     ea_model_path: str | os.PathLike,
@@ -289,8 +333,13 @@ def load_ea_model(
     ``sanity_check=False``). The check loads the stock model once more, so the peak memory of a
     load is about twice the target's; pass ``sanity_check=False`` only for a model already checked.
     """
+    from viasd_adapt.models.eagle_distill import complete_head
+    from viasd_adapt.models.gguf import gguf_model_folder, is_gguf_path
+
     ea_model_mod, _, _ = _eagle_modules()
     base_model_path, ea_model_path = Path(base_model_path), Path(ea_model_path)
+    if is_gguf_path(base_model_path) and base_model_path.is_file():  # eagle reads folders: the dequantized one
+        base_model_path = gguf_model_folder(base_model_path)
     for label, path, needed in (("base model", base_model_path, "config.json"), ("EAGLE head", ea_model_path, "config.json")):
         if not (path / needed).is_file():
             raise ViasdError(f"{label} directory {path} has no {needed}")
@@ -302,7 +351,9 @@ def load_ea_model(
             f"the eagle-llm 1.2.1 adapter supports Llama targets only (its Mixtral path is untested); got {architecture}"
         )
     check_head_matches(base_model_path, ea_model_path)
-    with eagle_compat():
+    # a head shipped without its embedding table gets the base model's, in a cached eagle-format folder
+    ea_model_path = complete_head(ea_model_path, base_model_path)
+    with eagle_compat(), quiet_eagle_noise():
         model = ea_model_mod.EaModel.from_pretrained(
             base_model_path=str(base_model_path), ea_model_path=str(ea_model_path), dtype=dtype, **kwargs
         )
@@ -378,6 +429,7 @@ __all__ = [
     "compare_logits",
     "eagle_compat",
     "load_ea_model",
+    "quiet_eagle_noise",
     "repair_rotary_caches",
     "rope_spec",
 ]

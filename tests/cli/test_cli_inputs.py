@@ -18,7 +18,7 @@ def _one_line_error(result) -> str:
     return lines[-1]
 
 
-@pytest.mark.parametrize("option, name", [("--top-p", "top_p"), ("--alpha1", "alpha1"), ("--lenience", "lenience")])
+@pytest.mark.parametrize("option, name", [("--top-p", "--top-p"), ("--alpha1", "alpha1"), ("--lenience", "lenience")])
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_non_finite_numbers_are_refused(option, name, value):
     line = _one_line_error(CliRunner().invoke(cli, [*GENERATE, option, value]))

@@ -59,7 +59,7 @@ def run(args):
 def test_search_writes_artifact_plot_and_summary(checkpoints, calib, tmp_path):
     out, plot = tmp_path / "m" / "mask.json", tmp_path / "conv.png"
     result = run(["--target", checkpoints["target"], "--draft", checkpoints["draft"], "--calib", calib,
-                  "--steps", 7, "--bo-every", 3, "--seed", 2, "--ratio", 0.5, "--new-tokens", 4,
+                  "--strategy", "dimr", "--steps", 7, "--bo-every", 3, "--seed", 2, "--ratio", 0.5, "--new-tokens", 4,
                   "--heldout-prompts", 2, "--compare-random", 3, "--out", out, "--plot", plot,
                   "--no-progress", "--threads", 1])
     assert result.exit_code == 0, result.output
@@ -72,6 +72,41 @@ def test_search_writes_artifact_plot_and_summary(checkpoints, calib, tmp_path):
     assert artifact.search["seed"] == 2 and artifact.search["calibration"]["calib_file"] == str(calib)
     assert len(artifact.report["random_compare"]["costs"]) == 3
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_guided_search_reuses_its_calibration_windows(checkpoints, calib, tmp_path):
+    out = tmp_path / "mask.json"
+    args = ["--target", checkpoints["target"], "--draft", checkpoints["draft"], "--calib", calib, "--steps", 12,
+            "--seed", 1, "--ratio", 0.5, "--new-tokens", 4, "--heldout-prompts", 2, "--out", out, "--force",
+            "--no-progress", "--threads", 1]
+    first = run(args)
+    assert first.exit_code == 0, first.output
+    assert "12 evaluations (6 probes" in first.output
+    assert (tmp_path / "mask.windows.pt").is_file()
+    report = MaskArtifact.load(out).report
+    assert report["time"]["window_cache"]["misses"] == 2 and report["probe_evaluations"] == 6
+    again = run(args)
+    assert again.exit_code == 0, again.output
+    report = MaskArtifact.load(out).report
+    assert report["time"]["window_cache"]["hits"] == 2 and report["time"]["window_cache"]["misses"] == 0
+
+
+def test_budget_space_priced_per_cycle(checkpoints, calib, tmp_path):
+    out = tmp_path / "mask.json"
+    result = run(["--target", checkpoints["target"], "--draft", checkpoints["draft"], "--calib", calib, "--space", "budget",
+                  "--cycle-cost", 0.9, "--escalation-rate", 0.5, "--steps", 10, "--new-tokens", 4, "--heldout-prompts", 1,
+                  "--out", out, "--no-progress", "--threads", 1, "--no-window-cache"])
+    assert result.exit_code == 0, result.output
+    artifact = MaskArtifact.load(out)
+    assert artifact.search["space"]["price"] == "cycle" and artifact.search["space"]["escalation_rate"] == 0.5
+    bits = tuple(artifact.mask.bits())
+    s1 = bits.index(0)
+    assert sum(bits) + 0.5 * (6 - s1) <= 0.9 * 6 + 1e-9  # slim layers + e x resumed layers within the budget
+    assert 0.0 <= artifact.report["escalation_estimate"] <= 1.0 and artifact.report["cycle_price"] > 0
+    assert not (tmp_path / "mask.windows.pt").exists()
+    result = run(["--target", checkpoints["target"], "--draft", checkpoints["draft"], "--calib", calib, "--space", "budget",
+                  "--cycle-cost", 0.1, "--escalation-rate", 1.0, "--out", tmp_path / "none.json", "--no-progress"])
+    assert result.exit_code == 2 and "raise --cycle-cost" in result.output
 
 
 def test_unwritable_out_fails_before_loading_anything(tmp_path, calib):

@@ -87,3 +87,31 @@ def test_sampling_evidence_uses_surprise_not_argmax():
         assert monitor.evidence.committed == 16
         assert monitor.evidence.agreement < 0.5  # argmax agreement would call both junk
         assert monitor.looks_like_junk() is junk
+
+
+def test_a_short_budget_is_judged_on_strong_evidence(demo):
+    """A 12-token budget commits fewer than ``min_committed`` drafts: the junk drafter is still
+    caught (0 of 4+ agreeing is strong evidence), the shipped drafter still is not."""
+    found, verifier = _run(demo, demo[3], n=12)
+    assert verifier.monitor.evidence.committed < 12 and len(found) == 1
+    found, _ = _run(demo, demo[2], n=12)
+    assert found == []
+
+
+def test_every_framework_runs_the_monitor_through_the_cli(demo, tmp_path):
+    """hf and pearl (and the engine) warn for a random drafter in lossy mode; EAGLE's session is
+    covered in tests/adapters/eagle/test_eagle_demo.py."""
+    from click.testing import CliRunner
+
+    from viasd_adapt.cli.main import cli
+
+    junk = tmp_path / "junk"
+    demo[3].save_pretrained(junk)
+    demo[0].save_pretrained(junk)
+    for framework in ("hf", "pearl", "engine"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = CliRunner().invoke(cli, ["generate", "--framework", framework, "--draft", str(junk), "--mode", "lossy",
+                                              "--prompt", PROMPT, "--max-new-tokens", "12", "--no-color"])
+        assert result.exit_code == 0, result.output
+        assert any(issubclass(w.category, ViasdQualityWarning) for w in caught), framework

@@ -129,7 +129,7 @@ class _SharedProbe:
 
 def measure_forward_costs(
     target: nn.Module,
-    draft: nn.Module,
+    draft: nn.Module | None,
     slim: SlimVerifier | None = None,
     context: list[int] | None = None,
     gamma: int = 5,
@@ -140,10 +140,11 @@ def measure_forward_costs(
     context = context or list(range(1, 65))
     block = gamma + 1
     probes = {
-        "c_draft": _Probe(draft, context, 1),
         "c_full_block": _Probe(target, context, block),
         "c_full": _Probe(target, context, 1),
     }
+    if draft is not None:  # None: a token-only drafter (prompt lookup) runs no model; its cost is 0
+        probes["c_draft"] = _Probe(draft, context, 1)
     shared = None
     if slim is not None:
         if slim.mask.first_skipped > 0:
@@ -158,7 +159,7 @@ def measure_forward_costs(
             samples[name].append(probe())
     medians = {name: statistics.median(values) for name, values in samples.items()}
     return ForwardCosts(
-        c_draft=medians["c_draft"],
+        c_draft=medians.get("c_draft", 0.0),
         c_slim=medians.get("c_slim"),
         c_resume=medians.get("c_resume"),
         c_full_block=medians["c_full_block"],

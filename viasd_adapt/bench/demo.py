@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from viasd_adapt.chat import encode_prompt, uses_chat
 from viasd_adapt.pair import FALLBACK_MASK_LABEL, LoadedPair, RunRequest, load_pair
 from viasd_adapt.settings import TierSettings
 from viasd_adapt.tiers import Tier
@@ -47,8 +48,15 @@ def budget_from_env(quick: bool = False) -> DemoBudget:
     return BUDGETS[name]
 
 
-def demo_prompt() -> str:
-    """A short held-out stdlib snippet (the same every run)."""
+# The chat demo's question: not a Spec-Bench question (the bench that follows must not see it twice).
+CHAT_DEMO_PROMPT = "Write a Python function that returns the n-th Fibonacci number, and explain it in one sentence."
+
+
+def demo_prompt(chat_model: bool = False) -> str:
+    """The completion the demo shows: a short held-out stdlib snippet for the project's code pairs,
+    a question for a chat model (the same every run)."""
+    if chat_model:
+        return CHAT_DEMO_PROMPT
     from viasd_adapt.models.corpus import heldout_prompts
 
     return heldout_prompts(1, seed=7, min_chars=120, max_chars=240)[0]
@@ -60,14 +68,16 @@ def tier_string(tiers: list[int]) -> str:
     return "".join(TIER_LETTERS.get(int(t), "?") for t in tiers)
 
 
-def show_completions(pair: LoadedPair, settings: TierSettings, prompt: str, n_tokens: int, echo, colour: bool) -> dict:
+def show_completions(pair: LoadedPair, settings: TierSettings, prompt: str, n_tokens: int, echo, colour: bool,
+                     chat: str = "auto") -> dict:
     """Generates ``n_tokens`` after ``prompt`` in every mode through the HF adapter (the product
     path: ``target.generate(assistant_model=...)`` patched by the adapter) and prints each completion
     with its tiers (:mod:`viasd_adapt.display`)."""
     from viasd_adapt import display, frameworks
 
-    ids = list(pair.tokenizer(prompt).input_ids)
-    echo(click_style("prompt (held-out stdlib code):", colour))
+    chat_model = uses_chat(pair.tokenizer, chat)
+    ids = encode_prompt(pair.tokenizer, prompt, chat)
+    echo(click_style("prompt (chat template):" if chat_model else "prompt (held-out stdlib code):", colour))
     echo(prompt.rstrip("\n"))
     echo("")
     echo(display.legend(colour) + ("" if colour else "   (tiers line: D draft, S slim, F full)"))
@@ -107,8 +117,10 @@ def run_demo(
     json_path: str | Path | None = None,
     plot_path: str | Path | None = None,
     frameworks: str | None = None,
+    chat: str = "auto",
 ) -> dict:
-    """The whole demo; returns ``{"completions": ..., "bench": <bench JSON>}``."""
+    """The whole demo; returns ``{"completions": ..., "bench": <bench JSON>}``. A pair whose tokenizer
+    has a chat template (``chat``) is shown a question and benched on Spec-Bench (one question per task)."""
     from viasd_adapt.bench.session import quiet_transformers, run_bench_session, set_threads
     from viasd_adapt.models.registry import demo_pair_paths, resolve_pair
 
@@ -129,11 +141,14 @@ def run_demo(
     mask = pair.mask
     echo(f"slim verifier skips layers {list(mask.mask.skipped)} of {mask.mask.num_layers} "
          f"(s1 = {mask.mask.first_skipped}; {mask.source})")
-    completions = show_completions(pair, settings, demo_prompt(), budget.completion_tokens, echo, colour)
+    chat_model = uses_chat(pair.tokenizer, chat)
+    completions = show_completions(pair, settings, demo_prompt(chat_model), budget.completion_tokens, echo, colour, chat)
     echo("")
-    echo(click_style(f"small bench: {budget.bench_prompts} held-out prompts x {budget.bench_tokens} tokens x {budget.bench_repeats} repeats", colour))
+    prompts = "Spec-Bench questions (1 per task)" if chat_model else f"{budget.bench_prompts} held-out prompts"
+    echo(click_style(f"small bench: {prompts} x {budget.bench_tokens} tokens x {budget.bench_repeats} repeats", colour))
     data = run_bench_session(
         paths.target, paths.draft, mask_path=mask_path, num_prompts=budget.bench_prompts,
+        prompts_file="spec-bench" if chat_model else None, per_category=1 if chat_model else None, chat=chat,
         max_new_tokens=budget.bench_tokens, repeats=budget.bench_repeats, frameworks=frameworks, json_path=json_path,
         plot_path=plot_path, echo=echo, label=f"viasd demo ({paths.name} pair)", pair=pair,
         cost_repeats=budget.cost_repeats, task_prompts=budget.task_prompts,

@@ -16,6 +16,7 @@ SPEED_COLUMNS = (
     ("row", None, None),
     ("rej", "rejection_rate", "{:.3f}"),
     ("acc_len", "mean_accepted_length", "{:.2f}"),
+    ("tau", "tau", "{:.2f}"),
     ("full/tok", "full_passes_per_token", "{:.3f}"),
     ("resumed/tok", "resumed_passes_per_token", "{:.3f}"),
     ("slim/tok", "slim_passes_per_token", "{:.3f}"),
@@ -34,6 +35,7 @@ FIDELITY_COLUMNS = (
     ("LL_drop", "ll_drop", "{:+.3f}"),
     ("regret", "regret", "{:.3f}"),
     ("agree", "greedy_agreement", "{:.3f}"),
+    ("identical", "identical_outputs", "{:.3f}"),
     ("argmax_agree", "target_argmax_agreement", "{:.3f}"),
     ("overrule", "overrule_rate", "{:.3f}"),
     ("ovr_t1", "overrule_tier1", "{:.3f}"),
@@ -41,6 +43,20 @@ FIDELITY_COLUMNS = (
     ("ovr_t3", "overrule_tier3", "{:.3f}"),
     ("tv", "tv_distance", "{:.3f}"),
     ("next_line", "next_line_match", "{:.3f}"),
+)
+# Spec-Bench's per-task report: tau (mean accepted tokens) and speedup over AR, with our cost and fidelity.
+TASK_COLUMNS = (
+    ("row", None, None),
+    ("tau", "tau", "{:.2f}"),
+    ("x_ar", "speedup_vs_ar", "{:.2f}"),
+    ("tok/s", "tokens_per_s", "{:.1f}"),
+    ("feq/tok", "full_equivalent_per_token", "{:.3f}"),
+    ("slim/tok", "slim_passes_per_token", "{:.3f}"),
+    ("LL_drop", "ll_drop", "{:+.3f}"),
+    ("regret", "regret", "{:.3f}"),
+    ("agree", "greedy_agreement", "{:.3f}"),
+    ("identical", "identical_outputs", "{:.2f}"),
+    ("overrule", "overrule_rate", "{:.3f}"),
 )
 MODE_COLOURS = {"-": "#7f7f7f", "plain": "#bcbd22", "none": "#1f77b4", "lenient": "#ff7f0e", "lossless": "#2ca02c",
                 "lossy": "#d62728", "audit": "#9467bd"}
@@ -67,6 +83,15 @@ def format_table(rows: list[dict], columns=SPEED_COLUMNS) -> str:
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def format_group_tables(result: BenchResult, columns=TASK_COLUMNS) -> str:
+    """One table per group (Spec-Bench task) and one for all prompts, each from the same runs."""
+    blocks = [f"[{group}] ({count} prompt(s))\n{format_table(rows, columns)}"
+              for group, rows in result.groups.items()
+              for count in [result.group_sizes.get(group, 0)]]
+    blocks.append(f"[overall] ({len(result.prompt_lengths)} prompt(s))\n{format_table(result.rows, columns)}")
+    return "\n\n".join(blocks)
 
 
 def format_costs(result: BenchResult) -> str:
@@ -117,6 +142,8 @@ def result_json(result: BenchResult, run_info: dict[str, Any]) -> dict[str, Any]
         "wall_seconds": result.wall_seconds,
         "prompt_lengths": result.prompt_lengths,
         "task_prompts": result.task_prompts,
+        "groups": {group: [{key: row.get(key) for key in ROW_FIELDS} for row in rows] for group, rows in result.groups.items()},
+        "group_sizes": result.group_sizes,
     }
 
 
@@ -165,5 +192,6 @@ def plot_rows(rows: list[dict], path: str | Path, title: str = "") -> Path:
         plt.close(fig)
 
 
-__all__ = ["FIDELITY_COLUMNS", "SPEED_COLUMNS", "environment", "format_costs", "format_table", "plot_rows",
+__all__ = ["FIDELITY_COLUMNS", "SPEED_COLUMNS", "TASK_COLUMNS", "environment", "format_costs", "format_group_tables",
+           "format_table", "plot_rows",
            "result_json", "row_label", "save_json"]

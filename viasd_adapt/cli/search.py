@@ -6,37 +6,15 @@ runs before the search starts, so a typo never costs a search's worth of CPU.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from pathlib import Path
 
 import click
 
+from viasd_adapt.cli.options import finite
+
 from viasd_adapt.errors import ConfigError
-
-
-def ensure_writable(path: Path, what: str, force: bool = True) -> None:
-    """Raises ConfigError unless ``path`` can be created (or, with ``force``, overwritten) as a file."""
-    if path.is_dir():
-        raise ConfigError(f"{what} {path} is a directory; give a file path")
-    if path.exists() and not force:
-        raise ConfigError(f"{what} {path} already exists; pass --force to overwrite it, or choose another path")
-    ancestor = path.parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ConfigError(f"{what} {path} is not writable: {ancestor} is not a directory")
-    if ancestor == path.parent:
-        try:
-            with tempfile.NamedTemporaryFile(dir=ancestor, prefix=".viasd-write-test-"):
-                pass
-        except OSError as err:
-            raise ConfigError(f"{what} {path} is not writable: {err.strerror or err}") from None
-        if path.exists() and not os.access(path, os.W_OK):
-            raise ConfigError(f"{what} {path} is not writable (permission denied)")
-    elif not os.access(ancestor, os.W_OK):
-        raise ConfigError(f"{what} {path} is not writable: cannot create directories under {ancestor}")
+from viasd_adapt.io import ensure_writable, relative_name
 
 
 def check_ratio(ratio: float) -> float:
@@ -71,14 +49,29 @@ def _load_tokenizer(path: Path, role: str, required: bool):
 @click.option("--draft", "draft_path", type=click.Path(path_type=Path), default=None,
               help="Drafter (p) checkpoint directory, same tokenizer as the target.")
 @click.option("--pair", default=None, help="A pair name or directory from `viasd models list` instead of --target/--draft.")
-@click.option("--ratio", type=float, default=0.45, show_default=True,
+@click.option("--ratio", type=finite(), default=0.45, show_default=True,
               help="--space ratio: fraction r of decoder layers skipped, exactly round(r*L).")
 @click.option("--space", type=click.Choice(["ratio", "budget"]), default="ratio", show_default=True,
               help="ratio: masks with exactly round(r*L) skipped layers (the paper); budget: any mask whose "
                    "cost with a shared prefix (retained layers from its first skipped layer on) is at most --slim-cost.")
-@click.option("--slim-cost", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.3, show_default=True,
+@click.option("--slim-cost", type=finite(0.0, 1.0, max_open=True), default=0.3, show_default=True,
               help="--space budget: the most a mask may cost, as a fraction of the target's layers.")
-@click.option("--steps", type=int, default=120, show_default=True, help="S: most masks evaluated.")
+@click.option("--strategy", type=click.Choice(["guided", "dimr"]), default="guided", show_default=True,
+              help="guided: per-layer probes, structured warm starts, swap trust region ranked by an additive "
+                   "surrogate + GP (viasd_adapt/search/guided.py); dimr: random masks + a BoTorch proposal every --bo-every steps.")
+@click.option("--steps", type=click.IntRange(min=0), default=0,
+              help="S: most evaluations, guided probes included [default: 0 = L + 1.5 L + 15 for guided (90 at L = 30), 120 for dimr].")
+@click.option("--price", type=click.Choice(["cycle", "marginal"]), default="cycle", show_default=True,
+              help="--space budget: cycle = slim layers + --escalation-rate x layers of q resumed at s1, at most --cycle-cost "
+                   "of a full pass; marginal = retained layers from s1 on, at most --slim-cost (prices only cycles where q runs).")
+@click.option("--escalation-rate", type=finite(0.0, 1.0), default=0.3, show_default=True,
+              help="--price cycle: expected share of cycles that call q (the artifact reports each mask's estimate).")
+@click.option("--cycle-cost", type=finite(0.0, 2.0, min_open=True), default=0.6, show_default=True,
+              help="--price cycle: the most a verification cycle may cost, as a fraction of a full target pass.")
+@click.option("--window-cache", "window_cache_path", type=click.Path(path_type=Path), default=None,
+              help="The target's greedy calibration windows, reused while target, prompts and settings are unchanged "
+                   "[default: <out>.windows.pt beside the mask].")
+@click.option("--no-window-cache", is_flag=True, help="Regenerate the calibration windows and write no cache.")
 @click.option("--bo-every", "bo_every", type=int, default=5, show_default=True,
               help="theta: a BoTorch proposal every theta steps (0 = random search only).")
 @click.option("--patience", type=int, default=40, show_default=True,
@@ -91,10 +84,10 @@ def _load_tokenizer(path: Path, role: str, required: bool):
                    "the last --heldout-prompts pairs are held out for the agreement report.")
 @click.option("--calib-continuation", type=click.Choice(["target-model", "reference"]), default="target-model",
               show_default=True, help="Encoder-decoder windows: the target's greedy output, or the pairs' targets.")
-@click.option("--calib-prompts", type=int, default=16, show_default=True, help="Corpus prompts used when --calib is not given.")
-@click.option("--heldout-prompts", type=int, default=16, show_default=True, help="Held-out prompts for the agreement report.")
-@click.option("--new-tokens", type=int, default=48, show_default=True, help="Target's greedy tokens per calibration prompt.")
-@click.option("--prompt-tokens", type=int, default=64, show_default=True,
+@click.option("--calib-prompts", type=click.IntRange(min=1), default=16, show_default=True, help="Corpus prompts used when --calib is not given.")
+@click.option("--heldout-prompts", type=click.IntRange(min=0), default=16, show_default=True, help="Held-out prompts for the agreement report.")
+@click.option("--new-tokens", type=click.IntRange(min=1), default=48, show_default=True, help="Target's greedy tokens per calibration prompt.")
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=64, show_default=True,
               help="Calibration prompts are cut to their first N tokens (context; not scored).")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), default=Path("mask.json"), show_default=True,
               help="Where the mask artifact (JSON) is written; an existing file needs --force.")
@@ -105,10 +98,11 @@ def _load_tokenizer(path: Path, role: str, required: bool):
               help="Also score K seeded random masks at the same r and record them in the report.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads [default: torch's choice].")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
-def search(target_path, draft_path, pair, ratio, space, slim_cost, steps, bo_every, patience, seed, calib_file,
+def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, steps, price, escalation_rate, cycle_cost,
+           window_cache_path, no_window_cache, bo_every, patience, seed, calib_file,
            calib_pairs, calib_continuation, calib_prompts, heldout_prompts, new_tokens, prompt_tokens, out_path, force,
            plot_path, compare_random, threads, no_progress) -> None:
-    """DIMR: search the routing mask of the slim verifier (random + BoTorch)."""
+    """DIMR: search the routing mask of the slim verifier (guided search with BoTorch, or random + BoTorch)."""
     started = time.perf_counter()
     check_ratio(ratio)
     if pair is not None:
@@ -129,9 +123,16 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, steps, bo_eve
     from viasd_adapt.search.calibration import check_compatible, load_prompt_file
     from viasd_adapt.search.dimr import SearchSettings
 
-    if calib_file is not None:
+    from viasd_adapt.spec_bench import is_spec_bench
+
+    if calib_file is not None and not is_spec_bench(str(calib_file)):
         load_prompt_file(calib_file)  # fail fast on an empty or unreadable file
-    settings = SearchSettings(steps=steps, bo_every=bo_every, patience=patience, seed=seed)
+    if strategy == "dimr":
+        settings = SearchSettings(steps=steps or 120, bo_every=bo_every, patience=patience, seed=seed)
+    else:
+        from viasd_adapt.search.guided import GuidedSettings
+
+        settings = GuidedSettings(steps=steps, patience=patience, seed=seed)
 
     import torch
 
@@ -139,9 +140,19 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, steps, bo_eve
         torch.set_num_threads(threads)
     torch.manual_seed(seed)
     target = _load_model(Path(target_path), "target")
-    draft = _load_model(Path(draft_path), "draft")
     target_tok = _load_tokenizer(Path(target_path), "target", required=True)
-    draft_tok = _load_tokenizer(Path(draft_path), "draft", required=False)
+    if str(draft_path) == "prompt-lookup":
+        # a prompt-lookup drafter has no distribution to score; p is the target's first layer + head
+        from viasd_adapt.routing.layers import find_decoder_stack
+        from viasd_adapt.routing.mask import RoutingMask
+        from viasd_adapt.routing.slim import SlimVerifier
+
+        layers = find_decoder_stack(target).num_layers
+        draft = SlimVerifier(target, RoutingMask.from_bits([1] + [0] * (layers - 1))).model
+        draft_tok = None
+    else:
+        draft = _load_model(Path(draft_path), "draft")
+        draft_tok = _load_tokenizer(Path(draft_path), "draft", required=False)
     check_compatible(target, draft, target_tok, draft_tok)
 
     from tqdm import tqdm
@@ -155,7 +166,12 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, steps, bo_eve
     from viasd_adapt.search.candidates import BudgetSpace, FixedCountSpace
 
     num_layers = find_decoder_stack(target).num_layers
-    if space == "budget":
+    if space == "budget" and price == "cycle":
+        mask_space = BudgetSpace(num_layers, cycle_cost * num_layers, escalation=escalation_rate)
+        if mask_space.size() == 0:
+            raise ConfigError(f"no mask costs at most --cycle-cost {cycle_cost} of a full pass at --escalation-rate "
+                              f"{escalation_rate}; raise --cycle-cost")
+    elif space == "budget":
         mask_space = BudgetSpace(num_layers, int(slim_cost * num_layers))
     else:
         check_cardinality(num_layers, skip_count(num_layers, ratio))
@@ -181,6 +197,20 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, steps, bo_eve
     if not no_progress:
         click.echo(f"calibrating: {len(calib_ids)} prompts x {new_tokens} greedy tokens of the target ...", err=True)
     bars = []  # created at the first step, so that calibration time does not count as a step
+    if not steps:
+        from viasd_adapt.search.guided import default_steps
+
+        steps = settings.steps or default_steps(num_layers)
+    from viasd_adapt.search.calibration import WindowCache, window_cache_path as default_cache_path
+
+    window_cache = None if no_window_cache else WindowCache(window_cache_path or default_cache_path(out_path))
+    calibration_info = spec.to_dict()
+    if str(draft_path) == "prompt-lookup":
+        calibration_info["drafter_distribution"] = "target's first layer + head (prompt-lookup has no distribution)"
+    from viasd_adapt.search.pipeline import uses_spec_bench
+
+    if uses_spec_bench(target_tok, spec):
+        calibration_info["source"] = "Spec-Bench calibration split (first turns), chat template"
 
     def on_step(evaluation, best):
         if not bars:
@@ -192,17 +222,21 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, steps, bo_eve
     try:
         outcome = search_mask(target, draft, calib_ids, heldout_ids, ratio=ratio, settings=settings,
                               compare_random=compare_random, new_tokens=new_tokens,
-                              on_step=on_step, calibration_info=spec.to_dict(), space=mask_space,
-                              calib_references=calib_references, continuation=calib_continuation)
+                              on_step=on_step, calibration_info=calibration_info, space=mask_space,
+                              calib_references=calib_references, continuation=calib_continuation,
+                              window_cache=window_cache)
     finally:
         for bar in bars:
             bar.close()
     artifact = outcome.artifact
-    artifact.search["target"] = str(target_path)
-    artifact.search["draft"] = str(draft_path)
+    # Relative to the mask file (or just the folder name): artifacts hold no machine paths.
+    artifact.search["target"] = relative_name(target_path, out_path.parent)
+    artifact.search["draft"] = relative_name(draft_path, out_path.parent)
     total = time.perf_counter() - started
     artifact.search["total_wall_seconds"] = round(total, 2)
     artifact.save(out_path)
+    if window_cache is not None:
+        window_cache.save()
     described = f"r={ratio}" if space == "ratio" else f"slim cost <= {slim_cost}"
     plot_convergence(outcome.result, plot_path, outcome.random_costs,
                      title=f"DIMR on {Path(target_path).parent.name}/{Path(target_path).name}: {described}, seed {seed}")

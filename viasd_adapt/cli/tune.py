@@ -5,22 +5,48 @@ Heavy imports happen inside the command so ``viasd --help`` stays fast.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
 
+from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, finite
 
-def _floats(value: str) -> tuple[float, ...]:
+
+def _floats(value: str, option: str = "") -> tuple[float, ...]:
+    """Comma-separated finite numbers of the list option ``option`` (named in any error)."""
     try:
-        return tuple(float(part) for part in value.split(",") if part.strip())
+        numbers = tuple(float(part) for part in value.split(",") if part.strip())
     except ValueError:
-        raise click.BadParameter(f"expected comma-separated numbers, got {value!r}") from None
+        raise click.BadParameter(f"expected comma-separated numbers, got {value!r}", param_hint=option or None) from None
+    if not all(math.isfinite(number) for number in numbers):  # "nan" parses; it is no tolerance or ratio
+        raise click.BadParameter(f"expected comma-separated finite numbers, got {value!r}", param_hint=option or None)
+    return numbers
+
+
+def _read_tune_json(path: Path) -> dict:
+    """An earlier ``viasd tune --json`` file, or a ConfigError naming what it is instead (a mask,
+    a tuned.json, a truncated file)."""
+    import json
+
+    from viasd_adapt.errors import ConfigError
+    from viasd_adapt.io import read_text
+
+    try:
+        data = json.loads(read_text(path, "tune JSON"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"--reuse {path} is not valid JSON (truncated?): {err}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("points"), list) or not isinstance(data.get("tuned"), dict):
+        kind = data.get("format") if isinstance(data, dict) else None
+        raise ConfigError(f"--reuse {path} is not a viasd tune --json file (it needs 'points' and 'tuned'"
+                          + (f"; this is a {kind} file" if kind else "") + ")")
+    return data
 
 
 @click.command()
 @click.option("--pair", default=None, help="A pair name or directory (its mask.json is used); or --target/--draft/--mask.")
-@click.option("--target", "target_path", type=click.Path(file_okay=False, path_type=Path), default=None)
-@click.option("--draft", "draft_path", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option("--target", "target_path", type=ModelPath(), default=None, help=TARGET_HELP)
+@click.option("--draft", "draft_path", type=DraftPath(), default=None, help=DRAFT_HELP)
 @click.option("--mask", "mask_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The pair's DIMR mask [default: mask.json beside the target directory].")
 @click.option("--ratios", default="", help="Also search one DIMR mask per skip ratio, e.g. 0.3,0.6 [default: only the pair's mask].")
@@ -34,10 +60,10 @@ def _floats(value: str) -> tuple[float, ...]:
 @click.option("--greedy-gates", default="proposer,top", show_default=True,
               help="Greedy gate readings to sweep (proposer = the paper's, top = against the verifier's top token).")
 @click.option("--gamma", type=click.IntRange(min=1), default=5, show_default=True, help="Draft block length.")
-@click.option("--max-ll-drop", type=float, default=0.02, show_default=True,
+@click.option("--max-ll-drop", type=finite(), default=0.02, show_default=True,
               help="Fidelity budget: most target log-likelihood drop per token (nats) from the target's own output.")
-@click.option("--max-overrule", type=float, default=None, help="Also cap the overrule rate (share of tokens q would overrule).")
-@click.option("--max-regret", type=float, default=0.02, show_default=True,
+@click.option("--max-overrule", type=finite(), default=None, help="Also cap the overrule rate (share of tokens q would overrule).")
+@click.option("--max-regret", type=finite(), default=0.02, show_default=True,
               help="Most regret per token (nats by which the target preferred its own choice, teacher-forced); "
                    "guards the LL drop, which degenerate high-likelihood text can game. A negative value drops the bound.")
 @click.option("--reuse", "reuse_path", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
@@ -45,9 +71,13 @@ def _floats(value: str) -> tuple[float, ...]:
 @click.option("--retime", is_flag=True, help="With --reuse: time the single forwards again and reprice every point "
               "(the sweep's pass counts are exact; only its timings are noisy).")
 @click.option("--prompts", "num_prompts", type=click.IntRange(min=1), default=12, show_default=True,
-              help="Calibration prompts (held-out snippets, drawn apart from the bench's).")
+              help="Calibration prompts, drawn apart from the bench's.")
+@click.option("--calib", type=click.Choice(["auto", "spec-bench", "stdlib"]), default="auto", show_default=True,
+              help="Calibration set: Spec-Bench's calibration split (question_id % 5 == 0, never benched), or held-out "
+                   "stdlib snippets; auto = Spec-Bench when the tokenizer has a chat template.")
+@chat_option
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=48, show_default=True)
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--temperature", type=finite(min=0.0), default=0.0, show_default=True, help="0 = greedy.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The tuned-settings file [default: tuned.json beside the mask]; an existing file needs --force.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --out.")
@@ -55,15 +85,15 @@ def _floats(value: str) -> tuple[float, ...]:
               help="Frontier PNG [default: <out>-frontier.png].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Every point as JSON.")
 def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, alpha1_values, alpha2_values, lenience_values,
-         greedy_gates, gamma, max_ll_drop, max_overrule, max_regret, reuse_path, retime, num_prompts, max_new_tokens, temperature, out_path, force,
-         plot_path, json_path) -> None:
+         greedy_gates, gamma, max_ll_drop, max_overrule, max_regret, reuse_path, retime, num_prompts, calib, chat, max_new_tokens,
+         temperature, out_path, force, plot_path, json_path) -> None:
     """Sweep VIA-SD (alpha1, alpha2, r) and the lenient baseline; write the cheapest setting within a fidelity budget."""
     import torch
     from tqdm import tqdm
 
     from viasd_adapt.bench.session import default_prompts, quiet_transformers
     from viasd_adapt.errors import ConfigError
-    from viasd_adapt.io import write_json
+    from viasd_adapt.io import ensure_writable, write_json
     from viasd_adapt.pair import load_pair
     from viasd_adapt.sampling import SamplingConfig
     from viasd_adapt.tuning.artifact import TUNED_FILENAME
@@ -80,29 +110,33 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     if target_path is None or draft_path is None:
         raise ConfigError("give --pair NAME, or --target and --draft")
     sampling = SamplingConfig.from_temperature(temperature)
-    grid = TuneGrid(_floats(alpha1_values), _floats(alpha2_values), _floats(lenience_values),
+    grid = TuneGrid(_floats(alpha1_values, "--alpha1"), _floats(alpha2_values, "--alpha2"), _floats(lenience_values, "--lenience"),
                     tuple(g.strip() for g in greedy_gates.split(",") if g.strip()), gamma)
+    ratio_values = _floats(ratios, "--ratios")  # list options are parsed before any model loads
+    exit_layers = tuple(int(k) for k in _floats(exits, "--exits"))
     budget = Budget(max_ll_drop, max_overrule, max_regret if max_regret is not None and max_regret >= 0 else None)
     base_dir = Path(mask_path).parent if mask_path else Path(target_path).parent
     out_path = out_path or base_dir / TUNED_FILENAME
     plot_path = plot_path or out_path.with_name(out_path.stem + "-frontier.png")
     if out_path.exists() and not force:
         raise ConfigError(f"{out_path} already exists; pass --force to overwrite it, or --out another path")
+    # Every output is checked before the first forward: a read-only folder fails now, not after the sweep.
+    ensure_writable(out_path, "--out", force)
+    ensure_writable(plot_path, "--plot")
+    if json_path:
+        ensure_writable(json_path, "--json")
+    reused = _read_tune_json(reuse_path) if reuse_path is not None else None  # a wrong file fails before any load
     torch.set_num_threads(1)
     quiet_transformers()
     loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device="cpu")
     if loaded.mask.is_fallback:
         click.echo(f"note: no mask.json for this pair; tuning with the {loaded.mask.source}")
     if reuse_path is not None:
-        import json
-
-        from viasd_adapt.io import read_text
         from viasd_adapt.tuning.artifact import TunedSettings
         from viasd_adapt.tuning.tune import load_result
 
-        data = json.loads(read_text(reuse_path, "tune JSON"))
-        TunedSettings.from_json(data["tuned"], str(reuse_path)).check_model(loaded.target, source=str(reuse_path))
-        result = load_result(data).rechosen(budget)
+        TunedSettings.from_json(reused["tuned"], str(reuse_path)).check_model(loaded.target, source=str(reuse_path))
+        result = load_result(reused, source=str(reuse_path)).rechosen(budget)
         if retime:
             from viasd_adapt.routing.mask import RoutingMask
             from viasd_adapt.tuning.tune import mask_costs
@@ -112,14 +146,23 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
             click.echo("  .. timing single forwards per mask again")
             result = result.repriced(mask_costs(loaded, masks, prompt, grid.gamma, 25))
     else:
-        prompts = calibration_prompts(num_prompts, default_prompts(8))
-        exit_layers = tuple(int(k) for k in _floats(exits))
-        result = run_tune(loaded, prompts, max_new_tokens, grid, budget, _floats(ratios), search_steps, exit_layers,
+        from viasd_adapt.chat import has_chat_template, uses_chat
+
+        uses_chat(loaded.tokenizer, chat)  # --chat on without a template fails before any forward
+        if calib == "spec-bench" or (calib == "auto" and has_chat_template(loaded.tokenizer)):
+            from viasd_adapt.bench.prompt_sets import calibration_prompts as spec_bench_calibration
+
+            click.echo(f"  .. calibration: {num_prompts} prompts of Spec-Bench's calibration split (chat {chat})")
+            prompts = spec_bench_calibration(loaded, num_prompts, chat, max_new_tokens)
+        else:
+            prompts = calibration_prompts(num_prompts, default_prompts(8))
+        result = run_tune(loaded, prompts, max_new_tokens, grid, budget, ratio_values, search_steps, exit_layers,
                           sampling, save_masks_to=base_dir, progress=lambda m: click.echo(f"  .. {m}"),
-                          bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False))
+                          bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False), chat=chat)
     for line in describe(result):
         click.echo(line)
-    artifact = artifact_of(result, loaded)
+    artifact = artifact_of(result, loaded, folder=out_path.parent)  # masks named relative to the tuned file
     click.echo(f"wrote {artifact.save(out_path)} ({result.seconds:.0f}s); frontier -> {plot_frontiers(result, plot_path)}")
     if json_path:
-        click.echo(f"wrote {write_json(json_path, {'points': [p.to_dict() for p in result.points], 'tuned': artifact.to_json()})}")
+        portable = result.relative_to(out_path.parent)  # the same names as the artifact: --reuse finds its costs
+        click.echo(f"wrote {write_json(json_path, {'points': [p.to_dict() for p in portable.points], 'tuned': artifact.to_json()})}")

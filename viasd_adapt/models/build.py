@@ -178,11 +178,14 @@ def check_build_destination(pair_dir: Path, preset_name: str) -> None:
         )
 
 
-def install_build(staging_dir: Path, pair_dir: Path, preset_name: str) -> list[str]:
+def install_build(staging_dir: Path, pair_dir: Path, preset_name: str,
+                  entries: tuple[str, ...] = BUILD_ENTRIES) -> list[str]:
     """Moves a finished build from ``staging_dir`` to ``pair_dir`` (same file system).
 
-    Returns the names of entries of an earlier build's directory that were kept (masks, heads,
-    the user's files). On a failure midway, the earlier entries already moved aside are put back.
+    ``entries`` are the names the build owns (a distilled drafter's build owns others than a
+    stdlib pair's); those missing from ``staging_dir`` are left alone. Returns the names of entries
+    of an earlier build's directory that were kept (masks, heads, the user's files). On a failure
+    midway, the earlier entries already moved aside are put back.
     """
     os.chmod(staging_dir, 0o777 & ~_umask())  # mkdtemp makes it 0700
     check_build_destination(pair_dir, preset_name)
@@ -194,7 +197,9 @@ def install_build(staging_dir: Path, pair_dir: Path, preset_name: str) -> list[s
     aside = Path(tempfile.mkdtemp(prefix=f".{pair_dir.name}-replaced-", dir=pair_dir.parent))
     moved: list[str] = []
     try:
-        for name in BUILD_ENTRIES:
+        for name in entries:
+            if not (staging_dir / name).exists():
+                continue
             if (pair_dir / name).exists() or (pair_dir / name).is_symlink():
                 (pair_dir / name).rename(aside / name)
                 moved.append(name)
@@ -209,7 +214,7 @@ def install_build(staging_dir: Path, pair_dir: Path, preset_name: str) -> list[s
     finally:
         shutil.rmtree(aside, ignore_errors=True)
     shutil.rmtree(staging_dir, ignore_errors=True)  # emptied
-    return sorted(p.name for p in pair_dir.iterdir() if p.name not in BUILD_ENTRIES)
+    return sorted(p.name for p in pair_dir.iterdir() if p.name not in entries)
 
 
 def _umask() -> int:

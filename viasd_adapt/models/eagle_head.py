@@ -80,10 +80,10 @@ def build_head(config_fields: dict) -> nn.Module:
     from eagle.model.cnets import Model
     from eagle.model.configs import EConfig
 
-    from viasd_adapt.adapters.eagle.compat import eagle_compat
+    from viasd_adapt.adapters.eagle.compat import eagle_compat, quiet_eagle_noise
 
     fields = {k: v for k, v in config_fields.items() if k not in ("bias", "architectures", "model_type")}
-    with eagle_compat():
+    with eagle_compat(), quiet_eagle_noise():
         config = EConfig(**fields)
         head = Model(config, bias=bool(config_fields.get("bias", True)))
     head.gradient_checkpointing = False  # eagle's checkpointed path is only for huge heads

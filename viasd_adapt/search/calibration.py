@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -30,6 +30,7 @@ DEFAULT_CALIB_PROMPTS = 16
 DEFAULT_HELDOUT_PROMPTS = 16
 DEFAULT_NEW_TOKENS = 48
 DEFAULT_PROMPT_TOKENS = 64
+BATCH_TOKENS = 16_384  # tokens per teacher-forced forward (all windows of a default calibration)
 
 
 # ---------------------------------------------------------------------------- prompts
@@ -181,14 +182,31 @@ def build_windows(
     return TokenWindows(input_ids, scored)
 
 
+def batch_size_for(windows, max_tokens: int = BATCH_TOKENS) -> int:
+    """Windows per forward: all of them when they fit in ``max_tokens`` tokens (one teacher-forced
+    forward per mask over the whole calibration set), else as many as fit."""
+    ids = getattr(windows, "input_ids", None)
+    if ids is None or ids.dim() != 2:
+        return 16
+    return max(1, min(int(ids.size(0)), max_tokens // max(1, int(ids.size(1)))))
+
+
 @torch.no_grad()
-def scored_log_probs(model: nn.Module, windows: TokenWindows, batch_size: int = 16) -> torch.Tensor:
-    """Teacher-forced log-probabilities at the scored positions, shape ``(tau, V)``, float32."""
+def scored_log_probs(model: nn.Module, windows: TokenWindows, batch_size: int | None = 16,
+                     before_batch: Callable[[int], None] | None = None) -> torch.Tensor:
+    """Teacher-forced log-probabilities at the scored positions, shape ``(tau, V)``, float32.
+
+    ``batch_size`` None: :func:`batch_size_for`. ``before_batch(i)`` runs before the forward of
+    the i-th batch (the prefix-cached objective injects that batch's stored hidden states).
+    """
     if hasattr(windows, "log_probs"):  # encoder-decoder windows (viasd_adapt.seq2seq_calibration) score themselves
-        return windows.log_probs(model, batch_size)
+        return windows.log_probs(model, batch_size or 16)
+    batch_size = batch_size or batch_size_for(windows)
     chunks = []
     trims = _accepts_logits_to_keep(model)
-    for start in range(0, windows.input_ids.size(0), batch_size):
+    for number, start in enumerate(range(0, windows.input_ids.size(0), batch_size)):
+        if before_batch is not None:
+            before_batch(number)
         ids = windows.input_ids[start : start + batch_size]
         scored = windows.scored[start : start + batch_size]
         if trims:
@@ -233,11 +251,14 @@ def build_calibration(
     prompt_ids: Sequence[Sequence[int]],
     new_tokens: int = DEFAULT_NEW_TOKENS,
     pad_id: int = 0,
-    batch_size: int = 16,
+    batch_size: int | None = None,
+    windows: TokenWindows | None = None,
 ) -> CalibrationSet:
-    """Greedy windows from the target, then p's and q's scored log-probs (once)."""
+    """Greedy windows from the target (or ``windows``, e.g. from a :class:`WindowCache`), then p's
+    and q's scored log-probs (once)."""
     check_compatible(target, draft)
-    windows = build_windows(target, prompt_ids, new_tokens, pad_id)
+    if windows is None:
+        windows = build_windows(target, prompt_ids, new_tokens, pad_id)
     logp_full = scored_log_probs(target, windows, batch_size)
     logp_draft = scored_log_probs(draft, windows, batch_size)
     if logp_full.shape != logp_draft.shape:  # defensive: heads that disagree with their config
@@ -245,3 +266,112 @@ def build_calibration(
     if not torch.isfinite(logp_full).any(dim=-1).all():
         raise ViasdError("the target produced non-finite log-probabilities on the calibration window")
     return CalibrationSet(windows, logp_draft, logp_full)
+
+
+# ---------------------------------------------------------------------------- the window cache
+
+WINDOW_CACHE_FORMAT = 1
+
+
+def weights_digest(model: nn.Module) -> str:
+    """A digest of every parameter and buffer (names, dtypes, shapes and bytes) and the config.
+
+    Unlike the mask fingerprint (a tolerant sketch of a few tensors, meant to survive dtype casts),
+    this changes with any weight: a cached greedy continuation is only valid for exactly the model
+    that produced it. Hashing SmolLM2-135M's 540 MB takes about a second; calibrating it, minutes.
+    """
+    import hashlib
+
+    digest = hashlib.blake2b(digest_size=20)
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "to_json_string"):
+        digest.update(config.to_json_string(use_diff=False).encode())
+    for name, tensor in sorted(model.state_dict(keep_vars=False).items()):
+        if tensor.device.type == "meta":
+            digest.update(f"{name}:meta:{tuple(tensor.shape)}".encode())
+            continue
+        data = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{data.dtype}:{tuple(data.shape)}".encode())
+        digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+    return digest.hexdigest()
+
+
+def window_key(weights: str, prompt_ids: Sequence[Sequence[int]], new_tokens: int, pad_id: int) -> str:
+    """What a set of greedy windows depends on: the target's weights, the prompt token ids (so the
+    prompt text, its template and its cut), the number of new tokens and the pad id."""
+    import hashlib
+    import json
+
+    payload = json.dumps({"format": WINDOW_CACHE_FORMAT, "weights": weights, "prompts": [list(map(int, p)) for p in prompt_ids],
+                          "new_tokens": int(new_tokens), "pad_id": int(pad_id)}, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class WindowCache:
+    """The target's greedy calibration (and held-out) windows, kept in one file beside the mask.
+
+    Greedy generation is the slow part of calibrating (one target forward per new token and
+    prompt); the windows are a pure function of (target weights, prompt ids, new tokens, pad id),
+    so they are stored under a key of exactly those (:func:`window_key`). A different target,
+    prompt, template, cut or length gives another key: a miss, regenerated. :meth:`save` keeps
+    only the entries this run used, so stale windows do not accumulate.
+
+    Attributes:
+        hits, misses: lookups answered from the file / generated.
+        generate_seconds: time spent generating on misses.
+    """
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path is not None else None
+        self.entries: dict[str, dict] = {}
+        self.used: set[str] = set()
+        self.hits = self.misses = 0
+        self.generate_seconds = 0.0
+        self._weights: dict[int, str] = {}
+        if self.path is not None and self.path.is_file():
+            try:
+                data = torch.load(self.path, map_location="cpu", weights_only=True)
+                if isinstance(data, dict) and data.get("format") == WINDOW_CACHE_FORMAT:
+                    self.entries = dict(data.get("entries", {}))
+            except Exception:  # an unreadable cache is a miss, never an error
+                self.entries = {}
+
+    def _digest(self, target: nn.Module) -> str:
+        if id(target) not in self._weights:
+            self._weights[id(target)] = weights_digest(target)
+        return self._weights[id(target)]
+
+    def windows(self, target: nn.Module, prompt_ids: Sequence[Sequence[int]], new_tokens: int = DEFAULT_NEW_TOKENS,
+                pad_id: int = 0) -> TokenWindows:
+        import time
+
+        key = window_key(self._digest(target), prompt_ids, new_tokens, pad_id)
+        self.used.add(key)
+        entry = self.entries.get(key)
+        if entry is not None:
+            self.hits += 1
+            return TokenWindows(entry["input_ids"], entry["scored"])
+        self.misses += 1
+        started = time.perf_counter()
+        windows = build_windows(target, prompt_ids, new_tokens, pad_id)
+        self.generate_seconds += time.perf_counter() - started
+        self.entries[key] = {"input_ids": windows.input_ids, "scored": windows.scored}
+        return windows
+
+    def save(self) -> Path | None:
+        if self.path is None:
+            return None
+        from viasd_adapt.io import write_atomic
+
+        data = {"format": WINDOW_CACHE_FORMAT, "entries": {k: v for k, v in self.entries.items() if k in self.used}}
+        return write_atomic(self.path, lambda tmp: torch.save(data, tmp), "calibration window cache")
+
+    def report(self) -> dict:
+        return {"path": str(self.path) if self.path else None, "hits": self.hits, "misses": self.misses,
+                "generate_seconds": round(self.generate_seconds, 2)}
+
+
+def window_cache_path(mask_path: str | Path) -> Path:
+    """Where the window cache of a mask artifact lives: ``mask.json`` -> ``mask.windows.pt``."""
+    mask_path = Path(mask_path)
+    return mask_path.with_name(mask_path.stem + ".windows.pt")

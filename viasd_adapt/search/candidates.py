@@ -143,49 +143,88 @@ class FixedCountSpace:
 
 
 class BudgetSpace:
-    """Masks whose *marginal* cost with a shared prefix is within a budget.
+    """Masks whose price is within a budget, whatever their number of skipped layers.
 
-    A mask costs, on top of the target pass that resumes at its first skipped layer s1, only its
-    retained layers at or after s1 (:func:`marginal_layers`); the layers below s1 are computed once
-    for both. The space holds every mask that keeps layer 0, skips at least one layer and retains
-    at most ``max_marginal`` layers from s1 on, whatever its number of skipped layers: a mask that
-    skips late layers competes on what it costs, not on how many layers it skips.
+    Two prices, in decoder layers (:meth:`price`):
+
+    * ``escalation=None`` (the marginal price): a mask costs, on top of the target pass that resumes
+      at its first skipped layer s1, only its retained layers at or after s1
+      (:func:`marginal_layers`); the layers below s1 are computed once for both. This prices only
+      cycles where q runs, so on its own it favours masks that skip only the last layers (slim
+      passes costing about a full pass).
+    * ``escalation=e`` (the cycle price, :meth:`cycle_price`): what one verification cycle costs in
+      expectation: the slim pass always (its retained layers), plus q resumed at s1 (layers s1..L-1)
+      on the share e of cycles that escalate. e = 1 is the marginal price plus L; e = 0 prices the
+      slim pass alone.
+
+    The space holds every mask that keeps layer 0, skips at least one layer and is priced at most
+    ``max_marginal`` layers (with ``escalation``: the most a cycle may cost, in layers).
     """
 
-    def __init__(self, num_layers: int, max_marginal: int):
-        self.num_layers, self.max_marginal = num_layers, max_marginal
+    def __init__(self, num_layers: int, max_marginal: float, escalation: float | None = None):
+        if escalation is not None and not 0.0 <= escalation <= 1.0:
+            raise ValueError(f"escalation rate must be in [0, 1], got {escalation}")
+        self.num_layers, self.max_marginal, self.escalation = num_layers, max_marginal, escalation
+
+    def cycle_price(self, bits: Bits, escalation: float | None = None) -> float:
+        e = self.escalation if escalation is None else escalation
+        s1 = first_skipped(bits)
+        return sum(bits) + (e or 0.0) * (len(bits) - s1)
+
+    def price(self, bits: Bits) -> float:
+        return marginal_layers(bits) if self.escalation is None else self.cycle_price(bits)
+
+    def _retained_after_max(self, s1: int) -> int:
+        """Most layers a mask with first skipped layer s1 may retain after s1 (-1: none fits)."""
+        later = self.num_layers - s1 - 1
+        if self.escalation is None:
+            cap = self.max_marginal
+        else:
+            cap = self.max_marginal - s1 - self.escalation * (self.num_layers - s1)
+        return min(later, int(math.floor(cap + 1e-9))) if cap >= -1e-9 else -1
 
     def contains(self, bits: Bits) -> bool:
         return (len(bits) == self.num_layers and bits[0] == 1 and 0 in bits
-                and marginal_layers(bits) <= self.max_marginal)
+                and self.price(bits) <= self.max_marginal + 1e-9)
+
+    def _feasible_s1(self) -> list[int]:
+        return [s1 for s1 in range(1, self.num_layers) if self._retained_after_max(s1) >= 0]
 
     def random(self, generator: torch.Generator) -> Bits:
-        """s1 uniform in 1..L-1, then a uniform number of retained layers after it, placed at random
-        (uniform over (s1, count) rather than over masks, which would almost never draw a late s1)."""
-        s1 = 1 + int(torch.randint(self.num_layers - 1, (1,), generator=generator))
+        """s1 uniform over the feasible first skipped layers, then a uniform number of retained layers
+        after it, placed at random (uniform over (s1, count) rather than over masks, which would
+        almost never draw a late s1)."""
+        feasible = self._feasible_s1()
+        if not feasible:
+            raise ValueError("the budget admits no mask: raise it")
+        s1 = feasible[int(torch.randint(len(feasible), (1,), generator=generator))]
         later = list(range(s1 + 1, self.num_layers))
-        count = int(torch.randint(min(self.max_marginal, len(later)) + 1, (1,), generator=generator))
+        count = int(torch.randint(self._retained_after_max(s1) + 1, (1,), generator=generator))
         chosen = {later[i] for i in torch.randperm(len(later), generator=generator)[:count].tolist()}
         return tuple(1 if i < s1 or i in chosen else 0 for i in range(self.num_layers))
 
     def size(self) -> int:
         total = 0
-        for s1 in range(1, self.num_layers):
+        for s1 in self._feasible_s1():
             later = self.num_layers - s1 - 1
-            total += sum(math.comb(later, r) for r in range(min(self.max_marginal, later) + 1))
+            total += sum(math.comb(later, r) for r in range(self._retained_after_max(s1) + 1))
         return total
 
     def enumerate(self) -> Iterator[Bits]:
-        for s1 in range(1, self.num_layers):
+        for s1 in self._feasible_s1():
             later = list(range(s1 + 1, self.num_layers))
-            for r in range(min(self.max_marginal, len(later)) + 1):
+            for r in range(self._retained_after_max(s1) + 1):
                 for chosen in itertools.combinations(later, r):
                     keep = set(chosen)
                     yield tuple(1 if i < s1 or i in keep else 0 for i in range(self.num_layers))
 
     def describe(self) -> dict:
-        return {"space": "budget", "num_layers": self.num_layers, "max_marginal_layers": self.max_marginal,
-                "slim_cost": self.max_marginal / self.num_layers}
+        if self.escalation is None:
+            return {"space": "budget", "price": "marginal", "num_layers": self.num_layers,
+                    "max_marginal_layers": self.max_marginal, "slim_cost": self.max_marginal / self.num_layers}
+        return {"space": "budget", "price": "cycle", "num_layers": self.num_layers, "escalation_rate": self.escalation,
+                "max_cycle_layers": round(self.max_marginal, 4), "cycle_cost": round(self.max_marginal / self.num_layers, 4),
+                "price_formula": "slim layers + escalation_rate x (L - s1), at most cycle_cost x L"}
 
 
 MaskSpace = Union[FixedCountSpace, BudgetSpace]

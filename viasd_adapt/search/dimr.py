@@ -73,8 +73,9 @@ class Evaluation:
     step: int
     bits: Bits
     cost: float
-    kind: str  # RANDOM or BO
+    kind: str  # RANDOM or BO (guided search: probe, warm, local, global)
     seconds: float
+    in_space: bool = True  # False for probes outside the search space (never a result)
 
     @property
     def skipped(self) -> list[int]:
@@ -92,13 +93,15 @@ class SearchResult:
 
     @property
     def best(self) -> Evaluation:
-        return min(self.history, key=lambda e: (e.cost, e.step))
+        return min((e for e in self.history if e.in_space), key=lambda e: (e.cost, e.step))
 
     def best_curve(self) -> list[float]:
-        """Best cost after each step (what the convergence plot draws)."""
+        """Best cost of the space after each step (what the convergence plot draws; inf before the
+        first mask of the space, e.g. during the guided search's probes)."""
         curve, best = [], float("inf")
         for e in self.history:
-            best = min(best, e.cost)
+            if e.in_space:
+                best = min(best, e.cost)
             curve.append(best)
         return curve
 

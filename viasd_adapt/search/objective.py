@@ -24,7 +24,7 @@ from torch import nn
 from viasd_adapt.cost import block_cost, routed_path_cost, routing_delta
 from viasd_adapt.routing.mask import RoutingMask
 from viasd_adapt.routing.slim import SlimVerifier
-from viasd_adapt.search.calibration import CalibrationSet, TokenWindows, scored_log_probs
+from viasd_adapt.search.calibration import CalibrationSet, TokenWindows, batch_size_for, scored_log_probs
 from viasd_adapt.settings import TierSettings
 
 
@@ -35,6 +35,7 @@ class MaskScore:
     cost: float  # routed-path cost summed over tau positions (the objective)
     delta: float  # Delta(z), see module docstring
     agreement: float  # teacher-forced argmax agreement of u_z with q on the scored positions
+    escalation: float | None = None  # estimated share of cycles that call q (escalation_rate)
 
     def per_token(self, tau: int) -> float:
         return self.cost / max(tau, 1)
@@ -45,16 +46,93 @@ def argmax_agreement(logp_a: torch.Tensor, logp_b: torch.Tensor) -> float:
     return (logp_a.argmax(-1) == logp_b.argmax(-1)).float().mean().item()
 
 
+class PrefixStates:
+    """The residual stream entering every decoder layer of the full target on fixed windows.
+
+    A slim verifier computes exactly what the target computes below its first skipped layer s1, so
+    a mask's teacher-forced forward can start at s1 from the stored input of layer s1: the layers
+    below s1 become stubs and the last of them injects the stored tensor
+    (:class:`~viasd_adapt.routing.shared.InjectLayer`, the same mechanism as the decoding-time
+    shared prefix). One capture forward of the target fills it; memory is
+    ``L x windows x length x hidden`` floats (83 MB for SmolLM2-135M on 12 windows of 96 tokens).
+    Results equal the plain slim forward (tested); only decoder-only stacks are supported, anything
+    else returns None from :meth:`build` and is scored the plain way.
+    """
+
+    def __init__(self, target: nn.Module, windows: TokenWindows, batch_size: int | None, states: list[list[torch.Tensor]]):
+        self.target, self.windows, self.batch_size, self.states = target, windows, batch_size, states
+
+    @classmethod
+    def build(cls, target: nn.Module, windows: TokenWindows, batch_size: int | None = None) -> "PrefixStates | None":
+        from viasd_adapt.routing.layers import find_decoder_stack
+        from viasd_adapt.routing.shared import CaptureLayer, HiddenSlot
+        from viasd_adapt.routing.view import build_layer_view
+
+        stack = find_decoder_stack(target)
+        if stack.encoder_decoder or hasattr(windows, "log_probs"):
+            return None
+        slots = [HiddenSlot() for _ in range(stack.num_layers)]
+        try:
+            view = build_layer_view(target, [CaptureLayer(slot, i, inner=layer)
+                                             for i, (slot, layer) in enumerate(zip(slots, stack.layers))])
+        except Exception:  # an architecture the views do not support: plain scoring
+            return None
+        states: list[list[torch.Tensor]] = []
+
+        def collect(_number: int) -> None:
+            if any(slot.value is not None for slot in slots):
+                states.append([slot.value for slot in slots])
+            for slot in slots:
+                slot.value = None
+
+        scored_log_probs(view, windows, batch_size, before_batch=collect)
+        collect(-1)
+        if len(states) != -(-windows.input_ids.size(0) // (batch_size or batch_size_for(windows))):
+            return None
+        return cls(target, windows, batch_size, states)
+
+    def log_probs(self, mask: RoutingMask) -> torch.Tensor:
+        """u_z's scored log-probs on the windows, from layer s1 on."""
+        from viasd_adapt.routing.layers import find_decoder_stack
+        from viasd_adapt.routing.shared import HiddenSlot, InjectLayer
+        from viasd_adapt.routing.view import PassThroughLayer, build_layer_view
+
+        keep = list(mask.keep)
+        s1 = keep.index(False) if False in keep else len(keep)
+        if s1 == 0:
+            return scored_log_probs(SlimVerifier(self.target, mask).model, self.windows, self.batch_size)
+        stack = find_decoder_stack(self.target)
+        slot = HiddenSlot()
+        layers = ([PassThroughLayer(i) for i in range(s1 - 1)] + [InjectLayer(slot, s1 - 1)]
+                  + [layer if keep[i] else PassThroughLayer(i) for i, layer in enumerate(stack.layers) if i >= s1])
+        view = build_layer_view(self.target, layers)
+
+        def inject(number: int) -> None:
+            slot.value = self.states[number][s1] if s1 < len(keep) else None
+
+        if s1 == len(keep):  # nothing skipped: the target itself
+            return scored_log_probs(self.target, self.windows, self.batch_size)
+        return scored_log_probs(view, self.windows, self.batch_size, before_batch=inject)
+
+
 class MaskObjective:
-    """Scores masks of ``target`` against a :class:`CalibrationSet`; one slim forward per mask."""
+    """Scores masks of ``target`` against a :class:`CalibrationSet`; one slim forward per mask.
+
+    ``prefix``: start each mask's forward at its first skipped layer from the target's stored
+    residual stream (:class:`PrefixStates`; same result, less work). ``batch_size`` None runs all
+    windows in one forward when they fit :data:`~viasd_adapt.search.calibration.BATCH_TOKENS`.
+    ``seconds`` accumulates the time spent scoring.
+    """
 
     def __init__(self, target: nn.Module, calibration: CalibrationSet, settings: TierSettings | None = None,
-                 batch_size: int = 16):
+                 batch_size: int | None = None, prefix: bool = True):
         self.target = target
         self.calibration = calibration
         self.settings = settings or TierSettings()
         self.batch_size = batch_size
         self.evaluations = 0
+        self.seconds = 0.0
+        self.prefix = PrefixStates.build(target, calibration.windows, batch_size) if prefix else None
         s = self.settings
         self.direct_cost = float(
             block_cost(calibration.logp_full, calibration.logp_draft, s.alpha2, s.beta).sum()
@@ -66,20 +144,58 @@ class MaskObjective:
 
     def slim_log_probs(self, mask: RoutingMask, windows: TokenWindows | None = None) -> torch.Tensor:
         """u_z's scored log-probs on ``windows`` (default: the calibration windows)."""
+        if windows is None and self.prefix is not None:
+            return self.prefix.log_probs(mask)
         slim = SlimVerifier(self.target, mask).model
         return scored_log_probs(slim, windows or self.calibration.windows, self.batch_size)
 
     def score(self, mask: RoutingMask) -> MaskScore:
+        import time
+
+        started = time.perf_counter()
         s, cal = self.settings, self.calibration
         logp_slim = self.slim_log_probs(mask)
         self.evaluations += 1
         cost = routed_path_cost(cal.logp_full, logp_slim, cal.logp_draft, s.alpha1, s.alpha2, s.beta)
         delta = routing_delta(cal.logp_full, logp_slim, cal.logp_draft, alpha=s.alpha2, beta=s.beta,
                               alpha_slim=(s.alpha1, s.alpha2))
-        return MaskScore(float(cost.sum()), float(delta.sum()), argmax_agreement(logp_slim, cal.logp_full))
+        result = MaskScore(float(cost.sum()), float(delta.sum()), argmax_agreement(logp_slim, cal.logp_full),
+                           escalation_rate(logp_slim, cal.logp_draft, s))
+        self.seconds += time.perf_counter() - started
+        return result
 
     def __call__(self, mask: RoutingMask) -> float:
         return self.score(mask).cost
+
+
+def escalation_rate(logp_slim: torch.Tensor, logp_draft: torch.Tensor, settings: TierSettings, gamma: int | None = None) -> float:
+    """Estimated share of greedy cycles that escalate to q, from teacher-forced log-probs.
+
+    Walks consecutive scored positions in blocks of ``gamma`` as a greedy cycle would (VIA-SD.md
+    section 4): the drafter proposes its argmax x; gate 1 accepts when u(x) >= (1 - alpha1) p(x);
+    at the first rejection the cycle ends in tier 2 if u is confident (max u >= 1 - alpha2), else it
+    escalates; a fully accepted block escalates unless u is confident about the bonus token. The
+    text is the target's own continuation, so this is an estimate, not a decoding measurement; it
+    prices masks in the budget space (``BudgetSpace.cycle_price``) and is reported per mask.
+    """
+    import math
+
+    gamma = gamma or int(getattr(settings, "gamma", 5) or 5)
+    logp_slim, logp_draft = logp_slim.float(), logp_draft.float()
+    x = logp_draft.argmax(-1)
+    accept = logp_slim.gather(-1, x[:, None]).squeeze(-1) >= math.log(1 - settings.alpha1) + logp_draft.gather(-1, x[:, None]).squeeze(-1)
+    confident = logp_slim.max(-1).values >= math.log(1 - settings.alpha2)
+    accept, confident = accept.tolist(), confident.tolist()
+    cycles = escalations = 0
+    t, n = 0, len(accept)
+    while t < n:
+        cycles += 1
+        end = min(t + gamma, n)
+        rejected = next((i for i in range(t, end) if not accept[i]), None)
+        at = rejected if rejected is not None else min(end, n - 1)
+        escalations += 0 if confident[at] else 1
+        t = (rejected + 1) if rejected is not None else end + 1
+    return escalations / max(cycles, 1)
 
 
 class AgreementProbe:
@@ -88,7 +204,7 @@ class AgreementProbe:
     Holds q's argmax once; each mask then costs one slim forward, like the objective.
     """
 
-    def __init__(self, target: nn.Module, windows: TokenWindows, batch_size: int = 16):
+    def __init__(self, target: nn.Module, windows: TokenWindows, batch_size: int | None = None):
         self.target = target
         self.windows = windows
         self.batch_size = batch_size

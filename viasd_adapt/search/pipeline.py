@@ -47,9 +47,59 @@ class CalibrationSpec:
         }
 
 
+def uses_spec_bench(tokenizer, spec: CalibrationSpec) -> bool:
+    """Spec-Bench calibration questions when ``--calib spec-bench[:tasks]`` names them, or by default
+    for a target with a chat template (the stdlib snippets are prompts for the code demo pairs)."""
+    from viasd_adapt.chat import has_chat_template
+    from viasd_adapt.spec_bench import is_spec_bench
+
+    if spec.calib_file is not None:
+        return is_spec_bench(str(spec.calib_file))
+    return has_chat_template(tokenizer)
+
+
+def chat_prompt_ids(tokenizer, text: str, max_tokens: int) -> list[int]:
+    """A user turn through the chat template, at most ``max_tokens`` ids: a long question is cut
+    (its text, not the template), so the generation prompt that makes the target answer survives."""
+    from viasd_adapt.chat import encode_prompt
+
+    ids = encode_prompt(tokenizer, text)
+    if len(ids) <= max_tokens:
+        return ids
+    text_ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    overhead = len(ids) - len(text_ids)
+    if overhead >= max_tokens:
+        return ids[-max_tokens:]
+    ids = encode_prompt(tokenizer, tokenizer.decode(text_ids[: max_tokens - overhead]))
+    return ids[-max_tokens:] if len(ids) > max_tokens else ids
+
+
+def spec_bench_texts(spec: CalibrationSpec) -> tuple[list[str], list[str]]:
+    """First turns of Spec-Bench *calibration-split* questions (``viasd bench`` never reads them):
+    ``n_calibration`` for the search and the next ``n_heldout`` for the agreement report, taken
+    round-robin over the tasks so both sets cover every task."""
+    from viasd_adapt import spec_bench
+
+    selector = str(spec.calib_file) if spec.calib_file is not None else spec_bench.PREFIX
+    questions = spec_bench.select(selector, split="calibration")
+    tasks = list(dict.fromkeys(q.task for q in questions))
+    columns = [[q for q in questions if q.task == t] for t in tasks]
+    order = [column[row] for row in range(max(map(len, columns), default=0)) for column in columns if row < len(column)]
+    if len(order) < spec.n_calibration + spec.n_heldout:
+        raise ConfigError(f"{selector} has {len(order)} calibration questions; {spec.n_calibration} + {spec.n_heldout} requested")
+    chosen = order[: spec.n_calibration + spec.n_heldout]
+    texts = [q.turns[0] for q in chosen]
+    return texts[: spec.n_calibration], texts[spec.n_calibration :]
+
+
 def prompt_token_ids(tokenizer, spec: CalibrationSpec) -> tuple[list[list[int]], list[list[int]]]:
     """(calibration, held-out) token ids. With a calibration file, held-out prompts still come from
-    the corpus, so agreement is always measured on text the search never saw."""
+    the corpus, so agreement is always measured on text the search never saw. Chat targets (and
+    ``--calib spec-bench``) use Spec-Bench calibration questions through the chat template."""
+    if uses_spec_bench(tokenizer, spec):
+        calib_text, heldout_text = spec_bench_texts(spec)
+        return ([chat_prompt_ids(tokenizer, t, spec.max_prompt_tokens) for t in calib_text],
+                [chat_prompt_ids(tokenizer, t, spec.max_prompt_tokens) for t in heldout_text])
     if spec.calib_file is not None:
         calib_text = cal.load_prompt_file(spec.calib_file)
         _, heldout_text = cal.default_prompts(0, spec.n_heldout, seed=spec.prompt_seed)
@@ -88,6 +138,16 @@ def mask_price(mask: RoutingMask) -> dict:
             "marginal_fraction": round(marginal / L, 4)}
 
 
+def cycle_price(mask: RoutingMask, escalation: float | None) -> float | None:
+    """Expected verification cost of one cycle, as a fraction of a full target pass: the slim pass
+    (its retained layers) plus, on the share ``escalation`` of cycles that call q, q resumed at s1
+    (layers s1..L-1). See :meth:`~viasd_adapt.search.candidates.BudgetSpace.cycle_price`."""
+    if escalation is None:
+        return None
+    price = mask_price(mask)
+    return (price["slim_layers"] + escalation * price["resume_layers"]) / mask.num_layers
+
+
 def search_mask(
     target: nn.Module,
     draft: nn.Module,
@@ -105,11 +165,15 @@ def search_mask(
     space: MaskSpace | None = None,
     calib_references: Sequence[Sequence[int]] | None = None,
     continuation: str = "target-model",
+    window_cache: "cal.WindowCache | None" = None,
 ) -> SearchOutcome:
     """Calibrate once, run DIMR, score the random baseline, and build the artifact.
 
-    ``space`` defaults to the paper's: exactly ``round(ratio * L)`` skipped layers. Bad inputs fail
-    before any model runs: mismatched vocabularies (:class:`ModelMismatchError`), a ratio outside
+    ``space`` defaults to the paper's: exactly ``round(ratio * L)`` skipped layers. ``settings`` is a
+    :class:`SearchSettings` (random + BO every theta steps) or a
+    :class:`~viasd_adapt.search.guided.GuidedSettings` (probes, warm starts, swap trust region, GP).
+    ``window_cache`` keeps the target's greedy windows between runs (decoder-only targets).
+    Bad inputs fail before any model runs: mismatched vocabularies (:class:`ModelMismatchError`), a ratio outside
     (0, 1) or one that skips no layer or every layer (:class:`ConfigError`).
     """
     tier = tier or TierSettings(ratio=ratio)
@@ -130,14 +194,22 @@ def search_mask(
         calibration = build_seq2seq_calibration(target, draft, calib_ids, new_tokens, references=calib_references,
                                                 continuation=continuation, pad_id=pad_id)
     else:
-        calibration = cal.build_calibration(target, draft, calib_ids, new_tokens, pad_id)
+        windows = window_cache.windows(target, calib_ids, new_tokens, pad_id) if window_cache is not None else None
+        calibration = cal.build_calibration(target, draft, calib_ids, new_tokens, pad_id, windows=windows)
+    windows_seconds = window_cache.generate_seconds if window_cache is not None else None
     objective = MaskObjective(target, calibration, tier)
     calibration_seconds = time.perf_counter() - started
 
     def cost(bits) -> float:
         return objective(RoutingMask.from_bits(bits))
 
-    result = dimr_search(cost, space, settings, bo_settings, on_step)
+    from viasd_adapt.search.guided import GuidedSettings, guided_search
+
+    if isinstance(settings, GuidedSettings):
+        result = guided_search(cost, space, settings, on_step)
+    else:
+        result = dimr_search(cost, space, settings, bo_settings, on_step)
+    search_eval_seconds = objective.seconds
     best_mask = RoutingMask.from_bits(result.best.bits)
     best_score = objective.score(best_mask)
 
@@ -158,11 +230,30 @@ def search_mask(
         "calibration_seconds": round(calibration_seconds, 2),
         "search_seconds": round(result.wall_seconds, 2),
         "bo_seconds": round(result.bo_seconds, 2),
+        "escalation_estimate": _rounded(best_score.escalation),
+        "cycle_price": _rounded(cycle_price(best_mask, best_score.escalation)),
+        "time": {
+            "calibration_windows_generated": None if windows_seconds is None else round(windows_seconds, 2),
+            "calibration_total": round(calibration_seconds, 2),
+            "window_cache": window_cache.report() if window_cache is not None else None,
+            "evaluations": round(search_eval_seconds, 2),
+            "evaluation_mean": round(search_eval_seconds / max(1, result.evaluations), 3),
+            "gp_fit": round(float(result.extras.get("gp_fit_seconds", result.bo_seconds)), 2),
+            "proposals": round(float(result.extras.get("phase_seconds", {}).get("proposal", result.bo_seconds)), 2),
+            "prefix_states": objective.prefix is not None,
+        },
+        "probe_evaluations": result.extras.get("probe_evaluations", 0),
+        "layer_sensitivity": ([_rounded(v) for v in result.extras["sensitivity"]]
+                              if result.extras.get("sensitivity") else None),
         "history": [[e.step, e.kind, round(e.cost, 5)] for e in result.history],
         "costs_exact": "calibration is fixed and forwards are deterministic, so the observed minimum is exact; no re-evaluation",
     }
     build_probe_windows = build_seq2seq_windows if encoder_decoder else cal.build_windows
+    if window_cache is not None and not encoder_decoder:
+        build_probe_windows = window_cache.windows
     probe = AgreementProbe(target, build_probe_windows(target, heldout_ids, new_tokens, pad_id=pad_id)) if heldout_ids else None
+    if window_cache is not None:
+        report["time"]["window_cache"] = window_cache.report()
     if probe is not None:
         report["heldout_tau"] = probe.windows.num_scored
         report["heldout_agreement"] = _rounded(probe.of_mask(best_mask))
@@ -197,7 +288,9 @@ def search_mask(
         "beta": tier.beta,
         "objective": "C_alpha1(u||p) + C_alpha2(q||u), relu margins, summed over tau continuation positions",
         "delta_reading": "C_alpha2(q||p) - [C_alpha1(u||p) + C_alpha2(q||u)]",
-        "strategy": "random masks of the space + SingleTaskGP/qLogNEI over a flip/swap-neighbour pool every bo_every steps",
+        "strategy": ("guided: " + settings.label() + " (per-layer probes, structured warm starts, swap trust region, "
+                     "additive surrogate + SingleTaskGP lower confidence bound)") if isinstance(settings, GuidedSettings)
+                    else "random masks of the space + SingleTaskGP/qLogNEI over a flip/swap-neighbour pool every bo_every steps",
         "bo": bo_settings.__dict__,
         "calibration": calibration_info or {},
         "wall_seconds": round(time.perf_counter() - started, 2),
@@ -217,7 +310,12 @@ def search_mask(
         f"DIMR: best mask skips {list(best_mask.skipped)} of {num_layers} layers "
         f"(s1 = {price['s1']}: slim pass {price['slim_layers']} layers, resumed target pass {price['resume_layers']}); "
         f"cost {best_score.cost:.3f} ({best_score.per_token(calibration.tau):.4f}/token), Delta {best_score.delta:+.3f}; "
-        f"{result.evaluations} evaluations ({report['bo_evaluations']} BO) in {search_info['wall_seconds']:.1f}s"
+        + (f"{result.evaluations} evaluations ({report['probe_evaluations']} probes, {settings.label()}) "
+           if isinstance(settings, GuidedSettings) else f"{result.evaluations} evaluations ({report['bo_evaluations']} BO) ")
+        + f"in {search_info['wall_seconds']:.1f}s; time: calibration {calibration_seconds:.1f}s"
+        + (f" (windows {'cached' if window_cache.hits and not window_cache.misses else f'generated {windows_seconds:.1f}s'})"
+           if window_cache is not None else "")
+        + f", evaluations {search_eval_seconds:.1f}s, GP fits {report['time']['gp_fit']:.1f}s"
     )
     if random_costs:
         summary += f"; median of {len(random_costs)} random masks {median(random_costs):.3f}"

@@ -60,10 +60,7 @@ class TunedSettings:
     def from_json(cls, data: Any, source: str = "tuned settings") -> "TunedSettings":
         if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("settings"), dict):
             raise ConfigError(f"{source} is not a viasd-adapt tuned-settings file (missing 'format' or 'settings')")
-        try:
-            settings = TierSettings(**data["settings"])
-        except TypeError as err:
-            raise ConfigError(f"{source} has settings this version does not know: {err}") from None
+        settings = settings_from(data["settings"], source)
         return cls(settings, str(data.get("choice", "")), data.get("mask_bits"), data.get("fingerprint", {}),
                    data.get("budget", {}), data.get("measured", {}), data.get("report", {}))
 
@@ -83,7 +80,31 @@ class TunedSettings:
     def check_model(self, model: nn.Module, source: str = "tuned settings") -> None:
         problems = model_mismatches(self.fingerprint, model)
         if problems:
-            raise ModelMismatchError(f"{source} belongs to another model: " + "; ".join(problems))
+            raise ModelMismatchError(f"{source} belongs to another model: " + "; ".join(problems)
+                                     + "; run viasd tune for this target, or remove that file")
+
+
+def settings_from(values: Any, source: str) -> TierSettings:
+    """The :class:`TierSettings` a tuned file records, with any error naming the file: the user
+    passed no such option, so "lenience must be in [0, 1)" alone would blame the wrong thing."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{source}: its settings are not a JSON object")
+    try:
+        return TierSettings(**values)
+    except TypeError as err:
+        raise ConfigError(f"{source} has settings this version does not know: {err}") from None
+    except ConfigError as err:
+        raise ConfigError(f"{source} records a bad setting: {err} (fix the file or run viasd tune again)") from None
+
+
+def check_tuned_beside(mask_path: str | os.PathLike | None, model: nn.Module) -> "TunedSettings | None":
+    """The tuned settings beside ``mask_path``, refused (naming the file) unless they were tuned on
+    ``model``; None when there are none. Every command and adapter that applies a tuned file by
+    default calls this, so a copied or stale ``tuned.json`` is never applied to another model."""
+    tuned = find_tuned(mask_path)
+    if tuned is not None:
+        tuned.check_model(model, source=f"tuned settings {tuned_path_beside(mask_path)}")
+    return tuned
 
 
 def tuned_path_beside(mask_path: str | os.PathLike | None) -> Path | None:
@@ -119,14 +140,17 @@ def tuned_mask_path(mask_path: str | os.PathLike | None) -> Path | None:
 
 
 def _recorded_mask(mask_path: str | os.PathLike, recorded: str | None) -> Path | None:
-    """The mask file a tuned file names, looked up beside ``mask_path`` when the name is relative
-    or was recorded on another machine; None when it names none or the file is not there."""
+    """The mask file a tuned file names, resolved relative to the folder of ``mask_path`` (where the
+    tuned file lives); None when it names none or the file is not there.
+
+    Artifacts name their masks relative to themselves. An absolute name (written by an older
+    version) is looked up by its file name beside the tuned file, never at the absolute path
+    itself: a pair folder with a copied ``tuned.json`` must use its own masks, not the masks of
+    whatever folder the tuned file was made in, even when that folder exists on this machine."""
     if not recorded:
         return None
     folder = Path(mask_path).expanduser().parent
-    candidate = Path(recorded) if Path(recorded).is_absolute() else folder / recorded
-    if not candidate.is_file():  # measured elsewhere: the same name beside this mask
-        candidate = folder / candidate.name
+    candidate = folder / (Path(recorded).name if Path(recorded).is_absolute() else recorded)
     return candidate if candidate.is_file() else None
 
 
@@ -146,17 +170,18 @@ def tiered_point(mask_path: str | os.PathLike | None, tuned: TunedSettings | Non
     point = best_point(tuned, "viasd") if tuned is not None else None
     if point is None:
         return None
-    try:
-        settings = TierSettings(**point["settings"])
-    except TypeError as err:
-        raise ConfigError(f"{tuned_path_beside(mask_path)} has a VIA-SD point this version does not know: {err}") from None
+    settings = settings_from(point["settings"], f"{tuned_path_beside(mask_path)} (its best VIA-SD point)")
     return settings, _recorded_mask(mask_path, point.get("mask"))
 
 
-def settings_for_mask(mask) -> TierSettings:
+def settings_for_mask(mask, model: nn.Module | None = None) -> TierSettings:
     """Adapters' ``settings=None``: the tuned settings beside a mask *path* when they were measured
-    with that very mask, else :class:`TierSettings` defaults."""
-    tuned = find_tuned(mask) if isinstance(mask, (str, os.PathLike)) else None
+    with that very mask, else :class:`TierSettings` defaults. With ``model``, a tuned file made for
+    another model is refused (:func:`check_tuned_beside`)."""
+    if not isinstance(mask, (str, os.PathLike)):
+        tuned = None
+    else:
+        tuned = check_tuned_beside(mask, model) if model is not None else find_tuned(mask)
     if tuned is None:
         return TierSettings()
     if tuned.settings.mode.uses_slim and tuned.mask_bits is not None:
@@ -177,19 +202,21 @@ class TunedForAnotherMaskWarning(UserWarning):
     """``tuned.json`` sits beside the given mask but was measured with another one."""
 
 
-__all__ = ["TUNED_FILENAME", "TunedSettings", "adapter_settings", "best_point", "default_settings", "find_tuned", "settings_for_mask",
+__all__ = ["TUNED_FILENAME", "TunedSettings", "adapter_settings", "best_point", "check_tuned_beside", "default_settings",
+           "find_tuned", "settings_for_mask", "settings_from",
            "tiered_point", "tuned_mask_path",
            "tuned_path_beside", "TunedForAnotherMaskWarning"]
 
 
-def adapter_settings(settings: TierSettings | None, mask) -> TierSettings:
+def adapter_settings(settings: TierSettings | None, mask, model: nn.Module | None = None) -> TierSettings:
     """What every adapter's ``tiered(..., settings=None)`` runs with: the given settings (checked),
-    else the tuned choice measured with this mask, else defaults; with a
+    else the tuned choice measured with this mask (refused when tuned on a model other than
+    ``model``), else defaults; with a
     :class:`~viasd_adapt.advice.NegativeDeltaWarning` when a lossy tier is opened on a mask whose
     recorded Delta(u) < 0."""
     from viasd_adapt.advice import warn_if_negative_delta
     from viasd_adapt.checks import check_settings
 
-    chosen = check_settings(settings if settings is not None else settings_for_mask(mask))
+    chosen = check_settings(settings if settings is not None else settings_for_mask(mask, model))
     warn_if_negative_delta(mask, chosen)
     return chosen

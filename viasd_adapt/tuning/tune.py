@@ -24,13 +24,15 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 
 from viasd_adapt import frameworks
 from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, TIE_MARGIN, recommend
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent, measure_forward_costs
 from viasd_adapt.bench.fidelity import score_output
+from viasd_adapt.bench.prompt_sets import BenchPrompt
+from viasd_adapt.chat import encode_prompt
 from viasd_adapt.checks import check_real
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import save_figure
@@ -142,6 +144,17 @@ class TuneResult:
         within = [p for p in self.points if p.family == family and self.budget.admits(p)]
         return min(within, key=lambda p: p.full_equivalent) if within else None
 
+    def relative_to(self, folder: str | Path) -> "TuneResult":
+        """The same result with every mask named relative to ``folder`` (where its ``tuned.json`` is
+        written): an artifact must not hold the absolute paths of the machine that made it. A mask
+        outside ``folder`` keeps only its file name (it is looked up beside the tuned file)."""
+        names = {name: portable_name(name, folder) for name in self.masks}
+        rename = lambda name: names.get(name, name) if name is not None else None  # noqa: E731
+        points = [replace(p, mask=rename(p.mask)) for p in self.points]
+        chosen = points[self.points.index(self.chosen)]
+        costs = {(rename(k) if k in names else k): v for k, v in self.costs.items()}
+        return TuneResult(points, chosen, self.budget, costs, {rename(k): v for k, v in self.masks.items()}, self.seconds)
+
     def rechosen(self, budget: Budget) -> "TuneResult":
         """The same measurements judged under another budget (nothing is run again)."""
         return TuneResult(self.points, choose(self.points, budget), budget, self.costs, self.masks, self.seconds)
@@ -160,6 +173,17 @@ class TuneResult:
                           {str(k): v.to_dict() for k, v in costs.items()}, self.masks, self.seconds)
 
 
+def portable_name(name: str, folder: str | Path) -> str:
+    """``name`` (a mask's source) as an artifact records it: relative to ``folder`` when it is a file
+    inside it, its file name when it is a file elsewhere, else as is (a label such as a fallback)."""
+    from viasd_adapt.io import relative_name
+
+    path = Path(name)
+    if not path.is_absolute() or not path.is_file():
+        return name
+    return relative_name(path, folder)
+
+
 def choose(points: list[Point], budget: Budget, margin: float = TIE_MARGIN) -> Point:
     """The cheapest point within ``budget``; an exact mode wins ties. Exact modes always qualify.
 
@@ -172,13 +196,19 @@ def choose(points: list[Point], budget: Budget, margin: float = TIE_MARGIN) -> P
     return chosen
 
 
-def load_result(data: dict) -> TuneResult:
-    """A result back from ``viasd tune --json``'s file (for judging it again under another budget)."""
-    tuned = data["tuned"]
-    points = [Point.from_dict(p) for p in data["points"]]
-    budget = Budget(**tuned["budget"])
-    report = tuned["report"]
-    return TuneResult(points, choose(points, budget), budget, report["costs"], report["masks"], report["seconds"])
+def load_result(data: dict, source: str = "the tune JSON") -> TuneResult:
+    """A result back from ``viasd tune --json``'s file (for judging it again under another budget);
+    a file of another shape is refused naming ``source`` and what is missing."""
+    try:
+        tuned = data["tuned"]
+        points = [Point.from_dict(p) for p in data["points"]]
+        budget = Budget(**tuned["budget"])
+        report = tuned["report"]
+        return TuneResult(points, choose(points, budget), budget, report["costs"], report["masks"], report["seconds"])
+    except KeyError as err:
+        raise ConfigError(f"{source} is not a complete viasd tune --json file: it has no {err.args[0]!r}") from None
+    except (TypeError, AttributeError) as err:
+        raise ConfigError(f"{source} is not a viasd tune --json file: {err}") from None
 
 
 def calibration_prompts(n: int, bench_prompts: list[str] | None = None) -> list[str]:
@@ -262,7 +292,7 @@ def _candidates(masks: dict[str, RoutingMask], grid: TuneGrid, base: TierSetting
 
 def tune(
     pair: LoadedPair,
-    prompts: list[str],
+    prompts: Sequence[str | BenchPrompt],
     max_new_tokens: int = 48,
     grid: TuneGrid = TuneGrid(),
     budget: Budget = Budget(),
@@ -275,13 +305,18 @@ def tune(
     cost_repeats: int = 15,
     progress: Callable[[str], None] | None = None,
     bar: Callable[[int], object] | None = None,
+    chat: str = "auto",
 ) -> TuneResult:
-    """Measures every candidate and chooses the cheapest within ``budget`` (module docstring)."""
+    """Measures every candidate and chooses the cheapest within ``budget`` (module docstring).
+
+    ``prompts``: encoded prompts (Spec-Bench's calibration split,
+    :func:`viasd_adapt.bench.prompt_sets.calibration_prompts`), or texts put through the chat
+    template per ``chat``."""
     say = progress or (lambda message: None)
     started = time.perf_counter()
     if not prompts:
         raise ConfigError("tuning needs at least one calibration prompt")
-    prompt_ids = [list(pair.tokenizer(p).input_ids) for p in prompts]
+    prompt_ids = [p.ids if isinstance(p, BenchPrompt) else encode_prompt(pair.tokenizer, p, chat) for p in prompts]
     masks = _masks_for_ratios(pair, ratios, search_steps, save_masks_to, say, exits)
     original_mask = pair.mask
     try:
@@ -364,9 +399,18 @@ def pareto(points: list[Point], key: str = "ll_drop") -> list[Point]:
     return front
 
 
-def artifact_of(result: TuneResult, pair: LoadedPair, masks_dir: Path | None = None) -> TunedSettings:
-    """The tuned-settings artifact of a result (the chosen point, its evidence, the target's fingerprint)."""
+def artifact_of(result: TuneResult, pair: LoadedPair, masks_dir: Path | None = None,
+                folder: str | Path | None = None) -> TunedSettings:
+    """The tuned-settings artifact of a result (the chosen point, its evidence, the target's
+    fingerprint); with ``folder`` (where it will be saved), every mask is named relative to it."""
     chosen = result.chosen
+    mask_file = chosen.mask if chosen.mask and Path(chosen.mask).is_file() else None
+    if folder is not None:
+        mask_file = portable_name(mask_file, folder) if mask_file else None
+        result = result.relative_to(folder)
+        chosen = result.chosen
+    elif mask_file:
+        mask_file = Path(mask_file).name
     mask_bits = result.masks[chosen.mask]["bits"] if chosen.mask else None
     best = {family: (p.to_dict() if p else None) for family in ("sd", "lossless", "lenient", "viasd")
             for p in [result.best(family)]}
@@ -378,7 +422,7 @@ def artifact_of(result: TuneResult, pair: LoadedPair, masks_dir: Path | None = N
         budget=asdict(result.budget),
         measured=chosen.to_dict(),
         report={"best_within_budget": best, "costs": result.costs, "masks": result.masks, "seconds": round(result.seconds, 1),
-                "mask_file": Path(chosen.mask).name if chosen.mask and Path(chosen.mask).is_file() else None,
+                "mask_file": mask_file,
                 "points": len(result.points)},
     )
 
@@ -461,4 +505,4 @@ def plot_frontiers(result: TuneResult, path: str | Path, title: str = "") -> Pat
 
 
 __all__ = ["Budget", "Point", "TUNE_PROMPT_SEED", "TuneGrid", "TuneResult", "artifact_of", "calibration_prompts",
-           "choose", "describe", "load_result", "mask_costs", "pareto", "plot_frontiers", "tune"]
+           "choose", "describe", "load_result", "mask_costs", "pareto", "plot_frontiers", "portable_name", "tune"]

@@ -96,3 +96,37 @@ def test_demo_lossless_greedy_identical_and_audit_reports(demo):
     _, lossy = _run(ea_model, prompts, mask, TierSettings(mode="lossy"))
     assert audited == lossy
     assert 0.0 <= audit.overrule_rate <= 1.0 and 0.0 <= audit.tv_distance <= 1.0
+
+
+def test_the_quality_monitor_catches_a_random_head_in_lossy_mode(demo):
+    """EAGLE's session runs the drafter-quality monitor like every other framework: a head with
+    random weights has its flat drafts committed by gate 1 and is named; the shipped head is not."""
+    import warnings
+
+    from viasd_adapt.monitor import ViasdQualityWarning
+
+    ea_model, mask, prompts = demo
+
+    def warned() -> list:
+        found = []
+        for ids in prompts[:2]:
+            for temperature in (0.0, 1.0):
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    eagle.generate(ea_model, ids, 32, mask=mask, settings=TierSettings(mode="lossy"), temperature=temperature)
+                found += [w for w in caught if issubclass(w.category, ViasdQualityWarning)]
+        return found
+
+    assert warned() == []
+    saved = {k: v.clone() for k, v in ea_model.ea_layer.state_dict().items()}
+    try:
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for name, weight in ea_model.ea_layer.named_parameters():
+                if weight.dim() >= 2 and "embed" not in name:  # the embeddings are the base model's
+                    weight.copy_(torch.randn(weight.shape, generator=generator) * 0.02)
+        found = warned()
+    finally:
+        ea_model.ea_layer.load_state_dict(saved)
+    # every greedy run is caught (sampled runs reject most flat drafts at gate 1; some are caught too)
+    assert len(found) >= 2 and all("(eagle)" in str(w.message) for w in found)

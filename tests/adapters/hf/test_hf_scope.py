@@ -130,11 +130,12 @@ def test_other_threads_and_other_instances_are_untouched(models):
 
 def test_fallback_warns_and_runs_the_stock_path(models):
     target, drafter, mask = models
-    lookup = target.generate(PROMPT, prompt_lookup_num_tokens=3, max_new_tokens=10, do_sample=False).tolist()
+    both = dict(prompt_lookup_num_tokens=3, assistant_model=drafter, max_new_tokens=10, do_sample=False)
+    stock_both = target.generate(PROMPT, **both).tolist()
     plain = target.generate(PROMPT, max_new_tokens=10, do_sample=False).tolist()
     with hf.tiered(target, mask=mask, settings=TierSettings(mode="lossy")) as session:
-        with pytest.warns(hf.ViasdFallbackWarning, match="prompt lookup"):
-            assert target.generate(PROMPT, prompt_lookup_num_tokens=3, max_new_tokens=10, do_sample=False).tolist() == lookup
+        with pytest.warns(hf.ViasdFallbackWarning, match="both prompt_lookup_num_tokens and assistant_model"):
+            assert target.generate(PROMPT, **both).tolist() == stock_both
         with pytest.warns(hf.ViasdFallbackWarning, match="no assistant_model"):
             assert target.generate(PROMPT, max_new_tokens=10, do_sample=False).tolist() == plain
         with pytest.warns(hf.ViasdFallbackWarning, match="early-exit"):

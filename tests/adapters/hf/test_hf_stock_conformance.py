@@ -9,8 +9,9 @@ wheel (it ships ``transformers/testing_utils.py`` but no ``tests/``), so they ca
 * **none** must be indistinguishable from stock: the same outputs (tensors and dict fields), the
   same exceptions, the same side effects on the assistant's generation config.
 * **lossless** must give stock's tokens (greedy); what its loop does not produce (per-step
-  scores, logits, attentions, hidden states; prompt lookup; the ensemble weight) falls back to the
-  stock path with a :class:`~viasd_adapt.adapters.hf.ViasdFallbackWarning` naming the reason.
+  scores, logits, attentions, hidden states; the ensemble weight) falls back to the stock path
+  with a :class:`~viasd_adapt.adapters.hf.ViasdFallbackWarning` naming the reason. Prompt lookup
+  runs through the tier (a point-mass drafter) and gives stock's tokens without falling back.
   Lossless *sampling* is checked statistically in tests/conformance/test_sampling.py (chi-square
   against the target's exact distribution), and greedy identity with stock on every model family
   in tests/conformance/test_greedy_identity.py. Lossless never touches the assistant's generation config:
@@ -190,7 +191,10 @@ def test_prompt_lookup(pair):
     _same(out["none"][0], out["stock"][0])
     assert not out["none"][3]
     _same(out["lossless"][0], out["stock"][0])
-    assert out["lossless"][2] == ["prompt lookup decoding has no drafter distribution"] and len(out["lossless"][3]) == 1
+    assert out["lossless"][2] == [] and out["lossless"][3] == []  # the tier ran it: no fallback
+    both = _run(target, "lossless", mask, pair[1], input_ids=ids, max_new_tokens=8, do_sample=False, pad_token_id=0,
+                prompt_lookup_num_tokens=3)
+    assert both[2] == ["both prompt_lookup_num_tokens and assistant_model were passed; stock decides which drafter runs"]
 
 
 @pytest.mark.parametrize("do_sample", [False, True])

@@ -1,0 +1,144 @@
+"""GGUF files as model paths (viasd_adapt.models.gguf): read through transformers once, then from the
+cache; every way a GGUF load can fail gets a clear error. The files are written in the test
+(tests/support/gguf.py), so the suite never needs the 93 MB SmolLM2 wheel."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+pytest.importorskip("gguf")
+
+from tests.support.gguf import write_tiny_gguf  # noqa: E402
+from viasd_adapt.errors import ConfigError, UnsupportedModelError, ViasdError  # noqa: E402
+from viasd_adapt.models import gguf as gguf_module  # noqa: E402
+from viasd_adapt.models.tiny import tiny_model  # noqa: E402
+from viasd_adapt.pair import load_model, load_tokenizer  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("VIASD_CACHE", str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    model = tiny_model("llama", seed=3, vocab_size=64)
+    path = write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", model)
+    return path, model
+
+
+def test_a_gguf_loads_like_transformers_reads_it_and_the_second_load_comes_from_the_cache(cache, tiny_gguf, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    path, original = tiny_gguf
+    model = load_model(path, CPU, "target")
+    direct = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    ids = torch.tensor([[3, 9, 4, 17, 5]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, direct(ids).logits)
+        assert torch.allclose(model(ids).logits, original(ids).logits, atol=1e-5)  # the writer's layout round-trips
+    folder = cache / "gguf" / gguf_module.file_sha256(path)
+    assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+    assert not list(folder.glob("*.gguf"))  # the cache holds the dequantized model, not a copy of the file
+
+    def no_second_read(*args, **kwargs):
+        raise AssertionError("the GGUF file was dequantized again")
+
+    monkeypatch.setattr(gguf_module, "_dequantize_into", no_second_read)
+    again = load_model(path, CPU, "target")
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, model(ids).logits)
+    moved = cache.parent / "renamed.gguf"  # keyed by content: a renamed copy hits the same entry
+    shutil.copy(path, moved)
+    load_model(moved, CPU, "target")
+
+
+def test_the_tokenizer_and_its_chat_template_come_with_the_gguf(cache, tiny_gguf):
+    from viasd_adapt.chat import encode_prompt, has_chat_template
+
+    path, _ = tiny_gguf
+    tokenizer = load_tokenizer(path)
+    assert tokenizer.eos_token_id == 1 and has_chat_template(tokenizer)
+    plain, chat = encode_prompt(tokenizer, "ab", "off"), encode_prompt(tokenizer, "ab", "on")
+    assert plain == [2] and len(chat) > len(plain) and chat[-1] != 1
+
+
+def test_a_mask_searched_on_the_gguf_model_loads_for_the_cached_model(cache, tiny_gguf, tmp_path):
+    from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint
+
+    path, _ = tiny_gguf
+    first = load_model(path, CPU, "target")
+    artifact = MaskArtifact(RoutingMask.from_skipped(6, [2, 3]), ratio=2 / 6, fingerprint=model_fingerprint(first))
+    saved = artifact.save(tmp_path / "mask.json")
+    second = load_model(path, CPU, "target")
+    assert MaskArtifact.load(saved, model=second).mask.skipped == (2, 3)
+    with pytest.raises(ViasdError):
+        MaskArtifact.load(saved, model=tiny_model("llama", seed=4, vocab_size=64))
+
+
+def test_a_truncated_gguf_is_refused_by_name(cache, tiny_gguf, tmp_path):
+    path, _ = tiny_gguf
+    data = path.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(ViasdError, match="truncated or corrupt GGUF"):
+        load_model(cut, CPU, "target")
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"GGUF" + bytes(range(256)) * 4)
+    with pytest.raises(ViasdError, match="truncated or corrupt GGUF"):
+        load_model(garbage, CPU, "target")
+    not_gguf = tmp_path / "weights.gguf"
+    not_gguf.write_bytes(b"PK\x03\x04 not a gguf")
+    with pytest.raises(ViasdError, match="not a GGUF file"):
+        load_tokenizer(not_gguf)
+    assert not (cache / "gguf").exists() or not any((cache / "gguf").iterdir())
+
+
+def test_an_architecture_transformers_cannot_read_is_refused_by_name(cache, tmp_path):
+    path = write_tiny_gguf(tmp_path / "odd.gguf", tiny_model("llama", seed=0, vocab_size=64), architecture="rwkv9")
+    with pytest.raises(UnsupportedModelError, match="'rwkv9' model"):
+        load_model(path, CPU, "target")
+
+
+def test_the_missing_gguf_package_is_named_with_the_extra_to_install(cache, tiny_gguf, monkeypatch):
+    import transformers.utils
+
+    monkeypatch.setattr(transformers.utils, "is_gguf_available", lambda *a, **k: False)
+    with pytest.raises(ConfigError, match=r"viasd-adapt\[gguf\]"):
+        gguf_module.check_gguf_file(tiny_gguf[0])
+
+
+def test_an_interrupted_first_load_leaves_no_cache_entry(cache, tiny_gguf, monkeypatch):
+    path, _ = tiny_gguf
+    original = gguf_module._dequantize_into
+
+    def half_then_crash(source, folder, *args):
+        original(source, folder, *args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gguf_module, "_dequantize_into", half_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        load_model(path, CPU, "target")
+    root = cache / "gguf"
+    assert not root.exists() or [p.name for p in root.iterdir()] == []
+    monkeypatch.setattr(gguf_module, "_dequantize_into", original)
+    load_model(path, CPU, "target")  # and the next load builds it whole
+
+
+def test_generate_takes_a_gguf_target_with_a_prompt_lookup_drafter(cache, tiny_gguf):
+    from viasd_adapt.cli.main import cli
+
+    path, _ = tiny_gguf
+    result = CliRunner().invoke(cli, ["generate", "--target", str(path), "--draft", "prompt-lookup", "--framework", "hf",
+                                      "--mode", "none", "--prompt", "abcabcab", "--max-new-tokens", "6", "--chat", "on",
+                                      "--no-color"])
+    assert result.exit_code == 0, result.output
+    assert "6 tokens" in result.output

@@ -1,0 +1,172 @@
+"""GGUF files as model paths: read once through transformers, then served from a cache.
+
+transformers reads a GGUF file (``from_pretrained(folder, gguf_file=name)``) by dequantizing every
+tensor to float, which takes about 20 s for SmolLM2-135M on 2 cores, on every load. The first load
+of a file saves the dequantized model and its tokenizer as an ordinary ``save_pretrained`` folder
+under ``<cache>/gguf/<sha256 of the file>/``; later loads read that folder (safetensors, a few
+seconds). Keying by the file's content, not its path, means a moved or renamed copy still hits the
+cache and a changed file never reads a stale one. The folder records the transformers version
+that dequantized it and is rebuilt under another one (its GGUF readers change between releases).
+
+Weights are saved in float32: Q4_1 blocks dequantize to ``scale * q + min`` in float32, which
+float16 would round, and a mask's fingerprint is taken on those very weights.
+
+Everything a GGUF load can fail on gets a :class:`~viasd_adapt.errors.ViasdError` naming the file:
+the ``gguf`` package missing (``pip install 'viasd-adapt[gguf]'``), a file that is not GGUF, a
+truncated or corrupt one, an architecture transformers cannot read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from viasd_adapt.errors import ConfigError, UnsupportedModelError, ViasdError
+from viasd_adapt.models.registry import cache_dir
+
+GGUF_SUFFIX = ".gguf"
+GGUF_MAGIC = b"GGUF"
+CACHE_FORMAT = 1  # bump when what a cached folder holds changes
+SOURCE_FILE = "gguf_source.json"
+INSTALL_HINT = "pip install 'viasd-adapt[gguf]' (the gguf and accelerate packages)"
+
+
+def is_gguf_path(path: str | os.PathLike) -> bool:
+    """Whether ``path`` names a GGUF file (by its suffix; the content is checked on load)."""
+    return str(path).lower().endswith(GGUF_SUFFIX)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _require_gguf_package() -> None:
+    from transformers.utils import is_gguf_available
+
+    if not is_gguf_available():
+        raise ConfigError(f"reading a .gguf model needs the gguf package: {INSTALL_HINT}")
+
+
+def gguf_architecture(path: Path) -> str:
+    """The file's ``general.architecture``, after checking that it is a whole, readable GGUF file."""
+    _require_gguf_package()
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    if magic != GGUF_MAGIC:
+        raise ViasdError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)")
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+        field = reader.fields["general.architecture"]
+        architecture = bytes(field.parts[field.data[0]]).decode("utf-8")
+        for tensor in reader.tensors:  # a truncated file fails here: its tensors run past the end
+            if tensor.data_offset + tensor.n_bytes > os.path.getsize(path):
+                raise ValueError(f"tensor {tensor.name} runs past the end of the file")
+    except ViasdError:
+        raise
+    except Exception as err:  # noqa: BLE001 - GGUFReader raises anything from struct errors to IndexError
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ViasdError(f"{path} is a truncated or corrupt GGUF file ({detail})") from None
+    return architecture
+
+
+def _supported_architectures() -> set[str]:
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    supported = set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"}
+    try:
+        from transformers.integrations.gguf import GGUF_ARCHS
+
+        supported |= set(GGUF_ARCHS)
+    except ImportError:  # transformers 4.x has only the legacy list
+        pass
+    return supported
+
+
+def check_gguf_file(path: str | os.PathLike) -> Path:
+    """``path`` as a GGUF file transformers can read, or a clear error saying why not."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ViasdError(f"GGUF file {path} does not exist")
+    if not path.is_file():
+        raise ViasdError(f"{path} is not a file (a .gguf model is one file)")
+    architecture = gguf_architecture(path)
+    supported = _supported_architectures()
+    if architecture.replace("-", "_") not in supported and architecture not in supported:
+        raise UnsupportedModelError(
+            f"{path} holds a {architecture!r} model, which this transformers cannot read from GGUF "
+            f"(readable: {', '.join(sorted(supported))})")
+    return path
+
+
+def _cache_root() -> Path:
+    return cache_dir() / "gguf"
+
+
+def _cached_folder_is_current(folder: Path, transformers_version: str) -> bool:
+    try:
+        source = json.loads((folder / SOURCE_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return source.get("format") == CACHE_FORMAT and source.get("transformers") == transformers_version \
+        and (folder / "config.json").is_file()
+
+
+def _dequantize_into(path: Path, folder: Path, sha256: str, transformers_version: str) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its per-tensor progress bar and notes are not the user's business
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError) as err:
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ViasdError(f"transformers could not read the GGUF model {path}: {detail}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    model.config.name_or_path = path.name  # the folder, not the developer's path, names it from now on
+    # The weights are plain floats now: saved as such, the folder loads without GGUF's quantizer.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(str(folder), safe_serialization=True)
+    tokenizer.save_pretrained(str(folder))
+    (folder / SOURCE_FILE).write_text(json.dumps({
+        "format": CACHE_FORMAT, "file": path.name, "sha256": sha256, "transformers": transformers_version,
+    }, indent=2) + "\n")
+
+
+def gguf_model_folder(path: str | os.PathLike) -> Path:
+    """The cached ``save_pretrained`` folder of a GGUF file (model and tokenizer), made on first use.
+
+    The folder is written beside its final place and renamed in (:func:`viasd_adapt.io.write_directory`),
+    so an interrupted first load leaves no half-written cache entry.
+    """
+    import transformers
+
+    from viasd_adapt.io import write_directory
+
+    path = Path(path).expanduser()
+    if not path.is_file():
+        check_gguf_file(path)  # says what the path is instead
+    sha256 = file_sha256(path)
+    folder = _cache_root() / sha256
+    version = transformers.__version__
+    if not _cached_folder_is_current(folder, version):
+        check_gguf_file(path)  # parsing the whole header takes seconds: only before a first read
+        write_directory(folder, lambda tmp: _dequantize_into(path, tmp, sha256, version), what="GGUF cache folder")
+    return folder
+
+
+__all__ = ["GGUF_SUFFIX", "INSTALL_HINT", "check_gguf_file", "file_sha256", "gguf_architecture", "gguf_model_folder",
+           "is_gguf_path"]
