@@ -64,8 +64,16 @@ def load_pair(args):
         draft_name = "target's first layer + head (proxy p for a drafter without distributions)"
     else:
         draft = load_model(draft_path, torch.device("cpu"), "draft").float().eval()
-        draft_name = str(draft_path)
-    return target, draft, tokenizer, str(target_path), draft_name
+        draft_name = _portable(draft_path)
+    return target, draft, tokenizer, _portable(target_path), draft_name
+
+
+def _portable(path) -> str:
+    """A path as results record it: relative to the repository (or the package), never absolute."""
+    from viasd_adapt.io import relative_name
+
+    text = relative_name(path, Path(__file__).resolve().parent.parent)
+    return text if not Path(text).is_absolute() else Path(text).name
 
 
 def prompt_ids(tokenizer, args):
@@ -122,6 +130,8 @@ def main(argv=None) -> int:
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--objective", choices=["routed", "q-only"], default="routed",
+                        help="routed: C(u||p) + C(q||u) (the paper); q-only: C(q||u), for drafters without a distribution")
     parser.add_argument("--window-cache", help="calibration window cache file (reused across runs)")
     parser.add_argument("--json", dest="json_path", help="write the raw results here")
     parser.add_argument("--plot", dest="plot_path", help="convergence plot (mean best-so-far / median random)")
@@ -155,7 +165,7 @@ def main(argv=None) -> int:
     windows_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     calibration = build_calibration(target, draft, calib_ids, args.new_tokens, windows=windows)
-    objective = MaskObjective(target, calibration)
+    objective = MaskObjective(target, calibration, drafter_term=args.objective == "routed")
     probe = AgreementProbe(target, held_windows)
     logprob_seconds = time.perf_counter() - t0
     print(f"pair {name} (draft: {draft_name}): L={num_layers}, tau={calibration.tau}, held-out tau={held_windows.num_scored}, "
@@ -181,8 +191,8 @@ def main(argv=None) -> int:
             agreement_memo[bits] = probe.of_mask(RoutingMask.from_bits(bits))
         return agreement_memo[bits]
 
-    results = {"pair": name, "draft": draft_name, "L": num_layers, "budget": budget, "seeds": args.seeds,
-               "prompts": prompt_source, "calib_prompts": len(calib_ids), "heldout_prompts": len(held_ids),
+    results = {"pair": name, "pair_name": args.pair if not args.target else Path(args.target).parent.name, "draft": draft_name, "L": num_layers, "budget": budget, "seeds": args.seeds,
+               "prompts": prompt_source, "objective": args.objective, "calib_prompts": len(calib_ids), "heldout_prompts": len(held_ids),
                "new_tokens": args.new_tokens, "tau": calibration.tau, "heldout_tau": held_windows.num_scored,
                "threads": args.threads, "load_seconds": round(load_seconds, 1),
                "windows_seconds": round(windows_seconds, 1), "logprob_seconds": round(logprob_seconds, 1),
@@ -290,7 +300,8 @@ def plot(results, path, methods):
         ax.set_yscale("log")
         ax.set_xlabel("evaluations (probes included)")
         ax.set_ylabel("best routed-path cost so far (median over seeds)")
-        ax.set_title(f"{Path(results['pair']).name}: r = {ratio} (k = {block['k']} of {results['L']})")
+        label = results.get("pair_name") or Path(results["pair"]).name
+        ax.set_title(f"{label}: r = {ratio} (k = {block['k']} of {results['L']}), {results.get('objective', 'routed')} cost")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()

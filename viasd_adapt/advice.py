@@ -90,40 +90,50 @@ def warn_if_negative_delta(mask: Any, settings: TierSettings) -> str | None:
     return message
 
 
+def _mode_label(row: dict) -> str:
+    return "ar" if row["framework"] == "ar" else row["mode"]
+
+
 def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regret: float = DEFAULT_MAX_REGRET) -> list[str]:
     """Per framework: the cheapest row (full-equivalent passes per token) within the fidelity
-    budget (LL drop and regret), among untiered SD (none), lenient, lossless and lossy, and
-    whether the tier won."""
+    budget (LL drop and regret), among plain autoregressive decoding (the ``ar`` row, when the
+    bench ran it), untiered SD (none), lenient, lossless and lossy, and whether the tier won.
+    AR is a candidate because speculative decoding itself may not pay: on a CPU a block pass
+    costs well over one single-token pass, and a weak drafter may not make up for it."""
     lines = []
+    ar = [r for r in rows if r["framework"] == "ar" and r.get("full_equivalent_per_token") is not None]
     for framework in dict.fromkeys(r["framework"] for r in rows if r["mode"] != "-"):
-        candidates = [
+        candidates = ar + [
             r for r in rows
             if r["framework"] == framework and r["mode"] in ("none", "lenient", "lossless", "lossy")
             and r.get("full_equivalent_per_token") is not None
         ]
-        within = [r for r in candidates if r["mode"] in ("none", "lossless") or (
+        within = [r for r in candidates if r["framework"] == "ar" or r["mode"] in ("none", "lossless") or (
             r.get("ll_drop") is not None and r["ll_drop"] <= max_ll_drop
             and (r.get("regret") is None or r["regret"] <= max_regret))]
         if not within:
             continue
         cheapest, use = recommend(within, cost=lambda r: r["full_equivalent_per_token"],
-                                  is_simple=lambda r: r["mode"] in SIMPLE_MODES)
+                                  is_simple=lambda r: r["framework"] == "ar" or r["mode"] in SIMPLE_MODES)
         described = ", ".join(
-            f"{r['mode']} {r['full_equivalent_per_token']:.3f}"
+            f"{_mode_label(r)} {r['full_equivalent_per_token']:.3f}"
             + (f" (LL drop {r['ll_drop']:+.3f})" if r.get("ll_drop") is not None and r["mode"] in ("lenient", "lossy") else "")
             for r in candidates
         )
         if use is not cheapest:
             gain = 1 - cheapest["full_equivalent_per_token"] / use["full_equivalent_per_token"]
-            judgement = (f"{cheapest['mode']} is only {gain:.1%} cheaper than {use['mode']}, within the "
-                         f"{TIE_MARGIN:.0%} margin of timing noise: the slim tier does not pay here: use {use['mode']}.")
+            judgement = (f"{_mode_label(cheapest)} is only {gain:.1%} cheaper than {_mode_label(use)}, within the "
+                         f"{TIE_MARGIN:.0%} margin of timing noise: the slim tier does not pay here: use {_mode_label(use)}.")
+        elif use["framework"] == "ar":
+            judgement = ("Speculative decoding itself does not pay here (every drafting row costs more than plain "
+                         "decoding), so neither does the slim tier: use ar (the target alone).")
         elif use["mode"] in TIER_MODES:
             judgement = "The slim tier pays here."
         else:
             judgement = f"The slim tier does not pay here: use {use['mode']}."
         lines.append(
             f"{framework}: cheapest within an LL drop of {max_ll_drop} and a regret of {max_regret} nats/token is "
-            f"{cheapest['mode']} ({cheapest['full_equivalent_per_token']:.3f} full-equivalent passes/token; "
+            f"{_mode_label(cheapest)} ({cheapest['full_equivalent_per_token']:.3f} full-equivalent passes/token; "
             f"all: {described}). " + judgement
         )
     return lines

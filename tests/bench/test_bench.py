@@ -231,6 +231,17 @@ def test_verdict_calls_a_tier_win_inside_the_noise_margin_a_tie_and_recommends_t
     assert "is lossy" in line and "The slim tier pays here." in line
 
 
+def test_verdict_recommends_plain_decoding_when_no_drafting_row_beats_it():
+    def row(framework, mode, feq, drop=0.0):
+        return {"framework": framework, "mode": mode, "full_equivalent_per_token": feq, "ll_drop": drop, "regret": 0.0}
+
+    rows = [row("ar", "-", 0.55), row("hf", "none", 0.71), row("hf", "lenient", 0.66), row("hf", "lossy", 0.60, 0.01)]
+    (line,) = verdict(rows)
+    assert "is ar (0.550" in line and "Speculative decoding itself does not pay here" in line and "use ar" in line
+    (line,) = verdict([row("ar", "-", 0.80)] + rows[1:])  # cheaper drafting rows: AR is only a candidate
+    assert "is lossy" in line and "The slim tier pays here." in line
+
+
 # ---------------------------------------------------------------------------- CLI, files, errors
 
 

@@ -119,3 +119,18 @@ def test_bench_refuses_an_unknown_spec_bench_category_before_loading(tmp_path):
     result = CliRunner().invoke(cli, ["bench", "--target", str(tmp_path), "--draft", "prompt-lookup",
                                       "--prompts", "spec-bench:poetry"])
     assert result.exit_code == 2 and "unknown Spec-Bench category 'poetry'" in result.output
+
+
+def test_draft_replaces_the_drafter_of_a_pair_and_target_with_pair_is_refused(chat_pair, tmp_path):
+    from viasd_adapt.cli.main import cli
+
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(cli, ["bench", "--pair", str(chat_pair), "--draft", "prompt-lookup", "--frameworks", "hf",
+                                      "--modes", "none", "--num-prompts", "1", "--max-new-tokens", "4", "--repeats", "1",
+                                      "--task-prompts", "0", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["run"]["draft"] == "prompt-lookup"
+    assert all(r["draft_passes_per_token"] in (0.0, None) for r in data["rows"])
+    refused = CliRunner().invoke(cli, ["tune", "--pair", str(chat_pair), "--target", str(chat_pair / "target")])
+    assert refused.exit_code == 2 and "either --pair or --target" in refused.output

@@ -101,6 +101,12 @@ def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):
         tuned.check_model(tiny_model("llama", 7, num_layers=6, vocab_size=112))
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 2 and "--force" in again.output
+    # the same pass counts priced with an H200's forward costs: a projected verdict, the measured choice kept
+    projected = CliRunner().invoke(cli, ["tune", "--pair", str(pair), "--reuse", str(tmp_path / "points.json"),
+                                         "--costs", "h200-llama2-7b", "--out", str(tmp_path / "projected.json")])
+    assert projected.exit_code == 0, projected.output
+    assert "PROJECTION, not a measurement" in projected.output and "  projected: VERDICT" in projected.output
+    assert TunedSettings.load(tmp_path / "projected.json").choice == tuned.choice
 
 
 def test_adapters_use_tuned_settings_only_with_the_mask_they_were_measured_with(char_pair):

@@ -57,9 +57,10 @@ def test_lossless_greedy_is_token_identical_to_ar(shipped_pair, prompts_and_refe
     from viasd_adapt.pair import RunRequest
     from viasd_adapt.settings import TierSettings
 
-    if framework == "eagle":
+    cases = [(prompt, reference, mode) for prompt, reference in prompts_and_reference for mode in ("none", "lossless")]
+    if framework == "eagle":  # EAGLE's tree costs tens of target tokens per cycle on a CPU: one prompt, lossless
         pytest.importorskip("eagle", reason="needs eagle-llm: pip install --no-deps eagle-llm==1.2.1")
-    for prompt, reference in prompts_and_reference:
-        for mode in ("none", "lossless"):
-            out = frameworks.run(framework, shipped_pair, RunRequest(mode, prompt.ids, NEW_TOKENS, TierSettings(mode=mode)))
-            assert out.tokens == reference, (framework, prompt.label, mode)
+        cases = [case for case in cases[:2] if case[2] == "lossless"]
+    for prompt, reference, mode in cases:
+        out = frameworks.run(framework, shipped_pair, RunRequest(mode, prompt.ids, NEW_TOKENS, TierSettings(mode=mode)))
+        assert out.tokens == reference, (framework, prompt.label, mode)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 
 from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, delta_message, verdict
+from viasd_adapt.bench.projection import PROJECTION_COLUMNS, load_cost_model, project_rows
 from viasd_adapt.bench.prompt_sets import spec_bench_prompts
 from viasd_adapt.bench.report import (FIDELITY_COLUMNS, SPEED_COLUMNS, format_costs, format_group_tables, format_table, plot_rows,
                                       result_json, save_json)
@@ -124,6 +125,7 @@ def run_bench_session(
     cost_repeats: int = 15,
     per_category: int | None = None,
     chat: str = "auto",
+    costs: str | Path | None = None,
 ) -> dict[str, Any]:
     """Runs the bench and reports it through ``echo``; returns the JSON document.
 
@@ -157,6 +159,7 @@ def run_bench_session(
         tier_note = ""
     settings = tier_settings_from_options(base, preset, alpha1=alpha1, alpha2=alpha2, lenience=lenience, gamma=gamma)
     sampling = SamplingConfig.from_temperature(temperature)
+    cost_model = load_cost_model(costs) if costs else None  # a bad file fails before any model loads
     spec_bench = is_spec_bench(prompts_file)
     if per_category is not None and not spec_bench:
         raise ConfigError("--per-category is for --prompts spec-bench[:TASK,...]")
@@ -208,6 +211,18 @@ def run_bench_session(
         echo("verdict:")
         for line in judgement:
             echo(f"  {line}")
+    projection = None
+    if cost_model is not None:
+        projected = project_rows(result.rows, cost_model, pair.routing, settings.gamma + 1)
+        echo(f"\nPROJECTION, not a measurement: the pass counts measured above, priced with the forward costs of "
+             f"{cost_model.label} ({cost_model.source or 'cost file'}):")
+        echo(format_table(projected, PROJECTION_COLUMNS))
+        projected_verdict = verdict(projected, max_ll_drop, max_regret)
+        for line in projected_verdict:
+            echo(f"  projected: {line}")
+        projection = {"cost_model": cost_model.__dict__, "rows": [
+            {k: r.get(k) for k in ("framework", "mode", "full_equivalent_per_token", "projected_speedup_vs_ar")} for r in projected],
+            "verdict": projected_verdict}
     echo(f"bench wall time {result.wall_seconds:.1f}s")
     run_info = {
         # argv[0] by name only: a results file must not carry the path of the machine that ran it
@@ -232,6 +247,7 @@ def run_bench_session(
         "max_ll_drop": max_ll_drop,
         "max_regret": max_regret,
         "verdict": judgement,
+        "projection": projection,
     }
     data = result_json(result, run_info)
     if json_path:

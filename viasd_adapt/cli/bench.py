@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, finite
+from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, finite, pair_option_paths
 from viasd_adapt.spec_bench import is_spec_bench
 
 
@@ -73,6 +73,8 @@ def bench_options(function):
         click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the rows as JSON."),
         click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a PNG."),
         chat_option,
+        click.option("--costs", default=None, help="Also price the measured pass counts with another machine's forward costs "
+                     "(a cost file, or a shipped one: h200-llama2-7b, h200-llama2-13b) and print the projected verdict."),
     ]
     for option in reversed(options):
         function = option(function)
@@ -92,12 +94,7 @@ def bench(target_path, draft_path, pair, eagle_head, **options) -> None:
     from viasd_adapt.errors import ConfigError
 
     if pair is not None:
-        if target_path or draft_path:
-            raise ConfigError("give either --pair or --target/--draft, not both")
-        from viasd_adapt.models.registry import resolve_pair
-
-        paths = resolve_pair(pair)
-        target_path, draft_path = paths.target, paths.draft
+        paths, target_path, draft_path = pair_option_paths(pair, target_path, draft_path)
         eagle_head = eagle_head or paths.eagle_head
         from viasd_adapt.tuning.artifact import tiered_point, tuned_mask_path
 

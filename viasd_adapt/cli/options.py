@@ -55,6 +55,19 @@ class DraftPath(ModelPath):
         return super().convert(value, param, ctx)
 
 
+def pair_option_paths(pair: str, target_path, draft_path):
+    """``(PairPaths, target, drafter)`` for ``--pair NAME``: the pair's target, and its drafter unless
+    ``--draft`` names another (``--pair smollm2 --draft prompt-lookup``). ``--target`` with ``--pair``
+    is refused: the pair's mask and tuned settings belong to its target."""
+    from viasd_adapt.errors import ConfigError
+    from viasd_adapt.models.registry import resolve_pair
+
+    if target_path:
+        raise ConfigError("give either --pair or --target, not both (--draft may replace the pair's drafter)")
+    paths = resolve_pair(pair)
+    return paths, paths.target, draft_path or paths.draft
+
+
 chat_option = click.option(
     "--chat", type=click.Choice(CHAT_CHOICES), default="auto", show_default=True,
     help="Prompts through the tokenizer's chat template: auto (when it has one), on, or off (plain text).")
@@ -78,4 +91,4 @@ def finite(min: float | None = None, max: float | None = None, min_open: bool = 
     return FiniteFloat(min=min, max=max, min_open=min_open, max_open=max_open)
 
 
-__all__ = ["DRAFT_HELP", "TARGET_HELP", "DraftPath", "FiniteFloat", "ModelPath", "chat_option", "finite"]
+__all__ = ["DRAFT_HELP", "TARGET_HELP", "DraftPath", "FiniteFloat", "ModelPath", "chat_option", "finite", "pair_option_paths"]

@@ -33,11 +33,12 @@ def _load_model(path: Path, role: str):
 
 
 def _load_tokenizer(path: Path, role: str, required: bool):
-    from transformers import AutoTokenizer
+    from viasd_adapt.errors import ViasdError
+    from viasd_adapt.pair import load_tokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError, TypeError) as err:
+        return load_tokenizer(path)  # a model folder or a .gguf file (its tokenizer comes from the cache)
+    except (ViasdError, OSError, ValueError, TypeError) as err:
         if required:
             raise ConfigError(f"no usable tokenizer with the {role} model at {path}: {err}") from None
         return None
@@ -72,6 +73,9 @@ def _load_tokenizer(path: Path, role: str, required: bool):
               help="The target's greedy calibration windows, reused while target, prompts and settings are unchanged "
                    "[default: <out>.windows.pt beside the mask].")
 @click.option("--no-window-cache", is_flag=True, help="Regenerate the calibration windows and write no cache.")
+@click.option("--objective", type=click.Choice(["auto", "routed", "q-only"]), default="auto", show_default=True,
+              help="routed: C(u||p) + C(q||u) (the paper); q-only: C(q||u); auto: q-only for a prompt-lookup drafter "
+                   "(no distribution of its own), routed otherwise.")
 @click.option("--bo-every", "bo_every", type=int, default=5, show_default=True,
               help="theta: a BoTorch proposal every theta steps (0 = random search only).")
 @click.option("--patience", type=int, default=40, show_default=True,
@@ -99,19 +103,16 @@ def _load_tokenizer(path: Path, role: str, required: bool):
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads [default: torch's choice].")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, steps, price, escalation_rate, cycle_cost,
-           window_cache_path, no_window_cache, bo_every, patience, seed, calib_file,
+           window_cache_path, no_window_cache, objective, bo_every, patience, seed, calib_file,
            calib_pairs, calib_continuation, calib_prompts, heldout_prompts, new_tokens, prompt_tokens, out_path, force,
            plot_path, compare_random, threads, no_progress) -> None:
     """DIMR: search the routing mask of the slim verifier (guided search with BoTorch, or random + BoTorch)."""
     started = time.perf_counter()
     check_ratio(ratio)
     if pair is not None:
-        if target_path or draft_path:
-            raise ConfigError("give either --pair or --target/--draft, not both")
-        from viasd_adapt.models.registry import resolve_pair
+        from viasd_adapt.cli.options import pair_option_paths
 
-        resolved = resolve_pair(pair)
-        target_path, draft_path = resolved.target, resolved.draft
+        _, target_path, draft_path = pair_option_paths(pair, target_path, draft_path)
     if target_path is None or draft_path is None:
         raise ConfigError("both --target and --draft are required (or --pair)")
     if compare_random < 0:
@@ -224,7 +225,8 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
                               compare_random=compare_random, new_tokens=new_tokens,
                               on_step=on_step, calibration_info=calibration_info, space=mask_space,
                               calib_references=calib_references, continuation=calib_continuation,
-                              window_cache=window_cache)
+                              window_cache=window_cache,
+                              drafter_term=objective == "routed" or (objective == "auto" and str(draft_path) != "prompt-lookup"))
     finally:
         for bar in bars:
             bar.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, finite
+from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, finite, pair_option_paths
 
 
 def _floats(value: str, option: str = "") -> tuple[float, ...]:
@@ -84,9 +84,11 @@ def _read_tune_json(path: Path) -> dict:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Frontier PNG [default: <out>-frontier.png].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Every point as JSON.")
+@click.option("--costs", default=None, help="Also price every point's measured pass counts with another machine's forward costs "
+              "(a cost file, or a shipped one: h200-llama2-7b, h200-llama2-13b) and print the projected verdict (not written).")
 def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, alpha1_values, alpha2_values, lenience_values,
          greedy_gates, gamma, max_ll_drop, max_overrule, max_regret, reuse_path, retime, num_prompts, calib, chat, max_new_tokens,
-         temperature, out_path, force, plot_path, json_path) -> None:
+         temperature, out_path, force, plot_path, json_path, costs) -> None:
     """Sweep VIA-SD (alpha1, alpha2, r) and the lenient baseline; write the cheapest setting within a fidelity budget."""
     import torch
     from tqdm import tqdm
@@ -101,12 +103,8 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     from viasd_adapt.tuning.tune import tune as run_tune
 
     if pair is not None:
-        if target_path or draft_path:
-            raise ConfigError("give either --pair or --target/--draft, not both")
-        from viasd_adapt.models.registry import resolve_pair
-
-        paths = resolve_pair(pair)
-        target_path, draft_path, mask_path = paths.target, paths.draft, mask_path or paths.mask
+        paths, target_path, draft_path = pair_option_paths(pair, target_path, draft_path)
+        mask_path = mask_path or paths.mask
     if target_path is None or draft_path is None:
         raise ConfigError("give --pair NAME, or --target and --draft")
     sampling = SamplingConfig.from_temperature(temperature)
@@ -125,7 +123,10 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     ensure_writable(plot_path, "--plot")
     if json_path:
         ensure_writable(json_path, "--json")
-    reused = _read_tune_json(reuse_path) if reuse_path is not None else None  # a wrong file fails before any load
+    reused = _read_tune_json(reuse_path) if reuse_path is not None else None
+    from viasd_adapt.bench.projection import load_cost_model
+
+    cost_model = load_cost_model(costs) if costs else None  # a bad cost file fails before any load  # a wrong file fails before any load
     torch.set_num_threads(1)
     quiet_transformers()
     loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device="cpu")
@@ -161,6 +162,13 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
                           bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False), chat=chat)
     for line in describe(result):
         click.echo(line)
+    if cost_model is not None:
+        from viasd_adapt.tuning.tune import projected
+
+        click.echo(f"PROJECTION, not a measurement: the same pass counts priced with the forward costs of {cost_model.label} "
+                   f"({cost_model.source or 'cost file'}); tuned.json keeps the measured choice")
+        for line in describe(projected(result, cost_model, gamma)):
+            click.echo(f"  projected: {line}")
     artifact = artifact_of(result, loaded, folder=out_path.parent)  # masks named relative to the tuned file
     click.echo(f"wrote {artifact.save(out_path)} ({result.seconds:.0f}s); frontier -> {plot_frontiers(result, plot_path)}")
     if json_path:

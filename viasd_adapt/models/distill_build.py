@@ -31,16 +31,16 @@ from viasd_adapt.models.drafter_distill import DistillPreset
 
 SMOLLM2 = DistillPreset(
     name="smollm2",
-    num_prompts=1024,
+    num_prompts=640,
     max_new_tokens=128,
     num_layers=1,
     draft_vocab_size=8192,
-    epochs=3.0,
+    epochs=4.0,
     batch_size=8,
-    learning_rate=1e-3,
+    learning_rate=3e-3,
     init_layers=(0,),
-    eagle_head_examples=96,
-    eagle_head_epochs=2.0,
+    eagle_head_examples=192,
+    eagle_head_epochs=4.0,
     notes="a 1-layer drafter sharing SmolLM2-135M-Instruct's embedding, 8192-token drafting vocabulary",
 )
 

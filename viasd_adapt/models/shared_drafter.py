@@ -22,6 +22,7 @@ target by name, before anything is built.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,12 @@ MARKER = "viasd_drafter.json"
 FORMAT = "viasd-adapt/shared-embedding-drafter"
 WEIGHTS = "model.safetensors"
 BIAS_KEY = "viasd.draft_vocab_bias"  # in WEIGHTS: the drafting vocabulary's logit bias
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def is_shared_drafter(path: str | Path) -> bool:
@@ -116,6 +123,7 @@ def save_drafter(model: nn.Module, token_ids: torch.Tensor, target: nn.Module, d
     tensors = {k: v.detach().to(dtype).contiguous() for k, v in own_state(model).items()}
     tensors[BIAS_KEY] = bias.detach().to(dtype).contiguous()
     save_file(tensors, str(directory / WEIGHTS), metadata={"format": "pt"})
+    os.chmod(directory / WEIGHTS, 0o666 & ~_umask())  # safetensors writes 0600; the other files are 0644
     marker = {
         "format": FORMAT,
         "embedding": "target",

@@ -367,7 +367,8 @@ class WindowCache:
         return write_atomic(self.path, lambda tmp: torch.save(data, tmp), "calibration window cache")
 
     def report(self) -> dict:
-        return {"path": str(self.path) if self.path else None, "hits": self.hits, "misses": self.misses,
+        # the file's name only: an artifact must not carry a path of the machine that made it
+        return {"path": self.path.name if self.path else None, "hits": self.hits, "misses": self.misses,
                 "generate_seconds": round(self.generate_seconds, 2)}
 
 

@@ -44,7 +44,6 @@ import torch
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.search.candidates import (
     Bits,
-    BudgetSpace,
     FixedCountSpace,
     MaskSpace,
     bits_from_skipped,

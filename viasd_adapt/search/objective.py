@@ -121,11 +121,14 @@ class MaskObjective:
     ``prefix``: start each mask's forward at its first skipped layer from the target's stored
     residual stream (:class:`PrefixStates`; same result, less work). ``batch_size`` None runs all
     windows in one forward when they fit :data:`~viasd_adapt.search.calibration.BATCH_TOKENS`.
-    ``seconds`` accumulates the time spent scoring.
+    ``seconds`` accumulates the time spent scoring. ``drafter_term=False`` scores C_alpha2(q || u)
+    alone: for a drafter with no distribution of its own (prompt lookup), where a proxy p (the
+    target's first layer) would pull u towards a model that agrees with q 5% of the time.
     """
 
     def __init__(self, target: nn.Module, calibration: CalibrationSet, settings: TierSettings | None = None,
-                 batch_size: int | None = None, prefix: bool = True):
+                 batch_size: int | None = None, prefix: bool = True, drafter_term: bool = True):
+        self.drafter_term = drafter_term
         self.target = target
         self.calibration = calibration
         self.settings = settings or TierSettings()
@@ -156,7 +159,10 @@ class MaskObjective:
         s, cal = self.settings, self.calibration
         logp_slim = self.slim_log_probs(mask)
         self.evaluations += 1
-        cost = routed_path_cost(cal.logp_full, logp_slim, cal.logp_draft, s.alpha1, s.alpha2, s.beta)
+        if self.drafter_term:
+            cost = routed_path_cost(cal.logp_full, logp_slim, cal.logp_draft, s.alpha1, s.alpha2, s.beta)
+        else:  # no drafter distribution worth scoring against: u as q's stand-in, C_alpha2(q || u)
+            cost = block_cost(cal.logp_full, logp_slim, s.alpha2, s.beta)
         delta = routing_delta(cal.logp_full, logp_slim, cal.logp_draft, alpha=s.alpha2, beta=s.beta,
                               alpha_slim=(s.alpha1, s.alpha2))
         result = MaskScore(float(cost.sum()), float(delta.sum()), argmax_agreement(logp_slim, cal.logp_full),

@@ -166,6 +166,7 @@ def search_mask(
     calib_references: Sequence[Sequence[int]] | None = None,
     continuation: str = "target-model",
     window_cache: "cal.WindowCache | None" = None,
+    drafter_term: bool = True,
 ) -> SearchOutcome:
     """Calibrate once, run DIMR, score the random baseline, and build the artifact.
 
@@ -197,7 +198,7 @@ def search_mask(
         windows = window_cache.windows(target, calib_ids, new_tokens, pad_id) if window_cache is not None else None
         calibration = cal.build_calibration(target, draft, calib_ids, new_tokens, pad_id, windows=windows)
     windows_seconds = window_cache.generate_seconds if window_cache is not None else None
-    objective = MaskObjective(target, calibration, tier)
+    objective = MaskObjective(target, calibration, tier, drafter_term=drafter_term)
     calibration_seconds = time.perf_counter() - started
 
     def cost(bits) -> float:
@@ -286,7 +287,8 @@ def search_mask(
         "alpha1": tier.alpha1,
         "alpha2": tier.alpha2,
         "beta": tier.beta,
-        "objective": "C_alpha1(u||p) + C_alpha2(q||u), relu margins, summed over tau continuation positions",
+        "objective": ("C_alpha1(u||p) + C_alpha2(q||u), relu margins, summed over tau continuation positions" if drafter_term
+                      else "C_alpha2(q||u) only (the drafter has no distribution), relu margins, summed over tau continuation positions"),
         "delta_reading": "C_alpha2(q||p) - [C_alpha1(u||p) + C_alpha2(q||u)]",
         "strategy": ("guided: " + settings.label() + " (per-layer probes, structured warm starts, swap trust region, "
                      "additive surrogate + SingleTaskGP lower confidence bound)") if isinstance(settings, GuidedSettings)

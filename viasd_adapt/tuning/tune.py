@@ -31,6 +31,7 @@ from viasd_adapt import frameworks
 from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, TIE_MARGIN, recommend
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent, measure_forward_costs
 from viasd_adapt.bench.fidelity import score_output
+from viasd_adapt.bench.projection import CostModel, project_costs_per_mask
 from viasd_adapt.bench.prompt_sets import BenchPrompt
 from viasd_adapt.chat import encode_prompt
 from viasd_adapt.checks import check_real
@@ -453,7 +454,28 @@ def describe(result: TuneResult) -> list[str]:
     else:
         lines.append(f"VERDICT: the slim tier does not pay on this pair at this budget; the cheapest setting is "
                      f"{chosen.family} ({_short(chosen.settings)}), and that is what is written")
+    plain = ar_full_equivalent(result)
+    if plain is not None and plain < chosen.full_equivalent:
+        lines.append(f"NOTE: plain decoding (the target alone, one 1-token pass per token) costs {plain:.3f} full-equivalent "
+                     f"passes/token here, less than the written setting ({chosen.full_equivalent:.3f}): speculative "
+                     "decoding itself does not pay with this drafter on this machine; generate without a drafter")
     return lines
+
+
+def projected(result: TuneResult, model: CostModel, gamma: int) -> TuneResult:
+    """The sweep's pass counts priced with a :class:`~viasd_adapt.bench.projection.CostModel` (another
+    machine's forward costs), and the choice made again under them."""
+    masks = {name: RoutingMask.from_bits(info["bits"]) for name, info in result.masks.items()}
+    return result.repriced(project_costs_per_mask(model, {None: None, **masks}, gamma + 1))
+
+
+def ar_full_equivalent(result: TuneResult) -> float | None:
+    """What plain autoregressive decoding costs in the tune's own units: one 1-token target pass per
+    token, priced by the forward costs measured in the same run (c_full / c_full_block)."""
+    costs = result.costs.get("None") or next(iter(result.costs.values()), None)
+    if not costs or not costs.get("c_full") or not costs.get("c_full_block"):
+        return None
+    return costs["c_full"] / costs["c_full_block"]
 
 
 def _short(settings: TierSettings) -> str:

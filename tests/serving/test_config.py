@@ -1,0 +1,116 @@
+"""What an engine asks the vLLM plugin for: the tuned.json it reads and the model check (no vLLM needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from transformers import AutoConfig
+
+from viasd_adapt.errors import ConfigError, ModelMismatchError
+from viasd_adapt.serving.config import check_model, config_fingerprint, parse_request
+
+ASSETS = Path(__file__).resolve().parents[2] / "viasd_adapt" / "assets"
+DEMO_TUNED = ASSETS / "demo" / "tuned.json"
+
+
+def _request(**viasd):
+    return {"viasd": viasd}
+
+
+def test_an_engine_that_did_not_ask_gets_stock_vllm():
+    assert parse_request(None) is None
+    assert parse_request({}) is None
+    assert parse_request({"some_other_plugin": {"x": 1}}) is None
+
+
+def test_the_tuned_lenience_is_served():
+    rule = parse_request(_request(tuned=str(DEMO_TUNED)))
+    tuned = json.loads(DEMO_TUNED.read_text())
+    assert tuned["choice"] == "lenient"
+    assert rule.lenience == tuned["settings"]["lenience"] and not rule.is_stock
+    assert "overrule" in rule.describe()
+
+
+def test_lenience_can_be_overridden_to_zero():
+    rule = parse_request(_request(tuned=str(DEMO_TUNED), lenience=0))
+    assert rule.lenience == 0.0 and rule.is_stock
+
+
+def test_plain_sd_choice_serves_stock(tmp_path):
+    data = json.loads(DEMO_TUNED.read_text())
+    data["choice"], data["settings"]["mode"] = "sd", "none"
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(data))
+    assert parse_request(_request(tuned=str(path))).lenience == 0.0
+
+
+def test_a_slim_tier_choice_is_refused_with_the_reason(tmp_path):
+    data = json.loads(DEMO_TUNED.read_text())
+    data["choice"], data["settings"]["mode"] = "viasd", "lossy"
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="docs/serving.md"):
+        parse_request(_request(tuned=str(path)))
+
+
+@pytest.mark.parametrize("request_, match", [
+    ({"viasd": "tuned.json"}, "must be a dict"),
+    (_request(), "needs 'tuned'"),
+    (_request(tuned="x.json", lenient=0.3), "unknown key"),
+    (_request(tuned=str(DEMO_TUNED), lenience=1.0), r"lenience must be a number in \[0, 1\)"),
+    (_request(tuned=str(DEMO_TUNED), lenience=-0.1), "lenience"),
+    (_request(tuned=str(DEMO_TUNED), lenience="0.3"), "lenience"),
+    (_request(tuned=str(DEMO_TUNED), audit=3), "audit"),
+    (_request(tuned="/nonexistent/tuned.json"), "does not exist"),
+])
+def test_bad_requests_are_refused(request_, match):
+    with pytest.raises(ConfigError, match=match):
+        parse_request(request_)
+
+
+def test_a_file_that_is_not_tuned_settings_is_refused(tmp_path):
+    bad = tmp_path / "mask.json"
+    bad.write_text(json.dumps({"mask": [1, 0]}))
+    with pytest.raises(ConfigError, match="not a viasd-adapt tuned-settings file"):
+        parse_request(_request(tuned=str(bad)))
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        parse_request(_request(tuned=str(bad)))
+
+
+def test_the_model_it_was_tuned_on_is_accepted():
+    folder = ASSETS / "demo" / "target"
+    rule = parse_request(_request(tuned=str(DEMO_TUNED)))
+    check_model(rule, AutoConfig.from_pretrained(folder), str(folder))
+
+
+def test_another_model_of_the_same_shape_is_refused_by_its_weights():
+    # demo-ee's target has demo's architecture and sizes (retrained with early-exit losses):
+    # only the weight sketch read from its safetensors tells them apart
+    folder = ASSETS / "demo-ee" / "target"
+    cfg = AutoConfig.from_pretrained(folder)
+    rule = parse_request(_request(tuned=str(DEMO_TUNED)))
+    assert config_fingerprint(cfg)["num_layers"] == rule.fingerprint["num_layers"]
+    with pytest.raises(ModelMismatchError, match="tuned on another model") as err:
+        check_model(rule, cfg, str(folder))
+    assert str(folder) in str(err.value) and str(DEMO_TUNED) in str(err.value)  # both named
+
+
+def test_another_architecture_is_refused_by_name():
+    cfg = AutoConfig.from_pretrained(ASSETS / "demo" / "target")
+    cfg.num_hidden_layers, cfg.hidden_size = 30, 576
+    rule = parse_request(_request(tuned=str(DEMO_TUNED)))
+    with pytest.raises(ModelMismatchError, match=r"16 layers.*this engine serves 'HuggingFaceTB/SmolLM2-135M-Instruct'.*30 layers"):
+        check_model(rule, cfg, "HuggingFaceTB/SmolLM2-135M-Instruct")  # a hub id: sizes alone are compared
+
+
+def test_a_file_without_fingerprint_is_refused(tmp_path):
+    data = json.loads(DEMO_TUNED.read_text())
+    data["fingerprint"] = {}
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(data))
+    rule = parse_request(_request(tuned=str(path)))
+    with pytest.raises(ModelMismatchError, match="no model fingerprint"):
+        check_model(rule, AutoConfig.from_pretrained(ASSETS / "demo" / "target"), "m")

@@ -1,0 +1,155 @@
+"""Measured pass counts priced with forward costs measured elsewhere: the projected verdict.
+
+Pass counts (drafter, slim, full, resumed and one-token passes per token) do not depend on the
+hardware; their prices do. On these CPUs a 6-token block pass costs about 1.7 one-token passes; on
+a GPU about one. So ``viasd bench --costs FILE`` and ``viasd tune --costs FILE`` also price every
+row's (point's) measured pass counts with a *cost model* from another machine, and judge the
+verdict again with them. The result is a projection, labelled as one: it assumes the other
+machine's drafter acceptance and the tier's decisions are what this run measured (they are:
+decisions depend on the models, not the hardware), and that time is spent in forwards only.
+
+A cost file (``viasd_adapt/assets/costs/*.json``, or your own; units are ratios):
+
+* ``block_over_single``: a (gamma + 1)-token target pass over a 1-token one (1.09 on an H200 at 7B);
+* ``slim_over_block``: a slim pass over a full block pass, measured at skip ratio ``slim_ratio``;
+* ``draft_over_single``: a drafter pass over a 1-token target pass (0 for prompt lookup, which
+  runs no model; a row that made no drafter pass pays nothing for it anyway).
+
+A mask skipping another share of layers is priced by layers: a pass costs ``o + (1 - o) * f``
+of a block pass, where ``f`` is the share of decoder layers it runs and the overhead ``o``
+(embeddings, LM head) is solved from the file's own slim measurement. The resumed full pass (q
+continuing from the slim verifier's hidden states at its first skipped layer s1) runs layers s1..L.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.models.registry import shipped_dir
+from viasd_adapt.routing.mask import RoutingMask
+
+COST_FORMAT = "viasd-adapt/forward-costs"
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Forward costs of another machine, as ratios (module docstring)."""
+
+    label: str
+    block_over_single: float
+    slim_over_block: float | None = None
+    slim_ratio: float | None = None
+    draft_over_single: float = 0.0
+    source: str = ""
+
+    @property
+    def overhead(self) -> float:
+        """The share of a block pass that does not scale with the layers run (solved from the slim
+        measurement; 0 without one)."""
+        if self.slim_over_block is None or not self.slim_ratio:
+            return 0.0
+        return min(max((self.slim_over_block - (1.0 - self.slim_ratio)) / self.slim_ratio, 0.0), 1.0)
+
+    def layer_share_cost(self, share: float) -> float:
+        """A pass that runs ``share`` of the decoder layers, in full block passes."""
+        return self.overhead + (1.0 - self.overhead) * share
+
+    def forward_costs(self, mask: RoutingMask | None, block_length: int) -> ForwardCosts:
+        """:class:`ForwardCosts` in units of one full block pass, for a run with ``mask``."""
+        c_slim = c_resume = None
+        if mask is not None:
+            layers = mask.num_layers
+            c_slim = self.layer_share_cost((layers - mask.num_skipped) / layers)
+            if mask.first_skipped > 0:
+                c_resume = self.layer_share_cost((layers - mask.first_skipped) / layers)
+        c_full = 1.0 / self.block_over_single
+        return ForwardCosts(c_draft=self.draft_over_single * c_full, c_slim=c_slim, c_resume=c_resume, c_full_block=1.0,
+                            c_full=c_full, context_length=0, block_length=block_length)
+
+
+def _positive(data: dict, key: str, source: str, required: bool = True) -> float | None:
+    value = data.get(key)
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
+            or (required and value == 0):
+        raise ConfigError(f"cost file {source}: {key!r} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def load_cost_model(name_or_path: str | Path) -> CostModel:
+    """A cost file by path, or by the name of a shipped one (``h200-llama2-7b``, ``h200-llama2-13b``)."""
+    path = Path(name_or_path).expanduser()
+    if not path.is_file():
+        shipped = shipped_dir() / "costs" / f"{name_or_path}.json"
+        if not shipped.is_file():
+            known = ", ".join(sorted(p.stem for p in (shipped_dir() / "costs").glob("*.json")))
+            raise ConfigError(f"--costs {name_or_path}: no such file, nor a shipped cost model (shipped: {known})")
+        path = shipped
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"cost file {path} cannot be read as JSON: {err}") from None
+    if not isinstance(data, dict) or data.get("format") != COST_FORMAT:
+        raise ConfigError(f"cost file {path} is not a {COST_FORMAT} file (its 'format' field)")
+    source = str(path)
+    slim, ratio = _positive(data, "slim_over_block", source, False), _positive(data, "slim_ratio", source, False)
+    if (slim is None) != (ratio is None) or (ratio is not None and not 0 < ratio < 1):
+        raise ConfigError(f"cost file {path}: 'slim_over_block' needs 'slim_ratio' in (0, 1) beside it")
+    return CostModel(label=str(data.get("label") or path.stem), block_over_single=_positive(data, "block_over_single", source),
+                     slim_over_block=slim, slim_ratio=ratio,
+                     draft_over_single=_positive(data, "draft_over_single", source, False) or 0.0,
+                     source=str(data.get("source") or ""))
+
+
+def row_passes(row: dict) -> PassCounts | None:
+    """A bench row's pass counts per token (its medians), or None when it kept none."""
+    full = row.get("full_passes_per_token")
+    if full is None:
+        return None
+    if row["framework"] == "ar":
+        return PassCounts(single=full)
+    return PassCounts(draft=row.get("draft_passes_per_token") or 0.0, slim=row.get("slim_passes_per_token") or 0.0,
+                      full=full, resumed=row.get("resumed_passes_per_token") or 0.0)
+
+
+def project_rows(rows: list[dict], model: CostModel, mask: RoutingMask | None, block_length: int) -> list[dict]:
+    """The rows with ``full_equivalent_per_token`` and the analytic speedup over AR re-priced by
+    ``model`` (the measured values kept as ``measured_*``)."""
+    costs = model.forward_costs(mask, block_length)
+    projected = []
+    for row in rows:
+        passes = row_passes(row)
+        if passes is None:
+            projected.append(dict(row, measured_full_equivalent_per_token=row.get("full_equivalent_per_token"),
+                                  full_equivalent_per_token=None, projected_speedup_vs_ar=None))
+            continue
+        projected.append(dict(row, measured_full_equivalent_per_token=row.get("full_equivalent_per_token"),
+                              full_equivalent_per_token=full_equivalent(costs, passes),
+                              projected_speedup_vs_ar=analytic_bound(costs, passes, row.get("framework") == "pearl")))
+    return projected
+
+
+def project_costs_per_mask(model: CostModel, masks: dict[str | None, RoutingMask | None], block_length: int
+                           ) -> dict[str | None, ForwardCosts]:
+    """:meth:`CostModel.forward_costs` for each mask of a tune sweep (None: the runs without one)."""
+    return {name: model.forward_costs(mask, block_length) for name, mask in masks.items()}
+
+
+PROJECTION_COLUMNS = (
+    ("row", None, None),
+    ("feq/tok measured", "measured_full_equivalent_per_token", "{:.3f}"),
+    ("feq/tok projected", "full_equivalent_per_token", "{:.3f}"),
+    ("x_ar projected", "projected_speedup_vs_ar", "{:.2f}"),
+    ("LL_drop", "ll_drop", "{:+.3f}"),
+    ("regret", "regret", "{:.3f}"),
+)
+
+
+__all__ = ["COST_FORMAT", "CostModel", "PROJECTION_COLUMNS", "load_cost_model", "project_costs_per_mask", "project_rows",
+           "row_passes"]
