@@ -36,13 +36,13 @@ for step in $STEPS; do
       python benchmarks/capacity_gap.py study --target-pair demo-ee --exits 6,8,10 --prompts 8 --tokens 32 \
         --json "$OUT/capacity_demo-ee.json" --plot "$OUT/capacity_demo-ee.png" | tee "$OUT/capacity_demo-ee.txt" ;;
     smollm2)
-      viasd search --pair smollm2 --ratio 0.1 --steps 45 --calib-prompts 8 --heldout-prompts 8 --new-tokens 24 \
+      viasd search --pair smollm2 --draft prompt-lookup --ratio 0.1 --steps 45 --calib-prompts 8 --heldout-prompts 8 --new-tokens 24 \
         --threads 1 --no-window-cache --force --out viasd_adapt/assets/smollm2/mask.json --no-progress \
         --plot "$OUT/search_smollm2_r0.1.png" | tee "$OUT/search_smollm2_r0.1.txt"
-      viasd tune --pair smollm2 --prompts 8 --max-new-tokens 32 --alpha1 0,0.5 --alpha2 0,0.3 \
+      viasd tune --pair smollm2 --draft prompt-lookup --prompts 8 --max-new-tokens 32 --alpha1 0,0.5 --alpha2 0,0.3 \
         --greedy-gates top --force --costs h200-llama2-7b \
         --plot "$OUT/tune_smollm2.png" --json "$OUT/tune_smollm2.json" | tee "$OUT/tune_smollm2.txt"
-      viasd bench --pair smollm2 --prompts spec-bench --per-category 2 --frameworks hf \
+      viasd bench --pair smollm2 --draft prompt-lookup --prompts spec-bench --per-category 2 --frameworks hf \
         --modes none,lenient,lossless,lossy --repeats "${REPEATS:-1}" --max-new-tokens 48 --costs h200-llama2-7b \
         --json "$OUT/bench_smollm2_spec_bench.json" | tee "$OUT/bench_smollm2_spec_bench.txt" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;

@@ -19,6 +19,7 @@ from torch import nn
 
 from viasd_adapt.checks import check_drafter_reads_source, check_same_tokenizer, check_same_vocabulary
 from viasd_adapt.errors import ConfigError, ViasdError
+from viasd_adapt.io import relative_name
 from viasd_adapt.metrics import TierMetrics
 from viasd_adapt.models.gguf import gguf_model_folder, is_gguf_path
 from viasd_adapt.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP, PromptLookupSpec
@@ -44,7 +45,8 @@ class MaskInfo:
             "bits": self.mask.bits(),
             "skipped_layers": list(self.mask.skipped),
             "first_skipped": self.mask.first_skipped,
-            "source": self.source,
+            # a report travels: the mask file by its name relative to the working folder, not a machine path
+            "source": self.source if self.is_fallback else relative_name(self.source, Path.cwd()),
             "is_fallback": self.is_fallback,
             "delta": self.artifact.delta if self.artifact is not None else None,
         }

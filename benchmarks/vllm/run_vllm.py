@@ -6,11 +6,13 @@ output) and measures vLLM v1 on it, one engine per configuration:
 * ``ar``: the target alone;
 * ``ngram``: vLLM's n-gram proposer (prompt lookup), gamma = 5, n-gram sizes 1..2 like the
   project's prompt-lookup drafter;
-* ``ngram+lenient0`` / ``ngram+lenient``: the same with the viasd plugin serving the lenient rule
-  (``viasd_adapt.serving.vllm_plugin``), at lenience 0 (must be token-identical to ``ngram``)
-  and at the tuned lenience;
-* ``draft`` / ``eagle`` only when the project has a trained drafter / EAGLE head for the pair
-  (``--draft``, ``--eagle-head``): rows that cannot run are written with the reason.
+* ``draft``: vLLM's draft-model proposer with the project's trained drafter (``--draft``, a folder
+  ``prepare.py --export-draft`` wrote; approximate, see there);
+* ``eagle``: vLLM's EAGLE proposer with the project's head (``--eagle-head``), when vLLM can read it
+  faithfully; otherwise the JSON's ``skipped`` says why;
+* ``BASE+lenient0`` / ``BASE+lenient``: BASE with the viasd plugin serving the lenient rule
+  (``viasd_adapt.serving.vllm_plugin``) at lenience 0 (must be token-identical to BASE) and at the
+  ``--tuned`` file's lenience, with the plugin's audit.
 
 Each runs at batch 1 (one request at a time) and batch 8 (eight requests per ``generate`` call,
 ``max_num_seqs=8``), greedy, the bench's token cap, stopping at EOS as ``viasd bench`` does on
@@ -33,12 +35,28 @@ import gc
 import json
 import os
 import platform
+import re
 import sys
 import time
 from pathlib import Path
 
 GAMMA = 5  # the project's default draft block (TierSettings.gamma)
 MAX_NGRAM = 2  # viasd_adapt.prompt_lookup.DEFAULT_MAX_NGRAM
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def portable(text: str) -> str:
+    """A results file carries no machine paths (tests/core/test_shipped_assets.py): the repository
+    root is dropped, the home folder becomes ``~`` and the temp folder ``<tmp>``."""
+    text = text.replace(str(REPO) + "/", "")
+    text = text.replace(str(Path.home()) + "/", "~/")
+    return re.sub(r"(?<![\w.~])/tmp/", "<tmp>/", text)
+
+
+def write_result(path: str, result: dict) -> None:
+    Path(path).write_text(portable(json.dumps(result, indent=1)))
 
 
 def agreement(tokens: list[int], reference: list[int]) -> int:
@@ -118,12 +136,14 @@ def run_config(name: str, kwargs: dict, data: dict, batches: list[int], args) ->
     from vllm.inputs import TokensPrompt
 
     prompts = data["prompts"]
+    audit_path = ((kwargs.get("additional_config") or {}).get("viasd") or {}).get("audit")
+    if audit_path:  # a file left by an earlier run would be read as this engine's starting counts
+        Path(audit_path).unlink(missing_ok=True)
     build = time.perf_counter()
     llm = LLM(model=data["model_folder"], dtype="float32", enforce_eager=True, max_num_seqs=max(batches),
               max_model_len=args.max_model_len, disable_log_stats=False, seed=0, **kwargs)
     build = time.perf_counter() - build
     params = SamplingParams(temperature=0.0, max_tokens=data["max_new_tokens"])
-    audit_path = ((kwargs.get("additional_config") or {}).get("viasd") or {}).get("audit")
     rows = []
     for batch in batches:
         before, audit_before = spec_counters(llm), read_audit(audit_path)
@@ -212,9 +232,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name}: skipped ({why})", flush=True)
             continue
         result["rows"] += run_config(name, kwargs, data, batches, args)
-        Path(args.out).write_text(json.dumps(result, indent=1))
+        write_result(args.out, result)
     compare_with_stock(result["rows"])
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    write_result(args.out, result)
     print(f"wrote {args.out}")
     return 0
 

@@ -114,10 +114,8 @@ def test_the_tiny_eagle_head_runs_in_eagle_and_matches_greedy(built):
     ea_model = eagle.load_ea_model(target_dir, pair_dir / "eagle_head")
     ids = torch.tensor([[5, 17, 99, 200, 31]])
     reference = load_model(target_dir, CPU, "target").generate(ids, max_new_tokens=12, do_sample=False)[0, 5:].tolist()
-    for mode in ("none", "lenient"):
-        out = eagle.generate(ea_model, ids, 12, settings=TierSettings(mode=mode, lenience=0.0) if mode == "lenient"
-                             else TierSettings(mode=mode))
-        assert out.tokens == reference, mode
+    out = eagle.generate(ea_model, ids, 12, settings=TierSettings(mode="none"))  # eagle's own loop, our head
+    assert out.tokens == reference
 
 
 def test_an_interrupted_build_leaves_nothing_half_written(tmp_path, monkeypatch):
@@ -153,3 +151,16 @@ def test_unknown_distillation_preset_is_refused():
     with pytest.raises(ConfigError, match="unknown distillation preset 'nope'"):
         build_distilled("nope")
     assert set(distill_build.DISTILL_PRESETS) == {"smollm2"}
+
+
+def test_the_same_seed_rebuilds_identical_weights(built, tmp_path, monkeypatch):
+    target_dir, pair_dir = built
+    monkeypatch.setenv("VIASD_CACHE", str(tmp_path / "fresh-cache"))  # the answers are generated again too
+    again = build_distilled(TINY, out_dir=tmp_path / "pairs", target_path=target_dir, progress=False)
+    assert (again / "draft/model.safetensors").read_bytes() == (pair_dir / "draft/model.safetensors").read_bytes()
+    import json
+
+    markers = [json.loads((p / "draft" / MARKER).read_text()) for p in (pair_dir, again)]
+    assert markers[0]["draft_vocab"] == markers[1]["draft_vocab"]
+    first, second = (torch.load(p / "eagle_head" / "pytorch_model.bin") for p in (pair_dir, again))
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)

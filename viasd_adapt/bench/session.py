@@ -19,6 +19,8 @@ from viasd_adapt.bench.prompt_sets import spec_bench_prompts
 from viasd_adapt.bench.report import (FIDELITY_COLUMNS, SPEED_COLUMNS, format_costs, format_group_tables, format_table, plot_rows,
                                       result_json, save_json)
 from viasd_adapt.bench.run import DEFAULT_MODES, BenchConfig, run_bench
+from viasd_adapt.io import relative_name
+from viasd_adapt.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP
 from viasd_adapt.prompts import read_prompts_file
 from viasd_adapt.pair import LoadedPair, load_pair
 from viasd_adapt.sampling import SamplingConfig
@@ -228,9 +230,10 @@ def run_bench_session(
         # argv[0] by name only: a results file must not carry the path of the machine that ran it
         "command": " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else "",
         "label": label,
-        "target": str(target_path),
-        "draft": str(draft_path),
-        "eagle_head": str(eagle_head) if eagle_head else None,
+        # names relative to the working folder (else the last component): results travel, machine paths don't
+        "target": relative_name(target_path, Path.cwd()),
+        "draft": str(draft_path) if str(draft_path) == PROMPT_LOOKUP else relative_name(draft_path, Path.cwd()),
+        "eagle_head": relative_name(eagle_head, Path.cwd()) if eagle_head else None,
         "mask": pair.mask.to_dict() if pair.mask is not None else None,
         "tuned": tuned.to_json() if tuned is not None else None,
         "settings": settings.to_dict(),
