@@ -40,10 +40,10 @@ for step in $STEPS; do
         --threads 1 --no-window-cache --force --out viasd_adapt/assets/smollm2/mask.json --no-progress \
         --plot "$OUT/search_smollm2_r0.1.png" | tee "$OUT/search_smollm2_r0.1.txt"
       viasd tune --pair smollm2 --draft prompt-lookup --prompts 8 --max-new-tokens 32 --alpha1 0,0.5 --alpha2 0,0.3 \
-        --greedy-gates top --force --costs h200-llama2-7b \
+        --greedy-gates top --force --costs h200-llama2-7b --out "$OUT/tuned_smollm2_prompt_lookup.json" \
         --plot "$OUT/tune_smollm2.png" --json "$OUT/tune_smollm2.json" | tee "$OUT/tune_smollm2.txt"
       viasd bench --pair smollm2 --draft prompt-lookup --prompts spec-bench --per-category 2 --frameworks hf \
-        --modes none,lenient,lossless,lossy --repeats "${REPEATS:-1}" --max-new-tokens 48 --costs h200-llama2-7b \
+        --modes none,lenient,lossless,lossy --lenience 0.2 --repeats "${REPEATS:-1}" --max-new-tokens 48 --costs h200-llama2-7b \
         --json "$OUT/bench_smollm2_spec_bench.json" | tee "$OUT/bench_smollm2_spec_bench.txt" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

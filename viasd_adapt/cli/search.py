@@ -23,13 +23,14 @@ def check_ratio(ratio: float) -> float:
     return ratio
 
 
-def _load_model(path: Path, role: str):
-    """A causal LM or an encoder-decoder model (T5, BART, Marian, Whisper) in float32 on the CPU."""
+def _load_model(path: Path, role: str, target=None):
+    """A causal LM or an encoder-decoder model (T5, BART, Marian, Whisper) in float32 on the CPU;
+    ``target`` assembles a drafter that shares its target's embedding (the smollm2 drafter)."""
     import torch
 
     from viasd_adapt.pair import load_model
 
-    return load_model(path, torch.device("cpu"), role)
+    return load_model(path, torch.device("cpu"), role, target=target)
 
 
 def _load_tokenizer(path: Path, role: str, required: bool):
@@ -152,7 +153,7 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
         draft = SlimVerifier(target, RoutingMask.from_bits([1] + [0] * (layers - 1))).model
         draft_tok = None
     else:
-        draft = _load_model(Path(draft_path), "draft")
+        draft = _load_model(Path(draft_path), "draft", target=target)
         draft_tok = _load_tokenizer(Path(draft_path), "draft", required=False)
     check_compatible(target, draft, target_tok, draft_tok)
 

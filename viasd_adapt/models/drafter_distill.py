@@ -216,7 +216,7 @@ def train_drafter(
         loss, agreement = distill_loss(drafter, rows, bias, [train[i] for i in picks], to_draft, pad)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)  # the layer and the vocabulary bias, which is not a drafter parameter
         optimizer.step()
         schedule.step()
         losses.append(loss.item())

@@ -30,6 +30,7 @@ from torch.nn import functional as F
 
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.models.distill_data import DistillExample
+from viasd_adapt.models.train import optimizer_step
 
 EMBEDDING_KEY = "embed_tokens.weight"
 SHARED_EMBEDDING = "target"  # value of the config's "viasd_embedding"
@@ -93,7 +94,7 @@ def train_head_on_examples(
     writes it to ``out_dir`` (atomically); returns its report."""
     from viasd_adapt.io import write_directory
     from viasd_adapt.models.drafter_distill import choose_draft_vocab, split_examples
-    from viasd_adapt.models.eagle_head import HEAD_FORMAT, build_head, head_config, target_weights_digest
+    from viasd_adapt.models.eagle_head import HEAD_FORMAT, head_config, target_weights_digest, trainable_head
     from viasd_adapt.models.gguf import gguf_model_folder, is_gguf_path
 
     started = time.perf_counter()
@@ -115,11 +116,7 @@ def train_head_on_examples(
 
     torch.manual_seed(seed)
     fields = head_config(target.config)
-    head = build_head(fields)
-    with torch.no_grad():
-        head.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
-    head.embed_tokens.weight.requires_grad_(False)
-    head.train()
+    head = trainable_head(target, fields)
     trainable = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=preset.eagle_head_learning_rate, weight_decay=0.0)
     batch_size = max(1, preset.batch_size // 2)
@@ -137,11 +134,7 @@ def train_head_on_examples(
         regression, classification, agreement = _head_batch(
             head, rows, to_draft, [train[i] for i in picks], [features[i] for i in picks], pad)
         loss = regression + CLASSIFICATION_WEIGHT * classification
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        optimizer.step()
-        schedule.step()
+        optimizer_step(head, optimizer, schedule, loss)  # frozen embedding: no gradient, not clipped
         agreements.append(agreement.item())
         if progress is not None and (step % 10 == 0 or step == steps - 1):
             window = agreements[-10:]

@@ -31,6 +31,7 @@ from torch.nn import functional as F
 
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.io import write_directory
+from viasd_adapt.models.train import optimizer_step
 
 HEAD_FORMAT = "viasd-adapt/eagle-head"
 
@@ -89,6 +90,16 @@ def build_head(config_fields: dict) -> nn.Module:
     head.gradient_checkpointing = False  # eagle's checkpointed path is only for huge heads
     head.diff_device = False
     return head
+
+
+def trainable_head(target: torch.nn.Module, fields: dict) -> torch.nn.Module:
+    """A fresh head in training mode whose token embedding is the target's, frozen: EAGLE reads the
+    target's own embedding, so only the head's layer and projection learn."""
+    head = build_head(fields)
+    with torch.no_grad():
+        head.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
+    head.embed_tokens.weight.requires_grad_(False)
+    return head.train()
 
 
 def _training_rows(tokenizer, seq_len: int, max_chars: int, seed: int) -> torch.Tensor:
@@ -163,11 +174,7 @@ def train_eagle_head(
     rows = _training_rows(tokenizer, seq_len, max_train_chars, seed)
 
     fields = head_config(target.config)
-    head = build_head(fields)
-    with torch.no_grad():
-        head.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
-    head.embed_tokens.weight.requires_grad_(False)
-    head.train()
+    head = trainable_head(target, fields)
     trainable = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=learning_rate, weight_decay=0.0)
     warmup = max(1, steps // 10)
@@ -182,12 +189,7 @@ def train_eagle_head(
         with torch.no_grad():
             features = target.model(input_ids=batch).last_hidden_state
         loss, agreement = head_loss(head, target.lm_head, features, batch, classification_weight)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
+        losses.append(optimizer_step(head, optimizer, schedule, loss))
         agreements.append(agreement.item())
         if progress and (step % 25 == 0 or step == steps - 1):
             print(f"eagle head step {step + 1}/{steps}: loss {losses[-1]:.4f}, top-1 agreement {agreements[-1]:.3f}")
