@@ -33,7 +33,6 @@ from typing import Callable, Sequence
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.distill_data import DistillExample
