@@ -211,7 +211,7 @@ def run_bench(
     prompt_ids = [p.ids for p in prompts]
     if not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
         raise ConfigError("every prompt must tokenize to at least one token")
-    groups = sorted({p.group for p in prompts} - {UNGROUPED}, key=[p.group for p in prompts].index)
+    groups = list(dict.fromkeys(p.group for p in prompts if p.group != UNGROUPED))  # in first-seen order
     rows, skipped, descriptions = plan_rows(pair, config)
     for name, reason in skipped.items():
         say(f"skipping framework {name}: {reason}")

@@ -95,6 +95,22 @@ def _round_to_fp16(model: torch.nn.Module) -> None:
     model.half().float()
 
 
+def start_build(preset_name: str, out_dir: str | Path | None) -> tuple[Path, Path]:
+    """``(pair folder, staging folder)`` of a build of ``preset_name`` under ``out_dir`` (default: the
+    cache). The destination is checked before any training, and the build writes into a hidden
+    staging folder beside it that :func:`install_build` renames into place, so an interrupted build
+    leaves nothing half-written where a pair is read."""
+    root = Path(out_dir).expanduser() if out_dir is not None else cache_dir()
+    pair_dir = root / preset_name
+    check_build_destination(pair_dir, preset_name)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        staging_dir = Path(tempfile.mkdtemp(prefix=f".{preset_name}-building-", dir=root))
+    except OSError as err:
+        raise ViasdError(f"cannot write the pair under {root}: {err.strerror or err}") from None
+    return pair_dir, staging_dir
+
+
 def build_pair(
     preset: str | Preset,
     out_dir: str | Path | None = None,
@@ -124,14 +140,7 @@ def build_pair(
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"threads must be an integer >= 1, got {threads!r}")
     preset = get_preset(preset) if isinstance(preset, str) else preset
-    root = Path(out_dir).expanduser() if out_dir is not None else cache_dir()
-    pair_dir = root / preset.name
-    check_build_destination(pair_dir, preset.name)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        staging_dir = Path(tempfile.mkdtemp(prefix=f".{preset.name}-building-", dir=root))
-    except OSError as err:
-        raise ViasdError(f"cannot write the pair under {root}: {err.strerror or err}") from None
+    pair_dir, staging_dir = start_build(preset.name, out_dir)
     started = time.perf_counter()
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import platform
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -142,8 +141,8 @@ def build_distilled(
     from a tiny random model with :data:`TINY`.
     """
     from viasd_adapt.io import write_json
-    from viasd_adapt.models.build import check_build_destination, install_build
-    from viasd_adapt.models.registry import DECLARATION, cache_dir, shipped_dir
+    from viasd_adapt.models.build import install_build, start_build
+    from viasd_adapt.models.registry import DECLARATION, shipped_dir
 
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"threads must be an integer >= 1, got {threads!r}")
@@ -153,14 +152,7 @@ def build_distilled(
         preset = DISTILL_PRESETS[preset]
     declared = target_path is None
     target = Path(target_path).expanduser() if target_path is not None else smollm2_target()
-    root = Path(out_dir).expanduser() if out_dir is not None else cache_dir()
-    pair_dir = root / preset.name
-    check_build_destination(pair_dir, preset.name)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{preset.name}-building-", dir=root))
-    except OSError as err:
-        raise ViasdError(f"cannot write the pair under {root}: {err.strerror or err}") from None
+    pair_dir, staging = start_build(preset.name, out_dir)
     say = (lambda message: print(message, flush=True)) if progress else None
     started = time.perf_counter()
     previous_threads = torch.get_num_threads()
