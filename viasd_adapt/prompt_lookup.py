@@ -32,9 +32,10 @@ from typing import Iterable
 import torch
 
 from viasd_adapt.errors import ConfigError
+from viasd_adapt.models.registry import PROMPT_LOOKUP
 
 DEFAULT_MAX_NGRAM = 2  # transformers' default max_matching_ngram_size for prompt lookup
-DRAFT_NAME = "prompt-lookup"
+DRAFT_NAME = PROMPT_LOOKUP
 
 
 def lookup_continuation(sequence: list[int], num_tokens: int, max_ngram: int = DEFAULT_MAX_NGRAM,

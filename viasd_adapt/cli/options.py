@@ -19,8 +19,8 @@ import click
 from click.types import FloatParamType
 
 from viasd_adapt.chat import CHAT_CHOICES
+from viasd_adapt.models.registry import PROMPT_LOOKUP
 
-PROMPT_LOOKUP = "prompt-lookup"  # viasd_adapt.prompt_lookup.DRAFT_NAME (not imported here: it imports torch)
 
 TARGET_HELP = "Target model: a directory saved with save_pretrained, or a .gguf file."
 DRAFT_HELP = (f"Drafter model: a directory saved with save_pretrained, a .gguf file, or {PROMPT_LOOKUP!r} "

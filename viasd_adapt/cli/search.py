@@ -14,6 +14,7 @@ import click
 from viasd_adapt.cli.options import finite
 
 from viasd_adapt.errors import ConfigError
+from viasd_adapt.models.registry import PROMPT_LOOKUP
 from viasd_adapt.io import ensure_writable, relative_name
 
 
@@ -143,7 +144,7 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     torch.manual_seed(seed)
     target = _load_model(Path(target_path), "target")
     target_tok = _load_tokenizer(Path(target_path), "target", required=True)
-    if str(draft_path) == "prompt-lookup":
+    if str(draft_path) == PROMPT_LOOKUP:
         # a prompt-lookup drafter has no distribution to score; p is the target's first layer + head
         from viasd_adapt.routing.layers import find_decoder_stack
         from viasd_adapt.routing.mask import RoutingMask
@@ -207,7 +208,7 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
 
     window_cache = None if no_window_cache else WindowCache(window_cache_path or default_cache_path(out_path))
     calibration_info = spec.to_dict()
-    if str(draft_path) == "prompt-lookup":
+    if str(draft_path) == PROMPT_LOOKUP:
         calibration_info["drafter_distribution"] = "target's first layer + head (prompt-lookup has no distribution)"
     from viasd_adapt.search.pipeline import uses_spec_bench
 
@@ -227,7 +228,7 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
                               on_step=on_step, calibration_info=calibration_info, space=mask_space,
                               calib_references=calib_references, continuation=calib_continuation,
                               window_cache=window_cache,
-                              drafter_term=objective == "routed" or (objective == "auto" and str(draft_path) != "prompt-lookup"))
+                              drafter_term=objective == "routed" or (objective == "auto" and str(draft_path) != PROMPT_LOOKUP))
     finally:
         for bar in bars:
             bar.close()

@@ -24,6 +24,9 @@ from pathlib import Path
 from viasd_adapt.errors import ViasdError
 
 CACHE_ENV_VAR = "VIASD_CACHE"
+#: The drafter name that means "no model: copy n-grams of the text" (:mod:`viasd_adapt.prompt_lookup`).
+#: Defined here, where nothing imports torch, so that option parsing and pair declarations share it.
+PROMPT_LOOKUP = "prompt-lookup"
 DEMO_PAIR = "demo"
 
 
@@ -69,7 +72,7 @@ def _declared_target(root: Path) -> tuple[Path | None, str | str, str | None] | 
     try:
         data = json.loads(declaration.read_text(encoding="utf-8"))
         package, filename, install = data["target"]["package"], data["target"]["file"], data["target"]["install"]
-        drafter = data.get("drafter", "prompt-lookup")
+        drafter = data.get("drafter", PROMPT_LOOKUP)
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ViasdError(f"{declaration} is not a pair declaration ({err})") from None
     spec = importlib.util.find_spec(package)
@@ -78,7 +81,7 @@ def _declared_target(root: Path) -> tuple[Path | None, str | str, str | None] | 
     target = Path(spec.origin).parent / filename
     if not target.is_file():
         return None, drafter, f"{target} is missing from the installed {package!r}; reinstall it: {install}"
-    drafter_path = drafter if drafter == "prompt-lookup" else root / drafter
+    drafter_path = drafter if drafter == PROMPT_LOOKUP else root / drafter
     return target, drafter_path, None
 
 
