@@ -75,12 +75,10 @@ from viasd_adapt.checks import (
     check_same_vocabulary,
     eos_ids,
 )
-from viasd_adapt.cycle import CycleOutcome
 from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate
 from viasd_adapt.prompt_lookup import DEFAULT_MAX_NGRAM, PromptLookupSpec
 from viasd_adapt.errors import ConfigError, ViasdError
-from viasd_adapt.hooks import TierObserver, make_plugin_manager
-from viasd_adapt.ledger import CycleLedger
+from viasd_adapt.hooks import make_plugin_manager
 from viasd_adapt.metrics import TierMetrics
 from viasd_adapt.routing.layers import find_decoder_stack, is_encoder_decoder, refuse_compile_wrapper
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
@@ -89,6 +87,7 @@ from viasd_adapt.sampling import ProcessorWarper
 from viasd_adapt.settings import Mode, TierSettings
 from viasd_adapt.tiers import verified_cycle
 from viasd_adapt.tuning.artifact import adapter_settings
+from viasd_adapt.verify_step import VerifyStep
 
 FRAMEWORK = "hf"
 _PATCHED_ATTRIBUTES = ("generate", "_get_candidate_generator")
@@ -456,8 +455,10 @@ def _tiered_generate(session: TierSession, original, args: tuple, kwargs: dict):
     reason = _fallback_reason(target, call) or _uncarried_inputs_reason(target, original, call)
     if reason is not None:
         return _fall_back(session, reason, lambda: original(**call))
-    if is_encoder_decoder(target):  # a source and a decoder prompt instead of one prompt
-        from viasd_adapt.adapters.hf_seq2seq import prepare_seq2seq_call
+    from viasd_adapt.model_kind import model_kind
+
+    if model_kind(target).encoder_decoder:  # a source and a decoder prompt instead of one prompt
+        from viasd_adapt.adapters.hf_seq2seq_loop import prepare_seq2seq_call
 
         prepare_seq2seq_call(target, call)
     else:
@@ -489,7 +490,7 @@ class _StockObserver:
     """
 
     def __init__(self, session: TierSession):
-        self.ledger = CycleLedger(TierObserver(session.plugin_manager, FRAMEWORK, session.mode.value))
+        self.step = VerifyStep(session.settings, FRAMEWORK, session.plugin_manager)
         self.pending: tuple[int, int] | None = None  # (committed length, drafts) of the open cycle
 
     def wrap(self, generator, kwargs: dict):
@@ -506,9 +507,9 @@ class _StockObserver:
             with contextlib.suppress(Exception):  # reading transformers' state may fail: then not counted
                 cycle = self._read(input_ids, int(num_matches))
             if cycle is not None:  # recording runs the user's observers: their errors are theirs to see
-                self.ledger.record(CycleOutcome(cycle[0], full_passes=1), drafted=cycle[1])
-                if not isinstance(generator, PromptLookupCandidateGenerator):  # lookup runs no model
-                    self.ledger.metrics.draft_passes += cycle[1]  # the stock assistant runs one forward per draft
+                # the stock assistant runs one forward per draft; prompt lookup runs no model
+                draft_passes = 0 if isinstance(generator, PromptLookupCandidateGenerator) else cycle[1]
+                self.step.observe(cycle[0], drafted=cycle[1], draft_passes=draft_passes)
             return update(input_ids, scores, num_matches, *args, **kw)
 
         generator.get_candidates = observed_get_candidates
@@ -532,8 +533,8 @@ def _generate_observed(session: TierSession, original, args: tuple, kwargs: dict
         output = original(*args, **kwargs)
     finally:
         session._call = None
-    session._record(observer.ledger.metrics)
-    return _attach(output, observer.ledger.metrics)
+    session._record(observer.step.metrics)
+    return _attach(output, observer.step.metrics)
 
 
 # ---------------------------------------------------------------------------- tiered modes: own loop
@@ -561,8 +562,15 @@ class _OwnLoop:
         config = generation_config
         max_new = check_max_new_tokens(int(config.max_length) - input_ids.shape[1])
         warper = ProcessorWarper(logits_processor, greedy=not bool(getattr(config, "do_sample", False)))
-        if is_encoder_decoder(model):  # input_ids are decoder ids; each row also reads its source
-            from viasd_adapt.adapters.hf_seq2seq import Seq2SeqRows
+        # One verify step for the call, every row's cycles through it. With prompt lookup the
+        # call's prompt_lookup_num_tokens is the block length, as in stock.
+        settings = self.session.settings if self.lookup is None else self.session.settings.with_(gamma=self.lookup[0])
+        self.step = VerifyStep(settings, FRAMEWORK, self.session.plugin_manager, greedy=warper.greedy)
+        from viasd_adapt.model_kind import model_kind
+
+        kind = model_kind(model)
+        if kind.encoder_decoder:  # input_ids are decoder ids; each row also reads its source
+            from viasd_adapt.adapters.hf_seq2seq_loop import Seq2SeqRows
 
             generate_row = Seq2SeqRows(self, model, input_ids, inputs_tensor, model_kwargs, max_new, warper,
                                        stopping_criteria, config)
@@ -586,10 +594,7 @@ class _OwnLoop:
         self.metrics = metrics
         sequences = _pad_right(input_ids, [r.tokens for r in rows], _pad_id(config))
         if config.return_dict_in_generate:
-            from transformers.generation.utils import GenerateDecoderOnlyOutput, GenerateEncoderDecoderOutput
-
-            output_class = GenerateEncoderDecoderOutput if is_encoder_decoder(model) else GenerateDecoderOnlyOutput
-            output = output_class(sequences=sequences)
+            output = kind.generate_output_class()(sequences=sequences)
             output.viasd_row_metrics = [r.metrics for r in rows]
             return output
         return sequences
@@ -600,10 +605,8 @@ class _OwnLoop:
         # No speculative margin: the engine shortens every block to the budget left, so no forward
         # (draft, verify or bonus) reaches past prompt + max_new positions.
         check_fits_context(model, prompt_ids.shape[0], max_new)
-        # With prompt lookup the call's prompt_lookup_num_tokens is the block length, as in stock.
-        settings = session.settings if self.lookup is None else session.settings.with_(gamma=self.lookup[0])
-        verifier = TieredVerifier(model, settings, warper, session.slim, session.plugin_manager,
-                                  framework=FRAMEWORK, share_prefix=session.share_prefix)
+        verifier = TieredVerifier(model, self.step.settings, warper, session.slim, session.plugin_manager,
+                                  framework=FRAMEWORK, share_prefix=session.share_prefix, step=self.step)
         if self.lookup is None:
             drafter = ModelDrafter(self.assistant, warper)
         else:

@@ -394,8 +394,9 @@ class PearlDecoder:
                 self.stats.wall_s = time.perf_counter() - start
         if self._run:
             self.stats.accepted_runs.append(self._run)
-        metrics.trim_to(len(generated))
-        metrics.draft_passes = self.drafter.passes - draft_passes_before
+        ledger = self.verifier.ledger
+        ledger.keep_first(len(generated))
+        ledger.count_draft_passes(self.drafter.passes - draft_passes_before)
         return PearlOutput(generated, metrics.token_tiers[:], metrics, self.stats)
 
     def _count_round(self, pending: DraftBlock) -> None:

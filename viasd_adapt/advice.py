@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Callable, Sequence, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Sequence, TypeVar
 
+from viasd_adapt.checks import check_real
+from viasd_adapt.errors import ConfigError
 from viasd_adapt.settings import TierSettings
 
 DEFAULT_MAX_LL_DROP = 0.02  # nats per token: the default fidelity budget of tune and the verdict
@@ -25,6 +28,51 @@ TIE_MARGIN = 0.03
 #: modes that run the slim tier, and the simpler ones a tier setting has to beat
 TIER_MODES = ("lossless", "lossy")
 SIMPLE_MODES = ("none", "lenient")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The fidelity budget: a setting qualifies when it stays within every bound that is set.
+
+    The one budget rule: ``viasd tune`` judges its points with it and the bench's
+    :func:`verdict` its rows, so the two can never disagree on what "within budget" means.
+
+    The default bounds both the log-likelihood drop and the regret. The drop alone can be gamed: a
+    setting that slides into high-likelihood repetition writes text the target finds *likelier*
+    than its own greedy output (a negative drop) while overruling many tokens; on the shipped demo
+    pair the cheapest such lossy setting had a drop of -0.016 with a regret of 0.135 nats/token and
+    an overrule rate of 0.18. The regret is local to each token and never negative, so it cannot be.
+    """
+
+    max_ll_drop: float | None = DEFAULT_MAX_LL_DROP
+    max_overrule: float | None = None
+    max_regret: float | None = DEFAULT_MAX_REGRET
+
+    def __post_init__(self) -> None:
+        if self.max_ll_drop is not None:
+            check_real("max_ll_drop", self.max_ll_drop, low=0.0)
+        if self.max_overrule is not None:
+            check_real("max_overrule", self.max_overrule, low=0.0, high=1.0)
+        if self.max_regret is not None:
+            check_real("max_regret", self.max_regret, low=0.0)
+        if self.max_ll_drop is None and self.max_overrule is None and self.max_regret is None:
+            raise ConfigError("a fidelity budget needs at least one bound (max_ll_drop, max_overrule or max_regret)")
+
+    def admits_values(self, *, exact: bool, ll_drop: float | None, overrule: float | None, regret: float | None,
+                      unmeasured_ok: Collection[str] = ()) -> bool:
+        """Whether a setting with these measurements is within the budget. An exact setting always
+        is. A bound that is set fails on a value that was not measured, unless its name ("ll_drop",
+        "overrule", "regret") is in ``unmeasured_ok``."""
+        if exact:
+            return True
+        bounds = (("ll_drop", self.max_ll_drop, ll_drop), ("overrule", self.max_overrule, overrule),
+                  ("regret", self.max_regret, regret))
+        return all(limit is None or (value <= limit if value is not None else name in unmeasured_ok)
+                   for name, limit, value in bounds)
+
+    def admits(self, point: Any) -> bool:
+        """Whether ``point`` (anything with ``exact``, ``ll_drop``, ``overrule`` and ``regret``) qualifies."""
+        return self.admits_values(exact=point.exact, ll_drop=point.ll_drop, overrule=point.overrule, regret=point.regret)
 
 
 def tier_beats(tier_cost: float, simple_cost: float | None, margin: float = TIE_MARGIN) -> bool:
@@ -94,12 +142,23 @@ def _mode_label(row: dict) -> str:
     return "ar" if row["framework"] == "ar" else row["mode"]
 
 
-def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regret: float = DEFAULT_MAX_REGRET) -> list[str]:
+def _row_within(row: dict, budget: Budget) -> bool:
+    """A bench row under the budget: ``ar``, ``none`` and ``lossless`` are exact; a row with no
+    regret column (an older results file) is judged on what it has."""
+    exact = row["framework"] == "ar" or row["mode"] in ("none", "lossless")
+    return budget.admits_values(exact=exact, ll_drop=row.get("ll_drop"), overrule=row.get("overrule_rate"),
+                                regret=row.get("regret"), unmeasured_ok=("regret",))
+
+
+def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regret: float = DEFAULT_MAX_REGRET,
+            max_overrule: float | None = None, budget: Budget | None = None) -> list[str]:
     """Per framework: the cheapest row (full-equivalent passes per token) within the fidelity
-    budget (LL drop and regret), among plain autoregressive decoding (the ``ar`` row, when the
-    bench ran it), untiered SD (none), lenient, lossless and lossy, and whether the tier won.
-    AR is a candidate because speculative decoding itself may not pay: on a CPU a block pass
-    costs well over one single-token pass, and a weak drafter may not make up for it."""
+    budget (:class:`Budget`: LL drop, regret and, when set, the overrule rate), among plain
+    autoregressive decoding (the ``ar`` row, when the bench ran it), untiered SD (none), lenient,
+    lossless and lossy, and whether the tier won. AR is a candidate because speculative decoding
+    itself may not pay: on a CPU a block pass costs well over one single-token pass, and a weak
+    drafter may not make up for it."""
+    budget = budget or Budget(max_ll_drop, max_overrule, max_regret)
     lines = []
     ar = [r for r in rows if r["framework"] == "ar" and r.get("full_equivalent_per_token") is not None]
     for framework in dict.fromkeys(r["framework"] for r in rows if r["mode"] != "-"):
@@ -108,9 +167,7 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
             if r["framework"] == framework and r["mode"] in ("none", "lenient", "lossless", "lossy")
             and r.get("full_equivalent_per_token") is not None
         ]
-        within = [r for r in candidates if r["framework"] == "ar" or r["mode"] in ("none", "lossless") or (
-            r.get("ll_drop") is not None and r["ll_drop"] <= max_ll_drop
-            and (r.get("regret") is None or r["regret"] <= max_regret))]
+        within = [r for r in candidates if _row_within(r, budget)]
         if not within:
             continue
         cheapest, use = recommend(within, cost=lambda r: r["full_equivalent_per_token"],
@@ -132,12 +189,24 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
         else:
             judgement = f"The slim tier does not pay here: use {use['mode']}."
         lines.append(
-            f"{framework}: cheapest within an LL drop of {max_ll_drop} and a regret of {max_regret} nats/token is "
+            f"{framework}: cheapest within {_budget_words(budget)} is "
             f"{_mode_label(cheapest)} ({cheapest['full_equivalent_per_token']:.3f} full-equivalent passes/token; "
             f"all: {described}). " + judgement
         )
     return lines
 
 
-__all__ = ["DEFAULT_MAX_LL_DROP", "DEFAULT_MAX_REGRET", "NegativeDeltaWarning", "SIMPLE_MODES", "TIER_MODES", "TIE_MARGIN",
+def _budget_words(budget: Budget) -> str:
+    """The budget as the verdict states it ("an LL drop of 0.02 and a regret of 0.02 nats/token")."""
+    words = []
+    if budget.max_ll_drop is not None:
+        words.append(f"an LL drop of {budget.max_ll_drop}")
+    if budget.max_regret is not None:
+        words.append(f"a regret of {budget.max_regret} nats/token")
+    if budget.max_overrule is not None:
+        words.append(f"an overrule rate of {budget.max_overrule}")
+    return " and ".join(words)
+
+
+__all__ = ["Budget", "DEFAULT_MAX_LL_DROP", "DEFAULT_MAX_REGRET", "NegativeDeltaWarning", "SIMPLE_MODES", "TIER_MODES", "TIE_MARGIN",
            "delta_message", "recommend", "tier_beats", "verdict", "warn_if_negative_delta"]

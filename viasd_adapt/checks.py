@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from viasd_adapt.errors import ConfigError, ModelMismatchError
+from viasd_adapt.model_kind import model_kind
 
 
 def check_max_new_tokens(max_new_tokens: Any) -> int:
@@ -152,37 +153,14 @@ def check_fits_positions(limit: int | None, prompt_length: int, max_new_tokens: 
 
 def check_drafter_reads_source(target: nn.Module, drafter: nn.Module, role: str = "drafter") -> None:
     """An encoder-decoder target's drafter must see the source too, and a decoder-only target's
-    drafter must not need one.
+    drafter must not need one (:meth:`viasd_adapt.model_kind.ModelKind.check_drafter` of the
+    target's kind).
 
     Accepted for an encoder-decoder target: an encoder-decoder drafter (its own encoder), or a
     decoder whose forward reads ``encoder_outputs`` (distil-Whisper's ``WhisperForCausalLM``),
     which then reads the target's encoder output and must have the target's hidden size.
     """
-    from viasd_adapt.routing.encdec import TARGET_ENCODER_OUTPUT, source_reader
-    from viasd_adapt.routing.layers import is_encoder_decoder
-
-    if not is_encoder_decoder(target):
-        if is_encoder_decoder(drafter):
-            raise ModelMismatchError(
-                f"the {role} {type(drafter).__name__} is an encoder-decoder model but the target {type(target).__name__} "
-                "is decoder-only: there is no source for its encoder"
-            )
-        return
-    reader = source_reader(drafter)
-    if reader is None:
-        raise ModelMismatchError(
-            f"the {role} {type(drafter).__name__} is a decoder-only model that cannot read the source of the "
-            f"encoder-decoder target {type(target).__name__}; use an encoder-decoder {role}, or a decoder that reads "
-            "encoder_outputs (e.g. WhisperForCausalLM)"
-        )
-    if reader == TARGET_ENCODER_OUTPUT:
-        width = getattr(target.config, "d_model", getattr(target.config, "hidden_size", None))
-        own = getattr(drafter.config, "d_model", getattr(drafter.config, "hidden_size", None))
-        if width is not None and own is not None and width != own:
-            raise ModelMismatchError(
-                f"the {role} {type(drafter).__name__} reads the target's encoder output ({width} wide) but its own "
-                f"width is {own}"
-            )
+    model_kind(target).check_drafter(target, drafter, role)
 
 
 def check_encoder_source(source: Any, what: str = "source") -> torch.Tensor:

@@ -13,7 +13,9 @@ Per mode (VIA-SD.md sections 4, 5 and 8):
 * ``lenient``: q verifies the drafts and accepts x when ``q(x) >= (1 - a) p(x)`` (sampling), or
   when ``q(x) >= (1 - a) max_v q(v)`` (greedy); ``a = 0`` is exactly ``none`` in both cases.
 * ``lossless``: the cascade p -> u -> q. u verifies the drafts losslessly and adds its own
-  correction (or bonus); q verifies those candidates against u's distribution.
+  correction (or bonus); q verifies those candidates against u's distribution. With
+  ``CyclePolicy.slim_extends_only`` u judges no draft and only adds the token after the block
+  (EAGLE's ``route`` strategy); q then verifies each candidate against the distribution it came from.
 * ``lossy`` / ``audit``: gate 1 (p -> u), the router (tier 2), escalation to q (tier 3); audit
   also runs q in shadow every cycle and scores each committed token against it.
 
@@ -38,6 +40,7 @@ from viasd_adapt.tiers import (
     audit_lenient_cycle,
     cascade_candidates,
     escalate,
+    extension_candidates,
     join_cycle,
     route_block,
     verified_cycle,
@@ -62,14 +65,16 @@ class Verifiers:
 
 @dataclass(frozen=True)
 class CyclePolicy:
-    """How a framework verifies: the settings, greedy or sampling, the rules, and whether a block
+    """How a framework verifies: the settings, greedy or sampling, the rules, whether a block
     that is committed whole earns a bonus token after it (PEARL's next block takes that position,
-    so it sets ``bonus_after_block=False``)."""
+    so it sets ``bonus_after_block=False``), and, in lossless mode, whether the slim verifier only
+    extends the block instead of judging it (:func:`~viasd_adapt.tiers.extension_candidates`)."""
 
     settings: TierSettings
     greedy: bool
     rules: TierRules = BUILTIN_RULES
     bonus_after_block: bool = True
+    slim_extends_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -220,7 +225,8 @@ def _cascade(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, stop
     """Mode lossless: p -> u -> q. Every committed token is q's (argmax, or exactly q-distributed)."""
     g, greedy = drafts.shape[0], policy.greedy
     u = calls.slim(drafts)
-    candidates, candidate_probs, n_kept = cascade_candidates(drafts, p, u, greedy, generator)
+    propose = extension_candidates if policy.slim_extends_only else cascade_candidates
+    candidates, candidate_probs, n_kept = propose(drafts, p, u, greedy, generator)
     if not policy.bonus_after_block and n_kept == g:
         candidates, candidate_probs = candidates[:g], candidate_probs[:g]  # u's bonus would be dropped
     q = calls.full(candidates)

@@ -1,8 +1,8 @@
 """Model plumbing around the one cycle function: the verify step and the draft -> verify loop.
 
-:class:`TieredVerifier` turns the target's runners into the lazy verifiers that
-:func:`viasd_adapt.cycle.decide_cycle` consults, and records each decided cycle through a
-:class:`~viasd_adapt.ledger.CycleLedger`. It decides nothing itself. Adapters supply drafts (HF
+:class:`TieredVerifier` is the decoder-only seam of the verify step: it turns the target's runners
+into the lazy verifiers that the run's :class:`~viasd_adapt.verify_step.VerifyStep` decides and
+records each cycle with. It decides and counts nothing itself. Adapters supply drafts (HF
 assistant model, PEARL's drafter thread, ...) and get back the committed tokens.
 
 KV caches: the target's runners (:mod:`viasd_adapt.routing.shared`) are asked about
@@ -14,7 +14,7 @@ slim verifier's first skipped layer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
 
 import pluggy
@@ -27,14 +27,12 @@ from viasd_adapt.checks import (
     check_max_new_tokens,
     check_prompt_ids,
     check_same_vocabulary,
-    check_settings,
     check_token_ids_in_vocabulary,
     eos_ids,
     vocab_size_of,
 )
-from viasd_adapt.cycle import CyclePolicy, StopRule, Verifiers, decide_cycle
+from viasd_adapt.cycle import CyclePolicy, StopRule, Verifiers
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.hooks import HookRules, TierObserver, make_plugin_manager
 from viasd_adapt.ledger import CycleLedger
 from viasd_adapt.metrics import TierMetrics
 from viasd_adapt.monitor import DrafterQualityMonitor
@@ -44,6 +42,7 @@ from viasd_adapt.runner import CachedRunner
 from viasd_adapt.sampling import SamplingConfig, Warper, as_warper, sample_or_argmax
 from viasd_adapt.settings import TierSettings
 from viasd_adapt.tiers import CycleResult
+from viasd_adapt.verify_step import VerifyStep
 
 
 class Drafter(Protocol):
@@ -124,6 +123,8 @@ class TieredVerifier:
             layer (:mod:`viasd_adapt.routing.shared`); off gives every model its own cache.
         runners: the target's runners, when the caller builds them (encoder-decoder targets:
             :class:`viasd_adapt.seq2seq.Seq2SeqTargetRunners`); None builds the decoder-only ones.
+        step: the run's verify step, when several verifiers serve one run (the rows of one HF
+            ``generate`` call); None builds one from the settings and ``plugin_manager``.
     """
 
     target: nn.Module
@@ -135,27 +136,39 @@ class TieredVerifier:
     bonus_after_block: bool = True
     share_prefix: bool = True
     runners: TargetRunners | None = None
-    ledger: CycleLedger = field(init=False)
+    step: VerifyStep | None = None
 
     def __post_init__(self) -> None:
-        check_settings(self.settings)
+        self.warper = as_warper(self.sampling)
+        if self.step is None:
+            self.step = VerifyStep(self.settings, self.framework, self.plugin_manager, greedy=self.warper.greedy,
+                                   bonus_after_block=self.bonus_after_block)
+        else:
+            self.step.new_generation(self.warper.greedy)
+        self.plugin_manager = self.step.plugin_manager
         mode = self.settings.mode
         if mode.uses_slim and self.slim is None:
             raise ConfigError(f"mode {mode.value!r} needs a routing mask (slim verifier); pass mask=...")
-        self.warper = as_warper(self.sampling)
-        self.plugin_manager = self.plugin_manager or make_plugin_manager()
-        self.observer = TierObserver(self.plugin_manager, self.framework, mode.value)
-        self.monitor = DrafterQualityMonitor(mode, self.warper.greedy, self.framework)  # warns when lossy commits junk drafts
-        rules = self.monitor.watch(HookRules(self.plugin_manager))
-        self.policy = CyclePolicy(self.settings, self.warper.greedy, rules, self.bonus_after_block)
         if self.runners is None:
             self.runners = make_target_runners(self.target, self.slim if mode.uses_slim else None, self.share_prefix)
-        self.ledger = self.monitor.ledger(self.observer)
         self.vocab_size = vocab_size_of(self.target)
 
     @property
+    def ledger(self) -> CycleLedger:
+        return self.step.ledger
+
+    @property
     def metrics(self) -> TierMetrics:
-        return self.ledger.metrics
+        return self.step.metrics
+
+    @property
+    def monitor(self) -> DrafterQualityMonitor:
+        """The drafter-quality evidence of the current generation."""
+        return self.step.monitor
+
+    @property
+    def policy(self) -> CyclePolicy:
+        return self.step.policy
 
     @property
     def greedy(self) -> bool:
@@ -163,8 +176,7 @@ class TieredVerifier:
 
     def new_generation(self) -> TierMetrics:
         """Starts a fresh metrics object (earlier outputs keep theirs); the caches are kept."""
-        self.ledger = self.monitor.ledger(self.observer)
-        return self.ledger.metrics
+        return self.step.new_generation(self.warper.greedy)
 
     def _dist(self, logits_of: Callable[[list[int], int], torch.Tensor], sequence: list[int], block: torch.Tensor,
               known: tuple[torch.Tensor, list[int]]) -> torch.Tensor:
@@ -177,7 +189,7 @@ class TieredVerifier:
         """The first token after the prompt, from one q prefill, recorded as its own cycle."""
         probs = self.warper.probs(prompt, self.runners.full_logits(prompt, 1))[0]
         token = sample_or_argmax(probs, self.greedy, generator)
-        self.ledger.record_prefill(token)
+        self.step.prefill(token)
         return token
 
     def verify(
@@ -208,10 +220,10 @@ class TieredVerifier:
         )
         resumed_before = runners.resumed_full_passes
         stop_after = (lambda kept: should_stop(sequence + kept)) if should_stop is not None else None
-        outcome = decide_cycle(drafts, p, verifiers, self.policy, generator,
-                               StopRule.of(max_tokens, eos_token_ids, stop_after), draft_ids=ids)
-        self.ledger.record(outcome, drafted=int(drafts.shape[0]))
-        self.metrics.resumed_full_passes += runners.resumed_full_passes - resumed_before
+        outcome = self.step.decide(drafts, p, verifiers, generator, StopRule.of(max_tokens, eos_token_ids, stop_after),
+                                   draft_ids=ids)
+        self.step.record(outcome, drafted=int(drafts.shape[0]),
+                         resumed_full_passes=runners.resumed_full_passes - resumed_before)
         return outcome.result
 
 
@@ -276,7 +288,7 @@ def speculative_generate(
         generated += result.tokens  # already cut to the budget, the first EOS and should_stop by verify()
         if on_tokens:
             on_tokens(result.tokens)
-    metrics.draft_passes = drafter.passes - draft_passes_before
+    verifier.ledger.count_draft_passes(drafter.passes - draft_passes_before)
     return GenerationOutput(generated, metrics.token_tiers[:], metrics)
 
 

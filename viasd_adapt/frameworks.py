@@ -24,6 +24,7 @@ import torch
 
 from viasd_adapt.checks import check_fits_context, check_max_new_tokens, check_prompt_ids, check_token_ids_in_vocabulary
 from viasd_adapt.errors import ConfigError
+from viasd_adapt.model_kind import DECODER_ONLY, ENCODER_DECODER, ModelKind, model_kind
 from viasd_adapt.pair import LoadedPair, RunOutput, RunRequest
 from viasd_adapt.settings import Mode
 
@@ -62,20 +63,20 @@ class Framework:
     takes_lookup: bool = False
     seq2seq_runner: str | None = None  # "module:function" for encoder-decoder pairs; None = unsupported
 
-    def load(self, encoder_decoder: bool = False) -> Runner:
-        runner = self.seq2seq_runner if encoder_decoder else self.runner
-        module, _, function = runner.partition(":")
+    def load(self, kind: ModelKind | bool = DECODER_ONLY) -> Runner:
+        """The runner for a target of ``kind`` (:func:`viasd_adapt.model_kind.model_kind`; a bool
+        is the former ``encoder_decoder`` flag), imported now."""
+        if isinstance(kind, bool):
+            kind = ENCODER_DECODER if kind else DECODER_ONLY
+        module, _, function = kind.runner_of(self).partition(":")
         return getattr(importlib.import_module(module), function)
 
     def unavailable(self, pair: LoadedPair | None = None) -> str | None:
         """Why this framework cannot run (with this pair), or None. What the framework cannot do
         at all comes first (an encoder-decoder target), before what it would need (a head, ...)."""
-        if pair is not None and self.seq2seq_runner is None and pair.target is not None:
-            from viasd_adapt.routing.layers import is_encoder_decoder
-
-            if is_encoder_decoder(pair.target):
-                return (f"runs decoder-only targets only; {type(pair.target).__name__} is an encoder-decoder model "
-                        "(use ar, engine or hf)")
+        if pair is not None and pair.target is not None and model_kind(pair.target).runner_of(self) is None:
+            return (f"runs decoder-only targets only; {type(pair.target).__name__} is an encoder-decoder model "
+                    "(use ar, engine or hf)")
         for module in self.needs_modules:
             if importlib.util.find_spec(module.split(".")[0]) is None:
                 return f"needs the Python package providing {module!r} (pip install --no-deps eagle-llm==1.2.1)"
@@ -108,23 +109,21 @@ def get(name: str) -> Framework:
 def run(name: str, pair: LoadedPair, request: RunRequest) -> RunOutput:
     """Runs ``request`` with framework ``name`` on ``pair``."""
     framework = get(name)
-    from viasd_adapt.routing.layers import is_encoder_decoder
-
     # Checked before what the framework needs (an EAGLE head, ...): asking for a head that could
     # never run an encoder-decoder target would send the user after the wrong thing.
-    encoder_decoder = is_encoder_decoder(pair.target)
-    if encoder_decoder and framework.seq2seq_runner is None:
-        supported = ", ".join(sorted(n for n, f in FRAMEWORKS.items() if f.seq2seq_runner))
-        raise ConfigError(f"framework {name!r} does not support encoder-decoder targets ({type(pair.target).__name__}); "
+    kind = model_kind(pair.target)
+    if kind.runner_of(framework) is None:
+        supported = ", ".join(sorted(n for n, f in FRAMEWORKS.items() if kind.runner_of(f)))
+        raise ConfigError(f"framework {name!r} does not support {kind.name} targets ({type(pair.target).__name__}); "
                           f"use one of: {supported}")
     reason = framework.unavailable(pair)
     if reason:
         raise ConfigError(f"framework {name!r} cannot run: {reason}")
     if request.mode == PLAIN and not framework.has_plain:
         raise ConfigError(f"framework {name!r} has no plain (viasd-adapt-free) path")
-    if not encoder_decoder:
+    if not kind.prompt_is_source:  # a source is checked against the encoder by its runner (request_source)
         check_request_fits(pair, request)
-    return framework.load(encoder_decoder)(pair, request)
+    return framework.load(kind)(pair, request)
 
 
 def check_request_fits(pair: LoadedPair, request: RunRequest) -> None:
@@ -164,17 +163,14 @@ def generation_config_for(pair: LoadedPair, request: RunRequest, **extra):
 
 def run_ar(pair: LoadedPair, request: RunRequest) -> RunOutput:
     """The target alone, with HF ``generate`` (every token is a full-verifier token)."""
-    from viasd_adapt.metrics import TierMetrics
-    from viasd_adapt.tiers import Tier
+    from viasd_adapt.ledger import plain_decoding_metrics
 
     torch.manual_seed(request.seed)
     ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=pair.device)
     with torch.no_grad():
         out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=generation_config_for(pair, request))
     tokens = out[0, len(request.prompt_ids):].tolist()
-    metrics = TierMetrics(cycles=len(tokens), full_passes=len(tokens), token_tiers=[int(Tier.FULL)] * len(tokens),
-                          accepted_lengths=[1] * len(tokens))
-    return RunOutput(tokens, metrics)
+    return RunOutput(tokens, plain_decoding_metrics(tokens))
 
 
 def run_engine(pair: LoadedPair, request: RunRequest) -> RunOutput:

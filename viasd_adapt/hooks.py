@@ -13,20 +13,19 @@ Third-party plugins are found through the ``viasd_adapt`` entry-point group::
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Iterable
 
 import pluggy
 import torch
 
-from viasd_adapt.rules import BUILTIN_RULES
+from viasd_adapt.hookmarkers import PROJECT_NAME, hookimpl, hookspec  # noqa: F401  (hookimpl: for plugin authors)
+from viasd_adapt.rules import BuiltinRules
 from viasd_adapt.settings import TierSettings
 
-PROJECT_NAME = "viasd_adapt"
 ENTRY_POINT_GROUP = "viasd_adapt"
-
-hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @dataclass(frozen=True)
@@ -78,24 +77,30 @@ class ViasdHookSpec:
         running :class:`~viasd_adapt.metrics.TierMetrics`."""
 
 
-class BuiltinRulesPlugin:
-    """The paper's rules (:class:`viasd_adapt.rules.BuiltinRules`) registered as a plugin."""
+#: The built-in rules are registered as they are: :class:`~viasd_adapt.rules.BuiltinRules` marks
+#: each of its methods as the ``trylast`` implementation of one rule hook. (The old name stays.)
+BuiltinRulesPlugin = BuiltinRules
 
-    @hookimpl(trylast=True)
-    def viasd_gate1_accept_prob(self, tokens, p, u, settings, greedy):
-        return BUILTIN_RULES.gate1_accept_prob(tokens, p, u, settings, greedy)
 
-    @hookimpl(trylast=True)
-    def viasd_slim_confidence(self, p, u, settings):
-        return BUILTIN_RULES.slim_confidence(p, u, settings)
+def _rule_hooks() -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """``(rule name, hook name, parameters)`` of every rule hook.
 
-    @hookimpl(trylast=True)
-    def viasd_slim_resolves(self, confidence, settings):
-        return BUILTIN_RULES.slim_resolves(confidence, settings)
+    Read off the two places that define them, so nothing here repeats the interface: the hook
+    names and parameters from :class:`ViasdHookSpec`, the short names the decision functions call
+    from the markers on :class:`~viasd_adapt.rules.BuiltinRules`.
+    """
+    found = []
+    for name, method in vars(BuiltinRules).items():
+        opts = getattr(method, f"{PROJECT_NAME}_impl", None)
+        if opts is None:
+            continue
+        hook = opts.get("specname") or name
+        parameters = tuple(inspect.signature(getattr(ViasdHookSpec, hook)).parameters)[1:]  # without self
+        found.append((name, hook, parameters))
+    return tuple(found)
 
-    @hookimpl(trylast=True)
-    def viasd_escalation_accept_prob(self, tokens, p, q, settings, greedy):
-        return BUILTIN_RULES.escalation_accept_prob(tokens, p, q, settings, greedy)
+
+RULE_HOOKS = _rule_hooks()
 
 
 BUILTIN_PLUGIN_NAME = "viasd-builtin-rules"
@@ -105,7 +110,7 @@ def make_plugin_manager(plugins: Iterable[object] = (), load_entrypoints: bool =
     """A plugin manager with the built-in rules, entry-point plugins, then ``plugins``."""
     manager = pluggy.PluginManager(PROJECT_NAME)
     manager.add_hookspecs(ViasdHookSpec)
-    manager.register(BuiltinRulesPlugin(), name=BUILTIN_PLUGIN_NAME)
+    manager.register(BuiltinRules(), name=BUILTIN_PLUGIN_NAME)
     if load_entrypoints:
         manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
     for plugin in plugins:
@@ -114,23 +119,22 @@ def make_plugin_manager(plugins: Iterable[object] = (), load_entrypoints: bool =
 
 
 class HookRules:
-    """Adapts a plugin manager to the :class:`~viasd_adapt.rules.TierRules` protocol, so the pure
-    decision functions call plugins without importing pluggy."""
+    """A plugin manager's rule hooks under the names the decision functions call.
+
+    :mod:`viasd_adapt.tiers` calls ``rules.gate1_accept_prob(tokens, p, u, settings, greedy)``
+    on :data:`~viasd_adapt.rules.BUILTIN_RULES` or on this object alike; here each such name calls
+    its hook (``viasd_gate1_accept_prob``) with the arguments by name, so the first plugin that
+    answers decides. The names come from :data:`RULE_HOOKS`: nothing of the interface is restated.
+    """
 
     def __init__(self, manager: pluggy.PluginManager):
         self.manager = manager
+        for rule, hook, parameters in RULE_HOOKS:
+            setattr(self, rule, partial(_call_by_name, getattr(manager.hook, hook), parameters))
 
-    def gate1_accept_prob(self, tokens, p, u, settings, greedy):
-        return self.manager.hook.viasd_gate1_accept_prob(tokens=tokens, p=p, u=u, settings=settings, greedy=greedy)
 
-    def slim_confidence(self, p, u, settings):
-        return self.manager.hook.viasd_slim_confidence(p=p, u=u, settings=settings)
-
-    def slim_resolves(self, confidence, settings):
-        return self.manager.hook.viasd_slim_resolves(confidence=confidence, settings=settings)
-
-    def escalation_accept_prob(self, tokens, p, q, settings, greedy):
-        return self.manager.hook.viasd_escalation_accept_prob(tokens=tokens, p=p, q=q, settings=settings, greedy=greedy)
+def _call_by_name(hook: Any, parameters: tuple[str, ...], *args: Any) -> Any:
+    return hook(**dict(zip(parameters, args)))
 
 
 class TierObserver:

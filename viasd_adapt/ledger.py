@@ -1,13 +1,15 @@
 """The one writer of :class:`~viasd_adapt.metrics.TierMetrics`: it records decided cycles and
 shows them to the observer hooks.
 
-Every adapter records through a :class:`CycleLedger`, so "count the cycle, then notify observers"
-exists once, and observers see exactly the tokens the metrics count, in the same order.
+Every framework records through a :class:`CycleLedger` (held by its
+:class:`~viasd_adapt.verify_step.VerifyStep`), so "count the cycle, then notify observers" exists
+once, and observers see exactly the tokens the metrics count, in the same order. Nothing else
+writes a :class:`TierMetrics` field: passes a framework runs outside a decided cycle (a drafter's
+forwards, resumed q passes), a cut after the fact and plain decoding come here too
+(tests/core/test_one_runtime.py checks it).
 """
 
 from __future__ import annotations
-
-from typing import Callable
 
 from viasd_adapt.cycle import CycleOutcome, StopRule
 from viasd_adapt.hooks import TierObserver
@@ -16,17 +18,13 @@ from viasd_adapt.tiers import CycleResult, Tier
 
 
 class CycleLedger:
-    """Records the cycles of one generation into ``metrics`` and notifies ``observer``.
-
-    ``watchers`` are internal listeners (the drafter-quality monitor) that see each recorded
-    cycle's tiers, after the metrics and before the observer hooks.
-    """
+    """Records the cycles of one generation into ``metrics`` and notifies ``observer`` (the
+    observer hooks, the drafter-quality monitor among them)."""
 
     def __init__(self, observer: TierObserver | None = None, metrics: TierMetrics | None = None,
-                 watchers: tuple[Callable[[list[int]], None], ...] = (), stop: StopRule | None = None):
+                 stop: StopRule | None = None):
         self.observer = observer
         self.metrics = metrics if metrics is not None else TierMetrics()
-        self.watchers = watchers
         # For frameworks whose own loop overshoots the budget or runs past EOS (EAGLE): each cycle is
         # cut here, before it is counted or shown to observers (cycles after the stop keep no token).
         self.stop = stop
@@ -64,8 +62,6 @@ class CycleLedger:
         self.metrics.resumed_full_passes += resumed_full_passes
         if outcome.audit is not None:
             self.metrics.record_audit(outcome.audit, offset=first_index)
-        for watcher in self.watchers:
-            watcher([int(t) for t in outcome.result.tiers])
         if self.observer is not None:
             self.observer.cycle(outcome.result, self.metrics, first_index)
 
@@ -74,4 +70,30 @@ class CycleLedger:
         self.record(CycleOutcome(CycleResult([int(token)], [Tier.FULL]), full_passes=1), drafted=0, draft_passes=draft_passes)
 
 
-__all__ = ["CycleLedger"]
+    def count_draft_passes(self, passes: int) -> None:
+        """Drafter forwards run outside the recorded cycles (a drafter model's own loop)."""
+        self.metrics.draft_passes += passes
+
+    def count_resumed_full_passes(self, passes: int) -> None:
+        """Of the full passes recorded, how many resumed at the slim verifier's first skipped layer."""
+        self.metrics.resumed_full_passes += passes
+
+    def keep_first(self, n_tokens: int) -> None:
+        """Drops what was recorded past ``n_tokens`` (a framework whose loop committed more than it
+        outputs: PEARL's last round, EAGLE's pending root)."""
+        self.metrics.trim_to(n_tokens)
+
+    def record_plain_decoding(self, tokens: list[int]) -> None:
+        """Autoregressive decoding by the target alone: one full pass, one tier-3 token, per token."""
+        for token in tokens:
+            self.record(CycleOutcome(CycleResult([int(token)], [Tier.FULL]), full_passes=1), drafted=0)
+
+
+def plain_decoding_metrics(tokens: list[int]) -> TierMetrics:
+    """The metrics of autoregressive decoding of ``tokens`` (the ``ar`` baseline rows)."""
+    ledger = CycleLedger()
+    ledger.record_plain_decoding(tokens)
+    return ledger.metrics
+
+
+__all__ = ["CycleLedger", "plain_decoding_metrics"]

@@ -25,23 +25,28 @@ threshold.
 It is a heuristic for an obvious failure, not a quality measurement: a drafter that passes it can
 still cost quality, which only ``audit`` measures.
 
-Wiring: :class:`~viasd_adapt.engine.TieredVerifier` wraps its rules with :meth:`watch` (to see u and
-the drafts at gate 1) and builds each generation's ledger with :meth:`ledger` (to see which drafts
-were committed, after the budget and EOS cut).
+Wiring: the monitor is a plugin, :class:`DrafterMonitorPlugin`. It wraps the gate-1 hook (to see
+u and the drafts) and observes each recorded cycle (to see which drafts were committed, after the
+budget and EOS cut), and hands both to the :class:`DrafterQualityMonitor` of the verify step that
+is deciding or recording in the calling thread (:class:`viasd_adapt.verify_step.VerifyStep` sets
+it around each call). So one plugin manager can serve several runs, and threads, without their
+evidence mixing, and no framework wires the monitor itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import warnings
 from dataclasses import dataclass
+from typing import Iterator
 
+import pluggy
 import torch
 
-from viasd_adapt.cycle import StopRule
-from viasd_adapt.hooks import TierObserver
-from viasd_adapt.ledger import CycleLedger
-from viasd_adapt.rules import TierRules, gather_token_probs
+from viasd_adapt.hookmarkers import hookimpl
+from viasd_adapt.rules import gather_token_probs
 from viasd_adapt.settings import Mode
 from viasd_adapt.tiers import Tier
 
@@ -105,15 +110,9 @@ class DrafterQualityMonitor:
         self.warned = False
         self._gate1: tuple[torch.Tensor, torch.Tensor] | None = None  # (drafts, u) of the open cycle
 
-    def watch(self, rules: TierRules) -> TierRules:
-        """``rules`` with gate 1 observed (as is when the monitor is inactive)."""
-        return _WatchedRules(rules, self) if self.active else rules
-
-    def ledger(self, observer: TierObserver | None, stop: StopRule | None = None) -> CycleLedger:
-        """A fresh ledger for a new generation (``stop``: see :class:`CycleLedger`); the evidence
-        starts again from zero."""
+    def start(self) -> None:
+        """A new generation: the evidence starts again from zero."""
         self.evidence, self.warned, self._gate1 = DrafterEvidence(), False, None
-        return CycleLedger(observer, watchers=(self._committed,) if self.active else (), stop=stop)
 
     def _saw_gate1(self, tokens: torch.Tensor, u: torch.Tensor) -> None:
         self._gate1 = (tokens, u)
@@ -176,24 +175,55 @@ def wilson_upper(successes: int, trials: int, z: float = 1.96) -> float:
     return (centre + spread) / (1 + z * z / trials)
 
 
-class _WatchedRules:
-    """The rules, with each gate-1 call's drafts and u noted for the monitor (no extra work)."""
+class DrafterMonitorPlugin:
+    """The monitor as a pluggy plugin (registered once per plugin manager, by the verify step).
 
-    def __init__(self, inner: TierRules, monitor: DrafterQualityMonitor):
-        self.inner, self.monitor = inner, monitor
+    It holds no evidence itself: each hook call goes to the monitor that the calling thread's
+    verify step put in place with :meth:`watching` (none outside a verify step's decide or record
+    call: then the plugin does nothing). The gate-1 hook is wrapped, never answered, so the rules
+    that decide are exactly those without the plugin.
+    """
 
-    def gate1_accept_prob(self, tokens, p, u, settings, greedy):
-        self.monitor._saw_gate1(tokens, u)
-        return self.inner.gate1_accept_prob(tokens, p, u, settings, greedy)
+    def __init__(self) -> None:
+        self._current = threading.local()
 
-    def slim_confidence(self, p, u, settings):
-        return self.inner.slim_confidence(p, u, settings)
+    @contextlib.contextmanager
+    def watching(self, monitor: DrafterQualityMonitor) -> Iterator[None]:
+        """``monitor`` receives this thread's hook calls for the duration of the block."""
+        previous = getattr(self._current, "monitor", None)
+        self._current.monitor = monitor if monitor.active else None
+        try:
+            yield
+        finally:
+            self._current.monitor = previous
 
-    def slim_resolves(self, confidence, settings):
-        return self.inner.slim_resolves(confidence, settings)
+    def _monitor(self) -> DrafterQualityMonitor | None:
+        return getattr(self._current, "monitor", None)
 
-    def escalation_accept_prob(self, tokens, p, q, settings, greedy):
-        return self.inner.escalation_accept_prob(tokens, p, q, settings, greedy)
+    @hookimpl(wrapper=True)
+    def viasd_gate1_accept_prob(self, tokens, p, u, settings, greedy):
+        monitor = self._monitor()
+        if monitor is not None:
+            monitor._saw_gate1(tokens, u)
+        return (yield)
+
+    @hookimpl(tryfirst=True)
+    def viasd_cycle_finished(self, cycle, metrics):
+        monitor = self._monitor()
+        if monitor is not None:
+            monitor._committed([int(t) for t in cycle.tiers])
 
 
-__all__ = ["DrafterEvidence", "DrafterQualityMonitor", "JunkThresholds", "ViasdQualityWarning", "wilson_upper"]
+MONITOR_PLUGIN_NAME = "viasd-drafter-monitor"
+
+
+def monitor_plugin_of(manager: pluggy.PluginManager) -> DrafterMonitorPlugin:
+    """The manager's monitor plugin, registered on first use (it is stateless between runs)."""
+    plugin = manager.get_plugin(MONITOR_PLUGIN_NAME)
+    if plugin is None:
+        plugin = DrafterMonitorPlugin()
+        manager.register(plugin, name=MONITOR_PLUGIN_NAME)
+    return plugin
+
+
+__all__ = ["MONITOR_PLUGIN_NAME", "DrafterEvidence", "DrafterMonitorPlugin", "DrafterQualityMonitor", "monitor_plugin_of", "JunkThresholds", "ViasdQualityWarning", "wilson_upper"]

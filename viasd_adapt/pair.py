@@ -18,10 +18,9 @@ import torch
 from torch import nn
 
 from viasd_adapt.checks import check_drafter_reads_source, check_same_tokenizer, check_same_vocabulary
-from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.io import relative_name
 from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.models.gguf import gguf_model_folder, is_gguf_path
+from viasd_adapt.models.loading import TOKENIZER_FILES, is_local_path, load_model, load_tokenizer, pick_device  # noqa: F401  (their old home)
 from viasd_adapt.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP, PromptLookupSpec
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, skip_count
@@ -83,12 +82,25 @@ class LoadedPair:
         return [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
 
 
+#: ``RunRequest.mode`` of a stock run: the framework without viasd-adapt at all (where such a path exists).
+STOCK_MODE = "plain"
+
+
 @dataclass(frozen=True)
 class RunRequest:
     """One generation by one framework.
 
-    ``mode`` is ``"plain"`` (the framework without viasd-adapt at all, where such a path exists)
-    or a tier mode; ``settings.mode`` is that mode for tier modes. ``stop_at_eos=False`` generates
+    Two kinds of run, told apart by :attr:`stock`:
+
+    * a **tiered** run (``stock=False``): viasd-adapt's verify step in the tier mode
+      ``settings.mode`` (``none``, the untiered baseline, included); ``mode`` is that mode's name;
+    * a **stock** run (``stock=True``): the framework as shipped, viasd-adapt not in the loop (HF's
+      own ``generate``, EAGLE's own ``eagenerate``); ``mode`` is ``"plain"`` and ``settings`` only
+      supply sizes such as ``gamma``.
+
+    ``mode`` is kept as the first field (and ``"plain"`` as its stock value) because every
+    framework runner and the bench's rows speak it; build requests with :meth:`tiered` and
+    :meth:`stock_run`, which cannot disagree with ``settings``. ``stop_at_eos=False`` generates
     exactly ``max_new_tokens`` (benchmarks: every row does the same amount of work).
     """
 
@@ -103,6 +115,21 @@ class RunRequest:
     # decoder_start_token_id); a target that reads features (Whisper) takes them here instead,
     # ``(1, mel, frames)`` (:func:`viasd_adapt.seq2seq.load_input_features`).
     input_features: Any = None
+
+    @property
+    def stock(self) -> bool:
+        """Whether this is the framework without viasd-adapt (``mode == "plain"``)."""
+        return self.mode == STOCK_MODE
+
+    @classmethod
+    def tiered(cls, prompt_ids: list[int], max_new_tokens: int, settings: TierSettings, **options: Any) -> "RunRequest":
+        """A run through viasd-adapt's verify step in ``settings.mode``."""
+        return cls(settings.mode.value, prompt_ids, max_new_tokens, settings, **options)
+
+    @classmethod
+    def stock_run(cls, prompt_ids: list[int], max_new_tokens: int, settings: TierSettings, **options: Any) -> "RunRequest":
+        """A run of the framework as shipped (no viasd-adapt); ``settings`` become untiered (mode none)."""
+        return cls(STOCK_MODE, prompt_ids, max_new_tokens, settings.with_(mode="none"), **options)
 
 
 @dataclass
@@ -122,116 +149,12 @@ class RunOutput:
 # ----------------------------------------------------------------------------- loading
 
 
-def pick_device(name: str = "auto") -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as err:
-        raise ConfigError(f"unknown device {name!r}: {err}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for but CUDA is not available")
-    return device
-
-
-# Files from which transformers can build a tokenizer; a directory with none of them is not one.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "spiece.model", "vocab.json",
-                   "vocab.txt", "merges.txt")
-
-
-def _load_errors() -> tuple[type[BaseException], ...]:
-    """What loading a damaged checkpoint raises (besides the usual OSError/ValueError): a truncated
-    safetensors file, a truncated or foreign pytorch_model.bin."""
-    import pickle
-    import zipfile
-
-    errors: list[type[BaseException]] = [OSError, ValueError, KeyError, RuntimeError, EOFError, TypeError,
-                                         pickle.UnpicklingError, zipfile.BadZipFile]
-    try:
-        from safetensors import SafetensorError
-
-        errors.append(SafetensorError)
-    except ImportError:  # pragma: no cover - safetensors is a dependency
-        pass
-    return tuple(errors)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
-def load_model(path: str | Path, device: torch.device, role: str, target: nn.Module | None = None) -> nn.Module:
-    """An eval-mode causal LM (or encoder-decoder model: T5, BART, Marian, Whisper, ...) from a
-    local directory or a ``.gguf`` file (:mod:`viasd_adapt.models.gguf`), with a clear error if it
-    is not one (missing, no config.json, unknown architecture, missing or damaged weights).
-
-    A drafter folder that shares its target's embedding (:mod:`viasd_adapt.models.shared_drafter`)
-    is assembled with ``target`` and refused for any other target."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq
-
-    from viasd_adapt.models.shared_drafter import assemble_drafter, is_shared_drafter
-
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise ViasdError(f"{role} path {path} does not exist")
-    if path.is_dir() and is_shared_drafter(path):
-        if target is None:
-            raise ConfigError(f"the {role} in {path} shares its target's embedding and loads only with its target "
-                              "(viasd_adapt.models.shared_drafter.assemble_drafter(path, target))")
-        return assemble_drafter(path, target, device)
-    if is_gguf_path(path):  # dequantized once, then read from the cache
-        path = gguf_model_folder(path)
-    if not (path / "config.json").is_file():
-        raise ViasdError(f"{role} path {path} is not a model directory (no config.json)")
-    try:
-        dtype = torch.float32 if device.type == "cpu" else "auto"
-        auto = AutoModelForCausalLM
-        config = AutoConfig.from_pretrained(str(path))
-        if getattr(config, "is_encoder_decoder", False):
-            auto = AutoModelForSpeechSeq2Seq if config.model_type == "whisper" else AutoModelForSeq2SeqLM
-        model = auto.from_pretrained(str(path), dtype=dtype)
-    except _load_errors() as err:
-        detail = _first_line(err)
-        if "deserializ" in detail or "incomplete metadata" in detail or isinstance(err, (EOFError,)):
-            detail = f"a weights file is damaged or truncated ({detail})"
-        raise ViasdError(f"cannot load the {role} model from {path}: {detail}") from None
-    return model.to(device).eval()
-
-
-def _is_local(path: str | Path) -> bool:
-    text = str(path)
-    return isinstance(path, Path) or text.startswith(("/", ".", "~")) or Path(text).expanduser().exists()
-
-
-def load_tokenizer(path: str | Path):
-    """The tokenizer saved in a model directory or a ``.gguf`` file (or a hub id where a hub is reachable)."""
-    from transformers import AutoTokenizer
-
-    if _is_local(path):
-        local = Path(path).expanduser()
-        if not local.exists():
-            raise ViasdError(f"tokenizer path {local} does not exist")
-        if is_gguf_path(local):
-            local = gguf_model_folder(local)
-        if not local.is_dir():
-            raise ViasdError(f"tokenizer path {local} is not a directory")
-        if not any((local / name).is_file() for name in TOKENIZER_FILES):
-            raise ViasdError(f"{local} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
-                             "pass the directory the model was saved to with its tokenizer")
-        path = local
-    try:
-        return AutoTokenizer.from_pretrained(str(path))
-    except _load_errors() as err:
-        raise ViasdError(f"cannot load a tokenizer from {path}: {_first_line(err)}") from None
-
-
 def _check_draft_tokenizer(tokenizer, draft_path: str | Path) -> None:
     """A drafter saved with its own tokenizer must map every string to the target's ids: equal
     vocabulary *sizes* (checked above) do not make two tokenizers the same, and a drafter whose
     ids mean other strings would draft nonsense the tiers then compare token by token. A drafter
     folder without a tokenizer is taken to use the target's."""
-    folder = Path(draft_path).expanduser() if _is_local(draft_path) else None
+    folder = Path(draft_path).expanduser() if is_local_path(draft_path) else None
     if folder is None or not folder.is_dir() or not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return
     check_same_tokenizer(tokenizer, load_tokenizer(folder), role=f"drafter ({folder})")
@@ -293,6 +216,7 @@ __all__ = [
     "MaskInfo",
     "RunOutput",
     "RunRequest",
+    "STOCK_MODE",
     "fallback_mask",
     "load_model",
     "load_pair",

@@ -1,18 +1,22 @@
 """The built-in VIA-SD gate rules, as pure functions over probability tensors.
 
 Each rule is vectorised over the positions of a draft block so that one call decides a whole block.
-The hook layer (:mod:`viasd_adapt.hooks`) exposes each of them as a pluggable hook; the decision
-functions in :mod:`viasd_adapt.tiers` receive them through a :class:`TierRules` bundle and never
-import pluggy, so they stay testable in isolation.
+The rules interface is declared once, by the hook specifications of :mod:`viasd_adapt.hooks`
+(``ViasdHookSpec``). :class:`BuiltinRules` is the one implementation: each of its methods is
+marked as the implementation of the hook of the same name with the ``viasd_`` prefix, so the
+class is registered as a pluggy plugin as it is. The decision functions in
+:mod:`viasd_adapt.tiers` call a rules object by the short names (``rules.gate1_accept_prob(...)``):
+either :data:`BUILTIN_RULES` itself, or :class:`viasd_adapt.hooks.HookRules`, which answers the same
+names through a plugin manager. They never import pluggy, so they stay testable in isolation.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
+from viasd_adapt.hookmarkers import hookimpl
 from viasd_adapt.settings import TierSettings
 
 
@@ -60,22 +64,6 @@ def lossless_accept_prob(
     return tolerant_accept_prob(tokens, proposer_probs, verifier_probs, 0.0, greedy=False)
 
 
-class TierRules(Protocol):
-    """What the tier decision needs to be told; the built-ins below, or pluggy hooks."""
-
-    def gate1_accept_prob(
-        self, tokens: torch.Tensor, p: torch.Tensor, u: torch.Tensor, settings: TierSettings, greedy: bool
-    ) -> torch.Tensor: ...
-
-    def slim_confidence(self, p: torch.Tensor, u: torch.Tensor, settings: TierSettings) -> torch.Tensor: ...
-
-    def slim_resolves(self, confidence: torch.Tensor, settings: TierSettings) -> torch.Tensor: ...
-
-    def escalation_accept_prob(
-        self, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, settings: TierSettings, greedy: bool
-    ) -> torch.Tensor: ...
-
-
 @dataclass(frozen=True)
 class BuiltinRules:
     """VIA-SD.md section 4, our reading of the paper.
@@ -86,20 +74,27 @@ class BuiltinRules:
       when that is ``>= 1 - alpha2``.
     * Escalation: q with tolerance ``settings.escalation_tolerance`` (0 = the lossless rule), in
       the same greedy reading as gate 1.
+
+    Registered as a plugin (``trylast``), any plugin a user registers answers before it; the
+    ``specname`` of each marker names the hook the method answers.
     """
 
-    def gate1_accept_prob(self, tokens, p, u, settings, greedy):
+    @hookimpl(trylast=True, specname="viasd_gate1_accept_prob")
+    def gate1_accept_prob(self, tokens: torch.Tensor, p: torch.Tensor, u: torch.Tensor, settings: TierSettings, greedy: bool) -> torch.Tensor:
         if greedy and settings.greedy_gates == "top":
             return top_relative_accept(tokens, u, settings.alpha1)
         return tolerant_accept_prob(tokens, p, u, settings.alpha1, greedy)
 
-    def slim_confidence(self, p, u, settings):
+    @hookimpl(trylast=True, specname="viasd_slim_confidence")
+    def slim_confidence(self, p: torch.Tensor, u: torch.Tensor, settings: TierSettings) -> torch.Tensor:
         return u.max(dim=-1).values
 
-    def slim_resolves(self, confidence, settings):
+    @hookimpl(trylast=True, specname="viasd_slim_resolves")
+    def slim_resolves(self, confidence: torch.Tensor, settings: TierSettings) -> torch.Tensor:
         return confidence >= 1.0 - settings.alpha2
 
-    def escalation_accept_prob(self, tokens, p, q, settings, greedy):
+    @hookimpl(trylast=True, specname="viasd_escalation_accept_prob")
+    def escalation_accept_prob(self, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, settings: TierSettings, greedy: bool) -> torch.Tensor:
         tolerance = settings.escalation_tolerance
         if tolerance == 0.0:
             return lossless_accept_prob(tokens, p, q, greedy)
@@ -109,3 +104,7 @@ class BuiltinRules:
 
 
 BUILTIN_RULES = BuiltinRules()
+
+#: The type the decision functions take for their rules: :class:`BuiltinRules`, or any object that
+#: answers its four names the same way (:class:`viasd_adapt.hooks.HookRules` does, through plugins).
+TierRules = BuiltinRules

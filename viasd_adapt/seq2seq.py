@@ -45,16 +45,8 @@ from viasd_adapt.checks import (
 )
 from viasd_adapt.engine import GenerationOutput, ModelDrafter, TieredVerifier, speculative_generate
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.routing.encdec import (
-    OWN_ENCODER,
-    TARGET_ENCODER_OUTPUT,
-    EncoderContext,
-    SharedCrossAttention,
-    decoder_cache_config,
-    seq2seq_cache,
-    source_reader,
-)
-from viasd_adapt.routing.layers import is_encoder_decoder
+from viasd_adapt.model_kind import OWN_ENCODER, TARGET_ENCODER_OUTPUT, is_encoder_decoder, source_reader
+from viasd_adapt.routing.encdec import EncoderContext, SharedCrossAttention, decoder_cache_config, seq2seq_cache
 from viasd_adapt.routing.shared import SeparateRunners
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.runner import (
@@ -376,9 +368,8 @@ def generated_tokens(target: nn.Module, sequences: torch.Tensor) -> list[int]:
 def run_ar(pair, request):
     """The ``ar`` row for an encoder-decoder pair: ``target.generate`` on the source, no assistant."""
     from viasd_adapt.frameworks import generation_config_for
-    from viasd_adapt.metrics import TierMetrics
+    from viasd_adapt.ledger import plain_decoding_metrics
     from viasd_adapt.pair import RunOutput
-    from viasd_adapt.tiers import Tier
 
     check_decoder_cache_layers(pair.target)
     source = request_source(pair, request)
@@ -386,9 +377,7 @@ def run_ar(pair, request):
     with torch.no_grad():
         out = pair.target.generate(**{pair.target.main_input_name: source}, generation_config=generation_config_for(pair, request))
     tokens = generated_tokens(pair.target, out)
-    metrics = TierMetrics(cycles=len(tokens), full_passes=len(tokens), token_tiers=[int(Tier.FULL)] * len(tokens),
-                          accepted_lengths=[1] * len(tokens))
-    return RunOutput(tokens, metrics)
+    return RunOutput(tokens, plain_decoding_metrics(tokens))
 
 
 def run_engine(pair, request):

@@ -21,7 +21,7 @@ it is computed once per batch and reused for every mask (:meth:`Seq2SeqWindows.l
 candidate mask then costs one decoder forward, as in the decoder-only search. The drafter has its
 own encoder, run once when its log-probs are computed.
 
-The result plugs into :class:`viasd_adapt.search.calibration.CalibrationSet` (``windows``,
+The result plugs into :class:`viasd_adapt.calibration_set.CalibrationSet` (``windows``,
 ``logp_draft``, ``logp_full``), so :mod:`viasd_adapt.search.objective` scores masks unchanged once
 ``scored_log_probs`` dispatches to :meth:`Seq2SeqWindows.log_probs`.
 """
@@ -39,8 +39,8 @@ from torch import nn
 from viasd_adapt.checks import check_drafter_reads_source, check_same_vocabulary, vocab_size_of
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
 from viasd_adapt.io import read_text
-from viasd_adapt.routing.encdec import OWN_ENCODER, EncoderContext, source_reader
-from viasd_adapt.routing.layers import is_encoder_decoder
+from viasd_adapt.model_kind import OWN_ENCODER, is_encoder_decoder, source_reader
+from viasd_adapt.routing.encdec import EncoderContext
 from viasd_adapt.seq2seq import Seq2SeqRunner, decoder_position_limit, default_decoder_prompt
 
 GREEDY = "target-model"
@@ -287,8 +287,8 @@ def build_seq2seq_calibration(
     batch_size: int = 16,
 ):
     """Windows from the target, then p's and q's scored log-probs, once: a
-    :class:`viasd_adapt.search.calibration.CalibrationSet` whose ``windows`` are seq2seq windows."""
-    from viasd_adapt.search.calibration import CalibrationSet
+    :class:`viasd_adapt.calibration_set.CalibrationSet` whose ``windows`` are seq2seq windows."""
+    from viasd_adapt.calibration_set import CalibrationSet
 
     check_same_vocabulary(target, draft)
     check_drafter_reads_source(target, draft)

@@ -263,6 +263,22 @@ def cascade_candidates(
     return candidates, u[: n + 1], n
 
 
+def extension_candidates(tokens: torch.Tensor, p: torch.Tensor, u: torch.Tensor, greedy: bool,
+                         generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The lossless cascade with u as a proposer only: every draft stays a candidate, and u adds
+    the token after the block (its row ``g``).
+
+    Returns ``(candidates, candidate_probs, n_drafts_kept = g)`` like :func:`cascade_candidates`;
+    each candidate's probability is that of the distribution it was drawn from (p for the drafts,
+    u for the extra token), so q's lossless check of them stays exact. Used where the drafts were
+    already chosen by another rule (EAGLE's tree, whose first-sample chain is the block) and u's
+    judgement of them would only cost acceptance.
+    """
+    g = tokens.shape[0]
+    extra = sample_or_argmax(u[g], greedy, generator)
+    return torch.cat([tokens, tokens.new_tensor([extra])]), torch.cat([p, u[g : g + 1]]), g
+
+
 # --------------------------------------------------------------------------- audit
 
 

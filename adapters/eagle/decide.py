@@ -1,13 +1,13 @@
 """One EAGLE cycle's decision: pick a path of the tree, decide it with the core, plan the commit.
 
-Everything a tier decides goes through :func:`viasd_adapt.cycle.decide_cycle`: this module only
-turns the tree into one block (the chosen root-to-leaf path: its drafts, the head's p along it, the
-slim verifier's rows along it as a precomputed ``Verifiers.slim``, and q as a lazy ``Verifiers.full``
-that runs q over the lag + root + block only when the decision asks). The exception is lossless
-``route``, whose verification calls the core's lossless verify (:func:`~viasd_adapt.tiers.verify_block`
-with :func:`~viasd_adapt.rules.lossless_accept_prob`) on each verified path: it checks a block
-with one token proposed by u after the head's drafts (sampling) and, greedy, two paths of the tree
-in one q pass, which is tree plumbing, not a tier rule.
+Everything a tier decides goes through the session's :class:`~viasd_adapt.verify_step.VerifyStep`
+(:func:`viasd_adapt.cycle.decide_cycle`): this module only turns the tree into one block (the chosen
+root-to-leaf path: its drafts, the head's p along it, the slim verifier's rows along it as a
+precomputed ``Verifiers.slim``, and q as a lazy ``Verifiers.full`` that runs q over the lag + root +
+block only when the decision asks). Lossless ``route`` is the cascade in which u only proposes the
+token after the block (``CyclePolicy.slim_extends_only``); greedy, it decides two paths of the tree
+verified by one q pass, the head's top-1 chain as an untiered block, and keeps the longer commit:
+which path, and the single pass, are tree plumbing; each path's verdict is the core's.
 
 Which path. Greedy: the path with the longest run of drafts accepted under the first verifier's
 rule (u's argmax for lossless, gate 1 for lossy/audit, the lenient rule on q for lenient: at
@@ -32,11 +32,10 @@ from viasd_adapt.adapters.eagle.tree import (
     path_length,
     two_path_subtree,
 )
-from viasd_adapt.cycle import CycleOutcome, CyclePolicy, Verifiers, decide_cycle, lenient_accept_prob
-from viasd_adapt.rules import TierRules, lossless_accept_prob
-from viasd_adapt.sampling import sample_or_argmax
+from viasd_adapt.cycle import CycleOutcome, CyclePolicy, Verifiers, lenient_accept_prob
+from viasd_adapt.rules import lossless_accept_prob
 from viasd_adapt.settings import Mode, TierSettings
-from viasd_adapt.tiers import verified_cycle, verify_block
+from viasd_adapt.verify_step import VerifyStep
 
 Gate = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -46,7 +45,7 @@ class CycleContext:
     """What a decision needs from its session (no model plumbing beyond the two verifiers)."""
 
     settings: TierSettings
-    rules: TierRules
+    step: VerifyStep
     head_features: HeadFeatures
     lossless_strategy: LosslessStrategy
     slim: SlimTreeVerifier | None
@@ -186,8 +185,8 @@ def _plan(context: CycleContext, cycle: TreeCycle, outcome: CycleOutcome, root: 
 # ----------------------------------------------------------------------------- the modes
 
 
-def _policy(context: CycleContext, greedy: bool) -> CyclePolicy:
-    return CyclePolicy(context.settings, greedy, context.rules)
+def _policy(context: CycleContext, greedy: bool, **changes) -> CyclePolicy:
+    return replace(CyclePolicy(context.settings, greedy, context.step.rules), **changes)
 
 
 def _on_one_path(context: CycleContext, cycle: TreeCycle) -> Decision:
@@ -200,12 +199,12 @@ def _on_one_path(context: CycleContext, cycle: TreeCycle) -> Decision:
     if settings.mode is Mode.LOSSLESS:
         gate: Gate = lambda tokens, p, u: lossless_accept_prob(tokens, p, u[:-1], greedy)
     else:
-        gate = lambda tokens, p, u: context.rules.gate1_accept_prob(tokens, p, u[:-1], settings, greedy)
+        gate = lambda tokens, p, u: context.step.rules.gate1_accept_prob(tokens, p, u[:-1], settings, greedy)
     j = _choose(context, cycle, tree, u_paths, gate)
     nodes, drafts, p = _path(context, tree, j)
     verifiers = Verifiers(full=_lazy_full(context, cycle, tree.root, drafts, nodes),
                           slim=_fixed(u_paths[j, : drafts.shape[0] + 1], drafts))
-    outcome = decide_cycle(drafts, p, verifiers, _policy(context, greedy))
+    outcome = context.step.decide(drafts, p, verifiers, policy=_policy(context, greedy))
     outcome, plan = _plan(context, cycle, outcome, tree.root, drafts, nodes)
     return Decision(outcome, plan, j)
 
@@ -218,19 +217,14 @@ def _lenient(context: CycleContext, cycle: TreeCycle) -> Decision:
     lenience, greedy = context.settings.lenience, tree.greedy
     j = _choose(context, cycle, tree, q_paths, lambda tokens, p, q: lenient_accept_prob(tokens, p, q, lenience, greedy))
     nodes, drafts, p = _path(context, tree, j)
-    outcome = decide_cycle(drafts, p, Verifiers(full=_fixed(q_paths[j, : drafts.shape[0] + 1], drafts)), _policy(context, greedy))
+    outcome = context.step.decide(drafts, p, Verifiers(full=_fixed(q_paths[j, : drafts.shape[0] + 1], drafts)),
+                                  policy=_policy(context, greedy))
     tokens = outcome.result.tokens
     committed = [tree.root] + tokens[:-1]
     q_nodes = nodes[: len(committed)]  # lenient commits accepted drafts, then q's own token
     features = cycle.full_hidden[q_nodes.to(cycle.full_hidden.device)]
     plan = CommitPlan(committed, tokens[-1], q_nodes, features, QCache.TREE, q_nodes=q_nodes)
     return Decision(outcome, plan, j)
-
-
-def _verify_candidates(candidates: torch.Tensor, proposals: torch.Tensor, q: torch.Tensor, greedy: bool):
-    """The core's lossless verify of one candidate block against q."""
-    accept = lossless_accept_prob(candidates, proposals, q[:-1], greedy)
-    return verify_block(candidates, proposals, q, accept, greedy)
 
 
 def _route(context: CycleContext, cycle: TreeCycle) -> Decision:
@@ -241,16 +235,9 @@ def _route(context: CycleContext, cycle: TreeCycle) -> Decision:
     tree = _tree(context, cycle, u_nodes.shape[-1])
     j = first_child_chain(context.retrieve, cycle.draft.tree_indices.cpu(), context.topk)
     nodes, drafts, p = _path(context, tree, j)
-    g = drafts.shape[0]
-    u_end = u_nodes[nodes[-1]]
-    extra = sample_or_argmax(u_end, tree.greedy, None)
-    candidates = torch.cat([drafts, drafts.new_tensor([extra])])
-    proposals = torch.cat([p, u_end[None]])
-    q = _lazy_full(context, cycle, tree.root, drafts, nodes)(candidates)
-    verdict = _verify_candidates(candidates, proposals, q, tree.greedy)
-    n = verdict.n_accepted
-    result = verified_cycle(candidates[:n].tolist() + [verdict.next_token], n, g, g)
-    outcome, plan = _plan(context, cycle, CycleOutcome(result, slim_passes=1, full_passes=1), tree.root, drafts, nodes)
+    verifiers = Verifiers(full=_lazy_full(context, cycle, tree.root, drafts, nodes), slim=lambda _: u_nodes[nodes])
+    outcome = context.step.decide(drafts, p, verifiers, policy=_policy(context, tree.greedy, slim_extends_only=True))
+    outcome, plan = _plan(context, cycle, outcome, tree.root, drafts, nodes)
     return Decision(outcome, plan, j)
 
 
@@ -271,22 +258,24 @@ def _route_two_paths(context: CycleContext, cycle: TreeCycle) -> Decision:
     fed = torch.cat([cycle.draft.tree_tokens.cpu()[sub.nodes], torch.tensor([extra])])
     logits, hidden = context.full.forward(cycle.input_ids, fed.tolist(), sub.mask[None, None], sub.positions)
     q_rows = warp(logits, None).cpu()
+    # u's path is the cascade with u's extra token; the head's chain is verified by q alone
+    policies = (_policy(context, True, slim_extends_only=True), _policy(context, True, settings=context.settings.with_(mode="none")))
     best = None
-    for k, rows in enumerate(sub.rows):
-        candidates = fed[rows[1:]]
-        proposals = torch.cat([tree.p_nodes[paths[k][1:]], u_nodes[int(paths[0][-1])][None]])[: candidates.shape[0]]
-        verdict = _verify_candidates(candidates, proposals, q_rows[rows], True)
-        if best is None or verdict.n_accepted > best[1].n_accepted:
-            best = (k, verdict, rows, candidates)
-    k, verdict, rows, candidates = best
-    n, g = verdict.n_accepted, paths[k].numel() - 1
-    result = verified_cycle(candidates[:n].tolist() + [verdict.next_token], n, g, g)
+    for k, (rows, policy) in enumerate(zip(sub.rows, policies)):
+        drafts = fed[rows[1 : paths[k].numel()]]
+        verifiers = Verifiers(full=lambda _, rows=rows: q_rows[rows], slim=lambda _, k=k: u_nodes[paths[k]])
+        outcome = context.step.decide(drafts, tree.p_nodes[paths[k][1:]], verifiers, policy=policy)
+        if best is None or len(outcome.result.tokens) > len(best[1].result.tokens):
+            best = (k, outcome, rows)
+    k, outcome, rows = best
+    n, g = len(outcome.result.tokens) - 1, paths[k].numel() - 1
     committed_rows = torch.tensor(rows[: n + 1])
     length = cycle.input_ids.shape[1]
     context.full.compact(committed_rows + length, length)
-    committed = [tree.root] + result.tokens[:-1]
-    plan = CommitPlan(committed, result.tokens[-1], paths[k][: min(n, g) + 1], hidden[committed_rows], QCache.HOLDS)
-    return Decision(CycleOutcome(result, slim_passes=1, full_passes=1), plan, (j_u, j_chain)[k])
+    committed = [tree.root] + outcome.result.tokens[:-1]
+    plan = CommitPlan(committed, outcome.result.tokens[-1], paths[k][: min(n, g) + 1], hidden[committed_rows], QCache.HOLDS)
+    # one q forward over the sub-tree verified both paths, and u's rows came from its tree pass
+    return Decision(replace(outcome, slim_passes=1, full_passes=1), plan, (j_u, j_chain)[k])
 
 
 __all__ = ["CycleContext", "Decision", "common_prefix", "decide", "drafter_probs", "warp"]

@@ -116,12 +116,12 @@ def generate(
         kwargs["tree_choices"] = tree_choices
     with tiered(ea_model, mask=mask, settings=settings, plugins=plugins, options=options) as session:
         kept_per_call, raw = decode(ea_model, input_ids, max_new_tokens, kwargs, stop_at_eos, session)
-    per_call = session.generations[-len(kept_per_call) :]
-    for kept, call_metrics in zip(kept_per_call, per_call):
-        call_metrics.trim_to(len(kept))  # the pending root and eagle's overshoot are not output
-    metrics = per_call[0]
-    for call_metrics in per_call[1:]:
-        metrics = metrics.merge(call_metrics)
+    per_call = session.ledgers[-len(kept_per_call) :]
+    for kept, ledger in zip(kept_per_call, per_call):
+        ledger.keep_first(len(kept))  # the pending root and eagle's overshoot are not output
+    metrics = per_call[0].metrics
+    for ledger in per_call[1:]:
+        metrics = metrics.merge(ledger.metrics)
     tokens = [t for kept in kept_per_call for t in kept]
     return EagleGeneration(tokens, metrics.token_tiers[:], metrics, raw, session.cache_bytes())
 

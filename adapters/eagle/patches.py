@@ -23,13 +23,27 @@ one KV cache); scopes on different EaModels in different threads run side by sid
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from viasd_adapt.errors import ViasdError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from viasd_adapt.adapters.eagle.session import EagleTierSession
     from viasd_adapt.adapters.eagle.state import Generation
+
+
+class ScopedSession(Protocol):
+    """What the dispatchers need of the session a scope is open for (an
+    :class:`~viasd_adapt.adapters.eagle.session.EagleTierSession`). Declared here, so that this
+    module, which the session imports, does not import the session back."""
+
+    ea_model: Any
+
+    def start_generation(self) -> "Generation": ...
+    def initialize_tree(self, generation: "Generation", *args: Any) -> Any: ...
+    def candidates_drafted(self, generation: "Generation", *args: Any) -> None: ...
+    def tree_decoding(self, generation: "Generation", *args: Any) -> Any: ...
+    def evaluate_posterior(self, generation: "Generation", *args: Any) -> Any: ...
+    def update_inference_inputs(self, generation: "Generation", *args: Any) -> Any: ...
 
 PATCHED_NAMES = ("initialize_tree", "generate_candidates", "tree_decoding", "evaluate_posterior", "update_inference_inputs")
 
@@ -44,14 +58,14 @@ class _ThreadScope(threading.local):
     """The calling thread's open scope and the generation it is running (declared, per thread)."""
 
     def __init__(self) -> None:
-        self.session: EagleTierSession | None = None
+        self.session: ScopedSession | None = None
         self.generation: Generation | None = None
 
 
 _THREAD = _ThreadScope()
 _LOCK = threading.Lock()
 _ORIGINALS: dict[str, Callable] = {}  # eagle's functions while the dispatchers are installed
-_OPEN: dict[int, "EagleTierSession"] = {}  # id(EaModel) -> its open scope's session, across threads
+_OPEN: dict[int, ScopedSession] = {}  # id(EaModel) -> its open scope's session, across threads
 
 
 def original(name: str) -> Callable:
@@ -120,7 +134,7 @@ DISPATCHERS: dict[str, Callable[..., Any]] = {
 # ----------------------------------------------------------------------------- opening and closing scopes
 
 
-def open_scope(session: "EagleTierSession") -> None:
+def open_scope(session: ScopedSession) -> None:
     """Binds ``session`` to the calling thread; installs the dispatchers if none are in place."""
     key = id(session.ea_model)
     with _LOCK:
@@ -141,7 +155,7 @@ def open_scope(session: "EagleTierSession") -> None:
     _THREAD.session, _THREAD.generation = session, None
 
 
-def close_scope(session: "EagleTierSession") -> None:
+def close_scope(session: ScopedSession) -> None:
     """Unbinds ``session``; the last scope to close restores eagle's functions."""
     if _THREAD.session is session:
         _THREAD.session, _THREAD.generation = None, None

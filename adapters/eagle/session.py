@@ -4,7 +4,7 @@ The methods named after eagle's functions are called by the per-thread dispatche
 :mod:`.patches` with the thread's :class:`~.state.Generation` as their first argument; they keep the
 cycle in progress in its declared fields. Mode ``none`` runs eagle's own functions and only
 observes them; every other mode replaces the target forward and the acceptance, and records each
-decided cycle through the generation's :class:`~viasd_adapt.ledger.CycleLedger`.
+decided cycle through the scope's :class:`~viasd_adapt.verify_step.VerifyStep`, as every framework does.
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ from viasd_adapt.adapters.eagle.patches import close_scope, open_scope, original
 from viasd_adapt.adapters.eagle.slim_tree import SlimTreeVerifier
 from viasd_adapt.adapters.eagle.state import Generation, PlainVerdict, QCache, TreeCycle, TreeDraft
 from viasd_adapt.adapters.eagle.target import FullTreeVerifier
-from viasd_adapt.cycle import CycleOutcome
-from viasd_adapt.errors import ConfigError
-from viasd_adapt.hooks import HookRules, TierObserver, make_plugin_manager
 from viasd_adapt.cycle import StopRule
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.ledger import CycleLedger
 from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.monitor import DrafterQualityMonitor, JunkThresholds
+from viasd_adapt.monitor import JunkThresholds
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
 from viasd_adapt.sampling import sample_or_argmax
 from viasd_adapt.settings import Mode, TierSettings
 from viasd_adapt.tiers import verified_cycle
 from viasd_adapt.tuning.artifact import adapter_settings
+from viasd_adapt.verify_step import VerifyStep
 
 
 class RecordingHead:
@@ -80,18 +80,22 @@ class EagleTierSession:
         shares = self.options.share_prefix and settings.mode in (Mode.LOSSY, Mode.AUDIT)
         self.slim = SlimTreeVerifier(ea_model.base_model, mask, record_prefix=shares) if mask is not None else None
         self.full = FullTreeVerifier(ea_model, self.slim)
-        self.plugin_manager = make_plugin_manager(plugins)
-        # The drafter-quality monitor, as in every other framework: lossy mode warns when gate 1
-        # commits the tokens of a head unrelated to the target (greedy or not: set per generation).
-        self.monitor = DrafterQualityMonitor(settings.mode, greedy=True, framework="eagle", thresholds=EAGLE_THRESHOLDS)
-        self.rules = self.monitor.watch(HookRules(self.plugin_manager))
-        self.observer = TierObserver(self.plugin_manager, "eagle", settings.mode.value)
-        self.generations: list[TierMetrics] = []
+        # The verify step, as in every other framework: rules, observers, the drafter-quality monitor
+        # (lossy mode warns when gate 1 commits the tokens of a head unrelated to the target; greedy
+        # or not is set per generation) and the ledger of each generation.
+        self.step = VerifyStep(settings, "eagle", plugins=tuple(plugins), thresholds=EAGLE_THRESHOLDS)
+        self.plugin_manager = self.step.plugin_manager
+        self.ledgers: list[CycleLedger] = []
         self.stop: StopRule | None = None  # the next eagenerate's budget and EOS (set by generate())
 
     @property
     def mode(self) -> Mode:
         return self.settings.mode
+
+    @property
+    def generations(self) -> list[TierMetrics]:
+        """The metrics of every generation run in the scope, in order."""
+        return [ledger.metrics for ledger in self.ledgers]
 
     @property
     def last_metrics(self) -> TierMetrics | None:
@@ -102,8 +106,9 @@ class EagleTierSession:
         return self.full.cache_bytes() + (self.slim.cache_bytes() if self.slim is not None else 0)
 
     def start_generation(self) -> Generation:
-        generation = Generation(self.monitor.ledger(self.observer, stop=self.stop))
-        self.generations.append(generation.ledger.metrics)
+        self.step.new_generation(stop=self.stop)
+        generation = Generation(self.step.ledger)
+        self.ledgers.append(generation.ledger)
         return generation
 
     def _context(self) -> CycleContext:
@@ -111,7 +116,7 @@ class EagleTierSession:
 
         buffers = self.ea_model.tree_buffers
         return CycleContext(
-            self.settings, self.rules, self.options.head_features, self.options.lossless_strategy, self.slim, self.full,
+            self.settings, self.step, self.options.head_features, self.options.lossless_strategy, self.slim, self.full,
             buffers["retrieve_indices"].cpu(), buffers["tree_attn_mask"][0, 0].cpu(), buffers["tree_position_ids"].cpu(),
             TOPK,
         )
@@ -119,10 +124,10 @@ class EagleTierSession:
     # ------------------------------------------------------------------ generation start
     def initialize_tree(self, generation: Generation, input_ids, model, tree_attn_mask, past_key_values, logits_processor):
         _check_batch_of_one(input_ids)
-        self.monitor.greedy = logits_processor is None  # eagle samples exactly when it is given a processor
+        self.step.monitor.greedy = logits_processor is None  # eagle samples exactly when it is given a processor
         if self.mode is Mode.NONE:
             out = original("initialize_tree")(input_ids, model, tree_attn_mask, past_key_values, logits_processor)
-            generation.ledger.record_prefill(int(out[3].reshape(-1)[0]), draft_passes=1)
+            self.step.prefill(int(out[3].reshape(-1)[0]), draft_passes=1)
             return out
         # Our own prefill (q's first token, then the head's first tree): the same steps as eagle's,
         # with the head's outputs recorded for the exact greedy p.
@@ -133,7 +138,7 @@ class EagleTierSession:
         tree_logits = model.ea_layer.topK_genrate(hidden, torch.cat((input_ids, token_ids), dim=1), recorder, logits_processor)
         model.base_model.model.tree_mask = tree_attn_mask
         generation.next_head_logits = recorder.outputs
-        generation.ledger.record_prefill(token, draft_passes=1)
+        self.step.prefill(token, draft_passes=1)
         self.full.new_generation(input_ids.shape[1])
         if self.slim is not None:
             self.slim.new_generation()
@@ -180,8 +185,8 @@ class EagleTierSession:
         resumed_before = self.full.resumed_passes
         decision = decide(self._context(), generation.cycle)
         generation.cycle.plan = decision.plan
-        generation.ledger.record(decision.outcome, drafted=generation.tree_size - 1, draft_passes=1,
-                                 resumed_full_passes=self.full.resumed_passes - resumed_before)
+        self.step.record(decision.outcome, drafted=generation.tree_size - 1, draft_passes=1,
+                         resumed_full_passes=self.full.resumed_passes - resumed_before)
         return torch.tensor(decision.path), torch.tensor(len(decision.plan.committed) - 1), None
 
     # ------------------------------------------------------------------ commit and next tree
@@ -198,7 +203,7 @@ class EagleTierSession:
             verdict = generation.plain
             tokens = verdict.accepted + [int(out[4].reshape(-1)[0])]
             result = verified_cycle(tokens, len(verdict.accepted), verdict.path_drafts, verdict.path_drafts)
-            generation.ledger.record(CycleOutcome(result, full_passes=1), drafted=verdict.drafted, draft_passes=1)
+            self.step.observe(result, drafted=verdict.drafted, draft_passes=1)
             generation.plain = None
             return out
         plan = generation.cycle.plan

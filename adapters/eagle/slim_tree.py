@@ -5,7 +5,8 @@ with eagle's base model, never modifies it, copies the hook registries and re-bi
 forwards (accelerate's device hooks): with a ``device_map`` model the view still runs only the
 retained layers. Skipped layers are :class:`EagleSkippedLayer` stubs with eagle's layer API (eagle's
 decoder layers return ``(hidden_states, present)`` tuples and the stock
-:class:`~viasd_adapt.routing.view.PassThroughLayer` returns a tensor).
+:class:`~viasd_adapt.routing.view.PassThroughLayer` returns a tensor); what they record and inject
+for the shared prefix is :class:`~viasd_adapt.routing.shared.HiddenSlot`'s, as in every framework.
 
 The cache is eagle's pre-allocated ``KVCache`` for the retained layers only; skipped layers hold a
 length counter and no tensors (eagle reads the cache length from layer 0, which may be skipped).
@@ -40,7 +41,7 @@ class EagleSkippedLayer(nn.Module):
     def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_value=None,
                 output_attentions=False, use_cache=False):
         if self.slot is not None:
-            self.slot.value = hidden_states
+            self.slot.record(hidden_states)
         _advance(past_key_value, hidden_states.shape[1])
         return (hidden_states, None)
 
@@ -58,12 +59,9 @@ class EagleInjectLayer(nn.Module):
 
     def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_value=None,
                 output_attentions=False, use_cache=False):
-        value = self.slot.value
-        if value is None or value.shape != hidden_states.shape:
-            got = None if value is None else tuple(value.shape)
-            raise RuntimeError(f"resumed q pass: stored hidden states {got} do not fit the block {tuple(hidden_states.shape)}")
+        value = self.slot.take(hidden_states)
         _advance(past_key_value, hidden_states.shape[1])
-        return (value.to(hidden_states.dtype), None)
+        return (value, None)
 
     def extra_repr(self) -> str:
         return f"inject_output_of_layer={self.index}"

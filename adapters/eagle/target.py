@@ -97,7 +97,7 @@ class FullTreeVerifier:
         model.current_length_data.fill_(self.valid)
         self._prefix_lengths.fill_(self.valid)
         past = self._prefix_past + list(model.past_key_values[slim.s1 :])
-        self._slot.value = h_s1[None]
+        self._slot.record(h_s1[None])
         try:
             hidden = self._resume(input_ids=feed, past_key_values=past, position_ids=positions, return_dict=False)[0]
         finally:

@@ -83,6 +83,9 @@ def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):
     assert families == {"sd", "lenient", "lossless", "viasd"}
     assert len([p for p in points if p["family"] == "viasd"]) == 2 * 1 * 2  # alpha1 x alpha2 x masks
     tuned = TunedSettings.load(out)
+    # the framework the measurement rests on is recorded and said (issue 22)
+    assert tuned.measured_on == "engine" and json.loads(out.read_text())["measured_on"] == "engine"
+    assert "measured on: the engine framework's loop" in res.output
     # artifacts name their masks relative to themselves: no path of this machine (issue 21)
     assert str(tmp_path) not in out.read_text() and str(tmp_path) not in (tmp_path / "points.json").read_text()
     admitted = [p for p in points if p["family"] in ("sd", "lossless") or (p["ll_drop"] <= 0.02 and p["regret"] <= 0.02)]

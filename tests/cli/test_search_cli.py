@@ -10,6 +10,8 @@ from click.testing import CliRunner
 from viasd_adapt.cli.main import cli
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.routing.mask import MaskArtifact
+from viasd_adapt.search.dimr import SearchSettings
+from viasd_adapt.search.records import SearchReport
 
 torch.set_num_threads(1)
 
@@ -72,6 +74,11 @@ def test_search_writes_artifact_plot_and_summary(checkpoints, calib, tmp_path):
     assert artifact.search["seed"] == 2 and artifact.search["calibration"]["calib_file"] == str(calib)
     assert len(artifact.report["random_compare"]["costs"]) == 3
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = SearchReport.of_artifact(artifact, str(out))  # the same report, typed
+    assert report.search.seed == 2 and report.search.calibration.calib_file == str(calib)
+    assert report.search.target == "target" and report.search.total_wall_seconds > 0
+    assert report.report.random_compare.count == 3 and report.report.heldout_tau == 2 * 4
+    assert report.search.strategy_settings() == SearchSettings(steps=7, bo_every=3, patience=40, seed=2)
 
 
 def test_guided_search_reuses_its_calibration_windows(checkpoints, calib, tmp_path):
@@ -148,3 +155,31 @@ def test_mismatched_drafter(checkpoints, calib, tmp_path, draft, message):
                   "--out", tmp_path / "m.json", "--no-progress"])
     assert result.exit_code == 2 and message in result.output
     assert not (tmp_path / "m.json").exists()
+
+
+def test_search_runs_the_one_config_with_its_defaults(checkpoints, calib, tmp_path, monkeypatch):
+    """The flags not given are the config's defaults (DEFAULTS), not a second set in the CLI."""
+    from dataclasses import replace
+
+    import viasd_adapt.search.pipeline as pipeline
+    from viasd_adapt.errors import ConfigError
+    from viasd_adapt.search.config import DEFAULTS
+
+    seen = {}
+
+    def stop(target, draft, tokenizer, config, **kwargs):
+        seen.update(config=config, **kwargs)
+        raise ConfigError("stopped before the search")
+
+    monkeypatch.setattr(pipeline, "search_pair", stop)
+    result = run(["--target", checkpoints["target"], "--draft", checkpoints["draft"], "--calib", calib,
+                  "--out", tmp_path / "m.json", "--no-progress"])
+    assert result.exit_code == 2 and "stopped before the search" in result.output
+    assert seen["config"] == DEFAULTS.with_(calibration=replace(DEFAULTS.calibration, calib_file=calib))
+    assert seen["prompt_lookup"] is False and seen["info"].out == tmp_path / "m.json"
+    result = run(["--target", checkpoints["target"], "--draft", checkpoints["draft"], "--calib", calib,
+                  "--out", tmp_path / "m.json", "--no-progress", "--strategy", "dimr", "--ratio", 0.3, "--seed", 5,
+                  "--heldout-prompts", 0, "--compare-random", 2])
+    assert seen["config"] == DEFAULTS.with_(strategy="dimr", ratio=0.3, seed=5, compare_random=2,
+                                            calibration=replace(DEFAULTS.calibration, calib_file=calib, n_heldout=0,
+                                                                prompt_seed=5))

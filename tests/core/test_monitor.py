@@ -78,7 +78,7 @@ def test_sampling_evidence_uses_surprise_not_argmax():
     u = torch.softmax(torch.tensor([[4.0, 2.0, 1.0, 0.0, -6.0]]).repeat(4, 1), dim=-1)
     for tokens, junk in ((torch.tensor([1, 2, 1, 0]), False), (torch.tensor([4, 4, 4, 4]), True)):
         monitor = DrafterQualityMonitor(Mode.LOSSY, greedy=False)
-        monitor.ledger(None)
+        monitor.start()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ViasdQualityWarning)
             for _ in range(4):

@@ -83,7 +83,7 @@ def show_completions(pair: LoadedPair, settings: TierSettings, prompt: str, n_to
     echo(display.legend(colour) + ("" if colour else "   (tiers line: D draft, S slim, F full)"))
     results = {}
     for mode in DEMO_MODES:
-        sample = frameworks.run("hf", pair, RunRequest(mode, ids, n_tokens, settings.with_(mode=mode), stop_at_eos=False))
+        sample = frameworks.run("hf", pair, RunRequest.tiered(ids, n_tokens, settings.with_(mode=mode), stop_at_eos=False))
         tiers = sample.tiers
         echo("")
         echo(click_style(f"--- {mode} ---", colour) + "  " + display.metrics_summary(sample.metrics))
@@ -133,10 +133,10 @@ def run_demo(
         echo(click_style(f"no mask.json shipped with this pair: using the {FALLBACK_MASK_LABEL}", colour, fg="red"))
     if frameworks is None:
         frameworks = default_frameworks(paths.eagle_head is not None)
-    from viasd_adapt.tuning.artifact import settings_for_mask, tuned_mask_path
+    from viasd_adapt.resolve import resolve_settings
 
-    mask_path = tuned_mask_path(paths.mask) or paths.mask
-    settings = settings_for_mask(mask_path) if mask_path else TierSettings()
+    spec = resolve_settings(pair_mask=paths.mask)  # reads the pair's tuned.json once, for the completions and the bench
+    mask_path, settings = spec.mask_path, spec.settings
     pair = load_pair(paths.target, paths.draft, mask_path, device="auto", eagle_head=paths.eagle_head)
     mask = pair.mask
     echo(f"slim verifier skips layers {list(mask.mask.skipped)} of {mask.mask.num_layers} "
@@ -151,7 +151,7 @@ def run_demo(
         prompts_file="spec-bench" if chat_model else None, per_category=1 if chat_model else None, chat=chat,
         max_new_tokens=budget.bench_tokens, repeats=budget.bench_repeats, frameworks=frameworks, json_path=json_path,
         plot_path=plot_path, echo=echo, label=f"viasd demo ({paths.name} pair)", pair=pair,
-        cost_repeats=budget.cost_repeats, task_prompts=budget.task_prompts,
+        cost_repeats=budget.cost_repeats, task_prompts=budget.task_prompts, tuned=spec.tuned,
     )
     return {"completions": completions, "bench": data}
 

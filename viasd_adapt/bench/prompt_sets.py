@@ -43,7 +43,7 @@ def text_prompts(tokenizer, texts: Sequence[str], chat: str = "auto") -> list[Be
 
 def first_answer(pair: LoadedPair, prompt_ids: list[int], max_new_tokens: int) -> str:
     """The target's greedy answer to a first turn, up to EOS (decoded without special tokens)."""
-    request = RunRequest("none", prompt_ids, max_new_tokens, TierSettings(mode="none"), stop_at_eos=True)
+    request = RunRequest.tiered(prompt_ids, max_new_tokens, TierSettings(mode="none"), stop_at_eos=True)
     tokens = frameworks.run("ar", pair, request).tokens
     return pair.tokenizer.decode(tokens, skip_special_tokens=True).strip()
 

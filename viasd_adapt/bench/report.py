@@ -2,14 +2,79 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
+from pydantic import Field
 
 from viasd_adapt.bench.run import ROW_FIELDS, BenchResult
 from viasd_adapt.io import save_figure, write_json
+from viasd_adapt.schema import Artifact, SparseRecord, load_artifact
+
+BENCH_FORMAT = "viasd-adapt/bench"
+BENCH_VERSION = 2
+
+
+class BenchRow(SparseRecord):
+    """One row of the bench: a framework in a mode, its medians. The columns every reader uses are
+    typed; the others (:data:`~viasd_adapt.bench.run.ROW_FIELDS`) ride along as they were written."""
+
+    framework: str
+    mode: str  # "-" for the ar row, "plain", or a tier mode
+    full_equivalent_per_token: float | None = None
+    tokens_per_s: float | None = None
+    speedup_vs_ar: float | None = None
+    ll_drop: float | None = None
+    regret: float | None = None
+    overrule_rate: float | None = None
+
+
+class BenchRun(SparseRecord):
+    """How the bench was run: the command, the pair, the settings, the budget and the verdict."""
+
+    command: str = ""
+    label: str = ""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    tuned: dict[str, Any] | None = None
+    mask: dict[str, Any] | None = None
+    prompts: int | None = None
+    max_new_tokens: int | None = None
+    repeats: int | None = None
+    max_ll_drop: float | None = None
+    max_regret: float | None = None
+    max_overrule: float | None = None
+    verdict: list[str] = Field(default_factory=list)
+
+
+class BenchReport(Artifact):
+    """``viasd bench --json``: typed and versioned (version 2), read back by :func:`load_bench_report`."""
+
+    FORMAT: ClassVar[str] = BENCH_FORMAT
+    VERSION: ClassVar[int] = BENCH_VERSION
+    WHAT: ClassVar[str] = "bench report"
+
+    run: BenchRun = Field(default_factory=BenchRun)
+    environment: dict[str, Any] = Field(default_factory=dict)
+    rows: list[BenchRow] = Field(default_factory=list)
+    costs_seconds: dict[str, Any] = Field(default_factory=dict)
+    full_equivalent_formula: str = ""
+    analytic_bound_formula: str = ""
+    peak_mem_source: str = ""
+    frameworks: dict[str, str] = Field(default_factory=dict)
+    skipped_frameworks: dict[str, str] = Field(default_factory=dict)
+    wall_seconds: float | None = None
+    prompt_lengths: list[int] = Field(default_factory=list)
+    task_prompts: int = 0
+    groups: dict[str, list[BenchRow]] = Field(default_factory=dict)
+    group_sizes: dict[str, int] = Field(default_factory=dict)
+
+
+def load_bench_report(path: str | os.PathLike) -> BenchReport:
+    """A ``viasd bench --json`` file, its fields typed; errors name the file and the field."""
+    return load_artifact(path, BenchReport)
 
 # (header, field, format); None values print as "-".
 SPEED_COLUMNS = (
@@ -125,10 +190,10 @@ def environment() -> dict[str, Any]:
 
 
 def result_json(result: BenchResult, run_info: dict[str, Any]) -> dict[str, Any]:
+    """The bench's JSON document, built through :class:`BenchReport` (so what is written is what
+    :func:`load_bench_report` reads)."""
     rows = [{key: row.get(key) for key in ROW_FIELDS} | {"repeats": row.get("repeats")} for row in result.rows]
-    return {
-        "format": "viasd-adapt/bench",
-        "version": 2,
+    return BenchReport.model_validate({
         "run": run_info,
         "environment": environment(),
         "rows": rows,
@@ -144,7 +209,7 @@ def result_json(result: BenchResult, run_info: dict[str, Any]) -> dict[str, Any]
         "task_prompts": result.task_prompts,
         "groups": {group: [{key: row.get(key) for key in ROW_FIELDS} for row in rows] for group, rows in result.groups.items()},
         "group_sizes": result.group_sizes,
-    }
+    }).to_json()
 
 
 def save_json(path: str | Path, data: dict[str, Any]) -> Path:
@@ -192,6 +257,6 @@ def plot_rows(rows: list[dict], path: str | Path, title: str = "") -> Path:
         plt.close(fig)
 
 
-__all__ = ["FIDELITY_COLUMNS", "SPEED_COLUMNS", "TASK_COLUMNS", "environment", "format_costs", "format_group_tables",
+__all__ = ["BENCH_FORMAT", "BENCH_VERSION", "BenchReport", "BenchRow", "BenchRun", "FIDELITY_COLUMNS", "SPEED_COLUMNS", "load_bench_report", "TASK_COLUMNS", "environment", "format_costs", "format_group_tables",
            "format_table", "plot_rows",
            "result_json", "row_label", "save_json"]

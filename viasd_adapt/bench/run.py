@@ -88,11 +88,26 @@ class BenchConfig:
             raise ConfigError("nothing to run: give at least one framework")
 
 
+#: The ``mode`` column of the ``ar`` row (plain target decoding has no mode); kept as written in
+#: every table and JSON file.
+AR_ROW_MODE = "-"
+
+
 @dataclass
 class PlannedRow:
     framework: str
-    mode: str  # "-" for ar, "plain", or a tier mode
+    mode: str  # AR_ROW_MODE for ar, "plain" (the stock framework), or a tier mode
     bound_kind: str = "sequential"
+
+    @property
+    def is_ar(self) -> bool:
+        """The target alone (no drafter, no tier)."""
+        return self.mode == AR_ROW_MODE
+
+    @property
+    def stock(self) -> bool:
+        """The framework as shipped, without viasd-adapt."""
+        return self.mode == frameworks.PLAIN
 
     @property
     def key(self) -> tuple[str, str]:
@@ -100,7 +115,7 @@ class PlannedRow:
 
     @property
     def label(self) -> str:
-        return self.framework if self.mode == "-" else f"{self.framework}/{self.mode}"
+        return self.framework if self.is_ar else f"{self.framework}/{self.mode}"
 
 
 @dataclass
@@ -161,7 +176,7 @@ class BenchResult:
 def plan_rows(pair: LoadedPair, config: BenchConfig) -> tuple[list[PlannedRow], dict[str, str], dict[str, str]]:
     """The ``ar`` row plus, per available framework, ``plain`` (if it has one), ``none`` and the
     requested modes. Returns (rows, skipped framework -> reason, framework -> description)."""
-    rows = [PlannedRow(AR, "-", "ar")]
+    rows = [PlannedRow(AR, AR_ROW_MODE, "ar")]
     skipped: dict[str, str] = {}
     descriptions = {AR: frameworks.get(AR).description}
     for name in config.frameworks:
@@ -183,9 +198,11 @@ def plan_rows(pair: LoadedPair, config: BenchConfig) -> tuple[list[PlannedRow], 
 
 def _request(row: PlannedRow, settings: TierSettings, sampling: SamplingConfig, ids: list[int], n: int, seed: int,
              stop_at_eos: bool = False) -> RunRequest:
-    mode = "none" if row.mode in ("-", frameworks.PLAIN) else row.mode
-    return RunRequest(row.mode if row.mode != "-" else "none", ids, n, settings.with_(mode=mode), sampling, seed,
-                      stop_at_eos=stop_at_eos)
+    options = dict(sampling=sampling, seed=seed, stop_at_eos=stop_at_eos)
+    if row.stock:
+        return RunRequest.stock_run(ids, n, settings, **options)
+    # the ar row runs the target alone: untiered
+    return RunRequest.tiered(ids, n, settings.with_(mode="none" if row.is_ar else row.mode), **options)
 
 
 def _sync(device: torch.device) -> None:
@@ -286,7 +303,7 @@ def _task_scores(pair, rows, task, config, generate, say) -> dict[tuple[str, str
     say(f"next-line task: {len(task)} held-out prefixes x {len(rows)} rows")
     scores = {}
     for row in rows:
-        if row.mode == frameworks.PLAIN:
+        if row.stock:
             continue
         hits = 0
         for index, (prefix, line) in enumerate(task):
@@ -317,7 +334,7 @@ def _passes(row: PlannedRow, run: RepeatStats) -> PassCounts:
 
 
 def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: dict) -> list[dict]:
-    ar_runs = stats[(AR, "-")]
+    ar_runs = stats[(AR, AR_ROW_MODE)]
     ar_ll = _median([r.log_likelihood / r.tokens if r.tokens else None for r in ar_runs])
     out = []
     for row in rows:

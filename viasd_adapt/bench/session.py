@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, delta_message, verdict
+from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, Budget, delta_message, verdict
 from viasd_adapt.bench.projection import PROJECTION_COLUMNS, load_cost_model, project_rows
 from viasd_adapt.bench.prompt_sets import spec_bench_prompts
 from viasd_adapt.bench.report import (FIDELITY_COLUMNS, SPEED_COLUMNS, format_costs, format_group_tables, format_table, plot_rows,
@@ -24,7 +24,8 @@ from viasd_adapt.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP
 from viasd_adapt.prompts import read_prompts_file
 from viasd_adapt.pair import LoadedPair, load_pair
 from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import CONSERVATIVE, TierSettings
+from viasd_adapt.resolve import UNREAD, resolve_settings
+from viasd_adapt.settings import TierSettings
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.spec_bench import is_spec_bench
 
@@ -72,22 +73,6 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def tier_settings_from_options(base: TierSettings, preset: str, **overrides) -> TierSettings:
-    """``base`` (the tuned settings beside the mask, or defaults), then ``--preset``, then overrides."""
-    values: dict = dict(CONSERVATIVE) if preset == "conservative" else {}
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return base.with_(**values)
-
-
-def _same_mask(a: Path | str | None, b: Path | str | None) -> bool:
-    """Whether two mask files skip the same layers (paths may differ)."""
-    if a is None or b is None:
-        return False
-    from viasd_adapt.routing.mask import MaskArtifact
-
-    return MaskArtifact.load(a).mask.bits() == MaskArtifact.load(b).mask.bits()
-
-
 def plot_title(target_path, settings: TierSettings, prompts: int, tokens: int, repeats: int) -> str:
     target = Path(str(target_path))
     pair = target.parent.name if target.name == "target" else target.name
@@ -128,14 +113,20 @@ def run_bench_session(
     per_category: int | None = None,
     chat: str = "auto",
     costs: str | Path | None = None,
+    max_overrule: float | None = None,
+    pair_mask: Path | str | None = None,
+    tuned: Any = UNREAD,
 ) -> dict[str, Any]:
     """Runs the bench and reports it through ``echo``; returns the JSON document.
 
     ``prompts_file`` may be ``spec-bench[:names]``: Spec-Bench's bench split, ``per_category``
     questions per task (default 2), every row stopping at EOS as Spec-Bench does, and a table per
-    task after the overall ones."""
-    from viasd_adapt.tuning.artifact import best_point, find_tuned, settings_for_mask, tiered_point, tuned_path_beside
+    task after the overall ones.
 
+    The settings come from :func:`viasd_adapt.resolve.resolve_settings` (defaults, the tuned.json
+    beside the mask, the tuner's best points for the lenient and tiered rows, ``preset``, the
+    options); with ``pair_mask`` and no ``mask_path`` it also picks the mask, as ``--pair`` does.
+    ``tuned``: the tuned file beside the mask when the caller has already read it."""
     from viasd_adapt.io import ensure_writable
 
     for output, option in ((json_path, "--json"), (plot_path, "--plot")):  # before the first forward, not after the run
@@ -143,23 +134,10 @@ def run_bench_session(
             ensure_writable(output, option)
     threads = set_threads()
     quiet_transformers()
-    tuned = find_tuned(mask_path)
-    base = settings_for_mask(mask_path) if mask_path else TierSettings()
-    if tuned is not None and lenience is None:  # the lenient rows run the tuner's best lenient point
-        best_lenient = best_point(tuned, "lenient")
-        lenience = best_lenient["settings"]["lenience"] if best_lenient else None
-    point = tiered_point(mask_path, tuned) if tuned is not None and tuned.choice != "viasd" else None
-    if point is not None and alpha1 is None and alpha2 is None and _same_mask(point[1], mask_path):
-        # The verdict was not VIA-SD, yet its rows must still run the tuner's best VIA-SD point, not
-        # defaults: a bench that pits the winner against untuned rivals proves nothing.
-        tier = point[0]
-        base = base.with_(alpha1=tier.alpha1, alpha2=tier.alpha2, greedy_gates=tier.greedy_gates,
-                          escalation_rule=tier.escalation_rule, ratio=tier.ratio)
-        tier_note = (f"tiered rows: the tuner's best VIA-SD point alpha1={tier.alpha1} alpha2={tier.alpha2} "
-                     f"gates={tier.greedy_gates} (measured with {Path(str(point[1])).name if point[1] else 'the mask'})")
-    else:
-        tier_note = ""
-    settings = tier_settings_from_options(base, preset, alpha1=alpha1, alpha2=alpha2, lenience=lenience, gamma=gamma)
+    budget = Budget(max_ll_drop, max_overrule, max_regret)  # the one budget rule, also viasd tune's
+    spec = resolve_settings(mask_path, pair_mask=pair_mask if mask_path is None else None, best_points=True, preset=preset,
+                            flags=dict(alpha1=alpha1, alpha2=alpha2, lenience=lenience, gamma=gamma), tuned=tuned)
+    mask_path, settings, tuned = spec.mask_path, spec.settings, spec.tuned
     sampling = SamplingConfig.from_temperature(temperature)
     cost_model = load_cost_model(costs) if costs else None  # a bad file fails before any model loads
     spec_bench = is_spec_bench(prompts_file)
@@ -177,11 +155,11 @@ def run_bench_session(
              f"chat {chat}): writing the target's first answers for MT-bench second turns")
         prompts = spec_bench_prompts(pair, str(prompts_file), per_category or DEFAULT_PER_CATEGORY, chat, max_new_tokens)
         task_prompts = 0  # the next-line task is stdlib code; Spec-Bench rows are scored by their fidelity columns
+    spec.check_model(pair.target)
     if tuned is not None:
-        tuned.check_model(pair.target, source=f"tuned settings {tuned_path_beside(mask_path)}")
         echo(f"tuned settings ({tuned.choice}) from beside the mask: {tuned.settings.to_dict()}")
-    if tier_note:
-        echo(tier_note)
+    for note in spec.notes:
+        echo(note)
     if pair.mask is not None:
         mask = pair.mask
         note = "  <-- FALLBACK, not searched" if mask.is_fallback else ""
@@ -208,7 +186,7 @@ def run_bench_session(
     echo("")
     echo(format_costs(result))
     echo(f"peak memory: {result.memory_source}")
-    judgement = verdict(result.rows, max_ll_drop, max_regret)
+    judgement = verdict(result.rows, budget=budget)
     if judgement:
         echo("verdict:")
         for line in judgement:
@@ -219,7 +197,7 @@ def run_bench_session(
         echo(f"\nPROJECTION, not a measurement: the pass counts measured above, priced with the forward costs of "
              f"{cost_model.label} ({cost_model.source or 'cost file'}):")
         echo(format_table(projected, PROJECTION_COLUMNS))
-        projected_verdict = verdict(projected, max_ll_drop, max_regret)
+        projected_verdict = verdict(projected, budget=budget)
         for line in projected_verdict:
             echo(f"  projected: {line}")
         projection = {"cost_model": cost_model.__dict__, "rows": [
@@ -249,6 +227,7 @@ def run_bench_session(
         "threads": threads,
         "max_ll_drop": max_ll_drop,
         "max_regret": max_regret,
+        **({"max_overrule": max_overrule} if max_overrule is not None else {}),
         "verdict": judgement,
         "projection": projection,
     }

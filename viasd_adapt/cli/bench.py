@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, finite, pair_option_paths
+from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option
 from viasd_adapt.spec_bench import is_spec_bench
 
 
@@ -69,6 +69,8 @@ def bench_options(function):
                      help="Fidelity budget of the verdict (target log-likelihood drop, nats/token)."),
         click.option("--max-regret", type=finite(min=0.0), default=0.02, show_default=True,
                      help="... and its regret bound (nats/token the target preferred its own choice by)."),
+        click.option("--max-overrule", type=finite(min=0.0, max=1.0), default=None,
+                     help="Also cap the overrule rate (share of tokens q would overrule), as viasd tune --max-overrule."),
         click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
         click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the rows as JSON."),
         click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a PNG."),
@@ -84,8 +86,8 @@ def bench_options(function):
 @click.command()
 @click.option("--target", "target_path", type=ModelPath(), default=None, help=TARGET_HELP)
 @click.option("--draft", "draft_path", type=DraftPath(), default=None, help=DRAFT_HELP)
-@click.option("--pair", default=None, help="Instead of --target/--draft: a pair name (e.g. demo, tiny) or pair directory; "
-              "its mask.json and eagle_head/ are used unless --mask/--eagle-head are given.")
+@pair_option("its mask (the one its tuned choice was measured with) and eagle_head/ are used unless --mask/--eagle-head "
+             "are given")
 @click.option("--eagle-head", type=click.Path(path_type=Path), default=None, help="EAGLE draft head (for the eagle rows).")
 @bench_options
 def bench(target_path, draft_path, pair, eagle_head, **options) -> None:
@@ -93,13 +95,9 @@ def bench(target_path, draft_path, pair, eagle_head, **options) -> None:
     from viasd_adapt.bench.session import run_bench_session
     from viasd_adapt.errors import ConfigError
 
-    if pair is not None:
-        paths, target_path, draft_path = pair_option_paths(pair, target_path, draft_path)
-        eagle_head = eagle_head or paths.eagle_head
-        from viasd_adapt.tuning.artifact import tiered_point, tuned_mask_path
-
-        point = tiered_point(paths.mask)  # the tiered rows run the tuner's best VIA-SD point, with its mask
-        options["mask_path"] = options["mask_path"] or tuned_mask_path(paths.mask) or (point and point[1]) or paths.mask
-    elif not (target_path and draft_path):
+    choice = choose_pair(pair, target_path, draft_path, eagle_head)
+    if choice.paths is None and not (choice.target and choice.draft):
         raise ConfigError("give --target and --draft (model directories), or --pair NAME")
-    run_bench_session(target_path, draft_path, eagle_head=eagle_head, echo=click.echo, **options)
+    # The pair's mask is resolved with its tuned.json, read once (viasd_adapt.resolve.resolve_settings).
+    run_bench_session(choice.target, choice.draft, eagle_head=choice.eagle_head, echo=click.echo, pair_mask=choice.mask,
+                      **options)

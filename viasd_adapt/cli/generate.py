@@ -9,63 +9,58 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, finite
-from viasd_adapt.errors import ConfigError, ViasdError
+from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option,
+                                 registered_pair)
+from viasd_adapt.errors import ConfigError
 from viasd_adapt.settings import Mode, TierSettings
+
+if TYPE_CHECKING:
+    from viasd_adapt.cli.options import PairChoice
+    from viasd_adapt.resolve import RunSpec
 
 
 def _registered_pair(name: str | None):
-    """The pair called ``name`` (or the shipped demo pair when None); None when the demo pair is not
-    installed. An unknown name raises, listing what exists."""
-    from viasd_adapt.models.registry import demo_pair_paths, resolve_pair
-
-    if name is not None:
-        return resolve_pair(name)
-    try:
-        return demo_pair_paths()
-    except ViasdError:
-        return None
+    """The pair called ``name``, or the shipped demo pair (None when it is not installed)."""
+    return registered_pair(name)
 
 
 def resolve_paths(framework: str, target: Path | None, draft: Path | None, mask: Path | None,
                   eagle_head: Path | None, pair: str | None = None) -> tuple[Path, Path | None, Path | None, Path | None]:
     """Fills missing paths from ``--pair`` (default: the shipped demo pair) when no ``--target`` is
     given; the mask defaults to the one the pair's tuned choice was measured with."""
-    if pair is not None and target is not None:
-        raise ConfigError("give either --pair or --target/--draft, not both")
-    if target is None:
-        paths = _registered_pair(pair)
-        if paths is None:
-            raise ViasdError("no --target given and the shipped demo pair is not installed; pass --target and --draft")
-        from viasd_adapt.tuning.artifact import tuned_mask_path
+    spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair)
+    return choice.target, choice.draft, spec.mask_path, choice.eagle_head
 
-        target = paths.target
-        draft = draft if draft is not None else paths.draft
-        if mask is None and paths.mask is not None:
-            mask = tuned_mask_path(paths.mask) or paths.mask
-        eagle_head = eagle_head if eagle_head is not None else paths.eagle_head
-    if framework not in ("ar", "eagle") and draft is None:
+
+def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: Path | None, eagle_head: Path | None,
+                pair: str | None = None, **flags) -> tuple[RunSpec, PairChoice]:
+    """``(RunSpec, PairChoice)``: the paths from ``--pair`` (or the demo pair), and the settings and
+    mask from :func:`viasd_adapt.resolve.resolve_settings`, which reads the pair's tuned.json once."""
+    from viasd_adapt.resolve import resolve_settings
+
+    choice = choose_pair(pair, target, draft, eagle_head, demo_default=True,
+                         lookup=lambda name: _registered_pair(name))
+    if framework not in ("ar", "eagle") and choice.draft is None:
         raise ConfigError(f"--framework {framework} needs --draft")
-    return target, draft, mask, eagle_head
+    spec = resolve_settings(mask, pair_mask=choice.mask if mask is None else None, framework=framework, flags=flags)
+    if spec.settings.mode.uses_slim and spec.mask_path is None:
+        raise ConfigError(f"--mode {spec.settings.mode.value} needs --mask (a mask.json searched for this target)")
+    return spec, choice
 
 
 def build_settings(framework: str, mode: str | None, mask: Path | None, **overrides) -> TierSettings:
-    """The tier settings: the tuned choice beside the mask when there is one, then the options."""
-    from viasd_adapt.tuning.artifact import settings_for_mask
+    """The tier settings: the tuned choice beside the mask when there is one, then the options
+    (:func:`viasd_adapt.resolve.resolve_settings`)."""
+    from viasd_adapt.resolve import resolve_settings
 
-    if framework == "ar":
-        if mode is not None and Mode.parse(mode) is not Mode.NONE:
-            raise ConfigError("--framework ar is plain target decoding: it has no tier (use --mode none)")
-        mode = "none"
-    base = settings_for_mask(mask) if mask is not None and Path(mask).is_file() else TierSettings()
-    changes = {k: v for k, v in dict(mode=mode, **overrides).items() if v is not None}
-    settings = base.with_(**changes)
-    if settings.mode.uses_slim and mask is None:
-        raise ConfigError(f"--mode {settings.mode.value} needs --mask (a mask.json searched for this target)")
-    return settings
+    spec = resolve_settings(mask, framework=framework, flags=dict(mode=mode, **overrides))
+    if spec.settings.mode.uses_slim and mask is None:
+        raise ConfigError(f"--mode {spec.settings.mode.value} needs --mask (a mask.json searched for this target)")
+    return spec.settings
 
 
 _PATH = click.Path(exists=True, path_type=Path)
@@ -74,8 +69,7 @@ _PATH = click.Path(exists=True, path_type=Path)
 @click.command()
 @click.option("--framework", type=click.Choice(["ar", "engine", "hf", "pearl", "eagle"]), default="hf", show_default=True,
               help="ar = plain target decoding; hf = transformers assisted generation; engine = the tier's own SD loop.")
-@click.option("--pair", "pair_name", default=None, help="A pair name (viasd models list) or pair directory instead of --target/--draft "
-                                          "[default: the shipped demo pair].")
+@pair_option(default_help="the shipped demo pair")
 @click.option("--target", type=ModelPath(), default=None, help=TARGET_HELP + " [default: the shipped demo pair]")
 @click.option("--draft", type=DraftPath(), default=None, help=DRAFT_HELP + " [default: the pair's]")
 @click.option("--eagle-head", type=_PATH, default=None, help="EAGLE head directory (--framework eagle).")
@@ -97,8 +91,10 @@ _PATH = click.Path(exists=True, path_type=Path)
               help="Also write tokens, text and metrics here.")
 @click.option("--color/--no-color", "colour", default=None, help="Colour by tier [default: when stdout is a terminal].")
 @chat_option
-def generate(framework, pair_name, target, draft, eagle_head, mask, mode, prompt, input_features, max_new_tokens, temperature, top_p,
-             seed, gamma, alpha1, alpha2, lenience, json_path, colour, chat) -> None:
+@click.option("--explain", is_flag=True, help="First print each setting, its value and where it came from (default, "
+              "tuned.json, preset, flag), the mask and which framework the tuned settings were measured on; then generate.")
+def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, input_features, max_new_tokens, temperature, top_p,
+             seed, gamma, alpha1, alpha2, lenience, json_path, colour, chat, explain) -> None:
     """Generate a completion and show which tier committed each token."""
     import torch
 
@@ -115,14 +111,16 @@ def generate(framework, pair_name, target, draft, eagle_head, mask, mode, prompt
 
         ensure_writable(json_path, "--json")  # before any model loads
     sampling = SamplingConfig.from_temperature(temperature, top_p)
-    target, draft, mask, eagle_head = resolve_paths(framework, target, draft, mask, eagle_head, pair_name)
-    settings = build_settings(framework, mode, mask, gamma=gamma, alpha1=alpha1, alpha2=alpha2, lenience=lenience)
+    spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, mode=mode, gamma=gamma, alpha1=alpha1,
+                               alpha2=alpha2, lenience=lenience)
+    target, draft, mask, eagle_head = choice.target, choice.draft, spec.mask_path, choice.eagle_head
+    settings = spec.settings
+    if explain:
+        for line in spec.explain():
+            click.echo(line)
     pair = load_pair(target, draft if framework != "ar" else None, mask, need_mask=settings.mode.uses_slim,
                      device="cpu", eagle_head=eagle_head, ratio=settings.ratio)
-    from viasd_adapt.tuning.artifact import check_tuned_beside
-
-    if mask is not None:
-        check_tuned_beside(mask, pair.target)  # its settings were applied above: refused for another model, like bench
+    spec.check_model(pair.target)  # its settings were applied above: refused for another model, like bench
     from viasd_adapt.routing.layers import is_encoder_decoder
 
     encoder_decoder = is_encoder_decoder(pair.target)
@@ -143,7 +141,7 @@ def generate(framework, pair_name, target, draft, eagle_head, mask, mode, prompt
         raise ConfigError("the prompt is empty: pass --prompt with some text" + (" (the source), or --input-features"
                                                                                    if encoder_decoder else ""))
     torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
-    request = RunRequest(settings.mode.value, prompt_ids, max_new_tokens, settings, sampling, seed, input_features=features)
+    request = RunRequest.tiered(prompt_ids, max_new_tokens, settings, sampling=sampling, seed=seed, input_features=features)
     start = time.perf_counter()
     result = frameworks.run(framework, pair, request)
     seconds = time.perf_counter() - start

@@ -13,7 +13,9 @@ model is loaded.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import click
 from click.types import FloatParamType
@@ -55,17 +57,68 @@ class DraftPath(ModelPath):
         return super().convert(value, param, ctx)
 
 
-def pair_option_paths(pair: str, target_path, draft_path):
-    """``(PairPaths, target, drafter)`` for ``--pair NAME``: the pair's target, and its drafter unless
-    ``--draft`` names another (``--pair smollm2 --draft prompt-lookup``). ``--target`` with ``--pair``
-    is refused: the pair's mask and tuned settings belong to its target."""
-    from viasd_adapt.errors import ConfigError
-    from viasd_adapt.models.registry import resolve_pair
+PAIR_HELP = "A pair name (viasd models list) or pair directory instead of --target/--draft"
 
-    if target_path:
+
+def pair_option(extra_help: str = "", default_help: str = ""):
+    """The ``--pair`` option of every command that loads a pair (generate, bench, tune, search):
+    one name, one meaning. ``extra_help`` adds what the command does with the pair."""
+    text = PAIR_HELP + (f"; {extra_help}" if extra_help else ".") + (f" [default: {default_help}]" if default_help else "")
+    return click.option("--pair", "pair", default=None, help=text)
+
+
+@dataclass(frozen=True)
+class PairChoice:
+    """What ``--pair`` (or ``--target``/``--draft``) resolved to: the paths a command loads."""
+
+    paths: Any  # viasd_adapt.models.registry.PairPaths, or None without --pair
+    target: Path | None
+    draft: Path | str | None
+    eagle_head: Path | None = None
+
+    @property
+    def mask(self) -> Path | None:
+        """The pair's own ``mask.json`` (None without --pair, or when the pair has none)."""
+        return self.paths.mask if self.paths is not None else None
+
+
+def registered_pair(name: str | None):
+    """The pair called ``name`` (a name or a pair directory), or the shipped demo pair when None
+    (None when that is not installed). An unknown name raises, listing what exists."""
+    from viasd_adapt.errors import ViasdError
+    from viasd_adapt.models.registry import demo_pair_paths, resolve_pair
+
+    if name is not None:
+        return resolve_pair(name)
+    try:
+        return demo_pair_paths()
+    except ViasdError:
+        return None
+
+
+def choose_pair(pair: str | None, target, draft, eagle_head=None, demo_default: bool = False,
+                lookup: Callable[[str | None], Any] | None = None) -> PairChoice:
+    """``--pair NAME`` (or, with ``demo_default`` and no ``--target``, the shipped demo pair) as paths:
+    the pair's target, its drafter unless ``--draft`` names another (``--pair smollm2 --draft
+    prompt-lookup``), its EAGLE head unless ``--eagle-head`` is given. ``--target`` with ``--pair`` is
+    refused: the pair's mask and tuned settings belong to its target. ``lookup`` finds a pair by
+    name (None: the demo pair); default :func:`registered_pair`."""
+    from viasd_adapt.errors import ConfigError, ViasdError
+
+    if pair is not None and target:
         raise ConfigError("give either --pair or --target, not both (--draft may replace the pair's drafter)")
-    paths = resolve_pair(pair)
-    return paths, paths.target, draft_path or paths.draft
+    if pair is None and (target or not demo_default):
+        return PairChoice(None, target, draft, eagle_head)
+    paths = (lookup or registered_pair)(pair)
+    if paths is None:
+        raise ViasdError("no --target given and the shipped demo pair is not installed; pass --target and --draft")
+    return PairChoice(paths, paths.target, draft or paths.draft, eagle_head if eagle_head is not None else paths.eagle_head)
+
+
+def pair_option_paths(pair: str, target_path, draft_path):
+    """``(PairPaths, target, drafter)`` for ``--pair NAME`` (:func:`choose_pair`)."""
+    choice = choose_pair(pair, target_path, draft_path)
+    return choice.paths, choice.target, choice.draft
 
 
 chat_option = click.option(
@@ -91,4 +144,5 @@ def finite(min: float | None = None, max: float | None = None, min_open: bool = 
     return FiniteFloat(min=min, max=max, min_open=min_open, max_open=max_open)
 
 
-__all__ = ["DRAFT_HELP", "TARGET_HELP", "DraftPath", "FiniteFloat", "ModelPath", "chat_option", "finite", "pair_option_paths"]
+__all__ = ["DRAFT_HELP", "PAIR_HELP", "TARGET_HELP", "DraftPath", "FiniteFloat", "ModelPath", "PairChoice", "chat_option",
+           "choose_pair", "finite", "registered_pair", "pair_option", "pair_option_paths"]

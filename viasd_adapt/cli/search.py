@@ -11,11 +11,16 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import finite
+from viasd_adapt.cli.options import choose_pair, finite, pair_option
 
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.registry import PROMPT_LOOKUP
 from viasd_adapt.io import ensure_writable, relative_name
+from viasd_adapt.search.calibration_prompts import CONTINUATIONS
+from viasd_adapt.search.config import DEFAULTS, DIMR_DEFAULT_STEPS, OBJECTIVES, PRICES, SPACES, STRATEGIES
+
+#: Option defaults come from the one search config (``viasd tune`` starts from the same object).
+_CAL = DEFAULTS.calibration
 
 
 def check_ratio(ratio: float) -> float:
@@ -51,56 +56,60 @@ def _load_tokenizer(path: Path, role: str, required: bool):
               help="Target (full verifier q) checkpoint directory.")
 @click.option("--draft", "draft_path", type=click.Path(path_type=Path), default=None,
               help="Drafter (p) checkpoint directory, same tokenizer as the target.")
-@click.option("--pair", default=None, help="A pair name or directory from `viasd models list` instead of --target/--draft.")
-@click.option("--ratio", type=finite(), default=0.45, show_default=True,
+@pair_option()
+@click.option("--ratio", type=finite(), default=DEFAULTS.ratio, show_default=True,
               help="--space ratio: fraction r of decoder layers skipped, exactly round(r*L).")
-@click.option("--space", type=click.Choice(["ratio", "budget"]), default="ratio", show_default=True,
+@click.option("--space", type=click.Choice(SPACES), default=DEFAULTS.space, show_default=True,
               help="ratio: masks with exactly round(r*L) skipped layers (the paper); budget: any mask whose "
                    "cost with a shared prefix (retained layers from its first skipped layer on) is at most --slim-cost.")
-@click.option("--slim-cost", type=finite(0.0, 1.0, max_open=True), default=0.3, show_default=True,
+@click.option("--slim-cost", type=finite(0.0, 1.0, max_open=True), default=DEFAULTS.slim_cost, show_default=True,
               help="--space budget: the most a mask may cost, as a fraction of the target's layers.")
-@click.option("--strategy", type=click.Choice(["guided", "dimr"]), default="guided", show_default=True,
+@click.option("--strategy", type=click.Choice(STRATEGIES), default=DEFAULTS.strategy, show_default=True,
               help="guided: per-layer probes, structured warm starts, swap trust region ranked by an additive "
                    "surrogate + GP (viasd_adapt/search/guided.py); dimr: random masks + a BoTorch proposal every --bo-every steps.")
-@click.option("--steps", type=click.IntRange(min=0), default=0,
-              help="S: most evaluations, guided probes included [default: 0 = L + 1.5 L + 15 for guided (90 at L = 30), 120 for dimr].")
-@click.option("--price", type=click.Choice(["cycle", "marginal"]), default="cycle", show_default=True,
+@click.option("--steps", type=click.IntRange(min=0), default=DEFAULTS.steps,
+              help="S: most evaluations, guided probes included [default: 0 = L + 1.5 L + 15 for guided (90 at L = 30), "
+                   f"{DIMR_DEFAULT_STEPS} for dimr].")
+@click.option("--price", type=click.Choice(PRICES), default=DEFAULTS.price, show_default=True,
               help="--space budget: cycle = slim layers + --escalation-rate x layers of q resumed at s1, at most --cycle-cost "
                    "of a full pass; marginal = retained layers from s1 on, at most --slim-cost (prices only cycles where q runs).")
-@click.option("--escalation-rate", type=finite(0.0, 1.0), default=0.3, show_default=True,
+@click.option("--escalation-rate", type=finite(0.0, 1.0), default=DEFAULTS.escalation_rate, show_default=True,
               help="--price cycle: expected share of cycles that call q (the artifact reports each mask's estimate).")
-@click.option("--cycle-cost", type=finite(0.0, 2.0, min_open=True), default=0.6, show_default=True,
+@click.option("--cycle-cost", type=finite(0.0, 2.0, min_open=True), default=DEFAULTS.cycle_cost, show_default=True,
               help="--price cycle: the most a verification cycle may cost, as a fraction of a full target pass.")
 @click.option("--window-cache", "window_cache_path", type=click.Path(path_type=Path), default=None,
               help="The target's greedy calibration windows, reused while target, prompts and settings are unchanged "
                    "[default: <out>.windows.pt beside the mask].")
 @click.option("--no-window-cache", is_flag=True, help="Regenerate the calibration windows and write no cache.")
-@click.option("--objective", type=click.Choice(["auto", "routed", "q-only"]), default="auto", show_default=True,
+@click.option("--objective", type=click.Choice(OBJECTIVES), default=DEFAULTS.objective, show_default=True,
               help="routed: C(u||p) + C(q||u) (the paper); q-only: C(q||u); auto: q-only for a prompt-lookup drafter "
                    "(no distribution of its own), routed otherwise.")
-@click.option("--bo-every", "bo_every", type=int, default=5, show_default=True,
+@click.option("--bo-every", "bo_every", type=int, default=DEFAULTS.bo_every, show_default=True,
               help="theta: a BoTorch proposal every theta steps (0 = random search only).")
-@click.option("--patience", type=int, default=40, show_default=True,
+@click.option("--patience", type=int, default=DEFAULTS.patience, show_default=True,
               help="P: stop when the best mask is unchanged for P steps (0 = never).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the search and the random baseline.")
+@click.option("--seed", type=int, default=DEFAULTS.seed, show_default=True, help="Seeds the search and the random baseline.")
 @click.option("--calib", "calib_file", type=click.Path(path_type=Path), default=None,
               help="Calibration prompts: one per line or a JSON list [default: held-out stdlib snippets].")
 @click.option("--calib-pairs", "calib_pairs", type=click.Path(path_type=Path), default=None,
               help="Encoder-decoder targets: source -> target pairs (JSONL/JSON {source, target}, or TSV); "
                    "the last --heldout-prompts pairs are held out for the agreement report.")
-@click.option("--calib-continuation", type=click.Choice(["target-model", "reference"]), default="target-model",
+@click.option("--calib-continuation", type=click.Choice(CONTINUATIONS), default=_CAL.continuation,
               show_default=True, help="Encoder-decoder windows: the target's greedy output, or the pairs' targets.")
-@click.option("--calib-prompts", type=click.IntRange(min=1), default=16, show_default=True, help="Corpus prompts used when --calib is not given.")
-@click.option("--heldout-prompts", type=click.IntRange(min=0), default=16, show_default=True, help="Held-out prompts for the agreement report.")
-@click.option("--new-tokens", type=click.IntRange(min=1), default=48, show_default=True, help="Target's greedy tokens per calibration prompt.")
-@click.option("--prompt-tokens", type=click.IntRange(min=1), default=64, show_default=True,
+@click.option("--calib-prompts", type=click.IntRange(min=1), default=_CAL.n_calibration, show_default=True,
+              help="Corpus prompts used when --calib is not given.")
+@click.option("--heldout-prompts", type=click.IntRange(min=0), default=_CAL.n_heldout, show_default=True,
+              help="Held-out prompts for the agreement report.")
+@click.option("--new-tokens", type=click.IntRange(min=1), default=_CAL.new_tokens, show_default=True,
+              help="Target's greedy tokens per calibration prompt.")
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=_CAL.max_prompt_tokens, show_default=True,
               help="Calibration prompts are cut to their first N tokens (context; not scored).")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), default=Path("mask.json"), show_default=True,
               help="Where the mask artifact (JSON) is written; an existing file needs --force.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --out (and --plot) file.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None,
               help="Convergence PNG [default: <out>-convergence.png].")
-@click.option("--compare-random", "compare_random", type=int, default=0, show_default=True,
+@click.option("--compare-random", "compare_random", type=int, default=DEFAULTS.compare_random, show_default=True,
               help="Also score K seeded random masks at the same r and record them in the report.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads [default: torch's choice].")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
@@ -111,10 +120,8 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     """DIMR: search the routing mask of the slim verifier (guided search with BoTorch, or random + BoTorch)."""
     started = time.perf_counter()
     check_ratio(ratio)
-    if pair is not None:
-        from viasd_adapt.cli.options import pair_option_paths
-
-        _, target_path, draft_path = pair_option_paths(pair, target_path, draft_path)
+    choice = choose_pair(pair, target_path, draft_path)  # the --pair handling every command shares
+    target_path, draft_path = choice.target, choice.draft
     if target_path is None or draft_path is None:
         raise ConfigError("both --target and --draft are required (or --pair)")
     if compare_random < 0:
@@ -123,19 +130,17 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     ensure_writable(out_path, "--out", force)
     ensure_writable(plot_path, "--plot", force)
 
-    from viasd_adapt.search.calibration import check_compatible, load_prompt_file
-    from viasd_adapt.search.dimr import SearchSettings
+    from viasd_adapt.search.calibration_prompts import CalibrationSpec, check_prompt_file
+    from viasd_adapt.search.config import SearchConfig
 
-    from viasd_adapt.spec_bench import is_spec_bench
-
-    if calib_file is not None and not is_spec_bench(str(calib_file)):
-        load_prompt_file(calib_file)  # fail fast on an empty or unreadable file
-    if strategy == "dimr":
-        settings = SearchSettings(steps=steps or 120, bo_every=bo_every, patience=patience, seed=seed)
-    else:
-        from viasd_adapt.search.guided import GuidedSettings
-
-        settings = GuidedSettings(steps=steps, patience=patience, seed=seed)
+    spec = CalibrationSpec(calib_file=calib_file, n_calibration=calib_prompts, n_heldout=heldout_prompts,
+                           new_tokens=new_tokens, max_prompt_tokens=prompt_tokens, prompt_seed=seed,
+                           pairs_file=calib_pairs, continuation=calib_continuation)
+    config = SearchConfig(ratio=ratio, space=space, slim_cost=slim_cost, price=price, escalation_rate=escalation_rate,
+                          cycle_cost=cycle_cost, strategy=strategy, steps=steps, bo_every=bo_every, patience=patience,
+                          seed=seed, objective=objective, compare_random=compare_random, calibration=spec)
+    check_prompt_file(spec)  # fail fast on an empty or unreadable file
+    config.strategy_settings()  # and on settings the strategy refuses
 
     import torch
 
@@ -144,7 +149,8 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     torch.manual_seed(seed)
     target = _load_model(Path(target_path), "target")
     target_tok = _load_tokenizer(Path(target_path), "target", required=True)
-    if str(draft_path) == PROMPT_LOOKUP:
+    prompt_lookup = str(draft_path) == PROMPT_LOOKUP
+    if prompt_lookup:
         # a prompt-lookup drafter has no distribution to score; p is the target's first layer + head
         from viasd_adapt.routing.layers import find_decoder_stack
         from viasd_adapt.routing.mask import RoutingMask
@@ -156,105 +162,41 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     else:
         draft = _load_model(Path(draft_path), "draft", target=target)
         draft_tok = _load_tokenizer(Path(draft_path), "draft", required=False)
-    check_compatible(target, draft, target_tok, draft_tok)
 
     from tqdm import tqdm
 
     from viasd_adapt.routing.layers import find_decoder_stack
-    from viasd_adapt.routing.mask import skip_count
-    from viasd_adapt.search.dimr import check_cardinality
-    from viasd_adapt.search.pipeline import CalibrationSpec, prompt_token_ids, search_mask
+    from viasd_adapt.search.calibration import WindowCache, check_compatible, window_cache_path as default_cache_path
+    from viasd_adapt.search.pipeline import search_pair
     from viasd_adapt.search.plot import plot_convergence
+    from viasd_adapt.search.report import ReportInput, describe
 
-    from viasd_adapt.search.candidates import BudgetSpace, FixedCountSpace
-
-    num_layers = find_decoder_stack(target).num_layers
-    if space == "budget" and price == "cycle":
-        mask_space = BudgetSpace(num_layers, cycle_cost * num_layers, escalation=escalation_rate)
-        if mask_space.size() == 0:
-            raise ConfigError(f"no mask costs at most --cycle-cost {cycle_cost} of a full pass at --escalation-rate "
-                              f"{escalation_rate}; raise --cycle-cost")
-    elif space == "budget":
-        mask_space = BudgetSpace(num_layers, int(slim_cost * num_layers))
-    else:
-        check_cardinality(num_layers, skip_count(num_layers, ratio))
-        mask_space = FixedCountSpace(num_layers, skip_count(num_layers, ratio))
-    spec = CalibrationSpec(calib_file=calib_file, n_calibration=calib_prompts, n_heldout=heldout_prompts,
-                           new_tokens=new_tokens, max_prompt_tokens=prompt_tokens, prompt_seed=seed)
-    calib_references = None
-    if find_decoder_stack(target).encoder_decoder:
-        from viasd_adapt.seq2seq_calibration import encode_pairs, load_pair_file
-
-        if calib_pairs is None:
-            raise ConfigError("an encoder-decoder target needs --calib-pairs (source -> target pairs); the default "
-                              "stdlib snippets are prompts for decoder-only models")
-        pairs = load_pair_file(calib_pairs)
-        if len(pairs) <= heldout_prompts:
-            raise ConfigError(f"--calib-pairs has {len(pairs)} pairs; more than --heldout-prompts ({heldout_prompts}) are needed")
-        sources, references = encode_pairs(target_tok, pairs, max_source_tokens=prompt_tokens)
-        calib_ids, heldout_ids = sources[: len(sources) - heldout_prompts], sources[len(sources) - heldout_prompts :]
-        calib_references = references[: len(calib_ids)] if references is not None else None
-    else:
-        calib_ids, heldout_ids = prompt_token_ids(target_tok, spec)
-
-    if not no_progress:
-        click.echo(f"calibrating: {len(calib_ids)} prompts x {new_tokens} greedy tokens of the target ...", err=True)
-    bars = []  # created at the first step, so that calibration time does not count as a step
-    if not steps:
-        from viasd_adapt.search.guided import default_steps
-
-        steps = settings.steps or default_steps(num_layers)
-    from viasd_adapt.search.calibration import WindowCache, window_cache_path as default_cache_path
-
+    check_compatible(target, draft, target_tok, draft_tok)
+    total_steps = config.total_steps(find_decoder_stack(target).num_layers)
     window_cache = None if no_window_cache else WindowCache(window_cache_path or default_cache_path(out_path))
-    calibration_info = spec.to_dict()
-    if str(draft_path) == PROMPT_LOOKUP:
-        calibration_info["drafter_distribution"] = "target's first layer + head (prompt-lookup has no distribution)"
-    from viasd_adapt.search.pipeline import uses_spec_bench
-
-    if uses_spec_bench(target_tok, spec):
-        calibration_info["source"] = "Spec-Bench calibration split (first turns), chat template"
+    bars = []  # created at the first step, so that calibration time does not count as a step
 
     def on_step(evaluation, best):
         if not bars:
-            bars.append(tqdm(total=steps, desc="DIMR", unit="mask", disable=no_progress, leave=False))
+            bars.append(tqdm(total=total_steps, desc="DIMR", unit="mask", disable=no_progress, leave=False))
         bar = bars[0]
         bar.update(1)
         bar.set_postfix(step=evaluation.step, best=f"{best:.3f}", kind=evaluation.kind)
 
+    # Relative to the mask file (or just the folder name): artifacts hold no machine paths.
+    info = ReportInput(target_name=relative_name(target_path, out_path.parent),
+                       draft_name=relative_name(draft_path, out_path.parent), out=out_path, started=started)
     try:
-        outcome = search_mask(target, draft, calib_ids, heldout_ids, ratio=ratio, settings=settings,
-                              compare_random=compare_random, new_tokens=new_tokens,
-                              on_step=on_step, calibration_info=calibration_info, space=mask_space,
-                              calib_references=calib_references, continuation=calib_continuation,
-                              window_cache=window_cache,
-                              drafter_term=objective == "routed" or (objective == "auto" and str(draft_path) != PROMPT_LOOKUP))
+        outcome = search_pair(target, draft, target_tok, config, prompt_lookup=prompt_lookup, window_cache=window_cache,
+                              on_step=on_step, info=info, say=None if no_progress else (lambda m: click.echo(m, err=True)))
     finally:
         for bar in bars:
             bar.close()
-    artifact = outcome.artifact
-    # Relative to the mask file (or just the folder name): artifacts hold no machine paths.
-    artifact.search["target"] = relative_name(target_path, out_path.parent)
-    artifact.search["draft"] = relative_name(draft_path, out_path.parent)
-    total = time.perf_counter() - started
-    artifact.search["total_wall_seconds"] = round(total, 2)
-    artifact.save(out_path)
     if window_cache is not None:
         window_cache.save()
     described = f"r={ratio}" if space == "ratio" else f"slim cost <= {slim_cost}"
     plot_convergence(outcome.result, plot_path, outcome.random_costs,
                      title=f"DIMR on {Path(target_path).parent.name}/{Path(target_path).name}: {described}, seed {seed}")
-    report = artifact.report
-    line = (f"{outcome.summary}; total wall {total:.1f}s")
-    if "heldout_agreement" in report:
-        line += (f"; held-out greedy agreement with q: slim {report['heldout_agreement']:.3f}, "
-                 f"drafter {report['drafter_heldout_agreement']:.3f}")
-        if "random_compare" in report:
-            line += f", random-mask median {report['random_compare']['median_heldout_agreement']:.3f}"
-    click.echo(line)
-    from viasd_adapt.advice import delta_message
-
-    advice = delta_message(artifact.delta, artifact.search)
-    if advice:
-        click.echo(f"NOTE: {advice}")
+    for line in describe(outcome):
+        click.echo(line)
     click.echo(f"mask -> {out_path}; plot -> {plot_path}")

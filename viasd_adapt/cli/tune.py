@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, finite, pair_option_paths
+from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option
 
 
 def _floats(value: str, option: str = "") -> tuple[float, ...]:
@@ -44,7 +44,7 @@ def _read_tune_json(path: Path) -> dict:
 
 
 @click.command()
-@click.option("--pair", default=None, help="A pair name or directory (its mask.json is used); or --target/--draft/--mask.")
+@pair_option("its mask.json is used unless --mask is given")
 @click.option("--target", "target_path", type=ModelPath(), default=None, help=TARGET_HELP)
 @click.option("--draft", "draft_path", type=DraftPath(), default=None, help=DRAFT_HELP)
 @click.option("--mask", "mask_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -102,9 +102,8 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     from viasd_adapt.tuning.tune import Budget, TuneGrid, artifact_of, calibration_prompts, describe, plot_frontiers
     from viasd_adapt.tuning.tune import tune as run_tune
 
-    if pair is not None:
-        paths, target_path, draft_path = pair_option_paths(pair, target_path, draft_path)
-        mask_path = mask_path or paths.mask
+    choice = choose_pair(pair, target_path, draft_path)
+    target_path, draft_path, mask_path = choice.target, choice.draft, mask_path or choice.mask
     if target_path is None or draft_path is None:
         raise ConfigError("give --pair NAME, or --target and --draft")
     sampling = SamplingConfig.from_temperature(temperature)
@@ -170,6 +169,8 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
         for line in describe(projected(result, cost_model, gamma)):
             click.echo(f"  projected: {line}")
     artifact = artifact_of(result, loaded, folder=out_path.parent)  # masks named relative to the tuned file
+    click.echo(f"measured on: the {artifact.measured_on} framework's loop (recorded in tuned.json as measured_on; "
+               "other frameworks apply the same settings: viasd generate --explain says so)")
     click.echo(f"wrote {artifact.save(out_path)} ({result.seconds:.0f}s); frontier -> {plot_frontiers(result, plot_path)}")
     if json_path:
         portable = result.relative_to(out_path.parent)  # the same names as the artifact: --reuse finds its costs

@@ -90,7 +90,7 @@ def distill(
     from viasd_adapt.models.distill_prompts import training_prompts
     from viasd_adapt.models.drafter_distill import train_drafter
     from viasd_adapt.models.shared_drafter import save_drafter
-    from viasd_adapt.pair import load_model, load_tokenizer
+    from viasd_adapt.models.loading import load_model, load_tokenizer
 
     timings: dict[str, float] = {}
     clock = time.perf_counter()

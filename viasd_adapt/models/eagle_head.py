@@ -31,6 +31,7 @@ from torch.nn import functional as F
 
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.io import write_directory
+from viasd_adapt.models.eagle_compat import eagle_compat, quiet_eagle_noise
 from viasd_adapt.models.train import optimizer_step
 
 HEAD_FORMAT = "viasd-adapt/eagle-head"
@@ -80,8 +81,6 @@ def build_head(config_fields: dict) -> nn.Module:
     """eagle's head module (``cnets.Model``) for these config fields, built in the compat scope."""
     from eagle.model.cnets import Model
     from eagle.model.configs import EConfig
-
-    from viasd_adapt.adapters.eagle.compat import eagle_compat, quiet_eagle_noise
 
     fields = {k: v for k, v in config_fields.items() if k not in ("bias", "architectures", "model_type")}
     with eagle_compat(), quiet_eagle_noise():

@@ -9,7 +9,7 @@ Why these choices (VIA-SD.md section 1, for T5/BART/Whisper-style models):
   prompt too), a decoder-only drafter that reads ``encoder_outputs`` (distil-Whisper's
   ``WhisperForCausalLM``) reads the target's.
 * **Self-attention caches are per model.** u's retained layers see u's residual stream, so their
-  keys/values differ from q's: u gets a :class:`~viasd_adapt.routing.slim.SlimCache` (skipped
+  keys/values differ from q's: u gets a :class:`~viasd_adapt.routing.slim_cache.SlimCache` (skipped
   layers stay empty, length queries answered from a retained layer), q a plain ``DynamicCache``.
 * **The cross-attention cache is shared.** A cross-attention layer's keys/values are a function of
   the encoder output and that layer's weights only, not of the decoder's residual stream, so u's
@@ -23,12 +23,14 @@ Why these choices (VIA-SD.md section 1, for T5/BART/Whisper-style models):
   ``config.num_hidden_layers`` layers, which for T5 and Whisper is the *encoder's* depth.
   :func:`decoder_cache_config` gives a copy of the config with the decoder's depth (what Whisper's
   own decoder does), checked against the stack.
+
+How a model reads the source (:func:`~viasd_adapt.model_kind.source_reader`, :data:`OWN_ENCODER`,
+:data:`TARGET_ENCODER_OUTPUT`) is decided in :mod:`viasd_adapt.model_kind` and importable from here too.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 from dataclasses import dataclass
 
 import torch
@@ -36,27 +38,12 @@ from torch import nn
 from transformers import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
+from viasd_adapt.checks import check_encoder_source
 from viasd_adapt.errors import ConfigError, UnsupportedModelError
-from viasd_adapt.routing.layers import find_decoder_stack, is_encoder_decoder
+from viasd_adapt.model_kind import OWN_ENCODER, TARGET_ENCODER_OUTPUT, is_encoder_decoder, source_reader
+from viasd_adapt.routing.layers import find_decoder_stack
+from viasd_adapt.routing.slim_cache import SlimCache
 from viasd_adapt.runner import layers_bytes
-
-
-#: How a model reads the source: its own encoder, or the target's encoder output.
-OWN_ENCODER = "own-encoder"
-TARGET_ENCODER_OUTPUT = "target-encoder-output"
-
-
-def source_reader(model: nn.Module) -> str | None:
-    """How ``model`` conditions on the source: :data:`OWN_ENCODER` (an encoder-decoder model),
-    :data:`TARGET_ENCODER_OUTPUT` (a decoder-only model whose forward takes ``encoder_outputs``,
-    e.g. ``WhisperForCausalLM``), or None (a plain causal LM, which cannot see the source)."""
-    if is_encoder_decoder(model) and hasattr(model, "get_encoder"):
-        return OWN_ENCODER
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return None
-    return TARGET_ENCODER_OUTPUT if "encoder_outputs" in params else None
 
 
 def decoder_cache_config(model: nn.Module):
@@ -134,8 +121,6 @@ class EncoderContext:
     def encode(cls, model: nn.Module, inputs: torch.Tensor, attention_mask: torch.Tensor | None = None) -> "EncoderContext":
         """Runs ``model``'s encoder once on one source: token ids ``(1, S)`` for text models, input
         features ``(1, mel, frames)`` for Whisper (``model.main_input_name`` says which)."""
-        from viasd_adapt.checks import check_encoder_source
-
         if not is_encoder_decoder(model) or not hasattr(model, "get_encoder"):
             raise ConfigError(f"{type(model).__name__} has no encoder to run")
         check_encoder_source(inputs)
@@ -152,8 +137,6 @@ def seq2seq_cache(config, retained: tuple[int, ...] | None = None,
     """A decoder cache for one model pass role: a ``SlimCache`` over ``retained`` layers (the slim
     verifier) or a full ``DynamicCache`` (``retained=None``), plus the cross-attention part, shared
     when ``cross`` is given. ``config`` comes from :func:`decoder_cache_config`."""
-    from viasd_adapt.routing.slim import SlimCache
-
     self_attention = DynamicCache(config=config) if retained is None else SlimCache(config, retained)
     return (cross or SharedCrossAttention(config)).attach(self_attention)
 

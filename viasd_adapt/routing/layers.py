@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from viasd_adapt.errors import UnsupportedModelError
+from viasd_adapt.model_kind import is_encoder_decoder  # noqa: F401 - also importable from here, as before
 
 #: Blocks that take and return the residual-stream tensor (transformers >= 5 decoder layers).
 PLAIN = "plain"
@@ -93,11 +94,6 @@ def _layer_list(model: nn.Module, owner_path: str, attribute: str) -> nn.ModuleL
     owner = _get_submodule(model, owner_path)
     layers = getattr(owner, attribute, None) if owner is not None else None
     return layers if isinstance(layers, nn.ModuleList) and len(layers) > 0 else None
-
-
-def is_encoder_decoder(model: nn.Module) -> bool:
-    """Whether ``model`` is an encoder-decoder (seq2seq) model, by its config."""
-    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
 
 
 def _find_encoder_decoder_stack(model: nn.Module) -> DecoderStack:

@@ -9,19 +9,20 @@ device) and refuses to load onto another.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Annotated, Any, ClassVar, Sequence, Union
 
 import torch
+from pydantic import BeforeValidator, Field, PlainSerializer, ValidationInfo
 from torch import nn
 
 from viasd_adapt.errors import ConfigError, ModelMismatchError
-from viasd_adapt.io import read_text, write_json
+from viasd_adapt.io import write_json
+from viasd_adapt.schema import Artifact, read_json
 from viasd_adapt.routing.layers import find_decoder_stack
 
 ARTIFACT_VERSION = 1
@@ -362,61 +363,95 @@ def _model_dtype(model: nn.Module) -> str:
 # ---------------------------------------------------------------------------- artifact
 
 
-def _parse_bits(bits: Any, source: str) -> RoutingMask:
-    """The ``mask`` field: a non-empty list of 0/1 integers (JSON true/false too), nothing else."""
+def _parse_bits(bits: Any) -> RoutingMask:
+    """The ``mask`` field: a non-empty list of 0/1 integers (JSON true/false too), nothing else,
+    skipping at least one layer (else every "slim" pass would be a full pass)."""
+    if isinstance(bits, RoutingMask):
+        return bits
     if not isinstance(bits, list) or not bits:
-        raise ConfigError(f"{source}: 'mask' must be a non-empty list of 0/1, got {bits!r}")
+        raise ValueError(f"'mask' must be a non-empty list of 0/1, got {bits!r}")
     bad = [(i, v) for i, v in enumerate(bits) if not (isinstance(v, (bool, int)) and v in (0, 1))]
     if bad:
         shown = ", ".join(f"[{i}] = {v!r}" for i, v in bad[:4])
-        raise ConfigError(f"{source}: 'mask' entries must be 0 or 1 (integers), got {shown}")
-    return RoutingMask(tuple(bool(v) for v in bits))
-
-
-def _check_fields(data: dict[str, Any], mask: RoutingMask, source: str) -> float:
-    """Checks that the fields describing the mask agree with its bits; returns the ratio.
-
-    * the mask skips at least one layer (else every "slim" pass would be a full pass);
-    * ``skipped_layers``, when present, are integers in range, without repeats, and exactly the
-      zeros of ``mask``;
-    * ``ratio``, when present, is a number in (0, 1) that rounds to the skipped count:
-      ``|ratio - skipped/L| <= 1/(2L)``, i.e. ``round(ratio * L)`` could have produced the mask
-      (the search skips ``round(r * L)`` layers; 0.45 of 16 layers is 7.2, so 7 skipped is right,
-      15 is not). Missing, it is taken from the bits.
-    """
-    layers = mask.num_layers
+        raise ValueError(f"'mask' entries must be 0 or 1 (integers), got {shown}")
+    mask = RoutingMask(tuple(bool(v) for v in bits))
     if mask.num_skipped == 0:
-        raise ConfigError(f"{source}: 'mask' skips no layer of {layers}: the slim verifier would be the full target")
-    if "skipped_layers" in data:
-        listed = data["skipped_layers"]
-        if not isinstance(listed, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in listed):
-            raise ConfigError(f"{source}: 'skipped_layers' must be a list of layer indices (integers), got {listed!r}")
-        out_of_range = [i for i in listed if not 0 <= i < layers]
-        if out_of_range:
-            raise ConfigError(f"{source}: 'skipped_layers' entries {out_of_range} are out of range for {layers} layers")
-        if len(set(listed)) != len(listed):
-            raise ConfigError(f"{source}: 'skipped_layers' {listed} lists a layer twice")
-        if sorted(listed) != list(mask.skipped):
-            raise ConfigError(f"{source}: 'skipped_layers' {sorted(listed)} disagree with 'mask', whose zeros are "
-                              f"{list(mask.skipped)}")
-    if "ratio" not in data or data["ratio"] is None:
-        return mask.ratio
-    ratio = data["ratio"]
+        raise ValueError(f"'mask' skips no layer of {mask.num_layers}: the slim verifier would be the full target")
+    return mask
+
+
+def _check_skipped(listed: Any, info: ValidationInfo) -> Any:
+    """``skipped_layers``, when present: integers in range, without repeats, exactly the zeros of ``mask``."""
+    if listed is None:
+        return None
+    if not isinstance(listed, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in listed):
+        raise ValueError(f"'skipped_layers' must be a list of layer indices (integers), got {listed!r}")
+    mask = info.data.get("mask")
+    if mask is None:  # the bits are refused already
+        return listed
+    layers = mask.num_layers
+    out_of_range = [i for i in listed if not 0 <= i < layers]
+    if out_of_range:
+        raise ValueError(f"'skipped_layers' entries {out_of_range} are out of range for {layers} layers")
+    if len(set(listed)) != len(listed):
+        raise ValueError(f"'skipped_layers' {listed} lists a layer twice")
+    if sorted(listed) != list(mask.skipped):
+        raise ValueError(f"'skipped_layers' {sorted(listed)} disagree with 'mask', whose zeros are {list(mask.skipped)}")
+    return listed
+
+
+def _check_ratio(ratio: Any, info: ValidationInfo) -> Any:
+    """``ratio``, when present: a number in (0, 1) that rounds to the skipped count,
+    ``|ratio - skipped/L| <= 1/(2L)``, i.e. ``round(ratio * L)`` could have produced the mask (the
+    search skips ``round(r * L)`` layers; 0.45 of 16 layers is 7.2, so 7 skipped is right, 15 is
+    not). Missing, it is taken from the bits."""
+    if ratio is None:
+        return None
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio):
-        raise ConfigError(f"{source}: 'ratio' must be a number, got {ratio!r}")
+        raise ValueError(f"'ratio' must be a number, got {ratio!r}")
     if not 0.0 < ratio < 1.0:
-        raise ConfigError(f"{source}: 'ratio' must be in (0, 1), got {ratio!r}")
-    if abs(ratio - mask.ratio) > 1.0 / (2 * layers) + 1e-9:
-        raise ConfigError(f"{source}: 'ratio' {ratio} disagrees with 'mask', which skips {mask.num_skipped} of {layers} "
-                          f"layers ({mask.ratio:.3g}; a ratio r skips round(r * {layers}) layers)")
+        raise ValueError(f"'ratio' must be in (0, 1), got {ratio!r}")
+    mask = info.data.get("mask")
+    if mask is not None and abs(ratio - mask.ratio) > 1.0 / (2 * mask.num_layers) + 1e-9:
+        layers = mask.num_layers
+        raise ValueError(f"'ratio' {ratio} disagrees with 'mask', which skips {mask.num_skipped} of {layers} "
+                         f"layers ({mask.ratio:.3g}; a ratio r skips round(r * {layers}) layers)")
     return float(ratio)
 
 
+def _number_or_null(value: Any, info: ValidationInfo) -> Any:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ValueError(f"'{info.field_name}' must be a number or null, got {value!r}")
+    return value
+
+
+def _an_object(value: Any, info: ValidationInfo) -> Any:
+    if not isinstance(value, dict):
+        raise ValueError(f"'{info.field_name}' must be an object, got {type(value).__name__}")
+    return value
+
+
+class MaskFile(Artifact):
+    """The on-disk form of a :class:`MaskArtifact` (``mask.json``): typed, versioned, each field checked
+    against the bits, every error naming the file and the field."""
+
+    FORMAT: ClassVar[str] = "viasd-adapt/routing-mask"
+    VERSION: ClassVar[int] = ARTIFACT_VERSION
+    WHAT: ClassVar[str] = "routing-mask artifact"
+
+    mask: Annotated[RoutingMask, BeforeValidator(_parse_bits), PlainSerializer(lambda m: m.bits(), return_type=list)]
+    skipped_layers: Annotated[list[int] | None, BeforeValidator(_check_skipped)] = None
+    ratio: Annotated[float | None, BeforeValidator(_check_ratio)] = None
+    score: Annotated[float | None, BeforeValidator(_number_or_null)] = None
+    delta: Annotated[float | None, BeforeValidator(_number_or_null)] = None
+    search: Annotated[dict[str, Any], BeforeValidator(_an_object)] = Field(default_factory=dict)
+    fingerprint: Annotated[dict[str, Any], BeforeValidator(_an_object)] = Field(default_factory=dict)
+    report: Annotated[dict[str, Any], BeforeValidator(_an_object)] = Field(default_factory=dict)
 
 
 @dataclass
 class MaskArtifact:
-    """A searched mask with everything needed to trust and reproduce it."""
+    """A searched mask with everything needed to trust and reproduce it (on disk: :class:`MaskFile`)."""
 
     mask: RoutingMask
     ratio: float
@@ -426,60 +461,31 @@ class MaskArtifact:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
 
+    def to_file(self) -> MaskFile:
+        return MaskFile(mask=self.mask, skipped_layers=list(self.mask.skipped), ratio=self.ratio, score=self.score,
+                        delta=self.delta, search=self.search, fingerprint=self.fingerprint, report=self.report)
+
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": "viasd-adapt/routing-mask",
-            "version": ARTIFACT_VERSION,
-            "mask": self.mask.bits(),
-            "skipped_layers": list(self.mask.skipped),
-            "ratio": self.ratio,
-            "score": self.score,
-            "delta": self.delta,
-            "search": self.search,
-            "fingerprint": self.fingerprint,
-            "report": self.report,
-        }
+        return self.to_file().to_json()
 
     def save(self, path: str | os.PathLike) -> Path:
         """Writes the artifact atomically (a failed write leaves an existing file as it was)."""
         return write_json(path, self.to_json(), what="mask artifact")
 
     @classmethod
+    def from_file(cls, data: MaskFile) -> "MaskArtifact":
+        return cls(mask=data.mask, ratio=data.ratio if data.ratio is not None else data.mask.ratio, score=data.score,
+                   delta=data.delta, search=data.search, fingerprint=data.fingerprint, report=data.report)
+
+    @classmethod
     def from_json(cls, data: dict[str, Any], source: str = "routing-mask artifact") -> "MaskArtifact":
-        """Parses an artifact, refusing one whose fields disagree with its bits (:func:`_check_fields`)."""
-        if not isinstance(data, dict) or data.get("format") != "viasd-adapt/routing-mask" or "mask" not in data:
-            raise ConfigError(f"{source} is not a viasd-adapt routing-mask artifact (missing 'format' or 'mask')")
-        version = data.get("version", ARTIFACT_VERSION)
-        if isinstance(version, bool) or not isinstance(version, int) or version > ARTIFACT_VERSION:
-            raise ConfigError(f"{source}: 'version' {version!r} is not one this viasd-adapt reads "
-                              f"(<= {ARTIFACT_VERSION}); upgrade viasd-adapt or re-run `viasd search`")
-        mask = _parse_bits(data["mask"], source)
-        ratio = _check_fields(data, mask, source)
-        for key in ("search", "fingerprint", "report"):
-            if not isinstance(data.get(key, {}), dict):
-                raise ConfigError(f"{source}: '{key}' must be an object, got {type(data[key]).__name__}")
-        for key in ("score", "delta"):
-            value = data.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise ConfigError(f"{source}: '{key}' must be a number or null, got {value!r}")
-        return cls(
-            mask=mask,
-            ratio=ratio,
-            score=data.get("score"),
-            delta=data.get("delta"),
-            search=data.get("search", {}),
-            fingerprint=data.get("fingerprint", {}),
-            report=data.get("report", {}),
-        )
+        """Parses an artifact, refusing one whose fields disagree with its bits (:class:`MaskFile`)."""
+        return cls.from_file(MaskFile.from_json(data, source=source))
 
     @classmethod
     def load(cls, path: str | os.PathLike, model: nn.Module | None = None) -> "MaskArtifact":
         """Reads an artifact; with ``model``, refuses it unless it was searched on that model."""
-        text = read_text(path, "mask file")  # clear errors for a missing file, a folder, binary content
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"mask file {path} is not valid JSON: {err}") from None
+        data = read_json(path, "mask file")  # clear errors for a missing file, a folder, binary content
         artifact = cls.from_json(data, source=f"mask file {path}")
         if model is not None:
             artifact.check_model(model, source=str(path))

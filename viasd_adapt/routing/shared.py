@@ -116,10 +116,27 @@ class SeparateRunners:
 
 
 class HiddenSlot:
-    """Where a capture layer leaves the residual stream, and where an inject layer takes it from."""
+    """Where a capture layer leaves the residual stream, and where an inject layer takes it from.
+
+    The record/take pair is the whole of the shared-prefix stubs' logic; the stubs of each layer
+    API (transformers' here, eagle-llm's in :mod:`viasd_adapt.adapters.eagle.slim_tree`) only wrap it.
+    """
 
     def __init__(self) -> None:
         self.value: torch.Tensor | None = None
+
+    def record(self, hidden_states: torch.Tensor) -> None:
+        """Keeps the residual stream entering the first skipped layer (``h_s1``)."""
+        self.value = hidden_states
+
+    def take(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The recorded ``h_s1``, in place of the block ``hidden_states`` a resumed forward would
+        have computed below s1; refuses one recorded for another block."""
+        value = self.value
+        if value is None or value.shape != hidden_states.shape:
+            got = None if value is None else tuple(value.shape)
+            raise RuntimeError(f"resumed forward: stored hidden states {got} do not fit the block {tuple(hidden_states.shape)}")
+        return value.to(hidden_states.dtype)
 
 
 class CaptureLayer(StubLayer):
@@ -132,7 +149,7 @@ class CaptureLayer(StubLayer):
         self.inner = inner
 
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
-        self.slot.value = hidden_states
+        self.slot.record(hidden_states)
         return self.as_block_output(hidden_states) if self.inner is None else self.inner(hidden_states, *args, **kwargs)
 
     def extra_repr(self) -> str:
@@ -148,11 +165,7 @@ class InjectLayer(StubLayer):
         self.layer_index = layer_index
 
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
-        value = self.slot.value
-        if value is None or value.shape != hidden_states.shape:
-            got = None if value is None else tuple(value.shape)
-            raise RuntimeError(f"resumed forward: stored hidden states {got} do not fit the block {tuple(hidden_states.shape)}")
-        return self.as_block_output(value.to(hidden_states.dtype))
+        return self.as_block_output(self.slot.take(hidden_states))
 
     def extra_repr(self) -> str:
         return f"inject_output_of_layer={self.layer_index}"

@@ -13,20 +13,19 @@ Design (VIA-SD.md section 1):
 * **Its own KV cache.** The slim verifier's retained layers see *its* residual stream, so their keys
   and values differ from q's for the same layers. u therefore keeps a separate :class:`SlimCache`
   holding only retained layers (skipped layers stay empty). q's cache is never written by a slim
-  pass. The cost is the KV memory of the retained layers, measured by ``viasd bench``.
-* **Layer 0 pitfall.** HF reads the cache length from layer 0 for position ids and masks. When
-  layer 0 is skipped it is empty, so :class:`SlimCache` answers length queries from the first
-  retained layer of the same attention type.
+  pass. The cost is the KV memory of the retained layers, measured by ``viasd bench``. The cache
+  class, and why layer 0 needs care in it, is :mod:`viasd_adapt.routing.slim_cache`.
 """
 
 from __future__ import annotations
 
 from torch import nn
-from transformers import DynamicCache
 
 from viasd_adapt.errors import ConfigError
+from viasd_adapt.routing.encdec import decoder_cache_config, seq2seq_cache
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.routing.mask import RoutingMask
+from viasd_adapt.routing.slim_cache import SlimCache  # noqa: F401 - also importable from here, as before
 from viasd_adapt.routing.view import build_layer_view, pass_through_layer
 
 
@@ -42,38 +41,6 @@ def build_routed_view(model: nn.Module, mask: RoutingMask) -> nn.Module:
     return build_layer_view(
         model, [layer if keep else pass_through_layer(stack, i) for i, (layer, keep) in enumerate(zip(stack.layers, mask.keep))]
     )
-
-
-class SlimCache(DynamicCache):
-    """A DynamicCache that tolerates empty (skipped) layers.
-
-    Length and mask-size queries name a layer index, usually 0. For a skipped layer we answer from
-    the first retained layer of the same cache-layer type (full vs. sliding attention), falling back
-    to any retained layer.
-    """
-
-    def __init__(self, config, retained: tuple[int, ...]):
-        super().__init__(config=config)
-        self._retained = tuple(retained)
-        self._skipped = set(range(len(self.layers))) - set(retained)
-
-    def _stand_in(self, layer_idx: int) -> int:
-        if layer_idx not in self._skipped or layer_idx >= len(self.layers):
-            return layer_idx
-        wanted = type(self.layers[layer_idx])
-        for idx in self._retained:
-            if idx < len(self.layers) and type(self.layers[idx]) is wanted:
-                return idx
-        return self._retained[0]
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return super().get_seq_length(self._stand_in(layer_idx))
-
-    def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
-        return super().get_mask_sizes(query_length, self._stand_in(layer_idx))
-
-    def get_query_offset(self, layer_idx: int = 0) -> int:
-        return super().get_query_offset(self._stand_in(layer_idx))
 
 
 class SlimVerifier:
@@ -98,8 +65,6 @@ class SlimVerifier:
         an ``EncoderDecoderCache`` with a SlimCache self-attention part
         (:func:`viasd_adapt.routing.encdec.seq2seq_cache`)."""
         if find_decoder_stack(self.target).encoder_decoder:
-            from viasd_adapt.routing.encdec import decoder_cache_config, seq2seq_cache
-
             return seq2seq_cache(decoder_cache_config(self.target), self.mask.retained)
         return SlimCache(self.target.config, self.mask.retained)
 

@@ -22,14 +22,17 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from viasd_adapt.calibration_set import CalibrationSet  # also importable from here, as before
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
 from viasd_adapt.prompts import read_prompts_file
 from viasd_adapt.runner import CachedRunner
+from viasd_adapt.search.defaults import (  # noqa: F401 (re-exported: the calibration defaults)
+    DEFAULT_CALIB_PROMPTS,
+    DEFAULT_HELDOUT_PROMPTS,
+    DEFAULT_NEW_TOKENS,
+    DEFAULT_PROMPT_TOKENS,
+)
 
-DEFAULT_CALIB_PROMPTS = 16
-DEFAULT_HELDOUT_PROMPTS = 16
-DEFAULT_NEW_TOKENS = 48
-DEFAULT_PROMPT_TOKENS = 64
 BATCH_TOKENS = 16_384  # tokens per teacher-forced forward (all windows of a default calibration)
 
 
@@ -226,23 +229,6 @@ def _accepts_logits_to_keep(model: nn.Module) -> bool:
         return "logits_to_keep" in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
         return False
-
-
-@dataclass(frozen=True)
-class CalibrationSet:
-    """Windows plus p's and q's log-probs over their scored positions, computed once."""
-
-    windows: TokenWindows
-    logp_draft: torch.Tensor  # (tau, V)
-    logp_full: torch.Tensor  # (tau, V)
-
-    @property
-    def tau(self) -> int:
-        return self.windows.num_scored
-
-    @property
-    def full_argmax(self) -> torch.Tensor:
-        return self.logp_full.argmax(-1)
 
 
 def build_calibration(

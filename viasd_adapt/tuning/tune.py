@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 
 from viasd_adapt import frameworks
-from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, TIE_MARGIN, recommend
+from viasd_adapt.advice import TIE_MARGIN, Budget, recommend  # Budget: the one budget rule, shared with the bench's verdict
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent, measure_forward_costs
 from viasd_adapt.bench.fidelity import score_output
 from viasd_adapt.bench.projection import CostModel, project_costs_per_mask
@@ -44,9 +44,13 @@ from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprin
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.sampling import SamplingConfig
 from viasd_adapt.settings import Mode, TierSettings
-from viasd_adapt.tuning.artifact import TunedSettings
+from viasd_adapt.tuned import MEASURED_ON_DEFAULT, TunedSettings
 
 TUNE_PROMPT_SEED = 2  # the bench draws with seed 0, the next-line task with seed 1
+#: The framework whose loop every candidate runs on (recorded in tuned.json as ``measured_on``):
+#: the tier's own SD loop, the loop the HF adapter's tiered modes run. Other frameworks apply the
+#: same settings; ``viasd generate --explain`` says when a setting rests on another framework's run.
+MEASURED_ON = MEASURED_ON_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -68,38 +72,6 @@ class TuneGrid:
                 check_real(name, value, low=0.0, high=1.0, high_open=True)
         for gate in self.greedy_gates:
             TierSettings(greedy_gates=gate)
-
-
-@dataclass(frozen=True)
-class Budget:
-    """The fidelity budget: a setting qualifies when it stays within every bound that is set.
-
-    The default bounds both the log-likelihood drop and the regret. The drop alone can be gamed: a
-    setting that slides into high-likelihood repetition writes text the target finds *likelier*
-    than its own greedy output (a negative drop) while overruling many tokens; on the shipped demo
-    pair the cheapest such lossy setting had a drop of -0.016 with a regret of 0.135 nats/token and
-    an overrule rate of 0.18. The regret is local to each token and never negative, so it cannot be.
-    """
-
-    max_ll_drop: float | None = DEFAULT_MAX_LL_DROP
-    max_overrule: float | None = None
-    max_regret: float | None = DEFAULT_MAX_REGRET
-
-    def __post_init__(self) -> None:
-        if self.max_ll_drop is not None:
-            check_real("max_ll_drop", self.max_ll_drop, low=0.0)
-        if self.max_overrule is not None:
-            check_real("max_overrule", self.max_overrule, low=0.0, high=1.0)
-        if self.max_regret is not None:
-            check_real("max_regret", self.max_regret, low=0.0)
-        if self.max_ll_drop is None and self.max_overrule is None and self.max_regret is None:
-            raise ConfigError("a fidelity budget needs at least one bound (max_ll_drop, max_overrule or max_regret)")
-
-    def admits(self, point: "Point") -> bool:
-        if point.exact:
-            return True
-        bounds = ((self.max_ll_drop, point.ll_drop), (self.max_overrule, point.overrule), (self.max_regret, point.regret))
-        return all(limit is None or (value is not None and value <= limit) for limit, value in bounds)
 
 
 @dataclass
@@ -201,11 +173,13 @@ def load_result(data: dict, source: str = "the tune JSON") -> TuneResult:
     """A result back from ``viasd tune --json``'s file (for judging it again under another budget);
     a file of another shape is refused naming ``source`` and what is missing."""
     try:
-        tuned = data["tuned"]
+        tuned = TunedSettings.from_json(data["tuned"], f"{source} (its 'tuned' part)")
         points = [Point.from_dict(p) for p in data["points"]]
-        budget = Budget(**tuned["budget"])
-        report = tuned["report"]
-        return TuneResult(points, choose(points, budget), budget, report["costs"], report["masks"], report["seconds"])
+        budget = Budget(tuned.budget.max_ll_drop, tuned.budget.max_overrule, tuned.budget.max_regret)
+        report = tuned.report
+        if report.seconds is None:
+            raise KeyError("seconds")
+        return TuneResult(points, choose(points, budget), budget, report.costs, report.masks, report.seconds)
     except KeyError as err:
         raise ConfigError(f"{source} is not a complete viasd tune --json file: it has no {err.args[0]!r}") from None
     except (TypeError, AttributeError) as err:
@@ -252,21 +226,24 @@ def _masks_for_ratios(pair: LoadedPair, ratios: tuple[float, ...], search_steps:
         mask = RoutingMask.from_skipped(num_layers, range(k, num_layers))
         name = f"early exit at layer {k}"
         if save_dir is not None:
+            from viasd_adapt.search.records import EarlyExitRecord
+
             name = str(MaskArtifact(mask, mask.ratio, fingerprint=model_fingerprint(pair.target),
-                                    search={"kind": "early exit", "exit_layer": k}).save(save_dir / f"mask-exit{k}.json"))
+                                    search=EarlyExitRecord(exit_layer=k).model_dump()).save(save_dir / f"mask-exit{k}.json"))
         masks[name] = mask
     return masks
 
 
 def _search(pair: LoadedPair, ratio: float, steps: int) -> MaskArtifact:
-    from viasd_adapt.search.calibration import default_prompts, encode_prompts
-    from viasd_adapt.search.dimr import SearchSettings
-    from viasd_adapt.search.pipeline import search_mask
+    """A quick DIMR mask for one ratio: ``viasd search``'s config (:data:`~viasd_adapt.search.config.DEFAULTS`)
+    with the tuner's overrides, named here: DIMR with the tuner's step budget and patience, and 8
+    short stdlib prompts with no held-out set (the tune measures the mask itself afterwards)."""
+    from viasd_adapt.search.config import DEFAULTS
+    from viasd_adapt.search.pipeline import search_pair
 
-    calib, _ = default_prompts(8, 0, seed=0)
-    settings = SearchSettings(steps=steps, bo_every=5, patience=max(10, steps // 3), seed=0)
-    return search_mask(pair.target, pair.draft, encode_prompts(pair.tokenizer, calib), ratio=ratio, settings=settings,
-                       new_tokens=32).artifact
+    calibration = replace(DEFAULTS.calibration, n_calibration=8, n_heldout=0, new_tokens=32, spec_bench_for_chat=False)
+    config = DEFAULTS.with_(strategy="dimr", ratio=ratio, steps=steps, patience=max(10, steps // 3), calibration=calibration)
+    return search_pair(pair.target, pair.draft, pair.tokenizer, config).artifact
 
 
 def mask_costs(pair: LoadedPair, masks: dict[str, RoutingMask], prompt_ids: list[int], gamma: int,
@@ -334,13 +311,12 @@ def tune(
 def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, seed, cost_repeats, say, bar, started):
     base = TierSettings(gamma=grid.gamma)
 
-    def run(settings: TierSettings, mask_name: str | None, mode: str | None = None) -> tuple[list[list[int]], TierMetrics]:
+    def run(settings: TierSettings, mask_name: str | None) -> tuple[list[list[int]], TierMetrics]:
         pair.mask = MaskInfo(masks[mask_name], mask_name, False) if mask_name else pair.mask
         merged, outputs = TierMetrics(), []
         for index, ids in enumerate(prompt_ids):
-            request = RunRequest((mode or settings.mode.value), ids, max_new_tokens, settings, sampling, seed + index,
-                                 stop_at_eos=False)
-            out = frameworks.run("engine", pair, request)
+            request = RunRequest.tiered(ids, max_new_tokens, settings, sampling=sampling, seed=seed + index, stop_at_eos=False)
+            out = frameworks.run(MEASURED_ON, pair, request)
             outputs.append(out.tokens)
             merged = merged.merge(out.metrics)
         return outputs, merged
@@ -349,8 +325,8 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
     reference_ll = 0.0
     reference_tokens = 0
     for index, ids in enumerate(prompt_ids):
-        ref = frameworks.run("ar", pair, RunRequest("none", ids, max_new_tokens, base, SamplingConfig(), seed + index,
-                                                    stop_at_eos=False))
+        ref = frameworks.run("ar", pair, RunRequest.tiered(ids, max_new_tokens, base.with_(mode=Mode.NONE),
+                                                           seed=seed + index, stop_at_eos=False))
         score = score_output(pair.target, ids, ref.tokens)
         reference_ll += score.log_likelihood
         reference_tokens += score.tokens
@@ -422,6 +398,7 @@ def artifact_of(result: TuneResult, pair: LoadedPair, masks_dir: Path | None = N
         fingerprint=model_fingerprint(pair.target),
         budget=asdict(result.budget),
         measured=chosen.to_dict(),
+        measured_on=MEASURED_ON,
         report={"best_within_budget": best, "costs": result.costs, "masks": result.masks, "seconds": round(result.seconds, 1),
                 "mask_file": mask_file,
                 "points": len(result.points)},
@@ -526,5 +503,5 @@ def plot_frontiers(result: TuneResult, path: str | Path, title: str = "") -> Pat
         plt.close(fig)
 
 
-__all__ = ["Budget", "Point", "TUNE_PROMPT_SEED", "TuneGrid", "TuneResult", "artifact_of", "calibration_prompts",
+__all__ = ["Budget", "MEASURED_ON", "Point", "TUNE_PROMPT_SEED", "TuneGrid", "TuneResult", "artifact_of", "calibration_prompts",
            "choose", "describe", "load_result", "mask_costs", "pareto", "plot_frontiers", "portable_name", "tune"]

@@ -1,0 +1,110 @@
+"""The resolver through the CLI: ``viasd generate --explain`` prints where each setting came from
+(and still generates), and ``viasd generate`` / ``viasd bench`` read the pair's tuned.json once."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from tests.support.pairs import save_char_pair
+from tests.tuning.conftest import LENIENT, write_tuned
+from viasd_adapt.cli.main import cli
+from viasd_adapt.tuned import TunedSettings
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    pair = save_char_pair(tmp_path_factory.mktemp("resolve-cli") / "pair", with_mask=True)
+    write_tuned(pair)
+    return pair
+
+
+@pytest.fixture()
+def pair(template, tmp_path):
+    return shutil.copytree(template, tmp_path / "pair")
+
+
+@pytest.fixture()
+def reads(monkeypatch):
+    seen: list[str] = []
+    original = TunedSettings.load.__func__
+
+    def counting(cls, path, model=None):
+        seen.append(str(path))
+        return original(cls, path, model)
+
+    monkeypatch.setattr(TunedSettings, "load", classmethod(counting))
+    return seen
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_explain_prints_each_setting_with_its_source_and_still_generates(pair, tmp_path):
+    out = tmp_path / "out.json"
+    result = invoke("generate", "--pair", pair, "--framework", "hf", "--alpha1", 0.2, "--prompt", "def f(x):",
+                    "--max-new-tokens", 3, "--no-color", "--explain", "--json", out)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    table = {line.split()[0]: line for line in lines if line.startswith("  ")}
+    assert "flag --alpha1" in table["alpha1"] and "0.2" in table["alpha1"]
+    assert str(pair / "tuned.json") in table["mode"] and "lenient" in table["mode"]
+    assert str(pair / "tuned.json") in table["lenience"] and str(LENIENT.lenience) in table["lenience"]
+    assert "tuned.json" in table["beta"]  # the tuned file records every field, so every field not flagged comes from it
+    assert any(line.startswith(f"mask: {pair / 'mask.json'}") for line in lines)
+    assert "measured on the engine framework" in result.output
+    assert "--framework hf runs settings measured on the engine framework's loop" in result.output
+    assert "[hf / lenient]" in result.output and json.loads(out.read_text())["settings"]["alpha1"] == 0.2
+
+
+def test_without_explain_nothing_about_sources_is_printed(pair):
+    result = invoke("generate", "--pair", pair, "--framework", "engine", "--prompt", "x", "--max-new-tokens", 2, "--no-color")
+    assert result.exit_code == 0, result.output
+    assert "flag --" not in result.output and "measured on" not in result.output
+
+
+def test_generate_reads_tuned_json_once(pair, reads):
+    result = invoke("generate", "--pair", pair, "--framework", "hf", "--prompt", "x", "--max-new-tokens", 2, "--no-color")
+    assert result.exit_code == 0, result.output
+    assert reads == [str(pair / "tuned.json")]
+
+
+def test_bench_reads_tuned_json_once(pair, reads, tmp_path):
+    out = tmp_path / "bench.json"
+    result = invoke("bench", "--pair", pair, "--frameworks", "hf", "--modes", "lenient,lossy", "--repeats", 1,
+                    "--num-prompts", 1, "--max-new-tokens", 2, "--task-prompts", 0, "--json", out)
+    assert result.exit_code == 0, result.output
+    assert reads == [str(pair / "tuned.json")]
+    assert "tiered rows: the tuner's best VIA-SD point" in result.output  # the bench layer was applied
+    data = json.loads(out.read_text())
+    assert data["run"]["tuned"]["choice"] == "lenient" and data["run"]["settings"]["alpha1"] == 0.1
+
+
+def test_bench_max_overrule_enters_the_verdict(pair, tmp_path):
+    out = tmp_path / "bench.json"
+    result = invoke("bench", "--pair", pair, "--frameworks", "hf", "--modes", "lenient", "--repeats", 1,
+                    "--num-prompts", 1, "--max-new-tokens", 2, "--task-prompts", 0, "--max-overrule", 0.5, "--json", out)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["run"]["max_overrule"] == 0.5
+    assert all("an overrule rate of 0.5" in line for line in data["run"]["verdict"])
+
+
+def test_one_pair_option_for_every_command(pair):
+    from viasd_adapt.cli.options import PAIR_HELP, choose_pair
+    from viasd_adapt.errors import ConfigError
+
+    choice = choose_pair(str(pair), None, "prompt-lookup")
+    assert choice.target == pair / "target" and choice.draft == "prompt-lookup" and choice.mask == pair / "mask.json"
+    with pytest.raises(ConfigError, match="either --pair or --target"):
+        choose_pair(str(pair), pair / "target", None)
+    assert choose_pair(None, pair / "target", pair / "draft").paths is None
+    for command in ("generate", "bench", "tune", "search"):  # the one option, one help text
+        assert PAIR_HELP in " ".join(CliRunner().invoke(cli, [command, "--help"]).output.split())

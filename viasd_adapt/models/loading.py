@@ -1,0 +1,124 @@
+"""Loading one model or tokenizer from a folder, a ``.gguf`` file or a hub id, with errors that
+name the problem (missing, no config.json, unknown architecture, damaged weights).
+
+Kept below :mod:`viasd_adapt.pair` (which loads whole pairs with these) so that the model builders
+in this package can load a target without importing the pair layer above them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from viasd_adapt.errors import ConfigError, ViasdError
+from viasd_adapt.models.gguf import gguf_model_folder, is_gguf_path
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ConfigError(f"unknown device {name!r}: {err}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for but CUDA is not available")
+    return device
+
+
+# Files from which transformers can build a tokenizer; a directory with none of them is not one.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "spiece.model", "vocab.json",
+                   "vocab.txt", "merges.txt")
+
+
+def _load_errors() -> tuple[type[BaseException], ...]:
+    """What loading a damaged checkpoint raises (besides the usual OSError/ValueError): a truncated
+    safetensors file, a truncated or foreign pytorch_model.bin."""
+    import pickle
+    import zipfile
+
+    errors: list[type[BaseException]] = [OSError, ValueError, KeyError, RuntimeError, EOFError, TypeError,
+                                         pickle.UnpicklingError, zipfile.BadZipFile]
+    try:
+        from safetensors import SafetensorError
+
+        errors.append(SafetensorError)
+    except ImportError:  # pragma: no cover - safetensors is a dependency
+        pass
+    return tuple(errors)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def load_model(path: str | Path, device: torch.device, role: str, target: nn.Module | None = None) -> nn.Module:
+    """An eval-mode causal LM (or encoder-decoder model: T5, BART, Marian, Whisper, ...) from a
+    local directory or a ``.gguf`` file (:mod:`viasd_adapt.models.gguf`), with a clear error if it
+    is not one (missing, no config.json, unknown architecture, missing or damaged weights).
+
+    A drafter folder that shares its target's embedding (:mod:`viasd_adapt.models.shared_drafter`)
+    is assembled with ``target`` and refused for any other target."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq
+
+    from viasd_adapt.models.shared_drafter import assemble_drafter, is_shared_drafter
+
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ViasdError(f"{role} path {path} does not exist")
+    if path.is_dir() and is_shared_drafter(path):
+        if target is None:
+            raise ConfigError(f"the {role} in {path} shares its target's embedding and loads only with its target "
+                              "(viasd_adapt.models.shared_drafter.assemble_drafter(path, target))")
+        return assemble_drafter(path, target, device)
+    if is_gguf_path(path):  # dequantized once, then read from the cache
+        path = gguf_model_folder(path)
+    if not (path / "config.json").is_file():
+        raise ViasdError(f"{role} path {path} is not a model directory (no config.json)")
+    try:
+        dtype = torch.float32 if device.type == "cpu" else "auto"
+        auto = AutoModelForCausalLM
+        config = AutoConfig.from_pretrained(str(path))
+        if getattr(config, "is_encoder_decoder", False):
+            auto = AutoModelForSpeechSeq2Seq if config.model_type == "whisper" else AutoModelForSeq2SeqLM
+        model = auto.from_pretrained(str(path), dtype=dtype)
+    except _load_errors() as err:
+        detail = _first_line(err)
+        if "deserializ" in detail or "incomplete metadata" in detail or isinstance(err, (EOFError,)):
+            detail = f"a weights file is damaged or truncated ({detail})"
+        raise ViasdError(f"cannot load the {role} model from {path}: {detail}") from None
+    return model.to(device).eval()
+
+
+def is_local_path(path: str | Path) -> bool:
+    """Whether ``path`` names something on this machine rather than a hub id."""
+    text = str(path)
+    return isinstance(path, Path) or text.startswith(("/", ".", "~")) or Path(text).expanduser().exists()
+
+
+def load_tokenizer(path: str | Path):
+    """The tokenizer saved in a model directory or a ``.gguf`` file (or a hub id where a hub is reachable)."""
+    from transformers import AutoTokenizer
+
+    if is_local_path(path):
+        local = Path(path).expanduser()
+        if not local.exists():
+            raise ViasdError(f"tokenizer path {local} does not exist")
+        if is_gguf_path(local):
+            local = gguf_model_folder(local)
+        if not local.is_dir():
+            raise ViasdError(f"tokenizer path {local} is not a directory")
+        if not any((local / name).is_file() for name in TOKENIZER_FILES):
+            raise ViasdError(f"{local} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+                             "pass the directory the model was saved to with its tokenizer")
+        path = local
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except _load_errors() as err:
+        raise ViasdError(f"cannot load a tokenizer from {path}: {_first_line(err)}") from None
+
+
+__all__ = ["TOKENIZER_FILES", "is_local_path", "load_model", "load_tokenizer", "pick_device"]

@@ -1,0 +1,7 @@
+"""The calibration sizes every search starts from, importable without torch (the CLI reads them
+for its option defaults at start-up; :mod:`viasd_adapt.search.calibration` re-exports them)."""
+
+DEFAULT_CALIB_PROMPTS = 16
+DEFAULT_HELDOUT_PROMPTS = 16
+DEFAULT_NEW_TOKENS = 48
+DEFAULT_PROMPT_TOKENS = 64
