@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from torch import nn
@@ -170,13 +170,18 @@ def fallback_mask(num_layers: int, ratio: float) -> RoutingMask:
 
 
 def resolve_mask_info(target: nn.Module, mask_path: str | Path | None, ratio: float,
-                      search_dirs: list[Path] = ()) -> MaskInfo:
+                      search_dirs: list[Path] = (), read_masks: Mapping[Path, MaskArtifact] | None = None) -> MaskInfo:
     """The mask at ``mask_path`` (checked against the target), else ``mask.json`` in one of
-    ``search_dirs``, else the labelled fallback mask."""
+    ``search_dirs``, else the labelled fallback mask. ``read_masks``: files the run already read
+    (:attr:`viasd_adapt.resolve.RunSpec.masks`), checked here instead of read again."""
     candidates = [Path(mask_path).expanduser()] if mask_path else [Path(d) / "mask.json" for d in search_dirs]
     for path in candidates:
         if mask_path or path.is_file():
-            artifact = MaskArtifact.load(path, model=target)
+            artifact = (read_masks or {}).get(path)
+            if artifact is None:
+                artifact = MaskArtifact.load(path, model=target)
+            else:
+                artifact.check_model(target, source=str(path))
             return MaskInfo(artifact.mask, str(path), False, artifact)
     layers = find_decoder_stack(target).num_layers
     return MaskInfo(fallback_mask(layers, ratio), FALLBACK_MASK_LABEL, True)
@@ -190,11 +195,13 @@ def load_pair(
     device: str = "auto",
     eagle_head: str | Path | None = None,
     ratio: float = TierSettings().ratio,
+    read_masks: Mapping[Path, MaskArtifact] | None = None,
 ) -> LoadedPair:
     """Loads the pair and the mask; checks that drafter and target share a vocabulary.
 
     ``draft_path`` is a model folder or ``.gguf`` file, ``"prompt-lookup"`` (no model: the drafter
-    copies n-grams of the text, :mod:`viasd_adapt.prompt_lookup`), or None (no drafter)."""
+    copies n-grams of the text, :mod:`viasd_adapt.prompt_lookup`), or None (no drafter).
+    ``read_masks``: mask files the run already read (the resolver's ``RunSpec.masks``)."""
     dev = pick_device(device)
     target = load_model(target_path, dev, "target")
     lookup = PromptLookupSpec() if str(draft_path) == PROMPT_LOOKUP else None
@@ -205,7 +212,7 @@ def load_pair(
         check_drafter_reads_source(target, draft)
         _check_draft_tokenizer(tokenizer, draft_path)
     search = [Path(target_path).expanduser().parent]
-    mask = resolve_mask_info(target, mask_path, ratio, search) if need_mask else None
+    mask = resolve_mask_info(target, mask_path, ratio, search, read_masks) if need_mask else None
     return LoadedPair(target, draft, tokenizer, mask, dev, str(target_path), str(draft_path or ""),
                       str(eagle_head) if eagle_head else None, lookup=lookup)
 

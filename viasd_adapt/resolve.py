@@ -58,6 +58,9 @@ class RunSpec:
     notes: list[str] = field(default_factory=list)
     #: whether tuned.json's choice was applied (False when it was measured with another mask)
     tuned_applied: bool = False
+    #: the mask files read while resolving (path -> artifact, not yet checked against a model):
+    #: handed to :func:`viasd_adapt.pair.load_pair` so that a run reads each mask once
+    masks: dict[Path, MaskArtifact] = field(default_factory=dict)
 
     @property
     def measured_on(self) -> str | None:
@@ -96,16 +99,17 @@ class RunSpec:
 
 
 class _MaskBits:
-    """Each mask file read at most once per resolution."""
+    """Each mask file read at most once per resolution; what was read travels on in the
+    :class:`RunSpec` (``masks``), so loading the pair does not read it again."""
 
     def __init__(self) -> None:
-        self._bits: dict[Path, list[int]] = {}
+        self.read: dict[Path, MaskArtifact] = {}
 
     def __call__(self, path: str | os.PathLike) -> list[int]:
         key = Path(path).expanduser()
-        if key not in self._bits:
-            self._bits[key] = MaskArtifact.load(key).mask.bits()
-        return self._bits[key]
+        if key not in self.read:
+            self.read[key] = MaskArtifact.load(key)
+        return self.read[key].mask.bits()
 
 
 def _load_tuned(mask_path: str | os.PathLike | None) -> tuple[TunedSettings | None, Path | None]:
@@ -226,7 +230,7 @@ def resolve_settings(
     for name, value in flags.items():
         apply({name: value}, f"flag --{name.replace('_', '-')}")
     return RunSpec(settings, sources, mask_path, mask_source, tuned, tuned_path if tuned is not None else None, framework,
-                   notes, applied)
+                   notes, applied, dict(mask_bits.read))
 
 
 def _pair_mask(pair_mask: Path, tuned: TunedSettings | None, tuned_path: Path | None,

@@ -108,3 +108,33 @@ def test_one_pair_option_for_every_command(pair):
     assert choose_pair(None, pair / "target", pair / "draft").paths is None
     for command in ("generate", "bench", "tune", "search"):  # the one option, one help text
         assert PAIR_HELP in " ".join(CliRunner().invoke(cli, [command, "--help"]).output.split())
+
+
+@pytest.fixture()
+def mask_reads(monkeypatch):
+    from viasd_adapt.routing.mask import MaskArtifact
+
+    seen: list[str] = []
+    original = MaskArtifact.load.__func__
+
+    def counting(cls, path, model=None):
+        seen.append(str(path))
+        return original(cls, path, model)
+
+    monkeypatch.setattr(MaskArtifact, "load", classmethod(counting))
+    return seen
+
+
+@pytest.mark.parametrize("mode, reads", [("lossy", 1), ("lenient", 0)])  # lenient needs no slim verifier
+def test_generate_reads_the_mask_at_most_once(pair, mask_reads, mode, reads):
+    result = invoke("generate", "--pair", pair, "--framework", "hf", "--mode", mode, "--prompt", "x",
+                    "--max-new-tokens", 2, "--no-color")
+    assert result.exit_code == 0, result.output
+    assert mask_reads == [str(pair / "mask.json")] * reads
+
+
+def test_bench_reads_the_mask_once(pair, mask_reads, tmp_path):
+    result = invoke("bench", "--pair", pair, "--frameworks", "hf", "--modes", "lenient,lossy", "--repeats", 1,
+                    "--num-prompts", 1, "--max-new-tokens", 2, "--task-prompts", 0, "--json", tmp_path / "b.json")
+    assert result.exit_code == 0, result.output
+    assert mask_reads.count(str(pair / "mask.json")) == 1, mask_reads

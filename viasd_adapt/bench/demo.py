@@ -137,7 +137,7 @@ def run_demo(
 
     spec = resolve_settings(pair_mask=paths.mask)  # reads the pair's tuned.json once, for the completions and the bench
     mask_path, settings = spec.mask_path, spec.settings
-    pair = load_pair(paths.target, paths.draft, mask_path, device="auto", eagle_head=paths.eagle_head)
+    pair = load_pair(paths.target, paths.draft, mask_path, device="auto", eagle_head=paths.eagle_head, read_masks=spec.masks)
     mask = pair.mask
     echo(f"slim verifier skips layers {list(mask.mask.skipped)} of {mask.mask.num_layers} "
          f"(s1 = {mask.mask.first_skipped}; {mask.source})")

@@ -149,7 +149,7 @@ def run_bench_session(
         prompts = read_prompts_file(prompts_file) if prompts_file else default_prompts(num_prompts)
     need_mask = any(m in ("lossless", "lossy", "audit") for m in config.modes)
     pair = pair or load_pair(target_path, draft_path, mask_path, need_mask=need_mask, device=device,
-                             eagle_head=eagle_head, ratio=settings.ratio)
+                             eagle_head=eagle_head, ratio=settings.ratio, read_masks=spec.masks)
     if spec_bench:  # needs the loaded pair: MT-bench's second turns follow the target's own first answers
         echo(f"  .. Spec-Bench prompts ({prompts_file}, {per_category or DEFAULT_PER_CATEGORY} per task, bench split; "
              f"chat {chat}): writing the target's first answers for MT-bench second turns")

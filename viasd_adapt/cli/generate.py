@@ -119,11 +119,12 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
         for line in spec.explain():
             click.echo(line)
     pair = load_pair(target, draft if framework != "ar" else None, mask, need_mask=settings.mode.uses_slim,
-                     device="cpu", eagle_head=eagle_head, ratio=settings.ratio)
+                     device="cpu", eagle_head=eagle_head, ratio=settings.ratio, read_masks=spec.masks)
     spec.check_model(pair.target)  # its settings were applied above: refused for another model, like bench
-    from viasd_adapt.routing.layers import is_encoder_decoder
+    from viasd_adapt.model_kind import model_kind
 
-    encoder_decoder = is_encoder_decoder(pair.target)
+    kind = model_kind(pair.target)
+    encoder_decoder = kind.prompt_is_source
     features = None
     if input_features is not None:
         from viasd_adapt.seq2seq import load_input_features
@@ -131,12 +132,7 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
         if not encoder_decoder:
             raise ConfigError("--input-features is for encoder-decoder targets that read features (Whisper)")
         features = load_input_features(input_features)
-    if encoder_decoder:  # the source text, as the encoder reads it
-        prompt_ids = list(pair.tokenizer(prompt)["input_ids"]) if prompt else []
-    else:
-        from viasd_adapt.chat import encode_prompt
-
-        prompt_ids = encode_prompt(pair.tokenizer, prompt, chat)
+    prompt_ids = kind.encode_text(pair.tokenizer, prompt, chat)  # a chat prompt, or the source as the encoder reads it
     if not prompt_ids and features is None:
         raise ConfigError("the prompt is empty: pass --prompt with some text" + (" (the source), or --input-features"
                                                                                    if encoder_decoder else ""))
