@@ -11,92 +11,21 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
-from typing import Any, Callable, Collection, Sequence, TypeVar
+from typing import Any
 
-from viasd_adapt.checks import check_real
-from viasd_adapt.errors import ConfigError
+# The budget and the recommendation rule live one layer down (viasd_adapt.budget), where the
+# verdicts' bootstrap (viasd_adapt.uncertainty) can use them too; they are importable from here as before.
+from viasd_adapt.budget import (
+    DEFAULT_MAX_LL_DROP,
+    DEFAULT_MAX_REGRET,
+    SIMPLE_MODES,
+    TIE_MARGIN,
+    TIER_MODES,
+    Budget,
+    recommend,
+    tier_beats,
+)
 from viasd_adapt.settings import TierSettings
-
-DEFAULT_MAX_LL_DROP = 0.02  # nats per token: the default fidelity budget of tune and the verdict
-DEFAULT_MAX_REGRET = 0.02  # nats per token: bounds what the LL drop alone can miss (see tuning.tune.Budget)
-# A tier setting must be this much cheaper (full-equivalent passes) than the best simpler setting
-# (untiered SD or lenient) to be recommended: forward timings on a shared machine move by a few
-# percent between runs, and the simpler setting needs no slim verifier, no mask and no tuning.
-TIE_MARGIN = 0.03
-
-#: modes that run the slim tier, and the simpler ones a tier setting has to beat
-TIER_MODES = ("lossless", "lossy")
-SIMPLE_MODES = ("none", "lenient")
-
-
-@dataclass(frozen=True)
-class Budget:
-    """The fidelity budget: a setting qualifies when it stays within every bound that is set.
-
-    The one budget rule: ``viasd tune`` judges its points with it and the bench's
-    :func:`verdict` its rows, so the two can never disagree on what "within budget" means.
-
-    The default bounds both the log-likelihood drop and the regret. The drop alone can be gamed: a
-    setting that slides into high-likelihood repetition writes text the target finds *likelier*
-    than its own greedy output (a negative drop) while overruling many tokens; on the shipped demo
-    pair the cheapest such lossy setting had a drop of -0.016 with a regret of 0.135 nats/token and
-    an overrule rate of 0.18. The regret is local to each token and never negative, so it cannot be.
-    """
-
-    max_ll_drop: float | None = DEFAULT_MAX_LL_DROP
-    max_overrule: float | None = None
-    max_regret: float | None = DEFAULT_MAX_REGRET
-
-    def __post_init__(self) -> None:
-        if self.max_ll_drop is not None:
-            check_real("max_ll_drop", self.max_ll_drop, low=0.0)
-        if self.max_overrule is not None:
-            check_real("max_overrule", self.max_overrule, low=0.0, high=1.0)
-        if self.max_regret is not None:
-            check_real("max_regret", self.max_regret, low=0.0)
-        if self.max_ll_drop is None and self.max_overrule is None and self.max_regret is None:
-            raise ConfigError("a fidelity budget needs at least one bound (max_ll_drop, max_overrule or max_regret)")
-
-    def admits_values(self, *, exact: bool, ll_drop: float | None, overrule: float | None, regret: float | None,
-                      unmeasured_ok: Collection[str] = ()) -> bool:
-        """Whether a setting with these measurements is within the budget. An exact setting always
-        is. A bound that is set fails on a value that was not measured, unless its name ("ll_drop",
-        "overrule", "regret") is in ``unmeasured_ok``."""
-        if exact:
-            return True
-        bounds = (("ll_drop", self.max_ll_drop, ll_drop), ("overrule", self.max_overrule, overrule),
-                  ("regret", self.max_regret, regret))
-        return all(limit is None or (value <= limit if value is not None else name in unmeasured_ok)
-                   for name, limit, value in bounds)
-
-    def admits(self, point: Any) -> bool:
-        """Whether ``point`` (anything with ``exact``, ``ll_drop``, ``overrule`` and ``regret``) qualifies."""
-        return self.admits_values(exact=point.exact, ll_drop=point.ll_drop, overrule=point.overrule, regret=point.regret)
-
-
-def tier_beats(tier_cost: float, simple_cost: float | None, margin: float = TIE_MARGIN) -> bool:
-    """Whether a tier setting costing ``tier_cost`` beats the best simpler setting by more than
-    ``margin`` (a fraction of the simpler cost); True when there is no simpler setting to beat."""
-    return simple_cost is None or tier_cost < (1.0 - margin) * simple_cost
-
-
-T = TypeVar("T")
-
-
-def recommend(candidates: Sequence[T], cost: Callable[[T], float], is_simple: Callable[[T], bool],
-              margin: float = TIE_MARGIN, tie_break: Callable[[T], Any] = lambda c: 0) -> tuple[T, T]:
-    """``(cheapest, recommended)`` among settings already within the fidelity budget.
-
-    The recommendation is the cheapest one unless that needs the slim tier and beats the cheapest
-    simpler setting by no more than ``margin``; then it is that simpler setting. One rule for the
-    bench's verdict (rows) and ``viasd tune``'s choice (points)."""
-    cheapest = min(candidates, key=lambda c: (cost(c), tie_break(c)))
-    simple = [c for c in candidates if is_simple(c)]
-    if is_simple(cheapest) or not simple:
-        return cheapest, cheapest
-    best_simple = min(simple, key=lambda c: (cost(c), tie_break(c)))
-    return cheapest, (cheapest if tier_beats(cost(cheapest), cost(best_simple), margin) else best_simple)
 
 
 class NegativeDeltaWarning(UserWarning):
@@ -157,7 +86,12 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
     autoregressive decoding (the ``ar`` row, when the bench ran it), untiered SD (none), lenient,
     lossless and lossy, and whether the tier won. AR is a candidate because speculative decoding
     itself may not pay: on a CPU a block pass costs well over one single-token pass, and a weak
-    drafter may not make up for it."""
+    drafter may not make up for it.
+
+    Rows that carry their per-prompt sums (``per_prompt``, kept by the bench since they existed)
+    get a paired bootstrap over prompts (:mod:`viasd_adapt.uncertainty`): each line says whether
+    the recommendation is determined at N prompts; where it is not, the line recommends the simpler
+    setting instead of the point estimate's."""
     budget = budget or Budget(max_ll_drop, max_overrule, max_regret)
     lines = []
     ar = [r for r in rows if r["framework"] == "ar" and r.get("full_equivalent_per_token") is not None]
@@ -177,23 +111,58 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
             + (f" (LL drop {r['ll_drop']:+.3f})" if r.get("ll_drop") is not None and r["mode"] in ("lenient", "lossy") else "")
             for r in candidates
         )
-        if use is not cheapest:
-            gain = 1 - cheapest["full_equivalent_per_token"] / use["full_equivalent_per_token"]
-            judgement = (f"{_mode_label(cheapest)} is only {gain:.1%} cheaper than {_mode_label(use)}, within the "
-                         f"{TIE_MARGIN:.0%} margin of timing noise: the slim tier does not pay here: use {_mode_label(use)}.")
-        elif use["framework"] == "ar":
-            judgement = ("Speculative decoding itself does not pay here (every drafting row costs more than plain "
-                         "decoding), so neither does the slim tier: use ar (the target alone).")
-        elif use["mode"] in TIER_MODES:
-            judgement = "The slim tier pays here."
+        uncertainty = _uncertainty(candidates, use, budget)
+        if uncertainty is not None and not uncertainty.determined and uncertainty.recommended != _mode_label(use):
+            # the point estimate is not to be trusted: say so instead of its sentence, and name the simpler row
+            judgement = (f"On these prompts pooled, {_mode_label(use)} would be the recommendation, but it is "
+                         f"{uncertainty.sentence()}.")
         else:
-            judgement = f"The slim tier does not pay here: use {use['mode']}."
+            judgement = f"{_judgement(cheapest, use)} {_uncertainty_words(uncertainty)}."
         lines.append(
             f"{framework}: cheapest within {_budget_words(budget)} is "
             f"{_mode_label(cheapest)} ({cheapest['full_equivalent_per_token']:.3f} full-equivalent passes/token; "
             f"all: {described}). " + judgement
         )
     return lines
+
+
+def _judgement(cheapest: dict, use: dict) -> str:
+    """The verdict's sentence on the point estimate (every prompt pooled)."""
+    if use is not cheapest:
+        gain = 1 - cheapest["full_equivalent_per_token"] / use["full_equivalent_per_token"]
+        return (f"{_mode_label(cheapest)} is only {gain:.1%} cheaper than {_mode_label(use)}, within the "
+                f"{TIE_MARGIN:.0%} margin of timing noise: the slim tier does not pay here: use {_mode_label(use)}.")
+    if use["framework"] == "ar":
+        return ("Speculative decoding itself does not pay here (every drafting row costs more than plain "
+                "decoding), so neither does the slim tier: use ar (the target alone).")
+    if use["mode"] in TIER_MODES:
+        return "The slim tier pays here."
+    return f"The slim tier does not pay here: use {use['mode']}."
+
+
+def _uncertainty(candidates: list[dict], use: dict, budget: Budget):
+    """The paired bootstrap over prompts of one framework's verdict (:mod:`viasd_adapt.uncertainty`);
+    None when a row carries no per-prompt sums (a report written before they were kept)."""
+    from viasd_adapt.uncertainty import Candidate, PromptSums, bootstrap_verdict, sums_from_json
+
+    sums = [sums_from_json(r.get("per_prompt")) for r in candidates]
+    reference = next((s for r, s in zip(candidates, sums) if r["framework"] == "ar"), None)
+    if any(s is None for s in sums) or len({len(s) for s in sums}) != 1:
+        return None
+    pool = [Candidate(_mode_label(r), s, exact=r["framework"] == "ar" or r["mode"] in ("none", "lossless"),
+                      simple=r["framework"] == "ar" or r["mode"] in SIMPLE_MODES) for r, s in zip(candidates, sums)]
+    if reference is None:  # no ar row: the drop is measured from untiered SD, which is exact
+        reference = next((s for r, s in zip(candidates, sums) if r["mode"] == "none"), None)
+    reference = PromptSums(reference.tokens, reference.cost, reference.log_likelihood) if reference is not None else None
+    return bootstrap_verdict(pool, budget, reference, unmeasured_ok=("regret",), stated=_mode_label(use))
+
+
+def _uncertainty_words(uncertainty) -> str:
+    """The bootstrap's clause after the point sentence (capitalised), or why there is none."""
+    if uncertainty is None:
+        return "No uncertainty can be stated (these rows carry no per-prompt sums: an older report)"
+    sentence = uncertainty.sentence()
+    return sentence[0].upper() + sentence[1:]
 
 
 def _budget_words(budget: Budget) -> str:

@@ -21,7 +21,8 @@ from viasd_adapt.advice import tier_beats, verdict
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent
 from viasd_adapt.bench.fidelity import next_line, next_line_match, positional_agreement, score_output
 from viasd_adapt.bench.measure import RunMeter
-from viasd_adapt.bench.report import plot_rows
+from viasd_adapt.bench.projection import load_cost_model, project_rows
+from viasd_adapt.bench.report import BenchReport, plot_rows
 from viasd_adapt.bench.run import ROW_FIELDS, BenchConfig, run_bench
 from viasd_adapt.cli.main import cli
 from viasd_adapt.pair import LoadedPair, MaskInfo, fallback_mask, load_pair, resolve_mask_info
@@ -240,6 +241,52 @@ def test_verdict_recommends_plain_decoding_when_no_drafting_row_beats_it():
     assert "is ar (0.550" in line and "Speculative decoding itself does not pay here" in line and "use ar" in line
     (line,) = verdict([row("ar", "-", 0.80)] + rows[1:])  # cheaper drafting rows: AR is only a candidate
     assert "is lossy" in line and "The slim tier pays here." in line
+
+
+# ---------------------------------------------------------------------------- per-prompt sums (issue 24, item 6)
+
+
+def test_every_row_keeps_its_sums_per_prompt_and_they_pool_to_the_row(result):
+    for row in result.rows:
+        if row["mode"] == "plain":
+            continue
+        sums = row["per_prompt"]
+        assert len(sums["tokens"]) == len(PROMPTS) and sum(sums["tokens"]) == 3 * 10 * len(PROMPTS)
+        # greedy: every repeat spends the same passes, so the ratio of sums is the median row
+        assert sum(sums["cost"]) / sum(sums["tokens"]) == pytest.approx(row["full_equivalent_per_token"], rel=1e-6)
+        assert sum(sums["regret"]) / sum(sums["tokens"]) == pytest.approx(row["regret"], rel=1e-6, abs=1e-9)
+    audit = next(r for r in result.rows if r["mode"] == "audit")
+    assert sum(audit["per_prompt"]["overruled"]) / sum(audit["per_prompt"]["audited"]) == pytest.approx(audit["overrule_rate"])
+
+
+def test_the_verdict_on_a_run_states_its_uncertainty_at_its_number_of_prompts(result):
+    for line in verdict(result.rows):
+        assert f"etermined at {len(PROMPTS)} prompts" in line and "bootstrap resamples" in line
+
+
+def test_the_report_keeps_the_sums_and_an_old_report_loads_and_says_it_cannot_state_an_uncertainty(result):
+    rows = [{k: v for k, v in r.items() if k != "repeats"} for r in result.rows]
+    report = BenchReport.model_validate({"rows": rows})
+    again = BenchReport.model_validate(report.to_json())
+    assert again.rows[0].per_prompt.tokens == rows[0]["per_prompt"]["tokens"]
+    old = BenchReport.model_validate({"rows": [{k: v for k, v in r.items() if k != "per_prompt"} for r in rows]})
+    assert all(row.per_prompt is None for row in old.rows)
+    old_lines, new_lines = verdict([r.model_dump() for r in old.rows]), verdict(rows)
+    assert len(old_lines) == len(new_lines) == 2
+    for line, new in zip(old_lines, new_lines):
+        assert "No uncertainty can be stated" in line
+        assert line.split(" all: ")[0] == new.split(" all: ")[0]  # the same rows, the same cheapest row
+
+
+def test_a_projection_prices_the_per_prompt_passes_again(result):
+    model = load_cost_model("h200-llama2-7b")
+    projected = project_rows(result.rows, model, char_mask(), 4)
+    for row, before in zip(projected, result.rows):
+        if row.get("per_prompt") is None:
+            continue
+        assert sum(row["per_prompt"]["cost"]) / sum(row["per_prompt"]["tokens"]) == pytest.approx(
+            row["full_equivalent_per_token"], rel=1e-6)
+        assert row["per_prompt"]["cost"] != before["per_prompt"]["cost"]
 
 
 # ---------------------------------------------------------------------------- CLI, files, errors

@@ -10,6 +10,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from tests.support.loads import count_loads
 from tests.support.pairs import save_char_pair
 from tests.tuning.conftest import LENIENT, write_tuned
 from viasd_adapt.cli.main import cli
@@ -32,15 +33,7 @@ def pair(template, tmp_path):
 
 @pytest.fixture()
 def reads(monkeypatch):
-    seen: list[str] = []
-    original = TunedSettings.load.__func__
-
-    def counting(cls, path, model=None):
-        seen.append(str(path))
-        return original(cls, path, model)
-
-    monkeypatch.setattr(TunedSettings, "load", classmethod(counting))
-    return seen
+    return count_loads(monkeypatch, TunedSettings)
 
 
 def invoke(*args):
@@ -114,15 +107,7 @@ def test_one_pair_option_for_every_command(pair):
 def mask_reads(monkeypatch):
     from viasd_adapt.routing.mask import MaskArtifact
 
-    seen: list[str] = []
-    original = MaskArtifact.load.__func__
-
-    def counting(cls, path, model=None):
-        seen.append(str(path))
-        return original(cls, path, model)
-
-    monkeypatch.setattr(MaskArtifact, "load", classmethod(counting))
-    return seen
+    return count_loads(monkeypatch, MaskArtifact)
 
 
 @pytest.mark.parametrize("mode, reads", [("lossy", 1), ("lenient", 0)])  # lenient needs no slim verifier

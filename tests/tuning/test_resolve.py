@@ -12,6 +12,7 @@ from viasd_adapt.advice import Budget, verdict
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.resolve import DEFAULT, resolve_settings
+from tests.support.loads import count_loads
 from viasd_adapt.routing.mask import MaskArtifact
 from viasd_adapt.settings import CONSERVATIVE, TierSettings
 from viasd_adapt.tuned import TunedForAnotherMaskWarning, TunedSettings
@@ -21,15 +22,7 @@ from viasd_adapt.tuning.tune import Point
 @pytest.fixture()
 def count_reads(monkeypatch):
     """Every read of a tuned.json goes through TunedSettings.load: count them, per path."""
-    reads: list[str] = []
-    original = TunedSettings.load.__func__
-
-    def counting(cls, path, model=None):
-        reads.append(str(path))
-        return original(cls, path, model)
-
-    monkeypatch.setattr(TunedSettings, "load", classmethod(counting))
-    return reads
+    return count_loads(monkeypatch, TunedSettings)
 
 
 def test_every_field_names_its_source_layer_by_layer(tuned_pair, count_reads):
@@ -141,14 +134,7 @@ def char_pair_with_mask(tmp_path):
 
 def test_mask_bits_are_read_once_per_resolution(tuned_pair, monkeypatch):
     """The bench layer compares the VIA-SD point's mask with the run's: one read of each file."""
-    loads: list[str] = []
-    original = MaskArtifact.load.__func__
-
-    def counting(cls, path, model=None):
-        loads.append(str(path))
-        return original(cls, path, model)
-
-    monkeypatch.setattr(MaskArtifact, "load", classmethod(counting))
+    loads = count_loads(monkeypatch, MaskArtifact)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         resolve_settings(tuned_pair / "mask.json", best_points=True)

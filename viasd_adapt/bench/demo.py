@@ -1,7 +1,9 @@
 """``viasd demo``: the shipped pair, one completion per tier mode coloured by tier, a small bench.
 
 Budget: the defaults finish in about two minutes on 2 CPU cores. ``VIASD_DEMO_BUDGET=tiny``
-(or ``--quick``) shrinks every size to a smoke test, for tests and CI.
+(or ``--quick``) shrinks every size to a smoke test, for tests and CI. A few prompts cannot settle
+a verdict, so the demo ends by saying that its verdict is a preview (undetermined wherever the
+bootstrap over prompts does not separate the rows).
 """
 
 from __future__ import annotations
@@ -153,7 +155,21 @@ def run_demo(
         plot_path=plot_path, echo=echo, label=f"viasd demo ({paths.name} pair)", pair=pair,
         cost_repeats=budget.cost_repeats, task_prompts=budget.task_prompts, tuned=spec.tuned,
     )
-    return {"completions": completions, "bench": data}
+    preview = preview_line(data["run"].get("verdict") or [], data["run"].get("prompts") or budget.bench_prompts)
+    echo(click_style(preview, colour))
+    return {"completions": completions, "bench": data, "preview": preview}
 
 
-__all__ = ["BUDGETS", "DemoBudget", "budget_from_env", "run_demo", "tier_string"]
+def preview_line(verdict: list[str], prompts: int) -> str:
+    """What the demo's small bench can and cannot say: on a few prompts the verdict above is a
+    preview, undetermined wherever its bootstrap over prompts does not separate the rows
+    (:mod:`viasd_adapt.uncertainty`); ``viasd bench`` on Spec-Bench gives one that holds."""
+    from viasd_adapt.uncertainty import prompts_words
+
+    undetermined = [line.split(":", 1)[0] for line in verdict if "undetermined at" in line.lower()]
+    state = f"undetermined for {', '.join(undetermined)}" if undetermined else "determined for every framework"
+    return (f"preview on {prompts_words(prompts)}: {state}. For a verdict that holds, run "
+            "`viasd bench --prompts spec-bench` (more prompts, the same rows).")
+
+
+__all__ = ["BUDGETS", "DemoBudget", "budget_from_env", "preview_line", "run_demo", "tier_string"]

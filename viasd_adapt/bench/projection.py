@@ -131,8 +131,20 @@ def project_rows(rows: list[dict], model: CostModel, mask: RoutingMask | None, b
             continue
         projected.append(dict(row, measured_full_equivalent_per_token=row.get("full_equivalent_per_token"),
                               full_equivalent_per_token=full_equivalent(costs, passes),
-                              projected_speedup_vs_ar=analytic_bound(costs, passes, row.get("framework") == "pearl")))
+                              projected_speedup_vs_ar=analytic_bound(costs, passes, row.get("framework") == "pearl"),
+                              per_prompt=_repriced_prompts(row.get("per_prompt"), costs)))
     return projected
+
+
+def _repriced_prompts(per_prompt: dict | None, costs: ForwardCosts) -> dict | None:
+    """A row's per-prompt sums with each prompt's passes priced by ``costs`` (so the projected
+    verdict carries its own uncertainty); None without the raw pass counts."""
+    if not isinstance(per_prompt, dict) or not per_prompt.get("passes"):
+        return None
+    passes = per_prompt["passes"]
+    kinds = ("draft", "slim", "full", "resumed", "single")
+    cost = [full_equivalent(costs, PassCounts(**{k: passes[k][i] for k in kinds})) for i in range(len(per_prompt["tokens"]))]
+    return dict(per_prompt, cost=cost)
 
 
 def project_costs_per_mask(model: CostModel, masks: dict[str | None, RoutingMask | None], block_length: int

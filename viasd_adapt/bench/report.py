@@ -18,6 +18,20 @@ BENCH_FORMAT = "viasd-adapt/bench"
 BENCH_VERSION = 2
 
 
+class PromptSumsRecord(SparseRecord):
+    """A row's sums per prompt, repeats pooled (:func:`viasd_adapt.bench.run.prompt_sums`): what the
+    verdict's bootstrap over prompts resamples (:mod:`viasd_adapt.uncertainty`). Absent from reports
+    written before it existed; their verdict states no uncertainty."""
+
+    tokens: list[float]
+    cost: list[float]
+    passes: dict[str, list[float]] | None = None
+    log_likelihood: list[float] | None = None
+    regret: list[float] | None = None
+    overruled: list[float] | None = None
+    audited: list[float] | None = None
+
+
 class BenchRow(SparseRecord):
     """One row of the bench: a framework in a mode, its medians. The columns every reader uses are
     typed; the others (:data:`~viasd_adapt.bench.run.ROW_FIELDS`) ride along as they were written."""
@@ -30,6 +44,7 @@ class BenchRow(SparseRecord):
     ll_drop: float | None = None
     regret: float | None = None
     overrule_rate: float | None = None
+    per_prompt: PromptSumsRecord | None = None  # optional: older reports have none
 
 
 class BenchRun(SparseRecord):
@@ -192,7 +207,8 @@ def environment() -> dict[str, Any]:
 def result_json(result: BenchResult, run_info: dict[str, Any]) -> dict[str, Any]:
     """The bench's JSON document, built through :class:`BenchReport` (so what is written is what
     :func:`load_bench_report` reads)."""
-    rows = [{key: row.get(key) for key in ROW_FIELDS} | {"repeats": row.get("repeats")} for row in result.rows]
+    rows = [{key: row.get(key) for key in ROW_FIELDS} | {"repeats": row.get("repeats")}
+            | ({"per_prompt": row["per_prompt"]} if row.get("per_prompt") is not None else {}) for row in result.rows]
     return BenchReport.model_validate({
         "run": run_info,
         "environment": environment(),
@@ -257,6 +273,6 @@ def plot_rows(rows: list[dict], path: str | Path, title: str = "") -> Path:
         plt.close(fig)
 
 
-__all__ = ["BENCH_FORMAT", "BENCH_VERSION", "BenchReport", "BenchRow", "BenchRun", "FIDELITY_COLUMNS", "SPEED_COLUMNS", "load_bench_report", "TASK_COLUMNS", "environment", "format_costs", "format_group_tables",
+__all__ = ["BENCH_FORMAT", "BENCH_VERSION", "BenchReport", "BenchRow", "BenchRun", "PromptSumsRecord", "FIDELITY_COLUMNS", "SPEED_COLUMNS", "load_bench_report", "TASK_COLUMNS", "environment", "format_costs", "format_group_tables",
            "format_table", "plot_rows",
            "result_json", "row_label", "save_json"]

@@ -9,7 +9,9 @@ Schedule: for each repeat, for each prompt, every row runs once, in an order rot
 untimed warm-up generation per row comes first. Per (row, repeat) the prompts are pooled (tokens /
 total seconds, summed counters); each reported field is the median over repeats. Speedups are
 medians over repeats of the ratio of two rows' pooled tokens/s in the same repeat, so load from
-other processes (bursty on a shared machine) hits the rows alike.
+other processes (bursty on a shared machine) hits the rows alike. Each row also keeps its sums per
+prompt, repeats pooled (``per_prompt``: tokens, priced and raw passes, log-likelihood, regret,
+overrules), which the verdict resamples to state its uncertainty (:mod:`viasd_adapt.uncertainty`).
 
 Every row generates exactly ``max_new_tokens`` (EOS does not stop a benchmark run), so all rows do
 the same work and agreement is compared position by position; ``BenchConfig.stop_at_eos`` stops
@@ -246,6 +248,8 @@ def run_bench(
     costs = measure_forward_costs(pair.target, pair.draft, slim, cost_context, settings.gamma, config.cost_repeats)
 
     stats: dict[tuple[str, str], list[RepeatStats]] = {row.key: [] for row in rows}
+    # per row, per prompt, all repeats pooled: what the verdict's bootstrap over prompts resamples
+    by_prompt = {row.key: [RepeatStats() for _ in prompt_ids] for row in rows}
     group_stats = {group: {row.key: [] for row in rows} for group in groups}
     with RunMeter(pair.target, pair.draft) as meter:
         if config.warmup:
@@ -261,7 +265,7 @@ def run_bench(
                 seed = config.seed + 1009 * repeat + index
                 group = by_group.get(prompts[index].group)
                 for row in rows[shift:] + rows[:shift]:
-                    accumulators = [current[row.key]] + ([group[row.key]] if group is not None else [])
+                    accumulators = [current[row.key], by_prompt[row.key][index]] + ([group[row.key]] if group is not None else [])
                     _run_timed(pair, meter, lambda: generate(row, ids, n, seed), ids, accumulators, references[index])
             for key, value in current.items():
                 stats[key].append(value)
@@ -269,7 +273,7 @@ def run_bench(
                 for key, value in values.items():
                     group_stats[group][key].append(value)
     task_scores = _task_scores(pair, rows, task, config, generate, say) if task else {}
-    summary = _summarise(rows, stats, costs, task_scores)
+    summary = _summarise(rows, stats, costs, task_scores, by_prompt)
     per_group = {group: _summarise(rows, group_stats[group], costs, {}) for group in groups}
     return BenchResult(summary, costs, skipped, memory_source(pair.device), descriptions,
                        time.perf_counter() - started, [len(ids) for ids in prompt_ids], len(task), per_group,
@@ -333,7 +337,31 @@ def _passes(row: PlannedRow, run: RepeatStats) -> PassCounts:
     return PassCounts(draft=run.meter_draft / run.tokens, full=run.meter_full / run.tokens)
 
 
-def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: dict) -> list[dict]:
+def prompt_sums(row: PlannedRow, per_prompt: list[RepeatStats], costs: ForwardCosts) -> dict | None:
+    """One row's sums per prompt (repeats pooled), as the bench JSON keeps them (``per_prompt``):
+    tokens, full-equivalent passes (``cost``), the raw pass counts (``passes``, so that a projection
+    can price them again), log-likelihood, regret and, where every prompt was audited, the summed
+    overrule probabilities and audited tokens. None for a row without pass counts."""
+    if not per_prompt or not sum(s.tokens for s in per_prompt):
+        return None
+    if row.bound_kind != "ar" and not any(s.metrics is not None or s.meter_full for s in per_prompt):
+        return None
+    counts = [_passes(row, s) for s in per_prompt]
+    audited = all(s.metrics is not None and s.metrics.audited for s in per_prompt)
+    return {
+        "tokens": [s.tokens for s in per_prompt],
+        "cost": [full_equivalent(costs, p) * s.tokens for p, s in zip(counts, per_prompt)],
+        "passes": {kind: [getattr(p, kind) * s.tokens for p, s in zip(counts, per_prompt)]
+                   for kind in ("draft", "slim", "full", "resumed", "single")},
+        "log_likelihood": [s.log_likelihood for s in per_prompt],
+        "regret": [s.regret for s in per_prompt],
+        "overruled": [float(sum(s.metrics.audit_overrule)) for s in per_prompt] if audited else None,
+        "audited": [s.metrics.audited for s in per_prompt] if audited else None,
+    }
+
+
+def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: dict,
+               by_prompt: dict[tuple[str, str], list[RepeatStats]] | None = None) -> list[dict]:
     ar_runs = stats[(AR, AR_ROW_MODE)]
     ar_ll = _median([r.log_likelihood / r.tokens if r.tokens else None for r in ar_runs])
     out = []
@@ -395,9 +423,11 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
             "seconds": [r.seconds for r in runs],
             "per_prompt_tokens_per_s": [r.per_prompt_tps for r in runs],
         }
+        if by_prompt is not None:
+            record["per_prompt"] = prompt_sums(row, by_prompt[row.key], costs)
         out.append(record)
     return out
 
 
 __all__ = ["AR", "DEFAULT_MODES", "ROW_FIELDS", "BenchConfig", "BenchResult", "PlannedRow", "paired_speedup",
-           "plan_rows", "run_bench"]
+           "plan_rows", "prompt_sums", "run_bench"]

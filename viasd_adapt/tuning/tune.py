@@ -88,6 +88,9 @@ class Point:
     metrics: dict = field(default_factory=dict)
     regret: float | None = None
     passes: dict = field(default_factory=dict)  # per token: draft, slim, full, resumed (PassCounts)
+    # per calibration prompt: tokens, cost, raw passes, LL, regret, overrules, the reference's LL
+    # (what the choice's bootstrap over prompts resamples); None in files written before it existed
+    per_prompt: dict | None = None
 
     @property
     def exact(self) -> bool:
@@ -139,11 +142,21 @@ class TuneResult:
         for point in self.points:
             if not point.passes:
                 raise ConfigError("these points carry no pass counts (an older tune file); run the sweep again")
-            priced = full_equivalent(costs[point.mask if point.family in ("lossless", "viasd") else None],
-                                     PassCounts(**point.passes))
-            points.append(replace(point, full_equivalent=priced))
+            point_costs = costs[point.mask if point.family in ("lossless", "viasd") else None]
+            priced = full_equivalent(point_costs, PassCounts(**point.passes))
+            points.append(replace(point, full_equivalent=priced, per_prompt=_repriced_prompts(point.per_prompt, point_costs)))
         return TuneResult(points, choose(points, self.budget), self.budget,
                           {str(k): v.to_dict() for k, v in costs.items()}, self.masks, self.seconds)
+
+
+def _repriced_prompts(per_prompt: dict | None, costs: ForwardCosts) -> dict | None:
+    """A point's per-prompt sums with every prompt's raw passes priced by ``costs``; None without them."""
+    if not per_prompt or not per_prompt.get("passes"):
+        return None
+    passes = per_prompt["passes"]
+    cost = [full_equivalent(costs, PassCounts(**{kind: values[i] for kind, values in passes.items()}))
+            for i in range(len(per_prompt["tokens"]))]
+    return dict(per_prompt, cost=cost)
 
 
 def portable_name(name: str, folder: str | Path) -> str:
@@ -167,6 +180,33 @@ def choose(points: list[Point], budget: Budget, margin: float = TIE_MARGIN) -> P
     _, chosen = recommend(admitted, cost=lambda p: p.full_equivalent, is_simple=lambda p: p.family in ("sd", "lenient"),
                           margin=margin, tie_break=lambda p: not p.exact)
     return chosen
+
+
+def choice_uncertainty(result: TuneResult):
+    """The paired bootstrap over calibration prompts of the tuner's choice
+    (:mod:`viasd_adapt.uncertainty`): every point resampled on the same prompts, judged by the same
+    budget and rule as :func:`choose`. None when a point carries no per-prompt sums (an older file)."""
+    from viasd_adapt.uncertainty import Candidate, PromptSums, bootstrap_verdict, sums_from_json
+
+    sums = [sums_from_json(p.per_prompt) for p in result.points]
+    if not sums or any(s is None for s in sums) or len({len(s) for s in sums}) != 1:
+        return None
+    first = result.points[0].per_prompt
+    reference = PromptSums(first["reference_tokens"], first["reference_tokens"], first["reference_ll"]) \
+        if first.get("reference_ll") is not None else None
+    names = point_names(result.points)
+    candidates = [Candidate(name, s, exact=p.exact, simple=p.family in ("sd", "lenient"))
+                  for name, p, s in zip(names, result.points, sums)]
+    return bootstrap_verdict(candidates, result.budget, reference, stated=names[result.points.index(result.chosen)])
+
+
+def point_names(points: list[Point]) -> list[str]:
+    """A readable, unique name per point ("lenient a=0.4", "lossy alpha1=0.3 ... on mask-r0.45.json")."""
+    names = []
+    for point in points:
+        name = f"{point.family}: {_short(point.settings)}" + (f" on {Path(point.mask).name}" if point.mask else "")
+        names.append(name if name not in names else f"{name} #{len(names)}")
+    return names
 
 
 def load_result(data: dict, source: str = "the tune JSON") -> TuneResult:
@@ -311,25 +351,29 @@ def tune(
 def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, seed, cost_repeats, say, bar, started):
     base = TierSettings(gamma=grid.gamma)
 
-    def run(settings: TierSettings, mask_name: str | None) -> tuple[list[list[int]], TierMetrics]:
+    def run(settings: TierSettings, mask_name: str | None) -> tuple[list[list[int]], TierMetrics, list[TierMetrics]]:
         pair.mask = MaskInfo(masks[mask_name], mask_name, False) if mask_name else pair.mask
-        merged, outputs = TierMetrics(), []
+        merged, outputs, each = TierMetrics(), [], []
         for index, ids in enumerate(prompt_ids):
             request = RunRequest.tiered(ids, max_new_tokens, settings, sampling=sampling, seed=seed + index, stop_at_eos=False)
             out = frameworks.run(MEASURED_ON, pair, request)
             outputs.append(out.tokens)
+            each.append(out.metrics)
             merged = merged.merge(out.metrics)
-        return outputs, merged
+        return outputs, merged, each
 
     say(f"reference: the target's greedy output on {len(prompt_ids)} calibration prompts x {max_new_tokens} tokens")
     reference_ll = 0.0
     reference_tokens = 0
+    reference_each: dict[str, list[float]] = {"reference_ll": [], "reference_tokens": []}
     for index, ids in enumerate(prompt_ids):
         ref = frameworks.run("ar", pair, RunRequest.tiered(ids, max_new_tokens, base.with_(mode=Mode.NONE),
                                                            seed=seed + index, stop_at_eos=False))
         score = score_output(pair.target, ids, ref.tokens)
         reference_ll += score.log_likelihood
         reference_tokens += score.tokens
+        reference_each["reference_ll"].append(score.log_likelihood)
+        reference_each["reference_tokens"].append(score.tokens)
     reference_ll /= max(1, reference_tokens)
 
     say("timing single forwards per mask")
@@ -338,24 +382,29 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
     ticker = bar(len(candidates)) if bar is not None else None
     points: list[Point] = []
     for family, settings, mask_name in candidates:
-        outputs, metrics = run(settings, mask_name)
+        outputs, metrics, each = run(settings, mask_name)
         ll, matches, tokens, regret = 0.0, 0, 0, 0.0
+        scores = []
         for ids, out in zip(prompt_ids, outputs):
             score = score_output(pair.target, ids, out)
+            scores.append(score)
             ll, matches, tokens = ll + score.log_likelihood, matches + score.argmax_matches, tokens + score.tokens
             regret += score.regret
+        audit_each = None
         if sampling.greedy or settings.mode.is_exact:
             overrule = 0.0 if settings.mode.is_exact else 1.0 - matches / max(1, tokens)
         elif settings.mode is Mode.LENIENT:
-            overrule = metrics.overrule_rate
+            overrule, audit_each = metrics.overrule_rate, each
         else:
-            overrule = run(settings.with_(mode=Mode.AUDIT), mask_name)[1].overrule_rate
+            _, audited, audit_each = run(settings.with_(mode=Mode.AUDIT), mask_name)
+            overrule = audited.overrule_rate
         counts = PassCounts.of_metrics(metrics, metrics.committed)
         feq = full_equivalent(costs[mask_name], counts)
+        per_prompt = _prompt_sums(scores, each, audit_each, settings.mode.is_exact, costs[mask_name]) | reference_each
         points.append(Point(family, settings, mask_name, feq, reference_ll - ll / max(1, tokens), overrule, tokens,
                             {"rejection_rate": metrics.rejection_rate, "mean_accepted_length": metrics.mean_accepted_length,
                              "slim_tokens": metrics.slim_tokens, "escalated_cycles": metrics.escalated_cycles,
-                             "cycles": metrics.cycles}, regret / max(1, tokens), asdict(counts)))
+                             "cycles": metrics.cycles}, regret / max(1, tokens), asdict(counts), per_prompt))
         if ticker is not None:
             ticker.update(1)
     if ticker is not None:
@@ -364,6 +413,29 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
                       {str(k): v.to_dict() for k, v in costs.items()},
                       {name: {"bits": m.bits(), "skipped": list(m.skipped), "s1": m.first_skipped} for name, m in masks.items()},
                       time.perf_counter() - started)
+
+
+def _prompt_sums(scores, each: list[TierMetrics], audit_each: list[TierMetrics] | None, exact: bool,
+                 costs: ForwardCosts) -> dict:
+    """One point's sums per calibration prompt (:class:`Point.per_prompt`). The overrule is what
+    :func:`_measure` measures: the greedy overrule (tokens that are not the target's argmax), 0 for
+    an exact mode, or the audit's overrule probabilities where the run was audited."""
+    passes = [PassCounts.of_metrics(m, 1) for m in each]  # raw counts: "per 1 token"
+    if exact:
+        overruled = [0.0] * len(scores)
+    elif audit_each is None:
+        overruled = [float(s.tokens - s.argmax_matches) for s in scores]
+    else:
+        overruled = [float(sum(m.audit_overrule)) for m in audit_each]
+    return {
+        "tokens": [s.tokens for s in scores],
+        "cost": [full_equivalent(costs, p) for p in passes],
+        "passes": {kind: [getattr(p, kind) for p in passes] for kind in ("draft", "slim", "full", "resumed")},
+        "log_likelihood": [s.log_likelihood for s in scores],
+        "regret": [s.regret for s in scores],
+        "overruled": overruled,
+        "audited": [float(s.tokens) for s in scores] if audit_each is None else [float(m.audited) for m in audit_each],
+    }
 
 
 def pareto(points: list[Point], key: str = "ll_drop") -> list[Point]:
@@ -431,12 +503,34 @@ def describe(result: TuneResult) -> list[str]:
     else:
         lines.append(f"VERDICT: the slim tier does not pay on this pair at this budget; the cheapest setting is "
                      f"{chosen.family} ({_short(chosen.settings)}), and that is what is written")
+    lines.extend(_uncertainty_lines(result, lines))
     plain = ar_full_equivalent(result)
     if plain is not None and plain < chosen.full_equivalent:
         lines.append(f"NOTE: plain decoding (the target alone, one 1-token pass per token) costs {plain:.3f} full-equivalent "
                      f"passes/token here, less than the written setting ({chosen.full_equivalent:.3f}): speculative "
                      "decoding itself does not pay with this drafter on this machine; generate without a drafter")
     return lines
+
+
+def _uncertainty_lines(result: TuneResult, lines: list[str]) -> list[str]:
+    """The choice's bootstrap over calibration prompts, in a line; an undetermined choice also
+    marks the VERDICT line (in place) and names the simpler setting. The written choice stays the
+    pooled one (what every earlier tuned.json recorded), said beside the advice."""
+    uncertainty = choice_uncertainty(result)
+    if uncertainty is None:
+        return ["UNCERTAINTY: none can be stated (these points carry no per-prompt sums: an older tune file)"]
+    if uncertainty.determined:
+        return [f"UNCERTAINTY: the choice is {uncertainty.sentence()}"]
+    from viasd_adapt.uncertainty import prompts_words
+
+    for i, line in enumerate(lines):
+        if line.startswith("VERDICT: "):
+            lines[i] = f"VERDICT (a preview, undetermined at {prompts_words(uncertainty.prompts)}): " + line[len("VERDICT: "):]
+    advice = ""
+    if uncertainty.recommended != uncertainty.stated:
+        advice = (f"; tuned.json records the pooled choice, {uncertainty.stated}: measure on more calibration prompts "
+                  f"(--prompts) before relying on it")
+    return [f"UNCERTAINTY: the choice is {uncertainty.sentence()}{advice}"]
 
 
 def projected(result: TuneResult, model: CostModel, gamma: int) -> TuneResult:
@@ -504,4 +598,4 @@ def plot_frontiers(result: TuneResult, path: str | Path, title: str = "") -> Pat
 
 
 __all__ = ["Budget", "MEASURED_ON", "Point", "TUNE_PROMPT_SEED", "TuneGrid", "TuneResult", "artifact_of", "calibration_prompts",
-           "choose", "describe", "load_result", "mask_costs", "pareto", "plot_frontiers", "portable_name", "tune"]
+           "choice_uncertainty", "choose", "point_names", "describe", "load_result", "mask_costs", "pareto", "plot_frontiers", "portable_name", "tune"]

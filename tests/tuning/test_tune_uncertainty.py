@@ -1,0 +1,72 @@
+"""``viasd tune``'s choice with its uncertainty over calibration prompts (synthetic points, no model)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from viasd_adapt.advice import Budget
+from viasd_adapt.bench.costs import ForwardCosts
+from viasd_adapt.settings import TierSettings
+from viasd_adapt.tuning.tune import Point, TuneResult, choice_uncertainty, choose, describe
+
+TOKENS = 20
+
+
+def _point(family, mode, costs, regrets, **settings):
+    n = len(costs)
+    per_prompt = {"tokens": [TOKENS] * n, "cost": [c * TOKENS for c in costs],
+                  "passes": {"draft": [0.0] * n, "slim": [0.0] * n, "full": [c * TOKENS for c in costs], "resumed": [0.0] * n},
+                  "log_likelihood": [-TOKENS] * n, "regret": [r * TOKENS for r in regrets],
+                  "overruled": [0.0] * n, "audited": [TOKENS] * n,
+                  "reference_ll": [-TOKENS] * n, "reference_tokens": [TOKENS] * n}
+    return Point(family, TierSettings(mode=mode, **settings), "mask.json" if family == "viasd" else None,
+                 float(np.mean(costs)), 0.0, 0.0, n * TOKENS, regret=float(np.mean(regrets)),
+                 passes={"draft": 0.0, "slim": 0.0, "full": float(np.mean(costs)), "resumed": 0.0}, per_prompt=per_prompt)
+
+
+def _result(points, budget=Budget()):
+    return TuneResult(points, choose(points, budget), budget, {}, {}, 1.0)
+
+
+def test_a_clear_win_over_many_prompts_is_determined():
+    rng = np.random.default_rng(0)
+    n = 30
+    base = 1.0 + 0.02 * rng.standard_normal(n)
+    points = [_point("sd", "none", base, [0.0] * n), _point("viasd", "lossy", 0.7 * base, [0.0] * n, alpha1=0.3)]
+    result = _result(points)
+    assert result.chosen.family == "viasd"
+    uncertainty = choice_uncertainty(result)
+    assert uncertainty.determined and uncertainty.recommended == uncertainty.stated
+    assert any(line.startswith("UNCERTAINTY: the choice is determined at 30 prompts") for line in describe(result))
+    assert any(line.startswith("VERDICT: the slim tier pays") for line in describe(result))
+
+
+def test_a_lenient_point_out_of_budget_by_one_prompt_leaves_the_choice_undetermined():
+    n = 8
+    points = [_point("sd", "none", [1.0] * n, [0.0] * n),
+              _point("lenient", "lenient", [0.6] * n, [0.3] + [0.0] * (n - 1), lenience=0.4),
+              _point("viasd", "lossy", [0.8] * n, [0.0] * n, alpha1=0.3)]
+    result = _result(points)
+    assert result.chosen.family == "viasd"  # the pooled choice, written to tuned.json as before
+    lines = describe(result)
+    verdict_line = next(line for line in lines if line.startswith("VERDICT"))
+    assert verdict_line.startswith("VERDICT (a preview, undetermined at 8 prompts)")
+    uncertainty_line = next(line for line in lines if line.startswith("UNCERTAINTY"))
+    assert "use the simpler sd: none" in uncertainty_line and "tuned.json records the pooled choice" in uncertainty_line
+
+
+def test_repricing_prices_every_prompt_again_and_older_points_state_no_uncertainty():
+    n = 6
+    points = [_point("sd", "none", [1.0] * n, [0.0] * n), _point("viasd", "lossy", [0.5] * n, [0.0] * n)]
+    points[1].per_prompt["passes"]["draft"] = [float(TOKENS)] * n  # one drafter pass per token
+    points[1].passes["draft"] = 1.0
+    costs = ForwardCosts(c_draft=1.0, c_slim=0.5, c_resume=None, c_full_block=2.0, c_full=1.0, context_length=8,
+                         block_length=4)
+    repriced = _result(points).repriced({None: costs, "mask.json": costs})
+    # per token: 0.5 full block passes + one drafter pass at half a block pass
+    assert repriced.points[1].per_prompt["cost"] == [1.0 * TOKENS] * n
+    assert repriced.points[1].full_equivalent == 1.0 and repriced.chosen.family == "sd"
+    old = _result([Point(p.family, p.settings, p.mask, p.full_equivalent, p.ll_drop, p.overrule, p.tokens,
+                         regret=p.regret, passes=p.passes) for p in points])
+    assert choice_uncertainty(old) is None
+    assert "UNCERTAINTY: none can be stated" in "\n".join(describe(old))
