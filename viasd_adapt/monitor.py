@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import sys
 import threading
 import warnings
 from dataclasses import dataclass
@@ -134,7 +136,7 @@ class DrafterQualityMonitor:
         self.evidence.surprise_excess += float((entropy + u_x.clamp_min(1e-30).log()).sum())
         if not self.warned and self.looks_like_junk():
             self.warned = True
-            warnings.warn(self.message(), ViasdQualityWarning, stacklevel=2)
+            warnings.warn(self.message(), ViasdQualityWarning, stacklevel=_first_frame_outside_the_library())
 
     def looks_like_junk(self) -> bool:
         e, t = self.evidence, self.thresholds
@@ -162,6 +164,22 @@ class DrafterQualityMonitor:
             "accepted. Measure the damage with mode='audit' (how often the target would overrule), or use "
             "mode='lossless'."
         )
+
+
+#: Where the warning should not point: the library's own frames, and those of the hook and model
+#: plumbing between them (the monitor runs inside pluggy, called from a framework's loop).
+_LIBRARY_PARTS = (os.sep + "viasd_adapt" + os.sep, os.sep + "adapters" + os.sep, os.sep + "pluggy" + os.sep,
+                  os.sep + "torch" + os.sep, os.sep + "transformers" + os.sep, os.sep + "eagle" + os.sep,
+                  os.sep + "contextlib.py", os.sep + "threading.py", os.sep + "concurrent" + os.sep)
+
+
+def _first_frame_outside_the_library() -> int:
+    """The ``stacklevel`` of the first caller outside viasd-adapt and the plumbing it runs in, so
+    the warning names the user's line (``generate(...)``), not the plugin that noticed."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and any(part in frame.f_code.co_filename for part in _LIBRARY_PARTS):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def wilson_upper(successes: int, trials: int, z: float = 1.96) -> float:

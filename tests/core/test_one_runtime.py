@@ -226,9 +226,11 @@ def test_a_junk_drafter_warns_through_the_monitor_plugin():
 
     step = VerifyStep(LOSSY, "test", plugins=())
     drafts, p, verifiers = _block(agree=False)
-    with pytest.warns(ViasdQualityWarning, match=r"\(test\)"):
+    with pytest.warns(ViasdQualityWarning, match=r"\(test\)") as caught:
         for _ in range(5):
             step.verify(drafts, p, verifiers)
+    # it names the caller's line, not the plugin or pluggy's machinery that noticed
+    assert [w.filename for w in caught if issubclass(w.category, ViasdQualityWarning)] == [__file__]
 
 
 def test_bad_settings_are_refused_when_the_step_is_built():
