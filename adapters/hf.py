@@ -80,6 +80,7 @@ from viasd_adapt.prompt_lookup import DEFAULT_MAX_NGRAM, PromptLookupSpec
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.hooks import make_plugin_manager
 from viasd_adapt.metrics import TierMetrics
+from viasd_adapt.model_kind import model_kind
 from viasd_adapt.routing.layers import find_decoder_stack, is_encoder_decoder, refuse_compile_wrapper
 from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
@@ -455,8 +456,6 @@ def _tiered_generate(session: TierSession, original, args: tuple, kwargs: dict):
     reason = _fallback_reason(target, call) or _uncarried_inputs_reason(target, original, call)
     if reason is not None:
         return _fall_back(session, reason, lambda: original(**call))
-    from viasd_adapt.model_kind import model_kind
-
     if model_kind(target).encoder_decoder:  # a source and a decoder prompt instead of one prompt
         from viasd_adapt.adapters.hf_seq2seq_loop import prepare_seq2seq_call
 
@@ -566,8 +565,6 @@ class _OwnLoop:
         # call's prompt_lookup_num_tokens is the block length, as in stock.
         settings = self.session.settings if self.lookup is None else self.session.settings.with_(gamma=self.lookup[0])
         self.step = VerifyStep(settings, FRAMEWORK, self.session.plugin_manager, greedy=warper.greedy)
-        from viasd_adapt.model_kind import model_kind
-
         kind = model_kind(model)
         if kind.encoder_decoder:  # input_ids are decoder ids; each row also reads its source
             from viasd_adapt.adapters.hf_seq2seq_loop import Seq2SeqRows

@@ -137,7 +137,7 @@ class Seq2SeqRows:
             source = source.to(loop.assistant.device)
         assistant_context = drafter_context(loop.assistant, target_context, source, row_mask)
         verifier = seq2seq_verifier(self.model, session.settings, self.warper, target_context, session.slim,
-                                    session.plugin_manager, framework="hf")
+                                    session.plugin_manager, framework="hf", step=loop.step)
         drafter = Seq2SeqDrafter(loop.assistant, self.warper, assistant_context)
         return loop.run_row(verifier, drafter, prompt, self.max_new, self.stopping_criteria, self.config)
 

@@ -59,6 +59,8 @@ from viasd_adapt.runner import (
 )
 from viasd_adapt.sampling import SamplingConfig, Warper, as_warper
 from viasd_adapt.settings import TierSettings
+from viasd_adapt.verify_step import VerifyStep
+
 
 def _cache_layers(cache) -> list:
     return cache.self_attention_cache.layers
@@ -262,10 +264,12 @@ def check_fits_decoder(model: nn.Module, prompt_length: int, max_new_tokens: int
 
 def seq2seq_verifier(target: nn.Module, settings: TierSettings, sampling: SamplingConfig | Warper,
                      encoder: EncoderContext, slim: SlimVerifier | None = None,
-                     plugin_manager: pluggy.PluginManager | None = None, framework: str = "engine") -> TieredVerifier:
-    """A :class:`~viasd_adapt.engine.TieredVerifier` whose runners are :class:`Seq2SeqTargetRunners`."""
+                     plugin_manager: pluggy.PluginManager | None = None, framework: str = "engine",
+                     step: VerifyStep | None = None) -> TieredVerifier:
+    """A :class:`~viasd_adapt.engine.TieredVerifier` whose runners are :class:`Seq2SeqTargetRunners`
+    (``step``: the run's verify step, when the run already has one: the rows of an HF call)."""
     runners = Seq2SeqTargetRunners(target, slim if settings.mode.uses_slim else None, encoder)
-    return TieredVerifier(target, settings, sampling, slim, plugin_manager, framework=framework, runners=runners)
+    return TieredVerifier(target, settings, sampling, slim, plugin_manager, framework=framework, runners=runners, step=step)
 
 
 def seq2seq_generate(
