@@ -16,7 +16,7 @@ import click
 from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option,
                                  registered_pair)
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.settings import Mode, TierSettings
+from viasd_adapt.settings import Mode
 
 if TYPE_CHECKING:
     from viasd_adapt.cli.options import PairChoice
@@ -26,14 +26,6 @@ if TYPE_CHECKING:
 def _registered_pair(name: str | None):
     """The pair called ``name``, or the shipped demo pair (None when it is not installed)."""
     return registered_pair(name)
-
-
-def resolve_paths(framework: str, target: Path | None, draft: Path | None, mask: Path | None,
-                  eagle_head: Path | None, pair: str | None = None) -> tuple[Path, Path | None, Path | None, Path | None]:
-    """Fills missing paths from ``--pair`` (default: the shipped demo pair) when no ``--target`` is
-    given; the mask defaults to the one the pair's tuned choice was measured with."""
-    spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair)
-    return choice.target, choice.draft, spec.mask_path, choice.eagle_head
 
 
 def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: Path | None, eagle_head: Path | None,
@@ -50,17 +42,6 @@ def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: P
     if spec.settings.mode.uses_slim and spec.mask_path is None:
         raise ConfigError(f"--mode {spec.settings.mode.value} needs --mask (a mask.json searched for this target)")
     return spec, choice
-
-
-def build_settings(framework: str, mode: str | None, mask: Path | None, **overrides) -> TierSettings:
-    """The tier settings: the tuned choice beside the mask when there is one, then the options
-    (:func:`viasd_adapt.resolve.resolve_settings`)."""
-    from viasd_adapt.resolve import resolve_settings
-
-    spec = resolve_settings(mask, framework=framework, flags=dict(mode=mode, **overrides))
-    if spec.settings.mode.uses_slim and mask is None:
-        raise ConfigError(f"--mode {spec.settings.mode.value} needs --mask (a mask.json searched for this target)")
-    return spec.settings
 
 
 _PATH = click.Path(exists=True, path_type=Path)

@@ -115,12 +115,6 @@ def choose_pair(pair: str | None, target, draft, eagle_head=None, demo_default: 
     return PairChoice(paths, paths.target, draft or paths.draft, eagle_head if eagle_head is not None else paths.eagle_head)
 
 
-def pair_option_paths(pair: str, target_path, draft_path):
-    """``(PairPaths, target, drafter)`` for ``--pair NAME`` (:func:`choose_pair`)."""
-    choice = choose_pair(pair, target_path, draft_path)
-    return choice.paths, choice.target, choice.draft
-
-
 chat_option = click.option(
     "--chat", type=click.Choice(CHAT_CHOICES), default="auto", show_default=True,
     help="Prompts through the tokenizer's chat template: auto (when it has one), on, or off (plain text).")
@@ -145,4 +139,4 @@ def finite(min: float | None = None, max: float | None = None, min_open: bool = 
 
 
 __all__ = ["DRAFT_HELP", "PAIR_HELP", "TARGET_HELP", "DraftPath", "FiniteFloat", "ModelPath", "PairChoice", "chat_option",
-           "choose_pair", "finite", "registered_pair", "pair_option", "pair_option_paths"]
+           "choose_pair", "finite", "registered_pair", "pair_option"]
