@@ -36,3 +36,23 @@ def ea_model(tiny_eagle):
     from viasd_adapt.adapters import eagle
 
     return eagle.load_ea_model(tiny_eagle / "target", tiny_eagle / "head")
+
+
+@pytest.fixture(scope="session")
+def tuned_pair_template(tmp_path_factory):
+    """A char pair with a mask and the hand-written tuned.json of :mod:`tests.support.tuned`, built
+    once. Serves the resolver's tests (tests/tuning) and the CLI's (tests/cli/test_resolve_cli.py)."""
+    from tests.support.pairs import save_char_pair
+    from tests.support.tuned import write_tuned
+
+    pair = save_char_pair(tmp_path_factory.mktemp("tuned-pair") / "pair", with_mask=True)
+    write_tuned(pair)
+    return pair
+
+
+@pytest.fixture()
+def tuned_pair(tuned_pair_template, tmp_path):
+    """A fresh copy of :func:`tuned_pair_template` per test (tests may rewrite its files)."""
+    import shutil
+
+    return shutil.copytree(tuned_pair_template, tmp_path / "pair")

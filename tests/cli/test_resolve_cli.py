@@ -4,31 +4,23 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch
 from click.testing import CliRunner
 
 from tests.support.loads import count_loads
-from tests.support.pairs import save_char_pair
-from tests.tuning.conftest import LENIENT, write_tuned
+from tests.support.tuned import LENIENT
 from viasd_adapt.cli.main import cli
 from viasd_adapt.tuned import TunedSettings
 
 torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    pair = save_char_pair(tmp_path_factory.mktemp("resolve-cli") / "pair", with_mask=True)
-    write_tuned(pair)
-    return pair
-
-
 @pytest.fixture()
-def pair(template, tmp_path):
-    return shutil.copytree(template, tmp_path / "pair")
+def pair(tuned_pair):
+    """A char pair with a mask and a tuned.json beside it (tests/conftest.py builds it once)."""
+    return tuned_pair
 
 
 @pytest.fixture()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO_ROOT
-from tests.tuning.conftest import LENIENT
+from tests.support.tuned import LENIENT
 from viasd_adapt.bench.report import BenchReport, load_bench_report
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.routing.mask import MaskArtifact, MaskFile, RoutingMask

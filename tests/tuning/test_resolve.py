@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from tests.tuning.conftest import BEST_LENIENT, BEST_VIASD, LENIENT, write_tuned
+from tests.support.tuned import BEST_LENIENT, BEST_VIASD, LENIENT, write_tuned
 from viasd_adapt.advice import Budget, verdict
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
