@@ -123,7 +123,7 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 def _within(budget: Budget, exact: np.ndarray, ll_drop: np.ndarray, regret: np.ndarray, overrule: np.ndarray,
             unmeasured_ok: Sequence[str]) -> np.ndarray:
-    """:meth:`Budget.admits_values` over arrays (NaN: not measured)."""
+    """:meth:`Budget.admits_values` over arrays (NaN: not measured; tested equal to it)."""
     ok = np.ones(ll_drop.shape, dtype=bool)
     for name, limit, value in (("ll_drop", budget.max_ll_drop, ll_drop), ("overrule", budget.max_overrule, overrule),
                                ("regret", budget.max_regret, regret)):
@@ -134,7 +134,8 @@ def _within(budget: Budget, exact: np.ndarray, ll_drop: np.ndarray, regret: np.n
 
 
 def _recommend(cost: np.ndarray, within: np.ndarray, simple: np.ndarray, margin: float) -> np.ndarray:
-    """:func:`viasd_adapt.advice.recommend` per replicate: (R, K) -> (R,) index, -1 where nothing qualifies."""
+    """:func:`viasd_adapt.budget.recommend` per replicate (tested equal to it): (R, K) -> (R,)
+    index, -1 where nothing qualifies."""
     inf = np.inf
     masked = np.where(within, cost, inf)
     cheapest = masked.argmin(axis=1)

@@ -101,3 +101,37 @@ def test_mismatched_prompts_are_refused_and_old_json_gives_no_sums():
                            Candidate("b", PromptSums([1], [1]), True, False)], Budget())
     assert sums_from_json(None) is None and sums_from_json({"tokens": []}) is None
     assert sums_from_json({"tokens": [3], "cost": [2.0]}).cost == [2.0]
+
+
+def test_the_array_forms_of_the_budget_and_recommendation_rules_agree_with_the_rules():
+    """The bootstrap applies Budget.admits_values and recommend() over (replicates, settings) arrays,
+    for speed (300 tune points x 1000 replicates: 0.14 s, against 2.4 s calling the rules one by
+    one); on random inputs with unmeasured values and ties they must decide exactly as the rules."""
+    from viasd_adapt.budget import recommend
+    from viasd_adapt.uncertainty import _recommend, _within
+
+    rng = np.random.default_rng(3)
+    replicates, settings = 400, 7
+    budget = Budget(max_ll_drop=0.02, max_overrule=0.1, max_regret=0.02)
+    ll_drop, regret, overrule = (rng.uniform(-0.01, 0.04, (replicates, settings)) for _ in range(3))
+    for values in (ll_drop, regret, overrule):
+        values[rng.random(values.shape) < 0.15] = np.nan  # not measured
+    exact = rng.random(settings) < 0.3
+    simple = rng.random(settings) < 0.5
+    cost = np.round(rng.uniform(0.4, 1.0, (replicates, settings)), 2)  # rounded: ties occur
+    for unmeasured_ok in ((), ("regret",)):
+        within = _within(budget, np.broadcast_to(exact, cost.shape), ll_drop, regret, overrule, unmeasured_ok)
+        picks = _recommend(cost, within, simple, TIE_MARGIN)
+
+        def measured(value):
+            return None if np.isnan(value) else float(value)
+
+        for r in range(replicates):
+            for k in range(settings):
+                assert within[r, k] == budget.admits_values(
+                    exact=bool(exact[k]), ll_drop=measured(ll_drop[r, k]), overrule=measured(overrule[r, k]),
+                    regret=measured(regret[r, k]), unmeasured_ok=unmeasured_ok)
+            qualifying = [k for k in range(settings) if within[r, k]]
+            expected = recommend(qualifying, cost=lambda k: cost[r, k], is_simple=lambda k: bool(simple[k]))[1] if qualifying else -1
+            assert picks[r] == expected
+        assert (picks == -1).any() and len(set(picks.tolist())) > 2  # the cases are varied
