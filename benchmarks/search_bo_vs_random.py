@@ -63,7 +63,7 @@ def load_pair(args):
         draft = SlimVerifier(target, RoutingMask.from_bits([1] + [0] * (L - 1))).model
         draft_name = "target's first layer + head (proxy p for a drafter without distributions)"
     else:
-        draft = load_model(draft_path, torch.device("cpu"), "draft").float().eval()
+        draft = load_model(draft_path, torch.device("cpu"), "draft", target=target).float().eval()
         draft_name = _portable(draft_path)
     return target, draft, tokenizer, _portable(target_path), draft_name
 

@@ -16,6 +16,7 @@ from typing import Any
 # The budget and the recommendation rule live one layer down (viasd_adapt.budget), where the
 # verdicts' bootstrap (viasd_adapt.uncertainty) can use them too; they are importable from here as before.
 from viasd_adapt.budget import (
+    BASELINE_FRAMEWORKS,
     DEFAULT_MAX_LL_DROP,
     DEFAULT_MAX_REGRET,
     SIMPLE_MODES,
@@ -68,13 +69,18 @@ def warn_if_negative_delta(mask: Any, settings: TierSettings) -> str | None:
 
 
 def _mode_label(row: dict) -> str:
-    return "ar" if row["framework"] == "ar" else row["mode"]
+    return row["framework"] if _is_baseline(row) else row["mode"]
+
+
+def _is_baseline(row: dict) -> bool:
+    """The target alone or stock prompt lookup: exact, simple, a candidate in every framework's verdict."""
+    return row["framework"] in BASELINE_FRAMEWORKS
 
 
 def _row_within(row: dict, budget: Budget) -> bool:
     """A bench row under the budget: ``ar``, ``none`` and ``lossless`` are exact; a row with no
     regret column (an older results file) is judged on what it has."""
-    exact = row["framework"] == "ar" or row["mode"] in ("none", "lossless")
+    exact = _is_baseline(row) or row["mode"] in ("none", "lossless")
     return budget.admits_values(exact=exact, ll_drop=row.get("ll_drop"), overrule=row.get("overrule_rate"),
                                 regret=row.get("regret"), unmeasured_ok=("regret",))
 
@@ -94,9 +100,9 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
     setting instead of the point estimate's."""
     budget = budget or Budget(max_ll_drop, max_overrule, max_regret)
     lines = []
-    ar = [r for r in rows if r["framework"] == "ar" and r.get("full_equivalent_per_token") is not None]
-    for framework in dict.fromkeys(r["framework"] for r in rows if r["mode"] != "-"):
-        candidates = ar + [
+    baselines = [r for r in rows if _is_baseline(r) and r.get("full_equivalent_per_token") is not None]
+    for framework in dict.fromkeys(r["framework"] for r in rows if not _is_baseline(r)):
+        candidates = baselines + [
             r for r in rows
             if r["framework"] == framework and r["mode"] in ("none", "lenient", "lossless", "lossy")
             and r.get("full_equivalent_per_token") is not None
@@ -105,7 +111,7 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
         if not within:
             continue
         cheapest, use = recommend(within, cost=lambda r: r["full_equivalent_per_token"],
-                                  is_simple=lambda r: r["framework"] == "ar" or r["mode"] in SIMPLE_MODES)
+                                  is_simple=lambda r: _is_baseline(r) or r["mode"] in SIMPLE_MODES)
         described = ", ".join(
             f"{_mode_label(r)} {r['full_equivalent_per_token']:.3f}"
             + (f" (LL drop {r['ll_drop']:+.3f})" if r.get("ll_drop") is not None and r["mode"] in ("lenient", "lossy") else "")
@@ -135,6 +141,9 @@ def _judgement(cheapest: dict, use: dict) -> str:
     if use["framework"] == "ar":
         return ("Speculative decoding itself does not pay here (every drafting row costs more than plain "
                 "decoding), so neither does the slim tier: use ar (the target alone).")
+    if use["framework"] == "lookup":
+        return ("Stock prompt lookup (no drafter model, no tier) is the cheapest here, so the slim tier does not pay: "
+                "use lookup (generate(prompt_lookup_num_tokens=...)).")
     if use["mode"] in TIER_MODES:
         return "The slim tier pays here."
     return f"The slim tier does not pay here: use {use['mode']}."
@@ -149,8 +158,8 @@ def _uncertainty(candidates: list[dict], use: dict, budget: Budget):
     reference = next((s for r, s in zip(candidates, sums) if r["framework"] == "ar"), None)
     if any(s is None for s in sums) or len({len(s) for s in sums}) != 1:
         return None
-    pool = [Candidate(_mode_label(r), s, exact=r["framework"] == "ar" or r["mode"] in ("none", "lossless"),
-                      simple=r["framework"] == "ar" or r["mode"] in SIMPLE_MODES) for r, s in zip(candidates, sums)]
+    pool = [Candidate(_mode_label(r), s, exact=_is_baseline(r) or r["mode"] in ("none", "lossless"),
+                      simple=_is_baseline(r) or r["mode"] in SIMPLE_MODES) for r, s in zip(candidates, sums)]
     if reference is None:  # no ar row: the drop is measured from untiered SD, which is exact
         reference = next((s for r, s in zip(candidates, sums) if r["mode"] == "none"), None)
     reference = PromptSums(reference.tokens, reference.cost, reference.log_likelihood) if reference is not None else None

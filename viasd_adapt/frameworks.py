@@ -173,6 +173,22 @@ def run_ar(pair: LoadedPair, request: RunRequest) -> RunOutput:
     return RunOutput(tokens, plain_decoding_metrics(tokens))
 
 
+def run_prompt_lookup(pair: LoadedPair, request: RunRequest) -> RunOutput:
+    """Stock HF prompt lookup decoding, ``generate(prompt_lookup_num_tokens=gamma)``: n-grams of
+    the text as drafts, no drafter model and no viasd-adapt. A baseline every pair can run beside
+    its drafter's rows (Spec-Bench reports it as PLD): a trained drafter and the tier have to beat
+    it too. Its target forwards are counted by the bench's meter, as for every stock row."""
+    from viasd_adapt.prompt_lookup import DEFAULT_MAX_NGRAM
+
+    torch.manual_seed(request.seed)
+    ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=pair.device)
+    config = generation_config_for(pair, request, prompt_lookup_num_tokens=request.settings.gamma,
+                                   max_matching_ngram_size=DEFAULT_MAX_NGRAM)
+    with torch.no_grad():
+        out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+    return RunOutput(out[0, len(request.prompt_ids):].tolist())
+
+
 def run_engine(pair: LoadedPair, request: RunRequest) -> RunOutput:
     """Classic SD through :mod:`viasd_adapt.engine` (mode none is the untiered loop)."""
     from viasd_adapt.checks import vocab_size_of
@@ -192,6 +208,8 @@ def run_engine(pair: LoadedPair, request: RunRequest) -> RunOutput:
 
 register(Framework("ar", "autoregressive target decoding (HF generate, no assistant)", f"{__name__}:run_ar",
                    has_tier=False, bound_kind="ar", seq2seq_runner="viasd_adapt.seq2seq:run_ar"))
+register(Framework("lookup", "stock HF prompt lookup (generate(prompt_lookup_num_tokens=gamma); no drafter model, "
+                   "no viasd-adapt): a baseline", f"{__name__}:run_prompt_lookup", has_plain=True, has_tier=False))
 register(Framework("engine", "classic SD through viasd_adapt.engine (the loop the hf adapter's tiered modes run)",
                    f"{__name__}:run_engine", takes_lookup=True, seq2seq_runner="viasd_adapt.seq2seq:run_engine"))
 register(Framework("hf", "HF assisted generation: target.generate(assistant_model=draft), patched by viasd_adapt.adapters.hf",
@@ -204,4 +222,4 @@ register(Framework("eagle", "EAGLE (eagle-llm EaModel.eagenerate through viasd_a
 
 
 __all__ = ["FRAMEWORKS", "PLAIN", "TIER_MODES", "Framework", "check_request_fits", "generation_config_for", "get", "register", "run",
-           "run_ar", "run_engine"]
+           "run_ar", "run_engine", "run_prompt_lookup"]

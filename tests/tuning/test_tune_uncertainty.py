@@ -7,7 +7,7 @@ import numpy as np
 from viasd_adapt.advice import Budget
 from viasd_adapt.bench.costs import ForwardCosts
 from viasd_adapt.settings import TierSettings
-from viasd_adapt.tuning.tune import Point, TuneResult, choice_uncertainty, choose, describe
+from viasd_adapt.tuning.tune import Point, choice_uncertainty, describe, judged
 
 TOKENS = 20
 
@@ -25,7 +25,7 @@ def _point(family, mode, costs, regrets, **settings):
 
 
 def _result(points, budget=Budget()):
-    return TuneResult(points, choose(points, budget), budget, {}, {}, 1.0)
+    return judged(points, budget, {}, {}, 1.0)
 
 
 def test_a_clear_win_over_many_prompts_is_determined():
@@ -47,12 +47,26 @@ def test_a_lenient_point_out_of_budget_by_one_prompt_leaves_the_choice_undetermi
               _point("lenient", "lenient", [0.6] * n, [0.3] + [0.0] * (n - 1), lenience=0.4),
               _point("viasd", "lossy", [0.8] * n, [0.0] * n, alpha1=0.3)]
     result = _result(points)
-    assert result.chosen.family == "viasd"  # the pooled choice, written to tuned.json as before
+    assert result.pooled.family == "viasd"  # the point estimate on all 8 prompts pooled
+    assert result.chosen.family == "sd"  # what tuned.json records: the simpler setting the bootstrap recommends
     lines = describe(result)
     verdict_line = next(line for line in lines if line.startswith("VERDICT"))
-    assert verdict_line.startswith("VERDICT (a preview, undetermined at 8 prompts)")
+    assert verdict_line.startswith("VERDICT (a preview, undetermined at 8 prompts): the slim tier pays")
     uncertainty_line = next(line for line in lines if line.startswith("UNCERTAINTY"))
-    assert "use the simpler sd: none" in uncertainty_line and "tuned.json records the pooled choice" in uncertainty_line
+    assert "use the simpler sd: none" in uncertainty_line
+    assert "tuned.json records the simpler sd: none, not the pooled choice viasd" in uncertainty_line
+    # judged again (another budget, the same one here) keeps the same written choice; a determined
+    # result writes its point estimate and keeps no separate pooled point
+    assert result.rechosen(result.budget).chosen is result.chosen
+
+
+def test_a_determined_choice_is_written_as_it_is():
+    rng = np.random.default_rng(1)
+    n = 30
+    base = 1.0 + 0.02 * rng.standard_normal(n)
+    points = [_point("sd", "none", base, [0.0] * n), _point("viasd", "lossy", 0.7 * base, [0.0] * n, alpha1=0.3)]
+    result = _result(points)
+    assert result.pooled is None and result.chosen is result.point_estimate and result.chosen.family == "viasd"
 
 
 def test_repricing_prices_every_prompt_again_and_older_points_state_no_uncertainty():

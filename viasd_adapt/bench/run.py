@@ -188,6 +188,9 @@ def plan_rows(pair: LoadedPair, config: BenchConfig) -> tuple[list[PlannedRow], 
             skipped[name] = reason
             continue
         descriptions[name] = framework.description
+        if not framework.has_tier:  # a baseline (stock prompt lookup): one row, as shipped
+            rows.append(PlannedRow(name, frameworks.PLAIN, framework.bound_kind))
+            continue
         modes = ["none"] + [m for m in config.modes if m != "none"]
         if config.include_plain and framework.has_plain:
             modes.insert(0, frameworks.PLAIN)

@@ -52,7 +52,7 @@ def bench_options(function):
         click.option("--max-new-tokens", type=click.IntRange(min=1), default=64, show_default=True,
                      help="Tokens generated per prompt (a cap: Spec-Bench's paper uses 1024; EOS stops only Spec-Bench rows)."),
         click.option("--frameworks", default=DEFAULT_FRAMEWORKS, show_default=True,
-                     help="Comma-separated: hf, pearl, eagle, engine (the tier's own classic SD loop)."),
+                     help="Comma-separated: hf, pearl, eagle, engine (the tier's own classic SD loop), lookup (stock HF prompt lookup, a baseline)."),
         click.option("--modes", default=DEFAULT_MODES, show_default=True, help="Comma-separated tier modes (none is always run)."),
         click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Interleaved repeats; medians are reported."),
         click.option("--seed", type=int, default=0, show_default=True),

@@ -109,12 +109,22 @@ class Point:
 
 @dataclass
 class TuneResult:
+    """A sweep's points and what is written: ``chosen``. ``pooled`` is the point estimate's choice
+    (on all prompts at once) when the bootstrap left it undetermined and the simpler ``chosen`` is
+    written instead (:func:`judged`); None when the two agree."""
+
     points: list[Point]
     chosen: Point
     budget: Budget
     costs: dict[str, dict]
     masks: dict[str, dict]
     seconds: float
+    pooled: Point | None = None
+
+    @property
+    def point_estimate(self) -> Point:
+        """The cheapest point within budget on all prompts pooled (what the verdict's figures describe)."""
+        return self.pooled if self.pooled is not None else self.chosen
 
     def best(self, family: str) -> Point | None:
         within = [p for p in self.points if p.family == family and self.budget.admits(p)]
@@ -128,12 +138,14 @@ class TuneResult:
         rename = lambda name: names.get(name, name) if name is not None else None  # noqa: E731
         points = [replace(p, mask=rename(p.mask)) for p in self.points]
         chosen = points[self.points.index(self.chosen)]
+        pooled = points[self.points.index(self.pooled)] if self.pooled is not None else None
         costs = {(rename(k) if k in names else k): v for k, v in self.costs.items()}
-        return TuneResult(points, chosen, self.budget, costs, {rename(k): v for k, v in self.masks.items()}, self.seconds)
+        return TuneResult(points, chosen, self.budget, costs, {rename(k): v for k, v in self.masks.items()}, self.seconds,
+                          pooled)
 
     def rechosen(self, budget: Budget) -> "TuneResult":
         """The same measurements judged under another budget (nothing is run again)."""
-        return TuneResult(self.points, choose(self.points, budget), budget, self.costs, self.masks, self.seconds)
+        return judged(self.points, budget, self.costs, self.masks, self.seconds)
 
     def repriced(self, costs: dict[str | None, ForwardCosts]) -> "TuneResult":
         """The same pass counts priced with per-forward costs measured again (keyed by mask name,
@@ -145,8 +157,7 @@ class TuneResult:
             point_costs = costs[point.mask if point.family in ("lossless", "viasd") else None]
             priced = full_equivalent(point_costs, PassCounts(**point.passes))
             points.append(replace(point, full_equivalent=priced, per_prompt=_repriced_prompts(point.per_prompt, point_costs)))
-        return TuneResult(points, choose(points, self.budget), self.budget,
-                          {str(k): v.to_dict() for k, v in costs.items()}, self.masks, self.seconds)
+        return judged(points, self.budget, {str(k): v.to_dict() for k, v in costs.items()}, self.masks, self.seconds)
 
 
 def _repriced_prompts(per_prompt: dict | None, costs: ForwardCosts) -> dict | None:
@@ -182,6 +193,22 @@ def choose(points: list[Point], budget: Budget, margin: float = TIE_MARGIN) -> P
     return chosen
 
 
+def judged(points: list[Point], budget: Budget, costs: dict[str, dict], masks: dict[str, dict],
+           seconds: float) -> TuneResult:
+    """The result of a sweep, with what tuned.json is to record.
+
+    The point estimate (:func:`choose` on all prompts pooled) is written when the paired bootstrap
+    over prompts confirms it. When it is undetermined, a few prompts decide it, and the simpler
+    setting the bootstrap recommends is written instead (``pooled`` keeps the point estimate for
+    the verdict): a file that users apply to every later run should not rest on a coin flip."""
+    pooled = choose(points, budget)
+    result = TuneResult(points, pooled, budget, costs, masks, seconds)
+    uncertainty = choice_uncertainty(result)
+    if uncertainty is None or uncertainty.determined or uncertainty.recommended in (None, uncertainty.stated):
+        return result
+    return replace(result, chosen=points[point_names(points).index(uncertainty.recommended)], pooled=pooled)
+
+
 def choice_uncertainty(result: TuneResult):
     """The paired bootstrap over calibration prompts of the tuner's choice
     (:mod:`viasd_adapt.uncertainty`): every point resampled on the same prompts, judged by the same
@@ -197,7 +224,8 @@ def choice_uncertainty(result: TuneResult):
     names = point_names(result.points)
     candidates = [Candidate(name, s, exact=p.exact, simple=p.family in ("sd", "lenient"))
                   for name, p, s in zip(names, result.points, sums)]
-    return bootstrap_verdict(candidates, result.budget, reference, stated=names[result.points.index(result.chosen)])
+    return bootstrap_verdict(candidates, result.budget, reference,
+                             stated=names[result.points.index(result.point_estimate)])
 
 
 def point_names(points: list[Point]) -> list[str]:
@@ -219,7 +247,7 @@ def load_result(data: dict, source: str = "the tune JSON") -> TuneResult:
         report = tuned.report
         if report.seconds is None:
             raise KeyError("seconds")
-        return TuneResult(points, choose(points, budget), budget, report.costs, report.masks, report.seconds)
+        return judged(points, budget, report.costs, report.masks, report.seconds)
     except KeyError as err:
         raise ConfigError(f"{source} is not a complete viasd tune --json file: it has no {err.args[0]!r}") from None
     except (TypeError, AttributeError) as err:
@@ -409,10 +437,9 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
             ticker.update(1)
     if ticker is not None:
         ticker.close()
-    return TuneResult(points, choose(points, budget), budget,
-                      {str(k): v.to_dict() for k, v in costs.items()},
-                      {name: {"bits": m.bits(), "skipped": list(m.skipped), "s1": m.first_skipped} for name, m in masks.items()},
-                      time.perf_counter() - started)
+    return judged(points, budget, {str(k): v.to_dict() for k, v in costs.items()},
+                  {name: {"bits": m.bits(), "skipped": list(m.skipped), "s1": m.first_skipped} for name, m in masks.items()},
+                  time.perf_counter() - started)
 
 
 def _prompt_sums(scores, each: list[TierMetrics], audit_each: list[TierMetrics] | None, exact: bool,
@@ -489,8 +516,9 @@ def describe(result: TuneResult) -> list[str]:
                      f"(LL drop {point.ll_drop:+.3f}, regret {point.regret if point.regret is not None else float('nan'):.3f}, "
                      f"overrule {point.overrule if point.overrule is not None else float('nan'):.3f}) "
                      f"with {_short(point.settings)}" + (f", mask {point.mask}" if point.mask else ""))
-    chosen = result.chosen
+    chosen = result.point_estimate
     viasd, lenient = best["viasd"], best["lenient"]
+    written = "that is what is written" if result.pooled is None else "the bootstrap below decides what is written"
     if chosen.family == "viasd":
         gain = 1 - viasd.full_equivalent / lenient.full_equivalent if lenient else None
         lines.append("VERDICT: the slim tier pays on this pair: VIA-SD lossy is the cheapest setting within the budget"
@@ -499,10 +527,10 @@ def describe(result: TuneResult) -> list[str]:
         gain = 1 - viasd.full_equivalent / chosen.full_equivalent
         lines.append(f"VERDICT: the slim tier does not pay on this pair at this budget: VIA-SD lossy is only {gain:.1%} "
                      f"cheaper than {chosen.family} ({_short(chosen.settings)}), within the {TIE_MARGIN:.0%} margin of "
-                     f"timing noise, so the simpler {chosen.family} is what is written")
+                     f"timing noise, so the simpler {chosen.family} is preferred, and {written}")
     else:
         lines.append(f"VERDICT: the slim tier does not pay on this pair at this budget; the cheapest setting is "
-                     f"{chosen.family} ({_short(chosen.settings)}), and that is what is written")
+                     f"{chosen.family} ({_short(chosen.settings)}), and {written}")
     lines.extend(_uncertainty_lines(result, lines))
     plain = ar_full_equivalent(result)
     if plain is not None and plain < chosen.full_equivalent:
@@ -514,8 +542,8 @@ def describe(result: TuneResult) -> list[str]:
 
 def _uncertainty_lines(result: TuneResult, lines: list[str]) -> list[str]:
     """The choice's bootstrap over calibration prompts, in a line; an undetermined choice also
-    marks the VERDICT line (in place) and names the simpler setting. The written choice stays the
-    pooled one (what every earlier tuned.json recorded), said beside the advice."""
+    marks the VERDICT line (in place) and says that the simpler setting is what tuned.json records
+    (:func:`judged`)."""
     uncertainty = choice_uncertainty(result)
     if uncertainty is None:
         return ["UNCERTAINTY: none can be stated (these points carry no per-prompt sums: an older tune file)"]
@@ -527,9 +555,9 @@ def _uncertainty_lines(result: TuneResult, lines: list[str]) -> list[str]:
         if line.startswith("VERDICT: "):
             lines[i] = f"VERDICT (a preview, undetermined at {prompts_words(uncertainty.prompts)}): " + line[len("VERDICT: "):]
     advice = ""
-    if uncertainty.recommended != uncertainty.stated:
-        advice = (f"; tuned.json records the pooled choice, {uncertainty.stated}: measure on more calibration prompts "
-                  f"(--prompts) before relying on it")
+    if result.pooled is not None:
+        advice = (f"; tuned.json records the simpler {uncertainty.recommended}, not the pooled choice "
+                  f"{uncertainty.stated}: measure on more calibration prompts (--prompts) to settle it")
     return [f"UNCERTAINTY: the choice is {uncertainty.sentence()}{advice}"]
 
 

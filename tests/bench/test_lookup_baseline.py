@@ -1,0 +1,56 @@
+"""Stock HF prompt lookup as a bench baseline beside a drafter's rows (issue 24: "plus AR and stock
+prompt lookup as baselines", in one run)."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from viasd_adapt import frameworks
+from viasd_adapt.advice import verdict
+from viasd_adapt.bench.run import BenchConfig, plan_rows
+from viasd_adapt.pair import RunRequest, load_pair
+from viasd_adapt.settings import TierSettings
+
+
+def test_lookup_is_one_stock_row_and_greedy_output_equals_the_target_alone(char_pair):
+    pair = load_pair(char_pair / "target", char_pair / "draft", char_pair / "mask.json", device="cpu")
+    rows, skipped, _ = plan_rows(pair, BenchConfig(frameworks=("hf", "lookup"), modes=("none", "lenient")))
+    assert not skipped
+    assert [r.label for r in rows if r.framework == "lookup"] == ["lookup/plain"]  # no tier modes for a baseline
+    prompt = pair.tokenizer("def f(x):\n    return x")["input_ids"]
+    request = RunRequest.stock_run(prompt, 12, TierSettings(gamma=3), stop_at_eos=False)
+    lookup = frameworks.run("lookup", pair, request)
+    ar = frameworks.run_ar(pair, request)
+    assert len(lookup.tokens) == 12 and lookup.tokens == ar.tokens  # prompt lookup is lossless
+
+
+def test_bench_runs_the_lookup_row_with_the_drafter_rows_and_weighs_the_verdict_against_it(char_pair, tmp_path):
+    from viasd_adapt.cli.main import cli
+
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(cli, ["bench", "--pair", str(char_pair), "--frameworks", "hf,lookup", "--modes", "none",
+                                      "--num-prompts", "2", "--max-new-tokens", "6", "--repeats", "1",
+                                      "--task-prompts", "0", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = {(r["framework"], r["mode"]): r for r in json.loads(out.read_text())["rows"]}
+    lookup = rows[("lookup", "plain")]
+    assert lookup["draft_passes_per_token"] == 0.0 and lookup["full_passes_per_token"] > 0  # counted by the meter
+    assert lookup["identical_outputs"] == 1.0 and lookup["tau"] >= 1.0
+    assert ("hf", "plain") in rows and ("hf", "none") in rows  # the drafter's rows are there too
+    lines = [line.strip() for line in result.output.splitlines()]
+    hf_line = next(line for line in lines if line.startswith("hf: cheapest within"))
+    assert f"lookup {lookup['full_equivalent_per_token']:.3f}" in hf_line  # a candidate of the hf verdict
+    assert not any(line.startswith("lookup: cheapest") for line in lines)  # no verdict of its own
+
+
+def test_verdict_recommends_stock_prompt_lookup_when_it_is_cheapest():
+    def row(framework, mode, feq, drop=0.0):
+        return {"framework": framework, "mode": mode, "full_equivalent_per_token": feq, "ll_drop": drop, "regret": 0.0}
+
+    rows = [row("ar", "-", 0.60), row("lookup", "plain", 0.50), row("hf", "none", 0.71), row("hf", "lossy", 0.55, 0.01)]
+    (line,) = verdict(rows)
+    assert "is lookup (0.500" in line and "use lookup" in line
+    (line,) = verdict([row("lookup", "plain", 0.70)] + rows[2:])  # a cheaper tier row beats it by more than the margin
+    assert "is lossy" in line and "The slim tier pays here." in line
