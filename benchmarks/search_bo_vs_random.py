@@ -130,8 +130,9 @@ def main(argv=None) -> int:
     parser.add_argument("--new-tokens", type=int, default=48)
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--objective", choices=["routed", "q-only"], default="routed",
-                        help="routed: C(u||p) + C(q||u) (the paper); q-only: C(q||u), for drafters without a distribution")
+    parser.add_argument("--objective", choices=["routed", "q-only", "margin"], default="routed",
+                        help="routed: C(u||p) + C(q||u) (the paper); q-only: C(q||u), for drafters without a distribution; "
+                             "margin: the log-margin of u's greedy top-1 agreement with q")
     parser.add_argument("--window-cache", help="calibration window cache file (reused across runs)")
     parser.add_argument("--json", dest="json_path", help="write the raw results here")
     parser.add_argument("--plot", dest="plot_path", help="convergence plot (mean best-so-far / median random)")
@@ -165,7 +166,7 @@ def main(argv=None) -> int:
     windows_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     calibration = build_calibration(target, draft, calib_ids, args.new_tokens, windows=windows)
-    objective = MaskObjective(target, calibration, drafter_term=args.objective == "routed")
+    objective = MaskObjective(target, calibration, objective=args.objective)
     probe = AgreementProbe(target, held_windows)
     logprob_seconds = time.perf_counter() - t0
     print(f"pair {name} (draft: {draft_name}): L={num_layers}, tau={calibration.tau}, held-out tau={held_windows.num_scored}, "

@@ -148,3 +148,18 @@ def routing_delta(
     direct = block_cost(logp_full, logp_draft, alpha, beta, phi, position_weights)
     routed = routed_path_cost(logp_full, logp_slim, logp_draft, a1, a2, beta, phi, position_weights)
     return direct - routed
+
+
+def top1_margin_cost(logp_reference: torch.Tensor, logp_candidate: torch.Tensor) -> torch.Tensor:
+    """Per position, how many nats the candidate's log-probability of the reference's most likely
+    token falls below the candidate's own most likely token: ``max_v lc(v) - lc(argmax lr)``.
+
+    Zero exactly where the candidate ranks the reference's token first, and growing with how far
+    down it ranks it: the log-margin hinge of greedy top-1 agreement. Why a mask search may want it
+    instead of C(q || u): in greedy decoding the slim verifier commits its own argmax, so what
+    fidelity loses is the positions where that argmax is not q's; C(q || u) weighs the whole
+    distribution, and on SmolLM2-135M its best masks agree with q less than random masks do
+    (README, "Guided vs random"). Shape ``(..., vocab) -> (...)``.
+    """
+    reference_token = logp_reference.argmax(-1, keepdim=True)
+    return logp_candidate.max(-1).values - logp_candidate.gather(-1, reference_token).squeeze(-1)

@@ -207,3 +207,17 @@ def test_routed_path_uses_alpha1_then_alpha2():
     assert float(got) == pytest.approx(expected, rel=1e-6)
     delta = _delta(p, u, q, alpha=0.1, alpha_slim=(0.5, 0.3))
     assert delta == pytest.approx(reference_cost(q, p, alpha=0.1) - expected, rel=1e-6)
+
+
+def test_top1_margin_cost_is_the_log_gap_to_the_candidates_own_top_token():
+    from viasd_adapt.cost import top1_margin_cost
+
+    reference = torch.log(torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.5, 0.3], [0.1, 0.1, 0.8]]))
+    candidate = torch.log(torch.tensor([[0.7, 0.2, 0.1], [0.6, 0.1, 0.3], [0.4, 0.5, 0.1]]))
+    margins = top1_margin_cost(reference, candidate)
+    # position 0: both rank token 0 first -> 0; position 1: reference's token 1 has 0.1 against the
+    # candidate's top 0.6; position 2: reference's token 2 has 0.1 against 0.5
+    expected = [0.0, math.log(0.6) - math.log(0.1), math.log(0.5) - math.log(0.1)]
+    assert margins.tolist() == pytest.approx(expected, abs=1e-6)
+    assert (top1_margin_cost(reference, reference) == 0).all()
+    assert top1_margin_cost(reference[None], candidate[None]).shape == (1, 3)  # batch dimensions are kept

@@ -74,6 +74,8 @@ def test_config_resolves_strategy_and_space():
     assert DEFAULTS.total_steps(30) == 90 and SearchConfig(strategy="dimr", steps=7).total_steps(30) == 7
     assert DEFAULTS.drafter_term() and not DEFAULTS.drafter_term(prompt_lookup=True)
     assert SearchConfig(objective="routed").drafter_term(prompt_lookup=True)
+    assert SearchConfig(objective="margin").objective_kind(prompt_lookup=True) == "margin"
+    assert DEFAULTS.objective_kind(prompt_lookup=True) == "q-only" and DEFAULTS.objective_kind() == "routed"
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -64,6 +64,28 @@ def test_full_mask_objective_is_the_direct_cost(pair):
     assert objective(RoutingMask.from_skipped(6, [1, 2, 4])) != pytest.approx(expected, rel=1e-4)
 
 
+def test_margin_objective_sums_the_top1_log_margin_against_q_and_unknown_objectives_are_refused(pair):
+    """``objective="margin"``: zero for u = q, and for a skipping mask the summed gap between u's top
+    log-prob and u's log-prob of q's argmax, computed here from a plain slim forward."""
+    from viasd_adapt.routing.slim import SlimVerifier
+
+    target, draft = pair
+    cal = build_calibration(target, draft, prompts(2, 1), new_tokens=4)
+    objective = MaskObjective(target, cal, TierSettings(), objective="margin")
+    assert objective(RoutingMask.full(6)) == 0.0 and not objective.drafter_term
+    mask = RoutingMask.from_skipped(6, [1, 2, 4])
+    with torch.no_grad():
+        lq = torch.log_softmax(target(input_ids=cal.windows.input_ids).logits[cal.windows.scored], -1)
+        slim = SlimVerifier(target, mask).model
+        lu = torch.log_softmax(slim(input_ids=cal.windows.input_ids).logits[cal.windows.scored], -1)
+    expected = float((lu.max(-1).values - lu.gather(-1, lq.argmax(-1, keepdim=True)).squeeze(-1)).sum())
+    score = objective.score(mask)
+    assert score.cost == pytest.approx(expected, rel=1e-4, abs=1e-4)
+    assert (score.cost == 0) == (score.agreement == 1.0)
+    with pytest.raises(ValueError, match="unknown mask objective 'kl'"):
+        MaskObjective(target, cal, objective="kl")
+
+
 def test_agreement_probe(pair):
     target, draft = pair
     probe = AgreementProbe(target, build_windows(target, prompts(2, 2), new_tokens=6))

@@ -94,6 +94,24 @@ def test_search_stage_finds_the_cheapest_evaluated_mask_of_the_space(pair, calib
     assert trace.num_layers == 6 and trace.fingerprint["num_layers"] == 6
 
 
+def test_a_plan_scores_masks_by_its_objective_and_refuses_an_unknown_one(pair, calibrated, plan, tmp_path):
+    """``objective="margin"`` end to end: the search minimises the top-1 log-margin (checked against
+    a MaskObjective of that kind) and the artifact names the objective it was found with."""
+    from dataclasses import replace
+
+    target, draft = pair
+    margin_plan = replace(plan, objective="margin")
+    assert not margin_plan.drafter_term
+    margin_trace = run_search(target, draft, calibrated, margin_plan)
+    objective = MaskObjective(target, calibrated.calibration, plan.tier, objective="margin")
+    assert objective(margin_trace.best_mask) == pytest.approx(margin_trace.best_score.cost, rel=1e-5)
+    assert margin_trace.best_score.cost == pytest.approx(min(e.cost for e in margin_trace.result.history), rel=1e-5)
+    report_search(calibrated, margin_trace, ReportInput(out=tmp_path / "mask.json", started=time.perf_counter()))
+    assert "top-1 log-margin" in json.loads((tmp_path / "mask.json").read_text())["search"]["objective"]
+    with pytest.raises(ConfigError, match="unknown mask objective 'kl'"):
+        replace(plan, objective="kl")
+
+
 def test_search_stage_scores_the_seeded_random_baseline_and_heldout_agreement(pair, calibrated, plan, trace):
     target, draft = pair
     masks = random_masks(plan.space, 3, seed=plan.settings.seed + RANDOM_SEED_OFFSET)

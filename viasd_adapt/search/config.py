@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 SPACES = ("ratio", "budget")
 PRICES = ("cycle", "marginal")
 STRATEGIES = ("guided", "dimr")
-OBJECTIVES = ("auto", "routed", "q-only")
+OBJECTIVES = ("auto", "routed", "q-only", "margin")
 #: DIMR's step budget when ``steps`` is 0 (the guided search sizes its own from the layer count).
 DIMR_DEFAULT_STEPS = 120
 
@@ -46,8 +46,9 @@ class SearchConfig:
         bo_every: DIMR's theta, a BoTorch proposal every theta steps (0: random only).
         patience: stop when the best mask is unchanged for this many steps (0: never).
         seed: seeds the search, the random baseline and the corpus prompts.
-        objective: ``"routed"`` C(u||p) + C(q||u), ``"q-only"`` C(q||u), ``"auto"`` q-only for a
-            prompt-lookup drafter (no distribution of its own), routed otherwise.
+        objective: ``"routed"`` C(u||p) + C(q||u), ``"q-only"`` C(q||u), ``"margin"`` the log-margin
+            of u's greedy top-1 agreement with q (:func:`viasd_adapt.cost.top1_margin_cost`),
+            ``"auto"`` q-only for a prompt-lookup drafter (no distribution of its own), routed otherwise.
         compare_random: also score this many seeded random masks of the space (the baseline).
         calibration: the prompts and window lengths (:class:`CalibrationSpec`).
     """
@@ -127,9 +128,16 @@ class SearchConfig:
         check_cardinality(num_layers, k)
         return FixedCountSpace(num_layers, k)
 
+    def objective_kind(self, prompt_lookup: bool = False) -> str:
+        """The objective masks are scored by (:data:`viasd_adapt.search.objective.OBJECTIVE_KINDS`):
+        ``"auto"`` resolved for this drafter."""
+        if self.objective != "auto":
+            return self.objective
+        return "q-only" if prompt_lookup else "routed"
+
     def drafter_term(self, prompt_lookup: bool = False) -> bool:
         """Whether the objective scores the drafter's segment C(u||p) (module docstring of objective.py)."""
-        return self.objective == "routed" or (self.objective == "auto" and not prompt_lookup)
+        return self.objective_kind(prompt_lookup) == "routed"
 
     def tier(self) -> "TierSettings":
         """The tier the masks are scored at (the default tolerances, this ratio)."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from viasd_adapt.cost import block_cost, routed_path_cost, routing_delta
+from viasd_adapt.cost import block_cost, routed_path_cost, routing_delta, top1_margin_cost
 from viasd_adapt.routing.mask import RoutingMask
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.search.calibration import CalibrationSet, TokenWindows, batch_size_for, scored_log_probs
@@ -115,6 +115,12 @@ class PrefixStates:
         return scored_log_probs(view, self.windows, self.batch_size, before_batch=inject)
 
 
+ROUTED, Q_ONLY, MARGIN = "routed", "q-only", "margin"
+#: what a mask is scored by: the paper's routed path C(u||p) + C(q||u); C(q||u) alone; or the
+#: log-margin of u's greedy top-1 agreement with q (:func:`viasd_adapt.cost.top1_margin_cost`)
+OBJECTIVE_KINDS = (ROUTED, Q_ONLY, MARGIN)
+
+
 class MaskObjective:
     """Scores masks of ``target`` against a :class:`CalibrationSet`; one slim forward per mask.
 
@@ -127,8 +133,12 @@ class MaskObjective:
     """
 
     def __init__(self, target: nn.Module, calibration: CalibrationSet, settings: TierSettings | None = None,
-                 batch_size: int | None = None, prefix: bool = True, drafter_term: bool = True):
-        self.drafter_term = drafter_term
+                 batch_size: int | None = None, prefix: bool = True, drafter_term: bool = True,
+                 objective: str | None = None):
+        self.objective = objective or (ROUTED if drafter_term else Q_ONLY)
+        if self.objective not in OBJECTIVE_KINDS:
+            raise ValueError(f"unknown mask objective {self.objective!r}; known: {', '.join(OBJECTIVE_KINDS)}")
+        self.drafter_term = self.objective == ROUTED
         self.target = target
         self.calibration = calibration
         self.settings = settings or TierSettings()
@@ -159,10 +169,12 @@ class MaskObjective:
         s, cal = self.settings, self.calibration
         logp_slim = self.slim_log_probs(mask)
         self.evaluations += 1
-        if self.drafter_term:
+        if self.objective == ROUTED:
             cost = routed_path_cost(cal.logp_full, logp_slim, cal.logp_draft, s.alpha1, s.alpha2, s.beta)
-        else:  # no drafter distribution worth scoring against: u as q's stand-in, C_alpha2(q || u)
+        elif self.objective == Q_ONLY:  # no drafter distribution worth scoring against: u as q's stand-in, C_alpha2(q || u)
             cost = block_cost(cal.logp_full, logp_slim, s.alpha2, s.beta)
+        else:  # the log-margin of greedy top-1 agreement with q (cost.top1_margin_cost)
+            cost = top1_margin_cost(cal.logp_full, logp_slim)
         delta = routing_delta(cal.logp_full, logp_slim, cal.logp_draft, alpha=s.alpha2, beta=s.beta,
                               alpha_slim=(s.alpha1, s.alpha2))
         result = MaskScore(float(cost.sum()), float(delta.sum()), argmax_agreement(logp_slim, cal.logp_full),

@@ -72,7 +72,7 @@ def search_pair(target: nn.Module, draft: nn.Module, tokenizer, config: SearchCo
     inputs = CalibrationInput(prompts.calib_ids, prompts.heldout_ids, spec.new_tokens,
                               references=prompts.references, continuation=spec.continuation)
     plan = SearchPlan(space, config.strategy_settings(), config.tier(), compare_random=config.compare_random,
-                      drafter_term=config.drafter_term(prompt_lookup))
+                      objective=config.objective_kind(prompt_lookup))
     return run_stages(target, draft, inputs, plan, info, window_cache, on_step)
 
 
@@ -106,6 +106,7 @@ def search_mask(
     continuation: str = "target-model",
     window_cache: "cal.WindowCache | None" = None,
     drafter_term: bool = True,
+    objective: str | None = None,
 ) -> SearchOutcome:
     """Calibrate once, run DIMR, score the random baseline, and build the artifact (the three
     stages, from keywords; :func:`search_pair` takes a :class:`SearchConfig` instead).
@@ -114,13 +115,16 @@ def search_mask(
     :class:`SearchSettings` (random + BO every theta steps) or a
     :class:`~viasd_adapt.search.guided.GuidedSettings` (probes, warm starts, swap trust region, GP).
     ``window_cache`` keeps the target's greedy windows between runs (decoder-only targets).
+    ``objective`` names what masks are scored by (``drafter_term=False`` is the older spelling of
+    ``"q-only"``).
     Bad inputs fail before any model runs: mismatched vocabularies (:class:`ModelMismatchError`), a ratio outside
     (0, 1) or one that skips no layer or every layer (:class:`ConfigError`).
     """
     tier = tier or TierSettings(ratio=ratio)
     space = resolve_space(target, ratio, space)
     inputs = CalibrationInput(calib_ids, heldout_ids, new_tokens, pad_id, calib_references, continuation)
-    plan = SearchPlan(space, settings, tier, bo_settings, compare_random, drafter_term)
+    plan = SearchPlan(space, settings, tier, bo_settings, compare_random,
+                      objective or ("routed" if drafter_term else "q-only"))
     return run_stages(target, draft, inputs, plan, ReportInput(calibration_info=calibration_info), window_cache, on_step)
 
 

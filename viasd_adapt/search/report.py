@@ -27,6 +27,9 @@ DELTA_READING = "C_alpha2(q||p) - [C_alpha1(u||p) + C_alpha2(q||u)]"
 ROUTED_OBJECTIVE = "C_alpha1(u||p) + C_alpha2(q||u), relu margins, summed over tau continuation positions"
 Q_ONLY_OBJECTIVE = ("C_alpha2(q||u) only (the drafter has no distribution), relu margins, summed over tau "
                     "continuation positions")
+MARGIN_OBJECTIVE = ("top-1 log-margin of u against q's greedy token, max_v log u(v) - log u(argmax q), summed over "
+                    "tau continuation positions")
+OBJECTIVE_DESCRIPTIONS = {"routed": ROUTED_OBJECTIVE, "q-only": Q_ONLY_OBJECTIVE, "margin": MARGIN_OBJECTIVE}
 GUIDED_STRATEGY = ("(per-layer probes, structured warm starts, swap trust region, additive surrogate + SingleTaskGP "
                    "lower confidence bound)")
 DIMR_STRATEGY = "random masks of the space + SingleTaskGP/qLogNEI over a flip/swap-neighbour pool every bo_every steps"
@@ -143,7 +146,7 @@ def search_record(calibrated: Calibrated, trace: SearchTrace, info: ReportInput)
         "alpha1": plan.tier.alpha1,
         "alpha2": plan.tier.alpha2,
         "beta": plan.tier.beta,
-        "objective": ROUTED_OBJECTIVE if plan.drafter_term else Q_ONLY_OBJECTIVE,
+        "objective": OBJECTIVE_DESCRIPTIONS[plan.objective],
         "delta_reading": DELTA_READING,
         "strategy": f"guided: {plan.settings.label()} {GUIDED_STRATEGY}" if plan.guided else DIMR_STRATEGY,
         "bo": plan.bo.__dict__,

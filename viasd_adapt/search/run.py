@@ -23,7 +23,7 @@ from viasd_adapt.search.calibrate import Calibrated
 from viasd_adapt.search.candidates import Bits, MaskSpace
 from viasd_adapt.search.dimr import SearchResult, SearchSettings, dimr_search, random_masks
 from viasd_adapt.search.guided import GuidedSettings, guided_search
-from viasd_adapt.search.objective import AgreementProbe, MaskObjective, MaskScore
+from viasd_adapt.search.objective import OBJECTIVE_KINDS, AgreementProbe, MaskObjective, MaskScore
 from viasd_adapt.settings import TierSettings
 
 StrategySettings = Union[SearchSettings, GuidedSettings]
@@ -34,17 +34,25 @@ RANDOM_SEED_OFFSET = 7919
 @dataclass(frozen=True)
 class SearchPlan:
     """What stage 2 runs: the masks to search, the strategy, the tier they are scored at, and the
-    size of the random baseline. ``drafter_term`` False scores C(q||u) only (a prompt-lookup
-    drafter has no distribution)."""
+    size of the random baseline. ``objective``: what a mask is scored by
+    (:data:`~viasd_adapt.search.objective.OBJECTIVE_KINDS`; ``"q-only"`` for a prompt-lookup
+    drafter, which has no distribution)."""
 
     space: MaskSpace
     settings: StrategySettings = SearchSettings()
     tier: TierSettings = TierSettings()
     bo: BOSettings = BOSettings()
     compare_random: int = 0
-    drafter_term: bool = True
+    objective: str = "routed"
+
+    @property
+    def drafter_term(self) -> bool:
+        """Whether the objective scores the drafter's segment C(u||p)."""
+        return self.objective == "routed"
 
     def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVE_KINDS:
+            raise ConfigError(f"unknown mask objective {self.objective!r}; choose from {', '.join(OBJECTIVE_KINDS)}")
         if isinstance(self.compare_random, bool) or not isinstance(self.compare_random, int) or self.compare_random < 0:
             raise ConfigError(f"compare_random must be an integer >= 0, got {self.compare_random!r}")
 
@@ -118,7 +126,7 @@ def run_search(target: nn.Module, draft: nn.Module, calibrated: Calibrated, plan
     """
     num_layers = check_space(target, plan.space)
     started = time.perf_counter()
-    objective = MaskObjective(target, calibrated.calibration, plan.tier, drafter_term=plan.drafter_term)
+    objective = MaskObjective(target, calibrated.calibration, plan.tier, objective=plan.objective)
     setup_seconds = time.perf_counter() - started
 
     def cost(bits) -> float:
