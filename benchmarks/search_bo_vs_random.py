@@ -194,7 +194,8 @@ def main(argv=None) -> int:
 
     results = {"pair": name, "pair_name": args.pair if not args.target else Path(args.target).parent.name, "draft": draft_name, "L": num_layers, "budget": budget, "seeds": args.seeds,
                "prompts": prompt_source, "objective": args.objective, "calib_prompts": len(calib_ids), "heldout_prompts": len(held_ids),
-               "new_tokens": args.new_tokens, "tau": calibration.tau, "heldout_tau": held_windows.num_scored,
+               "new_tokens": args.new_tokens, "prompt_tokens": args.prompt_tokens, "tau": calibration.tau,
+               "heldout_tau": held_windows.num_scored,
                "threads": args.threads, "load_seconds": round(load_seconds, 1),
                "windows_seconds": round(windows_seconds, 1), "logprob_seconds": round(logprob_seconds, 1),
                "drafter_heldout_agreement": round(probe.of_model(draft), 4), "ratios": {}}

@@ -72,10 +72,10 @@ def test_config_resolves_strategy_and_space():
     budget = SearchConfig(space="budget", price="marginal", slim_cost=0.3).mask_space(10).describe()
     assert budget["price"] == "marginal" and budget["max_marginal_layers"] == 3
     assert DEFAULTS.total_steps(30) == 90 and SearchConfig(strategy="dimr", steps=7).total_steps(30) == 7
-    assert DEFAULTS.drafter_term() and not DEFAULTS.drafter_term(prompt_lookup=True)
+    assert not DEFAULTS.drafter_term() and not DEFAULTS.drafter_term(prompt_lookup=True)
     assert SearchConfig(objective="routed").drafter_term(prompt_lookup=True)
-    assert SearchConfig(objective="margin").objective_kind(prompt_lookup=True) == "margin"
-    assert DEFAULTS.objective_kind(prompt_lookup=True) == "q-only" and DEFAULTS.objective_kind() == "routed"
+    assert DEFAULTS.objective == "auto" and DEFAULTS.objective_kind() == DEFAULTS.objective_kind(prompt_lookup=True) == "margin"
+    assert SearchConfig(objective="q-only").objective_kind() == "q-only"
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -82,8 +82,9 @@ def _load_tokenizer(path: Path, role: str, required: bool):
                    "[default: <out>.windows.pt beside the mask].")
 @click.option("--no-window-cache", is_flag=True, help="Regenerate the calibration windows and write no cache.")
 @click.option("--objective", type=click.Choice(OBJECTIVES), default=DEFAULTS.objective, show_default=True,
-              help="routed: C(u||p) + C(q||u) (the paper); q-only: C(q||u); margin: the log-margin of u's greedy top-1 "
-                   "agreement with q; auto: q-only for a prompt-lookup drafter (no distribution of its own), routed otherwise.")
+              help="margin: the log-margin of u's greedy top-1 agreement with q; routed: C(u||p) + C(q||u) (the paper); "
+                   "q-only: C(q||u); auto: margin (on SmolLM2 the routed cost picks masks that agree with q less than "
+                   "random masks do; README, mask search).")
 @click.option("--bo-every", "bo_every", type=int, default=DEFAULTS.bo_every, show_default=True,
               help="theta: a BoTorch proposal every theta steps (0 = random search only).")
 @click.option("--patience", type=int, default=DEFAULTS.patience, show_default=True,

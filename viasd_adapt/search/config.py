@@ -46,9 +46,9 @@ class SearchConfig:
         bo_every: DIMR's theta, a BoTorch proposal every theta steps (0: random only).
         patience: stop when the best mask is unchanged for this many steps (0: never).
         seed: seeds the search, the random baseline and the corpus prompts.
-        objective: ``"routed"`` C(u||p) + C(q||u), ``"q-only"`` C(q||u), ``"margin"`` the log-margin
-            of u's greedy top-1 agreement with q (:func:`viasd_adapt.cost.top1_margin_cost`),
-            ``"auto"`` q-only for a prompt-lookup drafter (no distribution of its own), routed otherwise.
+        objective: ``"margin"`` the log-margin of u's greedy top-1 agreement with q
+            (:func:`viasd_adapt.cost.top1_margin_cost`), ``"routed"`` the paper's C(u||p) + C(q||u),
+            ``"q-only"`` C(q||u); ``"auto"`` (the default) is margin (:meth:`objective_kind` says why).
         compare_random: also score this many seeded random masks of the space (the baseline).
         calibration: the prompts and window lengths (:class:`CalibrationSpec`).
     """
@@ -129,11 +129,18 @@ class SearchConfig:
         return FixedCountSpace(num_layers, k)
 
     def objective_kind(self, prompt_lookup: bool = False) -> str:
-        """The objective masks are scored by (:data:`viasd_adapt.search.objective.OBJECTIVE_KINDS`):
-        ``"auto"`` resolved for this drafter."""
-        if self.objective != "auto":
-            return self.objective
-        return "q-only" if prompt_lookup else "routed"
+        """The objective masks are scored by (:data:`viasd_adapt.search.objective.OBJECTIVE_KINDS`),
+        ``"auto"`` resolved: the top-1 log-margin, for every drafter.
+
+        Why not the paper's routed cost by default: on SmolLM2-135M with its distilled drafter (41.6%
+        agreement), C(u||p) pulls u towards the drafter, and the guided search's best routed masks
+        agree with q on 9.7% of 1,440 held-out positions at r = 0.2, against 29-34% for the best
+        random masks; the margin search's agree on 51.3%, above every seed's best random mask
+        (44.5-47.6%), and at r = 0.45 on 21.7% against 7-9% (README, "Guided vs random"). The
+        margin needs no drafter distribution, so prompt lookup is scored the same way.
+        ``prompt_lookup`` is kept for callers; it no longer changes the answer."""
+        del prompt_lookup
+        return "margin" if self.objective == "auto" else self.objective
 
     def drafter_term(self, prompt_lookup: bool = False) -> bool:
         """Whether the objective scores the drafter's segment C(u||p) (module docstring of objective.py)."""
