@@ -35,6 +35,7 @@ def test_a_clear_win_over_many_prompts_is_determined():
     points = [_point("sd", "none", base, [0.0] * n), _point("viasd", "lossy", 0.7 * base, [0.0] * n, alpha1=0.3)]
     result = _result(points)
     assert result.chosen.family == "viasd"
+    assert result.pooled is None and result.chosen is result.point_estimate  # determined: written as it is
     uncertainty = choice_uncertainty(result)
     assert uncertainty.determined and uncertainty.recommended == uncertainty.stated
     assert any(line.startswith("UNCERTAINTY: the choice is determined at 30 prompts") for line in describe(result))
@@ -59,14 +60,6 @@ def test_a_lenient_point_out_of_budget_by_one_prompt_leaves_the_choice_undetermi
     # result writes its point estimate and keeps no separate pooled point
     assert result.rechosen(result.budget).chosen is result.chosen
 
-
-def test_a_determined_choice_is_written_as_it_is():
-    rng = np.random.default_rng(1)
-    n = 30
-    base = 1.0 + 0.02 * rng.standard_normal(n)
-    points = [_point("sd", "none", base, [0.0] * n), _point("viasd", "lossy", 0.7 * base, [0.0] * n, alpha1=0.3)]
-    result = _result(points)
-    assert result.pooled is None and result.chosen is result.point_estimate and result.chosen.family == "viasd"
 
 
 def test_repricing_prices_every_prompt_again_and_older_points_state_no_uncertainty():
