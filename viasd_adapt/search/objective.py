@@ -162,19 +162,24 @@ class MaskObjective:
         slim = SlimVerifier(self.target, mask).model
         return scored_log_probs(slim, windows or self.calibration.windows, self.batch_size)
 
+    def _cost(self, logp_slim: torch.Tensor) -> torch.Tensor:
+        """The objective's per-position cost of u's log-probs (module docstring, OBJECTIVE_KINDS)."""
+        s, cal = self.settings, self.calibration
+        if self.objective == ROUTED:
+            return routed_path_cost(cal.logp_full, logp_slim, cal.logp_draft, s.alpha1, s.alpha2, s.beta)
+        if self.objective == Q_ONLY:  # no drafter distribution worth scoring against: u as q's stand-in, C_alpha2(q || u)
+            return block_cost(cal.logp_full, logp_slim, s.alpha2, s.beta)
+        return top1_margin_cost(cal.logp_full, logp_slim)  # the log-margin of greedy top-1 agreement with q
+
     def score(self, mask: RoutingMask) -> MaskScore:
+        """Everything reported about a mask: its cost, Delta, agreement and escalation estimate."""
         import time
 
         started = time.perf_counter()
         s, cal = self.settings, self.calibration
         logp_slim = self.slim_log_probs(mask)
         self.evaluations += 1
-        if self.objective == ROUTED:
-            cost = routed_path_cost(cal.logp_full, logp_slim, cal.logp_draft, s.alpha1, s.alpha2, s.beta)
-        elif self.objective == Q_ONLY:  # no drafter distribution worth scoring against: u as q's stand-in, C_alpha2(q || u)
-            cost = block_cost(cal.logp_full, logp_slim, s.alpha2, s.beta)
-        else:  # the log-margin of greedy top-1 agreement with q (cost.top1_margin_cost)
-            cost = top1_margin_cost(cal.logp_full, logp_slim)
+        cost = self._cost(logp_slim)
         delta = routing_delta(cal.logp_full, logp_slim, cal.logp_draft, alpha=s.alpha2, beta=s.beta,
                               alpha_slim=(s.alpha1, s.alpha2))
         result = MaskScore(float(cost.sum()), float(delta.sum()), argmax_agreement(logp_slim, cal.logp_full),
@@ -183,7 +188,18 @@ class MaskObjective:
         return result
 
     def __call__(self, mask: RoutingMask) -> float:
-        return self.score(mask).cost
+        """The cost alone, what a search minimises: the same number as ``score(mask).cost``
+        without Delta, agreement and the escalation walk, which are full-vocabulary passes over
+        every position that only the reported masks need (on SmolLM2-135M they were a large
+        share of an evaluation, most of it in allocating their temporaries)."""
+        import time
+
+        started = time.perf_counter()
+        logp_slim = self.slim_log_probs(mask)
+        self.evaluations += 1
+        cost = float(self._cost(logp_slim).sum())
+        self.seconds += time.perf_counter() - started
+        return cost
 
 
 def escalation_rate(logp_slim: torch.Tensor, logp_draft: torch.Tensor, settings: TierSettings, gamma: int | None = None) -> float:
