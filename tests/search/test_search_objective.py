@@ -86,6 +86,19 @@ def test_margin_objective_sums_the_top1_log_margin_against_q_and_unknown_objecti
         MaskObjective(target, cal, objective="kl")
 
 
+@pytest.mark.parametrize("kind", ["routed", "q-only", "margin"])
+def test_the_search_cost_is_the_scored_cost_for_every_objective(pair, kind):
+    """``objective(mask)`` (what a search minimises, without the reported extras) is exactly
+    ``objective.score(mask).cost``; both count as evaluations."""
+    target, draft = pair
+    cal = build_calibration(target, draft, prompts(2, 5), new_tokens=4)
+    objective = MaskObjective(target, cal, TierSettings(), objective=kind)
+    for skipped in ([1, 2, 4], [3], [5]):
+        mask = RoutingMask.from_skipped(6, skipped)
+        assert objective(mask) == pytest.approx(objective.score(mask).cost, rel=1e-6, abs=1e-7)
+    assert objective.evaluations == 6 and objective.seconds > 0
+
+
 def test_agreement_probe(pair):
     target, draft = pair
     probe = AgreementProbe(target, build_windows(target, prompts(2, 2), new_tokens=6))
