@@ -124,7 +124,8 @@ def study(prompts: int, tokens: int, out: Path | None, threads: int) -> dict:
         paths = resolve_pair(str(pair_dir))
         pair = load_pair(paths.target, paths.draft, paths.mask, device="cpu")
         calibration = calibration_prompts(pair, prompts, "auto", tokens)
-        result = tune(pair, calibration, tokens, TuneGrid(**GRID), Budget())
+        # masks named relative to the pair folder: results must not hold this machine's paths
+        result = tune(pair, calibration, tokens, TuneGrid(**GRID), Budget()).relative_to(pair_dir)
         best = {family: result.best(family) for family in ("sd", "lenient", "lossless", "viasd")}
         sd = best["sd"]
         row = {
