@@ -132,18 +132,19 @@ def project_rows(rows: list[dict], model: CostModel, mask: RoutingMask | None, b
         projected.append(dict(row, measured_full_equivalent_per_token=row.get("full_equivalent_per_token"),
                               full_equivalent_per_token=full_equivalent(costs, passes),
                               projected_speedup_vs_ar=analytic_bound(costs, passes, row.get("framework") == "pearl"),
-                              per_prompt=_repriced_prompts(row.get("per_prompt"), costs)))
+                              per_prompt=repriced_prompt_sums(row.get("per_prompt"), costs)))
     return projected
 
 
-def _repriced_prompts(per_prompt: dict | None, costs: ForwardCosts) -> dict | None:
-    """A row's per-prompt sums with each prompt's passes priced by ``costs`` (so the projected
-    verdict carries its own uncertainty); None without the raw pass counts."""
+def repriced_prompt_sums(per_prompt: dict | None, costs: ForwardCosts) -> dict | None:
+    """Per-prompt sums (a bench row's or a tune point's ``per_prompt``) with each prompt's raw pass
+    counts priced by ``costs``, so that a repriced verdict carries its own uncertainty; None without
+    the raw pass counts. The pass kinds are whatever the sums kept (a tune point has no ``single``)."""
     if not isinstance(per_prompt, dict) or not per_prompt.get("passes"):
         return None
     passes = per_prompt["passes"]
-    kinds = ("draft", "slim", "full", "resumed", "single")
-    cost = [full_equivalent(costs, PassCounts(**{k: passes[k][i] for k in kinds})) for i in range(len(per_prompt["tokens"]))]
+    cost = [full_equivalent(costs, PassCounts(**{kind: values[i] for kind, values in passes.items()}))
+            for i in range(len(per_prompt["tokens"]))]
     return dict(per_prompt, cost=cost)
 
 
@@ -164,4 +165,4 @@ PROJECTION_COLUMNS = (
 
 
 __all__ = ["COST_FORMAT", "CostModel", "PROJECTION_COLUMNS", "load_cost_model", "project_costs_per_mask", "project_rows",
-           "row_passes"]
+           "repriced_prompt_sums", "row_passes"]

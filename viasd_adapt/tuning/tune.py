@@ -31,7 +31,7 @@ from viasd_adapt import frameworks
 from viasd_adapt.advice import TIE_MARGIN, Budget, recommend  # Budget: the one budget rule, shared with the bench's verdict
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent, measure_forward_costs
 from viasd_adapt.bench.fidelity import score_output
-from viasd_adapt.bench.projection import CostModel, project_costs_per_mask
+from viasd_adapt.bench.projection import CostModel, project_costs_per_mask, repriced_prompt_sums
 from viasd_adapt.bench.prompt_sets import BenchPrompt
 from viasd_adapt.chat import encode_prompt
 from viasd_adapt.checks import check_real
@@ -156,18 +156,8 @@ class TuneResult:
                 raise ConfigError("these points carry no pass counts (an older tune file); run the sweep again")
             point_costs = costs[point.mask if point.family in ("lossless", "viasd") else None]
             priced = full_equivalent(point_costs, PassCounts(**point.passes))
-            points.append(replace(point, full_equivalent=priced, per_prompt=_repriced_prompts(point.per_prompt, point_costs)))
+            points.append(replace(point, full_equivalent=priced, per_prompt=repriced_prompt_sums(point.per_prompt, point_costs)))
         return judged(points, self.budget, {str(k): v.to_dict() for k, v in costs.items()}, self.masks, self.seconds)
-
-
-def _repriced_prompts(per_prompt: dict | None, costs: ForwardCosts) -> dict | None:
-    """A point's per-prompt sums with every prompt's raw passes priced by ``costs``; None without them."""
-    if not per_prompt or not per_prompt.get("passes"):
-        return None
-    passes = per_prompt["passes"]
-    cost = [full_equivalent(costs, PassCounts(**{kind: values[i] for kind, values in passes.items()}))
-            for i in range(len(per_prompt["tokens"]))]
-    return dict(per_prompt, cost=cost)
 
 
 def portable_name(name: str, folder: str | Path) -> str:
