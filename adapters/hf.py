@@ -14,7 +14,7 @@ Seams (verified on transformers 5.24):
   candidate generator that call the originals and return their results), so the patched model
   behaves exactly like the stock one, and the session still gets the untiered metrics.
 * **lenient / lossless / lossy / audit** run the tier's own loop
-  (:func:`viasd_adapt.engine.speculative_generate`, one :func:`viasd_adapt.cycle.decide_cycle`
+  (:func:`viasd_adapt.engine.loop.speculative_generate`, one :func:`viasd_adapt.core.cycle.decide_cycle`
   per cycle), registered through ``generate(custom_generate=<callable>)``. transformers 5.24 drops
   ``assistant_model`` (and the streamer) when ``custom_generate`` is a callable, so the patched
   ``generate`` takes the drafter out of the call and closes over it; transformers still prepares
@@ -26,7 +26,7 @@ Seams (verified on transformers 5.24):
 
 Encoder-decoder targets (T5, BART, mBART, Marian, Whisper) take the same paths; their tiered rows
 reuse the target's encoder output and run the engine over the decoder ids
-(:mod:`viasd_adapt.adapters.hf_seq2seq`, :mod:`viasd_adapt.seq2seq`).
+(:mod:`viasd_adapt.adapters.hf_seq2seq`, :mod:`viasd_adapt.engine.seq2seq`).
 
 KV caches: the target's runners (:mod:`viasd_adapt.routing.shared`) are built per ``generate``
 call. With a mask whose first skipped layer s1 > 0 the slim and full verifiers share the cache
@@ -75,20 +75,23 @@ from viasd_adapt.checks import (
     check_same_vocabulary,
     eos_ids,
 )
-from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate
-from viasd_adapt.prompt_lookup import DEFAULT_MAX_NGRAM, PromptLookupSpec
+from viasd_adapt.engine.drafters import ModelDrafter
+from viasd_adapt.engine.verifier import TieredVerifier
+from viasd_adapt.engine.loop import speculative_generate
+from viasd_adapt.engine.prompt_lookup import DEFAULT_MAX_NGRAM, PromptLookupSpec
 from viasd_adapt.errors import ConfigError, ViasdError
-from viasd_adapt.hooks import make_plugin_manager
-from viasd_adapt.metrics import TierMetrics
+from viasd_adapt.core.hooks import make_plugin_manager
+from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.model_kind import model_kind
 from viasd_adapt.routing.layers import find_decoder_stack, is_encoder_decoder, refuse_compile_wrapper
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.routing.mask import resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
-from viasd_adapt.sampling import ProcessorWarper
-from viasd_adapt.settings import Mode, TierSettings
-from viasd_adapt.tiers import verified_cycle
-from viasd_adapt.tuning.artifact import adapter_settings
-from viasd_adapt.verify_step import VerifyStep
+from viasd_adapt.core.sampling import ProcessorWarper
+from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.core.tiers import verified_cycle
+from viasd_adapt.engine.tier import adapter_settings
+from viasd_adapt.core.verify_step import VerifyStep
 
 FRAMEWORK = "hf"
 _PATCHED_ATTRIBUTES = ("generate", "_get_candidate_generator")
@@ -216,7 +219,7 @@ def patch(
             :class:`MaskArtifact`, or the path of a ``mask.json`` (checked against ``target``'s
             fingerprint). Not needed for ``mode="none"``.
         settings: thresholds and mode (default: :class:`TierSettings` defaults, lossy).
-        plugins: pluggy plugins (rules and observers, see :mod:`viasd_adapt.hooks`).
+        plugins: pluggy plugins (rules and observers, see :mod:`viasd_adapt.core.hooks`).
         tokenizer, assistant_tokenizer: when given, their vocabularies must be identical.
         share_prefix: let q resume from the slim verifier's hidden states at its first skipped
             layer (:mod:`viasd_adapt.routing.shared`); False gives each verifier its own cache.
@@ -694,8 +697,9 @@ def run(pair, request):
     """The ``hf`` entry of :mod:`viasd_adapt.frameworks`: ``target.generate(assistant_model=draft)``,
     with no viasd-adapt at all (``plain``) or inside :func:`tiered` in the requested mode (the
     session is opened per call, as a user would, so its set-up is part of the measured time)."""
-    from viasd_adapt.frameworks import PLAIN, generation_config_for
-    from viasd_adapt.pair import RunOutput
+    from viasd_adapt.frameworks.registry import PLAIN
+    from viasd_adapt.frameworks.baselines import generation_config_for
+    from viasd_adapt.frameworks.requests import RunOutput
 
     ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=pair.device)
     if pair.lookup is None:

@@ -13,9 +13,11 @@ import torch
 from viasd_adapt.adapters.hf import fix_draft_length, tiered
 from viasd_adapt.adapters.hf_seq2seq_loop import SOURCE_KEYS, Seq2SeqRows, call_source, prepare_seq2seq_call
 from viasd_adapt.errors import ViasdError
-from viasd_adapt.frameworks import PLAIN, generation_config_for
-from viasd_adapt.pair import RunOutput
-from viasd_adapt.seq2seq import check_decoder_cache_layers, generated_tokens, request_source
+from viasd_adapt.frameworks.registry import PLAIN
+from viasd_adapt.frameworks.baselines import generation_config_for
+from viasd_adapt.frameworks.requests import RunOutput
+from viasd_adapt.checks import check_decoder_cache_layers
+from viasd_adapt.frameworks.seq2seq import generated_tokens, request_source
 
 
 def run(pair, request):

@@ -11,7 +11,7 @@ target's ``encoder_outputs`` (already computed, once, for the whole batch), the 
 So the tier's loop here reuses the target's encoder output as is (row by row), runs an
 encoder-decoder assistant's encoder once per row on ``inputs_tensor`` (as stock assisted generation
 does), hands a ``WhisperForCausalLM``-style assistant the target's encoder output (as stock does),
-and runs the engine loop over the decoder ids (:mod:`viasd_adapt.seq2seq`). Mode ``none`` never
+and runs the engine loop over the decoder ids (:mod:`viasd_adapt.engine.seq2seq`). Mode ``none`` never
 comes here: it is transformers' own loop, untouched.
 
 Whisper: its ``generate`` wraps the generic one (language/task tokens, long-form segments,
@@ -31,7 +31,8 @@ from viasd_adapt.checks import check_encoder_source, check_token_ids_in_vocabula
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.model_kind import OWN_ENCODER, source_reader
 from viasd_adapt.routing.encdec import EncoderContext
-from viasd_adapt.seq2seq import Seq2SeqDrafter, check_fits_decoder, check_fits_encoder, drafter_context, seq2seq_verifier
+from viasd_adapt.engine.seq2seq import Seq2SeqDrafter, drafter_context, seq2seq_verifier
+from viasd_adapt.checks import check_fits_decoder, check_fits_encoder
 
 #: Where a ``generate`` call may carry the source, in the order transformers looks.
 SOURCE_KEYS = ("inputs", "input_ids", "input_features")

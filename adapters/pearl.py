@@ -4,7 +4,7 @@ Paper: Liu et al., "PEARL: Parallel Speculative Decoding with Adaptive Draft Len
 (arXiv 2408.11850). PEARL ships no package; its reference code (smart-lty/ParallelSpeculativeDecoding)
 runs the drafter and the target in two processes on two GPUs with the verification written inline.
 This module is our own implementation of the algorithm, for batch 1, with the verify step routed
-through :class:`viasd_adapt.engine.TieredVerifier` so that the slim tier plugs in exactly as it does
+through :class:`viasd_adapt.engine.verifier.TieredVerifier` so that the slim tier plugs in exactly as it does
 for every other framework. No code is copied from the reference.
 
 One round, as implemented here
@@ -15,7 +15,7 @@ drafter already proposed past the committed ids that nobody has verified yet.
 1. Drafter thread: drafts ``k`` tokens (``k = gamma``, fewer at the end of the budget) after
    ``committed + pending`` and hands over its first token ``d1`` as soon as it exists.
 2. Target thread: verifies the block ``pending + [d1]`` through the seam
-   (:meth:`TieredVerifier.verify <viasd_adapt.engine.TieredVerifier.verify>`) while the drafter keeps drafting ``d2..dk``.
+   (:meth:`TieredVerifier.verify <viasd_adapt.engine.verifier.TieredVerifier.verify>`) while the drafter keeps drafting ``d2..dk``.
 
    * pending empty -> **pre-verify**: the block is ``[d1]``, the first draft token checked early,
      while the rest of the block is still being drafted;
@@ -24,7 +24,7 @@ drafter already proposed past the committed ids that nobody has verified yet.
 3. Join both threads. If the round committed exactly the block, every draft was accepted, and
    ``d2..dk`` simply become the next pending drafts: drafting *continued* (**adaptive draft
    length**: a run of accepted drafts spans as many rounds as it lasts). Otherwise the round ended
-   with the verifier's correction: both models roll back (their :class:`~viasd_adapt.runner.CachedRunner`
+   with the verifier's correction: both models roll back (their :class:`~viasd_adapt.routing.runner.CachedRunner`
    caches crop to the committed ids on their next call), the drafts are discarded and the next round
    is a pre-verify round.
 
@@ -36,7 +36,7 @@ token after the block is dropped depends only on the tokens before it, so the po
 decided again, next round, by a fresh lossless verification from the same prefix.
 
 Parallelism (see :class:`RoleWorkers`): one dedicated thread per role, so each
-:class:`~viasd_adapt.runner.CachedRunner` (not thread-safe) is only ever used by one thread. The
+:class:`~viasd_adapt.routing.runner.CachedRunner` (not thread-safe) is only ever used by one thread. The
 drafter's runner lives on the drafter thread; the full and slim runners of the verifier live on the
 target thread. The slim verifier is a routed *view* of the target that never mutates it (see
 :mod:`viasd_adapt.routing.slim`), so sharing weights between the two target-side runners is safe
@@ -71,16 +71,19 @@ from viasd_adapt.checks import (
     check_token_ids_in_vocabulary,
     eos_ids,
 )
-from viasd_adapt.cycle import StopRule
-from viasd_adapt.engine import Drafter, GenerationOutput, ModelDrafter, TieredVerifier, host_draft
+from viasd_adapt.core.cycle import StopRule
+from viasd_adapt.engine.drafters import Drafter, ModelDrafter, host_draft
+from viasd_adapt.engine.loop import GenerationOutput
+from viasd_adapt.engine.verifier import TieredVerifier
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.hooks import make_plugin_manager
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
+from viasd_adapt.core.hooks import make_plugin_manager
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.routing.mask import resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import TierSettings
-from viasd_adapt.tiers import CycleResult
-from viasd_adapt.tuning.artifact import adapter_settings
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.core.tiers import CycleResult
+from viasd_adapt.engine.tier import adapter_settings
 
 FRAMEWORK = "pearl"
 
@@ -93,7 +96,7 @@ def pearl_verifier(target: nn.Module, settings: TierSettings, sampling: Sampling
     """The shared verify step with PEARL's cycle boundary: no bonus token.
 
     The position after a fully committed block belongs to the first token of the next block,
-    which the drafter already produced, so :func:`viasd_adapt.cycle.decide_cycle` ends such a
+    which the drafter already produced, so :func:`viasd_adapt.core.cycle.decide_cycle` ends such a
     cycle at the block (``bonus_after_block=False``): lossy mode neither resolves nor escalates a
     position whose token would be dropped, and the exact modes drop q's bonus (lossless: the drop
     depends only on earlier tokens).
@@ -238,7 +241,7 @@ class DraftBlock:
 
 @dataclass
 class PearlStats:
-    """PEARL-specific counters, next to the shared :class:`~viasd_adapt.metrics.TierMetrics`.
+    """PEARL-specific counters, next to the shared :class:`~viasd_adapt.core.metrics.TierMetrics`.
 
     ``accepted_runs`` are PEARL's adaptive draft lengths: how many drafts were accepted in a row
     between two rejections, across rounds. ``draft_busy_s`` / ``target_busy_s`` are the time each
@@ -437,7 +440,7 @@ def pearl_generate(
     Args:
         target: the target LM (HF causal LM).
         drafter: the draft LM (an HF causal LM on the same vocabulary), or any object with the
-            :class:`~viasd_adapt.engine.Drafter` interface (``propose`` and ``passes``).
+            :class:`~viasd_adapt.engine.drafters.Drafter` interface (``propose`` and ``passes``).
         settings: the tier settings (default: :class:`TierSettings` defaults, as in every
             adapter); ``settings.mode`` picks the mode and ``settings.gamma`` is PEARL's draft
             block length.
@@ -454,7 +457,7 @@ def pearl_generate(
 
     Returns:
         :class:`PearlOutput`: the generated ids (prompt excluded), each token's tier, the shared
-        :class:`~viasd_adapt.metrics.TierMetrics` and :class:`PearlStats`.
+        :class:`~viasd_adapt.core.metrics.TierMetrics` and :class:`PearlStats`.
     """
     prompt = as_prompt_list(prompt_ids, "PEARL")
     check_max_new_tokens(max_new_tokens)
@@ -481,7 +484,7 @@ def pearl_generate(
 def run(pair, request):
     """The ``pearl`` entry of :mod:`viasd_adapt.frameworks`: :func:`pearl_generate`, roles on two
     threads except on one shared CUDA device (``parallel="auto"``)."""
-    from viasd_adapt.pair import RunOutput
+    from viasd_adapt.frameworks.requests import RunOutput
 
     out = pearl_generate(
         pair.target, pair.draft, request.prompt_ids, request.max_new_tokens, settings=request.settings,

@@ -136,10 +136,14 @@ def study(target_pair: str, exits: tuple[int, ...], prompts: int, tokens: int, o
     from viasd_adapt.bench.session import default_prompts
     from viasd_adapt.io import save_figure, write_json
     from viasd_adapt.models.registry import resolve_pair
-    from viasd_adapt.pair import load_pair
-    from viasd_adapt.search.calibration import build_calibration, default_prompts as calibration_texts, encode_prompts
+    from viasd_adapt.models.pair import load_pair
+    from viasd_adapt.search.decoder_windows import (
+        build_calibration,
+        default_prompts as calibration_texts,
+        encode_prompts,
+    )
     from viasd_adapt.search.objective import MaskObjective
-    from viasd_adapt.settings import TierSettings
+    from viasd_adapt.core.settings import TierSettings
     from viasd_adapt.tuning.tune import Budget, TuneGrid, calibration_prompts, tune
 
     torch.set_num_threads(1)

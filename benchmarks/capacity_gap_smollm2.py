@@ -113,7 +113,7 @@ def _drafters() -> list[tuple[str, Path, float]]:
 def study(prompts: int, tokens: int, out: Path | None, threads: int) -> dict:
     from viasd_adapt.bench.prompt_sets import calibration_prompts
     from viasd_adapt.io import write_json
-    from viasd_adapt.pair import load_pair
+    from viasd_adapt.models.pair import load_pair
     from viasd_adapt.models.registry import resolve_pair
     from viasd_adapt.tuning.tune import Budget, TuneGrid, tune
 

@@ -58,7 +58,7 @@ def methods(pair, target, drafter, n_new: int):
     """name -> callable(prompt ids) -> generated ids."""
     from viasd_adapt.adapters import hf
     from viasd_adapt.adapters.pearl import pearl_generate
-    from viasd_adapt.settings import TierSettings
+    from viasd_adapt.core.settings import TierSettings
 
     device = next(target.parameters()).device
     lossless = TierSettings(mode="lossless")
@@ -85,7 +85,7 @@ def methods(pair, target, drafter, n_new: int):
 
 
 def check_dtype(dtype_name: str, device: torch.device, n_prompts: int, n_new: int) -> dict:
-    from viasd_adapt.routing.mask import MaskArtifact
+    from viasd_adapt.config.mask import MaskArtifact
 
     start = time.perf_counter()
     pair, tokenizer, target, drafter = load_demo(DTYPES[dtype_name], device, device_map=device.type == "cuda")

@@ -46,9 +46,10 @@ if importlib.util.find_spec("viasd_adapt") is None:  # run from a checkout witho
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from viasd_adapt.io import write_json  # noqa: E402
-from viasd_adapt.routing import RoutingMask, SlimVerifier, find_decoder_stack  # noqa: E402
+from viasd_adapt.config.mask import RoutingMask  # noqa: E402
+from viasd_adapt.routing import SlimVerifier, find_decoder_stack
 from viasd_adapt.routing.shared import SharedPrefixRunners  # noqa: E402
-from viasd_adapt.runner import CachedRunner  # noqa: E402
+from viasd_adapt.routing.runner import CachedRunner  # noqa: E402
 
 
 class Shape(NamedTuple):

@@ -28,10 +28,10 @@ def main() -> None:
     from viasd_adapt.bench.costs import measure_forward_costs
     from viasd_adapt.io import save_figure, write_json
     from viasd_adapt.models.registry import resolve_pair
-    from viasd_adapt.pair import load_pair
-    from viasd_adapt.routing.mask import RoutingMask, skip_count
+    from viasd_adapt.models.pair import load_pair
+    from viasd_adapt.config.mask import RoutingMask, skip_count
     from viasd_adapt.routing.slim import SlimVerifier
-    from viasd_adapt.search.calibration import build_calibration, build_windows, default_prompts, encode_prompts
+    from viasd_adapt.search.decoder_windows import build_calibration, build_windows, default_prompts, encode_prompts
     from viasd_adapt.search.candidates import BudgetSpace, FixedCountSpace
     from viasd_adapt.search.dimr import SearchSettings, dimr_search
     from viasd_adapt.search.objective import AgreementProbe, MaskObjective

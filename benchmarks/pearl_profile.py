@@ -55,12 +55,12 @@ if importlib.util.find_spec("viasd_adapt") is None:  # run from a checkout witho
 from demo_pair_cuda import DTYPES, demo_prompts, environment, load_demo, sync  # noqa: E402
 
 from viasd_adapt.adapters.pearl import PearlDecoder, pearl_verifier  # noqa: E402
-from viasd_adapt.engine import ModelDrafter  # noqa: E402
-from viasd_adapt.hooks import make_plugin_manager  # noqa: E402
+from viasd_adapt.engine.drafters import ModelDrafter  # noqa: E402
+from viasd_adapt.core.hooks import make_plugin_manager  # noqa: E402
 from viasd_adapt.io import write_json  # noqa: E402
-from viasd_adapt.runner import CachedRunner  # noqa: E402
-from viasd_adapt.sampling import SamplingConfig  # noqa: E402
-from viasd_adapt.settings import TierSettings  # noqa: E402
+from viasd_adapt.routing.runner import CachedRunner  # noqa: E402
+from viasd_adapt.core.sampling import SamplingConfig  # noqa: E402
+from viasd_adapt.core.settings import TierSettings  # noqa: E402
 
 CONFIGS = {  # name -> (parallel, streams)
     "sequential": (False, True),

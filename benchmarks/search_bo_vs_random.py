@@ -43,8 +43,8 @@ METHODS = ("random", "dimr-bo", "guided", "probe", "warm", "local", "gp")
 
 
 def load_pair(args):
-    from viasd_adapt.pair import load_model, load_tokenizer
-    from viasd_adapt.routing.mask import RoutingMask
+    from viasd_adapt.models.loading import load_model, load_tokenizer
+    from viasd_adapt.config.mask import RoutingMask
     from viasd_adapt.routing.slim import SlimVerifier
 
     if args.target:
@@ -78,11 +78,11 @@ def _portable(path) -> str:
 
 def prompt_ids(tokenizer, args):
     """(calibration ids, held-out ids, description)."""
-    from viasd_adapt.chat import has_chat_template
+    from viasd_adapt.prompts.chat import has_chat_template
 
     if has_chat_template(tokenizer):
-        from viasd_adapt import spec_bench
-        from viasd_adapt.chat import encode_prompt
+        from viasd_adapt.prompts import spec_bench
+        from viasd_adapt.prompts.chat import encode_prompt
 
         questions = spec_bench.select(split="calibration")
         # round-robin over tasks so both sets cover every task
@@ -94,7 +94,7 @@ def prompt_ids(tokenizer, args):
             return encode_prompt(tokenizer, q.turns[0])[-args.prompt_tokens:]
 
         return [enc(q) for q in calib], [enc(q) for q in held], "Spec-Bench calibration split, chat template"
-    from viasd_adapt.search.calibration import default_prompts, encode_prompts
+    from viasd_adapt.search.decoder_windows import default_prompts, encode_prompts
 
     calib, held = default_prompts(args.calib_prompts, args.heldout_prompts, seed=0)
     return (encode_prompts(tokenizer, calib, args.prompt_tokens), encode_prompts(tokenizer, held, args.prompt_tokens),
@@ -146,8 +146,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
 
     from viasd_adapt.routing.layers import find_decoder_stack
-    from viasd_adapt.routing.mask import RoutingMask, skip_count
-    from viasd_adapt.search.calibration import WindowCache, build_calibration
+    from viasd_adapt.config.mask import RoutingMask, skip_count
+    from viasd_adapt.search.decoder_windows import WindowCache, build_calibration
     from viasd_adapt.search.candidates import FixedCountSpace
     from viasd_adapt.search.guided import PROBE, default_steps
     from viasd_adapt.search.objective import AgreementProbe, MaskObjective

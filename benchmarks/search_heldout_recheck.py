@@ -30,8 +30,8 @@ from search_bo_vs_random import load_pair  # noqa: E402  (the benchmark's own pa
 
 def heldout_prompt_ids(tokenizer, calib_prompts: int, prompt_tokens: int) -> list[list[int]]:
     """Every calibration-split question after the run's calibration prompts, in the run's order."""
-    from viasd_adapt import spec_bench
-    from viasd_adapt.chat import encode_prompt
+    from viasd_adapt.prompts import spec_bench
+    from viasd_adapt.prompts.chat import encode_prompt
 
     questions = spec_bench.select(split="calibration")
     order = sorted(questions, key=lambda q: (questions.index(q) % 16, q.task))
@@ -39,8 +39,8 @@ def heldout_prompt_ids(tokenizer, calib_prompts: int, prompt_tokens: int) -> lis
 
 
 def recheck(paths: list[Path], threads: int, window_cache: Path | None) -> dict:
-    from viasd_adapt.routing.mask import RoutingMask
-    from viasd_adapt.search.calibration import WindowCache
+    from viasd_adapt.config.mask import RoutingMask
+    from viasd_adapt.search.decoder_windows import WindowCache
     from viasd_adapt.search.objective import AgreementProbe
 
     torch.set_num_threads(threads)

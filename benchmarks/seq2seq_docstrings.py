@@ -17,7 +17,7 @@ Phases (each caches its result under ``$VIASD_CACHE/seq2seq-docstring/``):
 
 * ``build``: data, tokenizer, drafter, target; held-out loss of each;
 * ``search``: DIMR mask (``r = 0.45`` of the 8 decoder layers) on source -> target-greedy
-  calibration windows (:mod:`viasd_adapt.seq2seq_calibration`), with random masks for comparison;
+  calibration windows (:mod:`viasd_adapt.search.seq2seq_windows`), with random masks for comparison;
 * ``eval``: on held-out functions, rows target greedy, untiered SD (our loop, and stock HF assisted
   generation), lenient at several tolerances, lossless, lossy at several gate settings, audit.
   Columns: ROUGE-L F1 against the reference docstring line (``rouge-score``), agreement with the
@@ -43,7 +43,8 @@ from pathlib import Path
 
 import torch
 
-from viasd_adapt.seq2seq_calibration import pad_rows
+from viasd_adapt.search.seq2seq_windows import pad_rows
+from viasd_adapt.routing.mask import load_mask
 
 MAX_SOURCE_CHARS = 700
 MAX_SOURCE_TOKENS = 160
@@ -195,7 +196,7 @@ def train(model, tokenizer, data: list[tuple[list[int], list[int]]], budget: Bud
     """AdamW with warm-up and cosine decay; LayerDrop through weight-sharing routed views (the
     slim-verifier machinery itself: the bypassed layers' weights get no gradient that step)."""
     from viasd_adapt.models.train import optimizer_step
-    from viasd_adapt.routing.mask import RoutingMask
+    from viasd_adapt.config.mask import RoutingMask
     from viasd_adapt.routing.slim import build_routed_view
 
     rng = random.Random(seed)
@@ -316,13 +317,14 @@ def sample(examples: list[dict], n: int, seed: int) -> list[dict]:
 def search(args) -> None:
     from itertools import combinations
 
-    from viasd_adapt.cost import routed_path_cost, routing_delta
+    from viasd_adapt.core.cost import routed_path_cost, routing_delta
     from viasd_adapt.io import write_json
-    from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint
+    from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+    from viasd_adapt.routing.mask import model_fingerprint
     from viasd_adapt.routing.slim import SlimVerifier
     from viasd_adapt.search.dimr import SearchSettings, dimr_search
-    from viasd_adapt.seq2seq_calibration import build_seq2seq_calibration, build_seq2seq_windows
-    from viasd_adapt.settings import TierSettings
+    from viasd_adapt.search.seq2seq_windows import build_seq2seq_calibration, build_seq2seq_windows
+    from viasd_adapt.core.settings import TierSettings
 
     root, tokenizer, target, draft, data = load_built()
     tier = TierSettings()
@@ -435,15 +437,15 @@ def pass_weights(target, draft, mask) -> dict:
 def evaluate(args) -> None:
     from viasd_adapt.adapters import hf
     from viasd_adapt.io import write_json, write_text
-    from viasd_adapt.routing.mask import MaskArtifact
+    from viasd_adapt.config.mask import MaskArtifact
     from viasd_adapt.routing.slim import SlimVerifier
-    from viasd_adapt.sampling import SamplingConfig
-    from viasd_adapt.seq2seq import seq2seq_generate
-    from viasd_adapt.settings import TierSettings
-    from viasd_adapt.text_scores import rouge_l_f1
+    from viasd_adapt.core.sampling import SamplingConfig
+    from viasd_adapt.engine.seq2seq import seq2seq_generate
+    from viasd_adapt.core.settings import TierSettings
+    from viasd_adapt.bench.text_scores import rouge_l_f1
 
     root, tokenizer, target, draft, data = load_built()
-    mask = MaskArtifact.load(root / "mask.json", model=target).mask
+    mask = load_mask(root / "mask.json", target).mask
     examples = sample(data["heldout"], 12 if args.fast else 100, seed=13)
     start, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     config = draft.generation_config

@@ -33,16 +33,20 @@ from pathlib import Path
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+from viasd_adapt.routing.mask import random_mask
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate  # noqa: E402
-from viasd_adapt.hooks import make_plugin_manager  # noqa: E402
+from viasd_adapt.engine.drafters import ModelDrafter  # noqa: E402
+from viasd_adapt.engine.verifier import TieredVerifier
+from viasd_adapt.engine.loop import speculative_generate
+from viasd_adapt.core.hooks import make_plugin_manager  # noqa: E402
 from viasd_adapt.io import write_json  # noqa: E402
 from viasd_adapt.models.presets import get_preset  # noqa: E402
-from viasd_adapt.routing import RoutingMask, SlimVerifier  # noqa: E402
-from viasd_adapt.sampling import SamplingConfig  # noqa: E402
-from viasd_adapt.settings import TierSettings  # noqa: E402
+from viasd_adapt.config.mask import RoutingMask  # noqa: E402
+from viasd_adapt.routing import SlimVerifier
+from viasd_adapt.core.sampling import SamplingConfig  # noqa: E402
+from viasd_adapt.core.settings import TierSettings  # noqa: E402
 
 
 def llama_from_preset(preset_name: str, which: str, context: int, dtype: torch.dtype, seed: int) -> LlamaForCausalLM:
@@ -150,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
     target = llama_from_preset(args.preset, "target", args.context, dtype, args.seed).to(device)
     drafter_model = llama_from_preset(args.preset, "draft", args.context, dtype, args.seed + 1).to(device)
     layers = target.config.num_hidden_layers
-    mask = RoutingMask.random(layers, args.ratio, torch.Generator().manual_seed(args.seed))
+    mask = random_mask(layers, args.ratio, torch.Generator().manual_seed(args.seed))
     slim = SlimVerifier(target, mask)
     sharing = check_no_weight_copies(target, slim)
 

@@ -16,8 +16,9 @@ import torch
 from viasd_adapt.adapters import eagle
 from viasd_adapt.models.corpus import heldout_prompts
 from viasd_adapt.models.registry import resolve_pair
-from viasd_adapt.routing.mask import RoutingMask
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.routing.mask import random_mask
 
 
 def main() -> None:
@@ -39,7 +40,7 @@ def main() -> None:
     ea_model = eagle.load_ea_model(pair.target, head)
     print("sanity check vs stock transformers:", ea_model.viasd_sanity)
     layers = ea_model.base_model.config.num_hidden_layers
-    mask = pair.mask or RoutingMask.random(layers, 0.45, torch.Generator().manual_seed(0))
+    mask = pair.mask or random_mask(layers, 0.45, torch.Generator().manual_seed(0))
 
     tokenizer = ea_model.get_tokenizer()
     input_ids = tokenizer(heldout_prompts(1, seed=0)[0], return_tensors="pt").input_ids

@@ -17,8 +17,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from viasd_adapt.adapters.pearl import pearl_generate
 from viasd_adapt.models.registry import demo_pair_paths
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import TierSettings
 
 
 def main(prompt: str = "def parse_args(argv):") -> None:

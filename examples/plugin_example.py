@@ -24,13 +24,16 @@ from collections import Counter
 
 import torch
 
-from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate
-from viasd_adapt.hooks import hookimpl, make_plugin_manager
+from viasd_adapt.engine.drafters import ModelDrafter
+from viasd_adapt.engine.verifier import TieredVerifier
+from viasd_adapt.engine.loop import speculative_generate
+from viasd_adapt.core.hooks import hookimpl, make_plugin_manager
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.routing import RoutingMask, SlimVerifier
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import TierSettings
-from viasd_adapt.tiers import Tier
+from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.routing import SlimVerifier
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.core.tiers import Tier
 
 
 class EntropyRouter:

@@ -12,6 +12,7 @@ from tests.support.seq2seq import VOCAB, seq2seq_pair, source_for
 from viasd_adapt.models.tiny import FAMILIES
 from viasd_adapt.models.tiny_seq2seq import SEQ2SEQ_FAMILIES
 from viasd_adapt.routing.slim import SlimVerifier
+from viasd_adapt.routing.mask import check_mask_layers
 
 torch.set_num_threads(1)
 
@@ -33,7 +34,7 @@ def test_truncated_drafter_is_a_separate_smaller_model_that_sometimes_agrees():
 def test_truncated_pair_works_for_every_family():
     for family in FAMILIES:
         target, drafter, mask = truncated_pair(family)
-        mask.validate_for(target)
+        check_mask_layers(mask, target)
 
 
 def test_noisy_pair_puts_the_slim_verifier_between_drafter_and_target():
@@ -49,7 +50,7 @@ def test_truncated_seq2seq_drafter_is_smaller_and_sometimes_agrees():
     for family in SEQ2SEQ_FAMILIES:
         target, drafter, mask = seq2seq_pair(family)
         assert sum(p.numel() for p in drafter.parameters()) < sum(p.numel() for p in target.parameters())
-        mask.validate_for(target)
+        check_mask_layers(mask, target)
         source = source_for(family, length=12)
         decoder = torch.randint(3, VOCAB - 3, (1, 30), generator=torch.Generator().manual_seed(1))
         with torch.no_grad():

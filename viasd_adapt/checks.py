@@ -24,15 +24,6 @@ def check_max_new_tokens(max_new_tokens: Any) -> int:
     return max_new_tokens
 
 
-def check_settings(settings: Any) -> Any:
-    """``settings`` must be a :class:`~viasd_adapt.settings.TierSettings`."""
-    from viasd_adapt.settings import TierSettings
-
-    if not isinstance(settings, TierSettings):
-        raise ConfigError(f"settings must be a TierSettings, got {type(settings).__name__}")
-    return settings
-
-
 def check_real(name: str, value: Any, low: float | None = None, high: float | None = None,
                low_open: bool = False, high_open: bool = False) -> float:
     """A finite real number within the given bounds (NaN and infinities are refused by name)."""
@@ -212,22 +203,65 @@ def check_draft_block(drafts: Any, p: Any, vocab_size: int | None, ids: list[int
     if not bool(torch.isfinite(p).all()):
         raise ConfigError("the drafter returned NaN or infinite probabilities")
 
+def decoder_position_limit(model: nn.Module) -> int | None:
+    """How many decoder positions ``model`` has (learned positions), or None (T5's relative ones)."""
+    config = model.config
+    for name in ("max_target_positions", "max_position_embeddings"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0 and getattr(config, "model_type", "") not in ("t5", "mt5"):
+            return value
+    return None
 
-__all__ = [
-    "as_prompt_list",
-    "check_draft_block",
-    "check_drafter_reads_source",
-    "check_encoder_source",
-    "check_fits_context",
-    "check_fits_positions",
-    "check_max_new_tokens",
-    "check_prompt_ids",
-    "check_real",
-    "check_same_tokenizer",
-    "check_same_vocabulary",
-    "check_settings",
-    "check_token_ids_in_vocabulary",
-    "eos_ids",
-    "max_positions",
-    "vocab_size_of",
-]
+
+_RELATIVE_POSITIONS = ("t5", "mt5", "umt5", "longt5")
+
+
+def encoder_position_limit(model: nn.Module) -> int | None:
+    """How many source tokens ``model``'s encoder has positions for (learned or fixed-table
+    positions: BART, mBART, Marian), or None (T5's relative positions; feature encoders)."""
+    config = model.config
+    if getattr(config, "model_type", "") in _RELATIVE_POSITIONS:
+        return None
+    for name in ("max_source_positions", "max_encoder_position_embeddings", "max_position_embeddings"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def check_fits_encoder(model: nn.Module, source: torch.Tensor) -> None:
+    """A source of token ids must fit the encoder's positions: past them, BART's position
+    embedding fails with an IndexError deep inside torch. (Feature sources are Whisper's, which
+    checks its own frame count.)"""
+    if not isinstance(source, torch.Tensor) or source.is_floating_point() or source.dim() != 2:
+        return
+    limit = encoder_position_limit(model)
+    if limit is not None and source.shape[-1] > limit:
+        raise ConfigError(f"the source ({source.shape[-1]} tokens) exceeds the encoder's {limit} positions "
+                          f"({type(model).__name__}); shorten the source")
+
+
+def check_decoder_cache_layers(model: nn.Module) -> None:
+    """transformers' ``generate`` sizes an encoder-decoder model's self-attention cache by the
+    *encoder's* layer count (transformers 5.24, T5 family): a T5 with more decoder than encoder
+    layers then fails with an IndexError inside the cache on its first decoding step. Refused up
+    front, naming the cause, wherever ``generate`` itself decodes (``ar``, ``hf``); the tier's own
+    loop keeps its own caches and runs such models."""
+    config = model.config
+    encoder, decoder = getattr(config, "num_layers", None), getattr(config, "num_decoder_layers", None)
+    if getattr(config, "model_type", "") in _RELATIVE_POSITIONS and isinstance(encoder, int) and isinstance(decoder, int) \
+            and decoder > encoder:
+        raise ConfigError(
+            f"{type(model).__name__} has {encoder} encoder and {decoder} decoder layers: transformers' generate() sizes "
+            "its cache by the encoder's layer count and fails on such a model (a transformers limitation). Use "
+            "--framework engine (the tier's own loop), or a model with at least as many encoder as decoder layers"
+        )
+
+
+def check_fits_decoder(model: nn.Module, prompt_length: int, max_new_tokens: int, extra: int = 0) -> None:
+    """Decoder prompt + budget (+ speculative positions) must fit the decoder's learned positions."""
+    check_fits_positions(decoder_position_limit(model), prompt_length, max_new_tokens, extra, "the decoder's",
+                         "decoder prompt")
+
+
+__all__ = ["_RELATIVE_POSITIONS", "as_prompt_list", "check_decoder_cache_layers", "check_draft_block", "check_drafter_reads_source", "check_encoder_source", "check_fits_context", "check_fits_decoder", "check_fits_encoder", "check_fits_positions", "check_max_new_tokens", "check_prompt_ids", "check_real", "check_same_tokenizer", "check_same_vocabulary", "check_token_ids_in_vocabulary", "decoder_position_limit", "encoder_position_limit", "eos_ids", "max_positions", "vocab_size_of"]

@@ -10,10 +10,10 @@ implementations, :data:`DECODER_ONLY` or :data:`ENCODER_DECODER`, from the model
 callers ask the kind instead of branching on ``config.is_encoder_decoder`` themselves.
 
 Why this module sits at the bottom of the core (it imports only :mod:`viasd_adapt.errors` and
-:mod:`viasd_adapt.chat`, which imports nothing else of the project's): the input checks
+:mod:`viasd_adapt.prompts.chat`, which imports nothing else of the project's): the input checks
 (:mod:`viasd_adapt.checks`), the routing package and the frameworks registry all ask it, so it
 must not import any of them. Operations that need routing or the seq2seq runners (the
-decoder caches, :class:`~viasd_adapt.seq2seq.Seq2SeqTargetRunners`) stay where those live, and
+decoder caches, :class:`~viasd_adapt.routing.seq2seq.Seq2SeqTargetRunners`) stay where those live, and
 pick their branch by :attr:`~viasd_adapt.routing.layers.DecoderStack.encoder_decoder`.
 
 How a model reads the source (:func:`source_reader`) lives here too, because the drafter check
@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from torch import nn
 
-from viasd_adapt.chat import encode_prompt
+from viasd_adapt.prompts.chat import encode_prompt
 from viasd_adapt.errors import ModelMismatchError
 
 #: How a model reads the source: its own encoder, or the target's encoder output.
@@ -70,7 +70,7 @@ class ModelKind(Protocol):
     prompt_is_source: bool
 
     def runner_of(self, framework: Any) -> str | None:
-        """The ``"module:function"`` that runs ``framework`` (a :class:`~viasd_adapt.frameworks.Framework`)
+        """The ``"module:function"`` that runs ``framework`` (a :class:`~viasd_adapt.frameworks.registry.Framework`)
         for a target of this kind, or None when the framework cannot run it."""
 
     def check_drafter(self, target: nn.Module, drafter: nn.Module, role: str = "drafter") -> None:
@@ -121,7 +121,7 @@ class DecoderOnly(_Kind):
             )
 
     def encode_text(self, tokenizer: Any, text: str, chat: str = "auto") -> list[int]:
-        """The prompt, in the target's chat template when ``chat`` asks for it (:mod:`viasd_adapt.chat`)."""
+        """The prompt, in the target's chat template when ``chat`` asks for it (:mod:`viasd_adapt.prompts.chat`)."""
         return encode_prompt(tokenizer, text, chat)
 
 

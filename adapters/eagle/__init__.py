@@ -14,7 +14,7 @@ Usage (the EAGLE head and eagle's drafting code are untouched)::
 Layout: :mod:`.compat` (eagle-llm on transformers 5, load-time sanity checks), :mod:`.tree` (pure
 tree math), :mod:`.slim_tree` (u: the routed view of eagle's base model and its cache),
 :mod:`.target` (q: eagle's cache fed with the lag, resumed passes), :mod:`.decide` (one cycle's
-path and decision: the tier is decided by :func:`viasd_adapt.cycle.decide_cycle`), :mod:`.state`
+path and decision: the tier is decided by :func:`viasd_adapt.core.cycle.decide_cycle`), :mod:`.state`
 (the typed per-cycle state), :mod:`.session` (what each patched function does), :mod:`.patches`
 (per-thread dispatch of eagle's swapped names), :mod:`.options`, :mod:`.entry` (:func:`generate`,
 :func:`run`).
@@ -121,7 +121,7 @@ from viasd_adapt.adapters.eagle.options import EagleOptions, HeadFeatures, Lossl
 from viasd_adapt.adapters.eagle.patches import PATCHED_NAMES, is_patched
 from viasd_adapt.adapters.eagle.session import EagleTierSession, tiered
 from viasd_adapt.adapters.eagle.slim_tree import SlimTreeVerifier
-from viasd_adapt.plugins import GreedyArgmaxAcceptance
+from viasd_adapt.core.plugins import GreedyArgmaxAcceptance
 
 __all__ = [
     "PATCHED_NAMES",

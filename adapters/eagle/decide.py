@@ -1,7 +1,7 @@
 """One EAGLE cycle's decision: pick a path of the tree, decide it with the core, plan the commit.
 
-Everything a tier decides goes through the session's :class:`~viasd_adapt.verify_step.VerifyStep`
-(:func:`viasd_adapt.cycle.decide_cycle`): this module only turns the tree into one block (the chosen
+Everything a tier decides goes through the session's :class:`~viasd_adapt.core.verify_step.VerifyStep`
+(:func:`viasd_adapt.core.cycle.decide_cycle`): this module only turns the tree into one block (the chosen
 root-to-leaf path: its drafts, the head's p along it, the slim verifier's rows along it as a
 precomputed ``Verifiers.slim``, and q as a lazy ``Verifiers.full`` that runs q over the lag + root +
 block only when the decision asks). Lossless ``route`` is the cascade in which u only proposes the
@@ -32,10 +32,10 @@ from viasd_adapt.adapters.eagle.tree import (
     path_length,
     two_path_subtree,
 )
-from viasd_adapt.cycle import CycleOutcome, CyclePolicy, Verifiers, lenient_accept_prob
-from viasd_adapt.rules import lossless_accept_prob
-from viasd_adapt.settings import Mode, TierSettings
-from viasd_adapt.verify_step import VerifyStep
+from viasd_adapt.core.cycle import CycleOutcome, CyclePolicy, Verifiers, lenient_accept_prob
+from viasd_adapt.core.rules import lossless_accept_prob
+from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.core.verify_step import VerifyStep
 
 Gate = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 

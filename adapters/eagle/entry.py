@@ -13,15 +13,16 @@ from torch import nn
 
 from viasd_adapt.adapters.eagle.options import EagleOptions
 from viasd_adapt.adapters.eagle.session import tiered
-from viasd_adapt.cycle import StopRule
+from viasd_adapt.core.cycle import StopRule
 from viasd_adapt.checks import check_fits_context, check_max_new_tokens, check_real, check_token_ids_in_vocabulary
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
-from viasd_adapt.settings import Mode, TierSettings
+from viasd_adapt.core.metrics import TierMetrics
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.core.settings import Mode, TierSettings
 
 if TYPE_CHECKING:  # pragma: no cover
-    from viasd_adapt.pair import LoadedPair, RunOutput, RunRequest
+    from viasd_adapt.models.pair import LoadedPair
+    from viasd_adapt.frameworks.requests import RunOutput, RunRequest
 
 #: Positions eagle needs past the budget: the draft tree written after the committed tokens, and
 #: eagle's overshoot (it stops only after the cycle that passes the budget).
@@ -130,7 +131,7 @@ def generate(
 
 
 def load_for_pair(pair: LoadedPair) -> nn.Module:
-    """The pair's EaModel, loaded (and sanity-checked) once per :class:`~viasd_adapt.pair.LoadedPair`."""
+    """The pair's EaModel, loaded (and sanity-checked) once per :class:`~viasd_adapt.models.pair.LoadedPair`."""
     from viasd_adapt.adapters.eagle.compat import load_ea_model
 
     if "eagle" not in pair.loaded:
@@ -151,8 +152,8 @@ def run(pair: LoadedPair, request: RunRequest) -> RunOutput:
     :func:`decode`). ``RunOutput.extra_bytes`` is EAGLE's pre-allocated KV memory.
     ``settings.gamma`` has no effect: EAGLE drafts a tree (eagle's default ``mc_sim_7b_63``).
     """
-    from viasd_adapt.frameworks import PLAIN
-    from viasd_adapt.pair import RunOutput
+    from viasd_adapt.frameworks.registry import PLAIN
+    from viasd_adapt.frameworks.requests import RunOutput
 
     ea_model = load_for_pair(pair)
     sampling = request.sampling

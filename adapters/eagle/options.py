@@ -25,7 +25,7 @@ class LosslessStrategy(str, Enum):
 
     * ``ROUTE``: u picks the path and proposes one extra token; q verifies the head's path (and,
       greedy, the head's top-1 chain beside it) plus that token.
-    * ``CASCADE``: p -> u -> q (:func:`viasd_adapt.cycle.decide_cycle` in lossless mode).
+    * ``CASCADE``: p -> u -> q (:func:`viasd_adapt.core.cycle.decide_cycle` in lossless mode).
     """
 
     ROUTE = "route"

@@ -4,7 +4,7 @@ The methods named after eagle's functions are called by the per-thread dispatche
 :mod:`.patches` with the thread's :class:`~.state.Generation` as their first argument; they keep the
 cycle in progress in its declared fields. Mode ``none`` runs eagle's own functions and only
 observes them; every other mode replaces the target forward and the acceptance, and records each
-decided cycle through the scope's :class:`~viasd_adapt.verify_step.VerifyStep`, as every framework does.
+decided cycle through the scope's :class:`~viasd_adapt.core.verify_step.VerifyStep`, as every framework does.
 """
 
 from __future__ import annotations
@@ -23,17 +23,18 @@ from viasd_adapt.adapters.eagle.patches import close_scope, open_scope, original
 from viasd_adapt.adapters.eagle.slim_tree import SlimTreeVerifier
 from viasd_adapt.adapters.eagle.state import Generation, PlainVerdict, QCache, TreeCycle, TreeDraft
 from viasd_adapt.adapters.eagle.target import FullTreeVerifier
-from viasd_adapt.cycle import StopRule
+from viasd_adapt.core.cycle import StopRule
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.ledger import CycleLedger
-from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.monitor import JunkThresholds
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, resolve_mask
-from viasd_adapt.sampling import sample_or_argmax
-from viasd_adapt.settings import Mode, TierSettings
-from viasd_adapt.tiers import verified_cycle
-from viasd_adapt.tuning.artifact import adapter_settings
-from viasd_adapt.verify_step import VerifyStep
+from viasd_adapt.core.ledger import CycleLedger
+from viasd_adapt.core.metrics import TierMetrics
+from viasd_adapt.core.monitor import JunkThresholds
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.routing.mask import resolve_mask
+from viasd_adapt.core.sampling import sample_or_argmax
+from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.core.tiers import verified_cycle
+from viasd_adapt.engine.tier import adapter_settings
+from viasd_adapt.core.verify_step import VerifyStep
 
 
 class RecordingHead:

@@ -20,9 +20,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from viasd_adapt.routing.mask import RoutingMask
+from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.routing.shared import HiddenSlot
 from viasd_adapt.routing.view import build_layer_view, view_owner
+from viasd_adapt.routing.mask import check_mask_layers
 
 
 class EagleSkippedLayer(nn.Module):
@@ -101,7 +102,7 @@ class SlimTreeVerifier:
     """
 
     def __init__(self, base_model: nn.Module, mask: RoutingMask, record_prefix: bool = False):
-        mask.validate_for(base_model)
+        check_mask_layers(mask, base_model)
         self.base_model = base_model
         self.mask = mask
         s1 = mask.first_skipped

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from viasd_adapt.ledger import CycleLedger
+from viasd_adapt.core.ledger import CycleLedger
 
 
 class QCache(Enum):

@@ -74,8 +74,8 @@ def write_stand_in(pair, path: str, lenience: float, name: str) -> None:
     target's fingerprint, so the vLLM plugin's model check and rule run on a pair the tuner has not
     measured yet. Its ``measured`` block is empty: there is no tuned fidelity to compare with."""
     from viasd_adapt.routing.mask import model_fingerprint
-    from viasd_adapt.settings import TierSettings
-    from viasd_adapt.tuning.artifact import TunedSettings
+    from viasd_adapt.core.settings import TierSettings
+    from viasd_adapt.config.tuned import TunedSettings
 
     tuned = TunedSettings(TierSettings(mode="lenient", lenience=lenience), "lenient", None, model_fingerprint(pair.target),
                           {}, {}, {"stand_in": f"not measured by `viasd tune` on {name}; lenience {lenience} copied from "
@@ -106,12 +106,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from viasd_adapt import frameworks
+    from viasd_adapt.frameworks import registry as frameworks
     from viasd_adapt.bench.prompt_sets import spec_bench_prompts
     from viasd_adapt.models.gguf import gguf_model_folder, is_gguf_path
     from viasd_adapt.models.registry import resolve_pair
-    from viasd_adapt.pair import RunRequest, load_pair
-    from viasd_adapt.settings import TierSettings
+    from viasd_adapt.frameworks.requests import RunRequest
+    from viasd_adapt.models.pair import load_pair
+    from viasd_adapt.core.settings import TierSettings
 
     torch.set_num_threads(1)
     paths = resolve_pair(args.pair)

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 GAMMA = 5  # the project's default draft block (TierSettings.gamma)
-MAX_NGRAM = 2  # viasd_adapt.prompt_lookup.DEFAULT_MAX_NGRAM
+MAX_NGRAM = 2  # viasd_adapt.engine.prompt_lookup.DEFAULT_MAX_NGRAM
 
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,8 @@ import torch
 from click.testing import CliRunner
 
 from tests.support.pairs import CHAR_LAYERS, CHAR_PROMPTS, CHAR_VOCAB, char_mask, char_pair_models, char_tokenizer
-from viasd_adapt.advice import tier_beats, verdict
+from viasd_adapt.config.budget import tier_beats
+from viasd_adapt.bench.verdict import verdict
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent
 from viasd_adapt.bench.fidelity import next_line, next_line_match, positional_agreement, score_output
 from viasd_adapt.bench.measure import RunMeter
@@ -25,14 +26,15 @@ from viasd_adapt.bench.projection import load_cost_model, project_rows
 from viasd_adapt.bench.report import BenchReport, plot_rows
 from viasd_adapt.bench.run import ROW_FIELDS, BenchConfig, run_bench
 from viasd_adapt.cli.main import cli
-from viasd_adapt.pair import LoadedPair, MaskInfo, fallback_mask, load_pair, resolve_mask_info
+from viasd_adapt.models.pair import LoadedPair, MaskInfo, fallback_mask, load_pair, resolve_mask_info
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.routing import SlimVerifier
-from viasd_adapt.routing.mask import MaskArtifact, model_fingerprint
-from viasd_adapt.runner import CachedRunner
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.config.mask import MaskArtifact
+from viasd_adapt.routing.mask import model_fingerprint
+from viasd_adapt.routing.runner import CachedRunner
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 

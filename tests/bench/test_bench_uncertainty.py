@@ -8,7 +8,7 @@ keeps per prompt is tested in tests/bench/test_bench.py (on its bench run, at no
 
 from __future__ import annotations
 
-from viasd_adapt.advice import verdict
+from viasd_adapt.bench.verdict import verdict
 from viasd_adapt.bench.demo import preview_line
 
 TOKENS = 16

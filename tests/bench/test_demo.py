@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from viasd_adapt.bench.demo import BUDGET_ENV_VAR, BUDGETS, budget_from_env, tier_string
 from viasd_adapt.cli.main import cli
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.tiers import Tier
+from viasd_adapt.core.tiers import Tier
 
 torch.set_num_threads(1)
 

@@ -7,11 +7,13 @@ import json
 
 from click.testing import CliRunner
 
-from viasd_adapt import frameworks
-from viasd_adapt.advice import verdict
+from viasd_adapt.frameworks import baselines
+from viasd_adapt.frameworks import registry as frameworks
+from viasd_adapt.bench.verdict import verdict
 from viasd_adapt.bench.run import BenchConfig, plan_rows
-from viasd_adapt.pair import RunRequest, load_pair
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.frameworks.requests import RunRequest
+from viasd_adapt.models.pair import load_pair
+from viasd_adapt.core.settings import TierSettings
 
 
 def test_lookup_is_one_stock_row_and_greedy_output_equals_the_target_alone(char_pair):
@@ -22,7 +24,7 @@ def test_lookup_is_one_stock_row_and_greedy_output_equals_the_target_alone(char_
     prompt = pair.tokenizer("def f(x):\n    return x")["input_ids"]
     request = RunRequest.stock_run(prompt, 12, TierSettings(gamma=3), stop_at_eos=False)
     lookup = frameworks.run("lookup", pair, request)
-    ar = frameworks.run_ar(pair, request)
+    ar = baselines.run_ar(pair, request)
     assert len(lookup.tokens) == 12 and lookup.tokens == ar.tokens  # prompt lookup is lossless
 
 

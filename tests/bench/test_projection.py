@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from viasd_adapt.bench.projection import CostModel, load_cost_model, project_rows
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.routing.mask import RoutingMask
+from viasd_adapt.config.mask import RoutingMask
 
 
 def test_a_shipped_cost_model_prices_passes_by_the_layers_they_run():

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from viasd_adapt.bench.run import AR_ROW_MODE, PlannedRow, _request
-from viasd_adapt.pair import STOCK_MODE, RunRequest
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import Mode, TierSettings
+from viasd_adapt.frameworks.requests import STOCK_MODE, RunRequest
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import Mode, TierSettings
 
 
 def test_tiered_requests_take_their_mode_from_the_settings():

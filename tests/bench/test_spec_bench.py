@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from tests.support.pairs import char_pair_models, char_tokenizer, save_pair_dir
-from viasd_adapt import spec_bench
-from viasd_adapt.chat import encode_messages, encode_prompt, user_turns, uses_chat
+from viasd_adapt.prompts import spec_bench
+from viasd_adapt.prompts.chat import encode_messages, encode_prompt, user_turns, uses_chat
 from viasd_adapt.errors import ConfigError
 
 TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}"
@@ -80,7 +80,7 @@ def chat_pair(tmp_path):
 
 def test_mt_bench_second_turns_follow_the_targets_own_first_answer(chat_pair):
     from viasd_adapt.bench.prompt_sets import first_answer, question_prompts
-    from viasd_adapt.pair import load_pair
+    from viasd_adapt.models.pair import load_pair
 
     pair = load_pair(chat_pair / "target", "prompt-lookup", need_mask=False, device="cpu")
     question = spec_bench.select("spec-bench:writing", per_category=1)[0]

@@ -11,9 +11,12 @@ from click.testing import CliRunner
 from viasd_adapt.cli.main import cli
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.settings import TierSettings
-from viasd_adapt.tuning.artifact import TunedForAnotherMaskWarning, TunedSettings, default_settings, settings_for_mask, tuned_mask_path
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.config.tuned import TunedForAnotherMaskWarning, TunedSettings
+from viasd_adapt.config.resolve import resolve_settings, tuned_mask_path
+from viasd_adapt.engine.tier import settings_for_mask
 from viasd_adapt.tuning.tune import Budget, Point, TuneGrid, calibration_prompts, pareto
+from viasd_adapt.routing.mask import check_tuned_model
 
 torch.set_num_threads(1)
 
@@ -105,11 +108,11 @@ def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):
     assert tuned.choice == chosen["family"] and tuned.settings.to_dict() == chosen["settings"]
     assert "undetermined at 2 prompts" in res.output
     # commands pick the choice up by default; the tuned file is refused for another model
-    assert default_settings(pair / "mask.json") == tuned.settings
+    assert resolve_settings(pair / "mask.json").settings == tuned.settings
     if tuned.settings.mode.uses_slim:
         assert tuned_mask_path(pair / "mask.json").is_file()
     with pytest.raises(ModelMismatchError):
-        tuned.check_model(tiny_model("llama", 7, num_layers=6, vocab_size=112))
+        check_tuned_model(tuned, tiny_model("llama", 7, num_layers=6, vocab_size=112))
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 2 and "--force" in again.output
     # the same pass counts priced with an H200's forward costs: a projected verdict, the measured choice kept
@@ -121,7 +124,7 @@ def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):
 
 
 def test_adapters_use_tuned_settings_only_with_the_mask_they_were_measured_with(char_pair):
-    from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
+    from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 
     pair = char_pair
     mask_path = pair / "mask.json"
@@ -138,8 +141,8 @@ def test_adapters_use_tuned_settings_only_with_the_mask_they_were_measured_with(
 def test_bench_runs_the_tuners_best_viasd_point_when_the_verdict_is_lenient(tmp_path, char_pair):
     """A lenient verdict must not leave the bench's tiered rows on defaults: they run the best
     VIA-SD point the tuner measured, with the mask it was measured with."""
-    from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
-    from viasd_adapt.tuning.artifact import tiered_point
+    from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+    from viasd_adapt.config.tuned import recorded_mask
 
     pair = char_pair
     fingerprint = MaskArtifact.load(pair / "mask.json").fingerprint
@@ -151,8 +154,8 @@ def test_bench_runs_the_tuners_best_viasd_point_when_the_verdict_is_lenient(tmp_
         # recorded with an absolute path on another machine: found again by name beside mask.json
         "viasd": {"family": "viasd", "settings": viasd.to_dict(), "mask": "/elsewhere/mask-exit3.json"}}}
     TunedSettings(lenient, "lenient", None, fingerprint, report=report).save(pair / "tuned.json")
-    settings, mask = tiered_point(pair / "mask.json")
-    assert settings == viasd and mask == pair / "mask-exit3.json"
+    point = TunedSettings.load(pair / "tuned.json").best("viasd")
+    assert point.settings == viasd and recorded_mask(pair / "mask.json", point.mask) == pair / "mask-exit3.json"
 
     out = tmp_path / "bench.json"
     res = CliRunner().invoke(cli, ["bench", "--pair", str(pair), "--max-new-tokens", "4", "--repeats", "1",

@@ -10,12 +10,13 @@ import torch
 from click.testing import CliRunner
 
 from tests.support.pairs import save_pair_dir, truncated_pair
-from viasd_adapt import frameworks
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.frameworks import registry as frameworks
 from viasd_adapt.cli import generate as gen
 from viasd_adapt.cli.main import cli
-from viasd_adapt.display import PLAIN_MARKERS, legend, render_tiers, token_pieces
+from viasd_adapt.bench.display import PLAIN_MARKERS, legend, render_tiers, token_pieces
 from viasd_adapt.models.tokenizer import train_tokenizer
-from viasd_adapt.tiers import Tier
+from viasd_adapt.core.tiers import Tier
 
 torch.set_num_threads(1)
 
@@ -91,8 +92,9 @@ def test_clear_errors(pair_dir):
 
 def test_one_registry_serves_every_command(monkeypatch):
     """generate, bench and tune read the same registry; a registered framework is runnable by name."""
-    from viasd_adapt.metrics import TierMetrics
-    from viasd_adapt.pair import LoadedPair, RunOutput, RunRequest
+    from viasd_adapt.core.metrics import TierMetrics
+    from viasd_adapt.models.pair import LoadedPair
+    from viasd_adapt.frameworks.requests import RunOutput, RunRequest
 
     calls = []
 
@@ -105,12 +107,12 @@ def test_one_registry_serves_every_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "fake_framework_module", module)
     monkeypatch.setitem(frameworks.FRAMEWORKS, "fake", frameworks.Framework("fake", "a test", "fake_framework_module:run"))
     pair = LoadedPair(torch.nn.Linear(1, 1), torch.nn.Linear(1, 1), None, None, torch.device("cpu"))
-    out = frameworks.run("fake", pair, RunRequest("lossy", [1], 2, __import__("viasd_adapt.settings").settings.TierSettings()))
+    out = frameworks.run("fake", pair, RunRequest("lossy", [1], 2, TierSettings()))
     assert out.tokens == [5, 6] and out.tiers == [int(Tier.SLIM), int(Tier.FULL)] and calls == ["lossy"]
     with pytest.raises(gen.ConfigError, match="unknown framework"):
         frameworks.get("nonexistent")
     with pytest.raises(gen.ConfigError, match="no plain"):
-        frameworks.run("fake", pair, RunRequest("plain", [1], 2, __import__("viasd_adapt.settings").settings.TierSettings()))
+        frameworks.run("fake", pair, RunRequest("plain", [1], 2, TierSettings()))
 
 
 def test_rendering_marks_every_tier_and_reassembles_the_text():

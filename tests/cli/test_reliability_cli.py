@@ -16,9 +16,11 @@ from tests.support.pairs import char_tokenizer, save_char_pair
 from viasd_adapt.cli.main import cli
 from viasd_adapt.errors import ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint
-from viasd_adapt.settings import TierSettings
-from viasd_adapt.tuning.artifact import TunedSettings, tiered_point, tuned_mask_path
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.routing.mask import model_fingerprint
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.config.tuned import TunedSettings, recorded_mask
+from viasd_adapt.config.resolve import tuned_mask_path
 
 torch.set_num_threads(1)
 
@@ -106,7 +108,8 @@ def test_a_copied_tuned_file_uses_the_masks_of_its_own_folder(pair, tmp_path):
               "best_within_budget": {"viasd": {"settings": viasd.to_dict(), "mask": str(elsewhere / "mask-x.json")}}}
     TunedSettings(viasd, "viasd", None, fingerprint, report=report).save(pair / "tuned.json")
     assert tuned_mask_path(pair / "mask.json") == pair / "mask-x.json"
-    assert tiered_point(pair / "mask.json")[1] == pair / "mask-x.json"
+    point = TunedSettings.load(pair / "tuned.json").best("viasd")
+    assert recorded_mask(pair / "mask.json", point.mask) == pair / "mask-x.json"
 
 
 @pytest.mark.parametrize("args, option", [

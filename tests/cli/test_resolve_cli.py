@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from tests.support.loads import count_loads
 from tests.support.tuned import LENIENT
 from viasd_adapt.cli.main import cli
-from viasd_adapt.tuned import TunedSettings
+from viasd_adapt.config.tuned import TunedSettings
 
 torch.set_num_threads(1)
 
@@ -97,7 +97,7 @@ def test_one_pair_option_for_every_command(pair):
 
 @pytest.fixture()
 def mask_reads(monkeypatch):
-    from viasd_adapt.routing.mask import MaskArtifact
+    from viasd_adapt.config.mask import MaskArtifact
 
     return count_loads(monkeypatch, MaskArtifact)
 

@@ -9,9 +9,10 @@ from click.testing import CliRunner
 
 from viasd_adapt.cli.main import cli
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.routing.mask import MaskArtifact
+from viasd_adapt.config.mask import MaskArtifact
 from viasd_adapt.search.dimr import SearchSettings
 from viasd_adapt.search.records import SearchReport
+from viasd_adapt.routing.mask import load_mask
 
 torch.set_num_threads(1)
 
@@ -69,7 +70,7 @@ def test_search_writes_artifact_plot_and_summary(checkpoints, calib, tmp_path):
     from transformers import AutoModelForCausalLM
 
     target = AutoModelForCausalLM.from_pretrained(checkpoints["target"], dtype=torch.float32)
-    artifact = MaskArtifact.load(out, model=target)
+    artifact = load_mask(out, target)
     assert artifact.mask.num_skipped == 3 and artifact.delta is not None
     assert artifact.search["seed"] == 2 and artifact.search["calibration"]["calib_file"] == str(calib)
     assert len(artifact.report["random_compare"]["costs"]) == 3

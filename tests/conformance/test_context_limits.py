@@ -10,16 +10,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from viasd_adapt import frameworks
+from viasd_adapt.frameworks import registry as frameworks
 from viasd_adapt.adapters import hf
 from viasd_adapt.adapters.pearl import pearl_generate
-from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate
+from viasd_adapt.engine.drafters import ModelDrafter
+from viasd_adapt.engine.verifier import TieredVerifier
+from viasd_adapt.engine.loop import speculative_generate
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.pair import LoadedPair, MaskInfo, RunRequest
-from viasd_adapt.routing import RoutingMask
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.models.pair import LoadedPair, MaskInfo
+from viasd_adapt.frameworks.requests import RunRequest
+from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 

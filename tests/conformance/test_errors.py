@@ -12,8 +12,9 @@ import torch
 
 from tests.support.pairs import noisy_copy
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.routing.mask import model_fingerprint
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from viasd_adapt.metrics import TierMetrics
+from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.models.tiny import FAMILIES
 from viasd_adapt.models.tiny_seq2seq import SEQ2SEQ_FAMILIES
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 
@@ -72,7 +72,7 @@ EXACT_ROWS = {"ar": ("none",), "engine": ("none", "lenient", "lossless"), "hf": 
 
 
 def _loaded_pair(driver, framework: str):
-    from viasd_adapt.pair import LoadedPair, MaskInfo
+    from viasd_adapt.models.pair import LoadedPair, MaskInfo
 
     mask = MaskInfo(driver.mask, "test mask", False)
     if framework == "eagle":  # the EaModel is already loaded: the registry entry takes it from ``loaded``
@@ -88,8 +88,8 @@ def test_registry_rows_in_exact_modes_equal_the_targets_greedy_output(drivers, r
     id 0 (the BOS id of the project's own tokenizer), and the model's generation config has no pad
     id: a runner that hands transformers a pad id of 0 and no attention mask has the prompt's first
     token masked out, and silently decodes something else."""
-    from viasd_adapt import frameworks
-    from viasd_adapt.pair import RunRequest
+    from viasd_adapt.frameworks import registry as frameworks
+    from viasd_adapt.frameworks.requests import RunRequest
 
     driver = drivers.greedy(request, "engine" if framework != "eagle" else "eagle", "llama")
     prompt = driver.prompts[1] if framework == "eagle" else [0, 5, 17, 2, 40, 9]
@@ -123,8 +123,9 @@ def test_registry_rows_in_exact_modes_equal_the_targets_greedy_output(drivers, r
 def test_registry_rows_for_an_encoder_decoder_pair(drivers, request, family):
     """The runners the registry calls for an encoder-decoder pair: the exact rows of ar, engine and
     hf agree with the target's greedy output, and the tiered rows report their passes."""
-    from viasd_adapt import frameworks
-    from viasd_adapt.pair import LoadedPair, MaskInfo, RunRequest
+    from viasd_adapt.frameworks import registry as frameworks
+    from viasd_adapt.models.pair import LoadedPair, MaskInfo
+    from viasd_adapt.frameworks.requests import RunRequest
 
     driver = drivers.greedy(request, "seq2seq", family)
     source = driver.prompts[0]

@@ -20,11 +20,11 @@ import pytest
 import torch
 
 from tests.support.frameworks import GREEDY, Recorder
-from viasd_adapt.hooks import hookimpl
-from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import TierSettings
-from viasd_adapt.tiers import Tier
+from viasd_adapt.core.hooks import hookimpl
+from viasd_adapt.core.metrics import TierMetrics
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.core.tiers import Tier
 
 torch.set_num_threads(1)
 

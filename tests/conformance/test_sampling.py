@@ -31,9 +31,9 @@ from tests.support.stats import (
     ks_uniform_pvalue,
     outside_support,
 )
-from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.metrics import TierMetrics
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 

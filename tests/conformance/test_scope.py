@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.support.frameworks import Boom, ExplodingObserver
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 

@@ -7,11 +7,12 @@ import warnings
 import pytest
 import torch
 
-from viasd_adapt.advice import NegativeDeltaWarning, delta_message, warn_if_negative_delta
+from viasd_adapt.config.advice import NegativeDeltaWarning, delta_message, warn_if_negative_delta
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint
-from viasd_adapt.settings import TierSettings
-from viasd_adapt.tuning.artifact import adapter_settings
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.routing.mask import model_fingerprint
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.engine.tier import adapter_settings
 
 
 def test_delta_message_names_the_numbers_only_when_negative():

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from viasd_adapt.cost import block_cost, routed_path_cost, routing_delta, verification_cost
+from viasd_adapt.core.cost import block_cost, routed_path_cost, routing_delta, verification_cost
 
 torch.set_num_threads(1)
 
@@ -210,7 +210,7 @@ def test_routed_path_uses_alpha1_then_alpha2():
 
 
 def test_top1_margin_cost_is_the_log_gap_to_the_candidates_own_top_token():
-    from viasd_adapt.cost import top1_margin_cost
+    from viasd_adapt.core.cost import top1_margin_cost
 
     reference = torch.log(torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.5, 0.3], [0.1, 0.1, 0.8]]))
     candidate = torch.log(torch.tensor([[0.7, 0.2, 0.1], [0.6, 0.1, 0.3], [0.4, 0.5, 0.1]]))

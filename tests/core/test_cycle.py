@@ -1,10 +1,10 @@
-"""Pure helpers of :mod:`viasd_adapt.cycle`: the stop rule (budget, EOS) applied to every cycle
+"""Pure helpers of :mod:`viasd_adapt.core.cycle`: the stop rule (budget, EOS) applied to every cycle
 before it is counted, and PEARL's end-at-block rule (a fully committed block drops its bonus)."""
 
 from __future__ import annotations
 
-from viasd_adapt.cycle import StopRule, end_at_block
-from viasd_adapt.tiers import CycleResult, Tier
+from viasd_adapt.core.cycle import StopRule, end_at_block
+from viasd_adapt.core.tiers import CycleResult, Tier
 
 
 def test_end_at_block_drops_only_tokens_after_a_fully_committed_block():

@@ -12,17 +12,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate
+from viasd_adapt.engine.drafters import ModelDrafter
+from viasd_adapt.engine.verifier import TieredVerifier
+from viasd_adapt.engine.loop import speculative_generate
 from tests.support.frameworks import Recorder
 from tests.support.pairs import sharpened_model
 from viasd_adapt.errors import ConfigError, ModelMismatchError
-from viasd_adapt.hooks import make_plugin_manager
+from viasd_adapt.core.hooks import make_plugin_manager
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.routing import RoutingMask, SlimVerifier
-from viasd_adapt.runner import CachedRunner
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import TierSettings
-from viasd_adapt.tiers import Tier
+from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.routing import SlimVerifier
+from viasd_adapt.routing.runner import CachedRunner
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.core.tiers import Tier
 
 torch.set_num_threads(1)
 

@@ -16,15 +16,18 @@ from torch import nn
 from transformers import AutoModelForCausalLM, GenerationConfig, GPTNeoConfig, MambaConfig
 
 from viasd_adapt.adapters import hf
-from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate
+from viasd_adapt.engine.drafters import ModelDrafter
+from viasd_adapt.engine.verifier import TieredVerifier
+from viasd_adapt.engine.loop import speculative_generate
 from viasd_adapt.errors import UnsupportedModelError
-from viasd_adapt.hooks import make_plugin_manager
+from viasd_adapt.core.hooks import make_plugin_manager
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.routing import RoutingMask, SlimVerifier
+from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.routing import SlimVerifier
 from viasd_adapt.routing.shared import SharedPrefixRunners
 from viasd_adapt.routing.view import block_output_arities
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 

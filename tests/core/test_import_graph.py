@@ -323,7 +323,7 @@ def project_graph() -> dict[str, set[str]]:
 
 def test_the_graph_covers_the_core_and_the_adapters(project_graph):
     # guards against a graph that is silently empty (a wrong root would make every check pass)
-    for name in ("viasd_adapt.engine", "viasd_adapt.routing.slim", "viasd_adapt.adapters.hf",
+    for name in ("viasd_adapt.engine.loop", "viasd_adapt.routing.slim", "viasd_adapt.adapters.hf",
                  "viasd_adapt.adapters.eagle", "viasd_adapt.adapters.eagle.compat"):
         assert name in project_graph
     assert "viasd_adapt.routing.layers" in project_graph["viasd_adapt.routing.slim"]

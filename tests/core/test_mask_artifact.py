@@ -13,14 +13,9 @@ from transformers import AutoModelForCausalLM
 
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.routing.mask import (
-    FingerprintWarning,
-    MaskArtifact,
-    RoutingMask,
-    legacy_weights_sha256,
-    model_fingerprint,
-    model_mismatches,
-)
+from viasd_adapt.routing.mask import FingerprintWarning, legacy_weights_sha256, model_fingerprint, model_mismatches
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.routing.mask import load_mask
 
 torch.set_num_threads(1)
 
@@ -47,7 +42,7 @@ def load(root, dtype, **kw):
 def test_mask_loads_for_the_same_model_in_any_dtype(saved, dtype):
     model = load(saved, dtype)
     assert next(model.parameters()).dtype == dtype
-    assert MaskArtifact.load(saved / "mask.json", model).mask == MASK
+    assert load_mask(saved / "mask.json", model).mask == MASK
     # a cast in place (not a reload) is the same model too
     assert not model_mismatches(MaskArtifact.load(saved / "mask.json").fingerprint, load(saved, torch.float32).to(dtype))
 
@@ -65,14 +60,14 @@ def test_a_mask_searched_in_any_dtype_loads_in_every_other(saved, searched_in):
 def test_mask_loads_with_a_cpu_device_map(saved):
     pytest.importorskip("accelerate")
     model = load(saved, torch.bfloat16, device_map="cpu")
-    assert MaskArtifact.load(saved / "mask.json", model).mask == MASK
+    assert load_mask(saved / "mask.json", model).mask == MASK
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_a_different_seed_is_refused_in_every_dtype(saved, dtype):
     other = tiny_model("llama", seed=1, num_layers=LAYERS).to(dtype)
     with pytest.raises(ModelMismatchError, match=r"weights \(embeddings weight\): \d+ of 32 sampled entries differ"):
-        MaskArtifact.load(saved / "mask.json", other)
+        load_mask(saved / "mask.json", other)
 
 
 def test_a_model_differing_only_in_its_last_layer_is_refused(saved):
@@ -80,7 +75,7 @@ def test_a_model_differing_only_in_its_last_layer_is_refused(saved):
     with torch.no_grad():
         model.model.layers[-1].self_attn.q_proj.weight.mul_(1.05)  # 5%: far beyond any dtype's rounding
     with pytest.raises(ModelMismatchError, match=r"last_layer self_attn.q_proj.weight"):
-        MaskArtifact.load(saved / "mask.json", model)
+        load_mask(saved / "mask.json", model)
 
 
 def test_fingerprint_reads_float32_values_on_the_cpu_and_is_json(saved):
@@ -128,10 +123,10 @@ def test_the_shipped_demo_mask_loads_in_every_dtype():
         target = AutoModelForCausalLM.from_pretrained(str(pair.target), dtype=dtype)
         with warnings.catch_warnings():
             warnings.simplefilter("error", FingerprintWarning)
-            assert MaskArtifact.load(pair.mask, target).mask.skipped == (1, 2, 5, 6, 7, 11, 12)
+            assert load_mask(pair.mask, target).mask.skipped == (1, 2, 5, 6, 7, 11, 12)
     draft = AutoModelForCausalLM.from_pretrained(str(pair.draft), dtype=torch.float32)
     with pytest.raises(ModelMismatchError):
-        MaskArtifact.load(pair.mask, draft)
+        load_mask(pair.mask, draft)
 
 
 # ============================================================================== fields vs bits

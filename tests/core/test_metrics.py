@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.tiers import AuditRecord, CycleResult, Tier
+from viasd_adapt.core.metrics import TierMetrics
+from viasd_adapt.core.tiers import AuditRecord, CycleResult, Tier
 
 D, S, F = Tier.DRAFT, Tier.SLIM, Tier.FULL
 
@@ -95,7 +95,7 @@ def test_to_dict_is_json_ready_and_has_the_derived_fields():
 
 
 def test_trim_drops_the_audit_of_trimmed_tokens():
-    from viasd_adapt.tiers import AuditRecord
+    from viasd_adapt.core.tiers import AuditRecord
 
     m = TierMetrics()
     m.record_cycle(cycle([D, D, F], judged=2, rejected=0), drafted=2)

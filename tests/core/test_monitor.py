@@ -13,12 +13,16 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from tests.support.pairs import load_shipped_demo_pair
-from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate
-from viasd_adapt.monitor import DrafterQualityMonitor, ViasdQualityWarning
-from viasd_adapt.routing import MaskArtifact, SlimVerifier
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import Mode, TierSettings
-from viasd_adapt.tiers import Tier
+from viasd_adapt.engine.drafters import ModelDrafter
+from viasd_adapt.engine.verifier import TieredVerifier
+from viasd_adapt.engine.loop import speculative_generate
+from viasd_adapt.core.monitor import DrafterQualityMonitor, ViasdQualityWarning
+from viasd_adapt.config.mask import MaskArtifact
+from viasd_adapt.routing import SlimVerifier
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.core.tiers import Tier
+from viasd_adapt.routing.mask import load_mask
 
 torch.set_num_threads(1)
 
@@ -28,7 +32,7 @@ PROMPT = "import os\n\n\ndef read_config(path):\n    with open(path) as handle:\
 @pytest.fixture(scope="module")
 def demo():
     pair, tokenizer, target, drafter = load_shipped_demo_pair()
-    mask = MaskArtifact.load(pair.mask, model=target).mask
+    mask = load_mask(pair.mask, target).mask
     torch.manual_seed(0)
     junk = AutoModelForCausalLM.from_config(drafter.config).eval()  # same vocabulary, random weights
     return tokenizer, target, drafter, junk, mask

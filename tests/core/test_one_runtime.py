@@ -17,13 +17,13 @@ import pytest
 import torch
 
 from tests.support import REPO_ROOT
-from viasd_adapt.cycle import Verifiers
-from viasd_adapt.hooks import hookimpl, make_plugin_manager
-from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.monitor import MONITOR_PLUGIN_NAME
-from viasd_adapt.settings import TierSettings
-from viasd_adapt.tiers import Tier
-from viasd_adapt.verify_step import VerifyStep
+from viasd_adapt.core.cycle import Verifiers
+from viasd_adapt.core.hooks import hookimpl, make_plugin_manager
+from viasd_adapt.core.metrics import TierMetrics
+from viasd_adapt.core.monitor import MONITOR_PLUGIN_NAME
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.core.tiers import Tier
+from viasd_adapt.core.verify_step import VerifyStep
 
 LIBRARY = [REPO_ROOT / "viasd_adapt", REPO_ROOT / "adapters"]
 RULE_NAMES = ("gate1_accept_prob", "slim_confidence", "slim_resolves", "escalation_accept_prob")
@@ -87,8 +87,8 @@ def test_the_metric_write_finder_finds_writes():
 
 def test_only_the_ledger_writes_metrics():
     writers = {path: writes for path, source in library_sources().items()
-               if path not in ("viasd_adapt/metrics.py", "viasd_adapt/ledger.py") and (writes := metric_writes(source))}
-    assert writers == {}, "TierMetrics is written outside viasd_adapt/ledger.py"
+               if path not in ("viasd_adapt/core/metrics.py", "viasd_adapt/core/ledger.py") and (writes := metric_writes(source))}
+    assert writers == {}, "TierMetrics is written outside viasd_adapt/core/ledger.py"
 
 
 # ============================================================================== one rules interface
@@ -118,7 +118,7 @@ def test_the_rules_interface_is_declared_once():
         for name, rules in rule_classes(source).items():
             if rules == set(RULE_NAMES):
                 whole[f"{path}:{name}"] = rules
-    assert sorted(whole) == ["viasd_adapt/hooks.py:ViasdHookSpec", "viasd_adapt/rules.py:BuiltinRules"]
+    assert sorted(whole) == ["viasd_adapt/core/hooks.py:ViasdHookSpec", "viasd_adapt/core/rules.py:BuiltinRules"]
 
 
 # ============================================================================== one verify step
@@ -130,10 +130,10 @@ def calls_to(source: str, function: str) -> int:
 
 
 @pytest.mark.parametrize("function, allowed", [
-    ("decide_cycle", {"viasd_adapt/verify_step.py"}),  # every framework decides through VerifyStep
-    ("CycleLedger", {"viasd_adapt/verify_step.py", "viasd_adapt/ledger.py"}),  # and counts through its ledger
-    ("verify_block", {"viasd_adapt/cycle.py", "viasd_adapt/tiers.py"}),  # no adapter verifies a block itself
-    ("DrafterQualityMonitor", {"viasd_adapt/verify_step.py"}),  # the monitor is the verify step's, everywhere
+    ("decide_cycle", {"viasd_adapt/core/verify_step.py"}),  # every framework decides through VerifyStep
+    ("CycleLedger", {"viasd_adapt/core/verify_step.py", "viasd_adapt/core/ledger.py"}),  # and counts through its ledger
+    ("verify_block", {"viasd_adapt/core/cycle.py", "viasd_adapt/core/tiers.py"}),  # no adapter verifies a block itself
+    ("DrafterQualityMonitor", {"viasd_adapt/core/verify_step.py"}),  # the monitor is the verify step's, everywhere
 ])
 def test_the_verify_step_is_the_one_way_in(function, allowed):
     callers = {path for path, source in library_sources().items() if calls_to(source, function)}
@@ -222,7 +222,7 @@ def test_a_run_that_cannot_use_the_monitor_leaves_the_plugin_manager_as_given():
 
 
 def test_a_junk_drafter_warns_through_the_monitor_plugin():
-    from viasd_adapt.monitor import ViasdQualityWarning
+    from viasd_adapt.core.monitor import ViasdQualityWarning
 
     step = VerifyStep(LOSSY, "test", plugins=())
     drafts, p, verifiers = _block(agree=False)
@@ -241,21 +241,21 @@ def test_bad_settings_are_refused_when_the_step_is_built():
 
 
 def test_the_library_walk_sees_the_verify_step():
-    assert "viasd_adapt/verify_step.py" in library_sources()
-    assert Path(REPO_ROOT / "viasd_adapt" / "verify_step.py").is_file()
+    assert "viasd_adapt/core/verify_step.py" in library_sources()
+    assert Path(REPO_ROOT / "viasd_adapt" / "core" / "verify_step.py").is_file()
 
 
 # ============================================================================== u as a proposer only
 
 
 def _extension_policy(greedy: bool):
-    from viasd_adapt.cycle import CyclePolicy
+    from viasd_adapt.core.cycle import CyclePolicy
 
     return CyclePolicy(TierSettings(mode="lossless"), greedy, slim_extends_only=True)
 
 
 def test_extension_keeps_every_draft_for_q_and_adds_u_token():
-    from viasd_adapt.cycle import decide_cycle
+    from viasd_adapt.core.cycle import decide_cycle
 
     drafts = torch.tensor([1, 2])
     p = torch.full((2, V), 1.0 / V)
@@ -282,7 +282,7 @@ def test_extension_keeps_every_draft_for_q_and_adds_u_token():
 def test_extension_is_exact_when_sampling():
     """The first committed token of a one-draft block, over many seeds, is distributed as q."""
     from tests.support.stats import samples_pvalue
-    from viasd_adapt.cycle import decide_cycle
+    from viasd_adapt.core.cycle import decide_cycle
 
     generator = torch.Generator().manual_seed(7)
     p = torch.tensor([[0.5, 0.2, 0.1, 0.1, 0.05, 0.05]])

@@ -14,7 +14,7 @@ import torch
 from viasd_adapt.errors import ViasdError
 from viasd_adapt.models.registry import demo_pair_paths
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.pair import load_model, load_tokenizer
+from viasd_adapt.models.loading import load_model, load_tokenizer
 
 CPU = torch.device("cpu")
 

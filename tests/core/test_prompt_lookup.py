@@ -1,4 +1,4 @@
-"""Prompt lookup through the tier (viasd_adapt.prompt_lookup): the n-gram search matches
+"""Prompt lookup through the tier (viasd_adapt.engine.prompt_lookup): the n-gram search matches
 transformers' own, the drafter is a point mass, and lossless decoding with it is exact, greedy
 (token-identical) and sampling (the joint of two generated tokens is the target's)."""
 
@@ -14,13 +14,14 @@ import torch
 from tests.support.pairs import greedy_reference, sharpen, truncated_pair
 from tests.support.stats import ALPHA, chi_square_pvalue, exact_joint, joint_counts, outside_support
 from viasd_adapt.adapters import hf
-from viasd_adapt.engine import TieredVerifier, speculative_generate
+from viasd_adapt.engine.verifier import TieredVerifier
+from viasd_adapt.engine.loop import speculative_generate
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.prompt_lookup import PromptLookupDrafter, lookup_continuation, point_mass
-from viasd_adapt.routing.mask import RoutingMask
+from viasd_adapt.engine.prompt_lookup import PromptLookupDrafter, lookup_continuation, point_mass
+from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.routing.slim import SlimVerifier
-from viasd_adapt.sampling import SamplingConfig, probs_from_logits
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.sampling import SamplingConfig, probs_from_logits
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 PROMPTS = [[1, 2, 3, 1, 2, 3, 1, 2], [5, 6, 7, 8, 5, 6, 9, 5, 6], [4, 4, 4, 4], [7]]

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.prompts import read_prompts_file
+from viasd_adapt.prompts.files import read_prompts_file
 
 
 def test_lines_json_bom_and_escapes(tmp_path):

@@ -13,8 +13,11 @@ from transformers import AutoModelForCausalLM, DynamicCache
 from tests.support import REPO_ROOT
 from viasd_adapt.errors import ConfigError, ModelMismatchError, UnsupportedModelError, ViasdError
 from viasd_adapt.models.tiny import FAMILIES, tiny_model
-from viasd_adapt.routing import MaskArtifact, RoutingMask, SlimVerifier, find_decoder_stack, model_fingerprint
-from viasd_adapt.runner import CachedRunner, cache_kwarg_name, cache_length, truncate_cache
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.routing import SlimVerifier, find_decoder_stack, model_fingerprint
+from viasd_adapt.routing.runner import CachedRunner, cache_kwarg_name, cache_length, truncate_cache
+from viasd_adapt.routing.mask import load_mask
+from viasd_adapt.routing.mask import random_mask
 
 torch.set_num_threads(1)
 
@@ -329,10 +332,10 @@ def test_routing_mask_constructors_and_views():
     assert mask.num_skipped == 2 and mask.ratio == pytest.approx(2 / 6)
     assert RoutingMask.from_bits(torch.tensor([1, 0, 1, 1, 0, 1])) == mask
     assert RoutingMask.full(3).skipped == ()
-    first = RoutingMask.random(20, 0.45, torch.Generator().manual_seed(1))
+    first = random_mask(20, 0.45, torch.Generator().manual_seed(1))
     assert first.num_skipped == 9  # round(0.45 * 20)
-    assert RoutingMask.random(20, 0.45, torch.Generator().manual_seed(1)) == first
-    assert len({RoutingMask.random(20, 0.45, torch.Generator().manual_seed(s)) for s in range(10)}) > 1
+    assert random_mask(20, 0.45, torch.Generator().manual_seed(1)) == first
+    assert len({random_mask(20, 0.45, torch.Generator().manual_seed(s)) for s in range(10)}) > 1
 
 
 @pytest.mark.parametrize(
@@ -344,10 +347,10 @@ def test_routing_mask_constructors_and_views():
         (lambda: RoutingMask.from_skipped(4, [-1]), "out of range"),
         (lambda: RoutingMask.from_skipped(3, [0, 1, 2]), "cannot skip"),
         (lambda: RoutingMask.from_bits([1, 2, 0]), "0/1"),
-        (lambda: RoutingMask.random(6, 0.0), "ratio"),
-        (lambda: RoutingMask.random(6, 1.0), "ratio"),
-        (lambda: RoutingMask.random(2, 0.9), "at least one layer must remain"),
-        (lambda: RoutingMask.random(6, 0.05), "skips no layer"),
+        (lambda: random_mask(6, 0.0), "ratio"),
+        (lambda: random_mask(6, 1.0), "ratio"),
+        (lambda: random_mask(2, 0.9), "at least one layer must remain"),
+        (lambda: random_mask(6, 0.05), "skips no layer"),
     ],
 )
 def test_routing_mask_validation(build, message):
@@ -372,17 +375,17 @@ def test_mask_artifact_round_trip_and_model_checks(tmp_path):
     assert data["mask"] == [1, 0, 1, 1, 0, 1] and data["skipped_layers"] == [1, 4]
     assert data["fingerprint"]["num_layers"] == LAYERS and data["fingerprint"]["architecture"] == "LlamaForCausalLM"
 
-    loaded = MaskArtifact.load(path, model)
+    loaded = load_mask(path, model)
     assert loaded.mask == mask and (loaded.ratio, loaded.score, loaded.delta) == (0.33, 1.25, 0.5)
     assert loaded.search == {"steps": 10, "seed": 0} and loaded.fingerprint == artifact.fingerprint
     # The same weights in another object (a reload) match; another checkpoint does not.
-    MaskArtifact.load(path, copy.deepcopy(model))
+    load_mask(path, copy.deepcopy(model))
     with pytest.raises(ModelMismatchError, match="sampled entries differ"):
-        MaskArtifact.load(path, tiny_model("llama", seed=1, num_layers=LAYERS))
+        load_mask(path, tiny_model("llama", seed=1, num_layers=LAYERS))
     with pytest.raises(ModelMismatchError, match="architecture"):
-        MaskArtifact.load(path, tiny_model("qwen2", seed=0, num_layers=LAYERS))
+        load_mask(path, tiny_model("qwen2", seed=0, num_layers=LAYERS))
     with pytest.raises(ModelMismatchError, match="decoder layers"):
-        MaskArtifact.load(path, tiny_model("llama", seed=0, num_layers=8))
+        load_mask(path, tiny_model("llama", seed=0, num_layers=8))
 
 
 def test_mask_artifact_bad_files(tmp_path):

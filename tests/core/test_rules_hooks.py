@@ -13,8 +13,10 @@ import pytest
 import torch
 
 from tests.support import REPO_ROOT
-from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate
-from viasd_adapt.hooks import (
+from viasd_adapt.engine.drafters import ModelDrafter
+from viasd_adapt.engine.verifier import TieredVerifier
+from viasd_adapt.engine.loop import speculative_generate
+from viasd_adapt.core.hooks import (
     BUILTIN_PLUGIN_NAME,
     ENTRY_POINT_GROUP,
     BuiltinRulesPlugin,
@@ -23,11 +25,12 @@ from viasd_adapt.hooks import (
     make_plugin_manager,
 )
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.routing import RoutingMask, SlimVerifier
-from viasd_adapt.rules import BUILTIN_RULES
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import TierSettings
-from viasd_adapt.tiers import Tier, escalate, route_block
+from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.routing import SlimVerifier
+from viasd_adapt.core.rules import BUILTIN_RULES
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.core.tiers import Tier, escalate, route_block
 
 torch.set_num_threads(1)
 
@@ -213,7 +216,7 @@ def test_third_party_plugins_load_from_the_entry_point_group(tmp_path, monkeypat
         textwrap.dedent(
             """
             import torch
-            from viasd_adapt.hooks import hookimpl
+            from viasd_adapt.core.hooks import hookimpl
 
             @hookimpl
             def viasd_slim_resolves(confidence, settings):

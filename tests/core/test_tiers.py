@@ -15,10 +15,10 @@ import torch
 
 from tests.support.stats import ALPHA, counts_of, outside_support, samples_pvalue
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.rules import lossless_accept_prob, tolerant_accept_prob
+from viasd_adapt.core.rules import lossless_accept_prob, tolerant_accept_prob
 from viasd_adapt.checks import check_max_new_tokens
-from viasd_adapt.settings import Mode, TierSettings
-from viasd_adapt.tiers import (
+from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.core.tiers import (
     Tier,
     audit_cycle,
     cascade_candidates,
@@ -483,7 +483,7 @@ def test_tolerant_rule_helper_matches_formula():
 
 @pytest.mark.parametrize("bits", [[], [0], [1], [1, 1, 0, 1], [1, 1, 1], [0, 1, 1], [1, 0, 0, 0]])
 def test_leading_true_and_one_transfer_read_back(bits):
-    from viasd_adapt.tiers import first_false, leading_true, to_host
+    from viasd_adapt.core.tiers import first_false, leading_true, to_host
 
     mask = torch.tensor(bits, dtype=torch.bool)
     expected = bits.index(0) if 0 in bits else len(bits)

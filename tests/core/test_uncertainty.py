@@ -1,10 +1,10 @@
-"""The paired bootstrap over prompts (viasd_adapt.uncertainty): pure, seeded, on synthetic prompts."""
+"""The paired bootstrap over prompts (viasd_adapt.bench.uncertainty): pure, seeded, on synthetic prompts."""
 
 import numpy as np
 import pytest
 
-from viasd_adapt.advice import TIE_MARGIN, Budget
-from viasd_adapt.uncertainty import MIN_PROMPTS, Candidate, PromptSums, bootstrap_verdict, sums_from_json
+from viasd_adapt.config.budget import TIE_MARGIN, Budget
+from viasd_adapt.bench.uncertainty import MIN_PROMPTS, Candidate, PromptSums, bootstrap_verdict, sums_from_json
 
 TOKENS = 32
 
@@ -107,8 +107,8 @@ def test_the_array_forms_of_the_budget_and_recommendation_rules_agree_with_the_r
     """The bootstrap applies Budget.admits_values and recommend() over (replicates, settings) arrays,
     for speed (300 tune points x 1000 replicates: 0.14 s, against 2.4 s calling the rules one by
     one); on random inputs with unmeasured values and ties they must decide exactly as the rules."""
-    from viasd_adapt.budget import recommend
-    from viasd_adapt.uncertainty import _recommend, _within
+    from viasd_adapt.config.budget import recommend
+    from viasd_adapt.bench.uncertainty import _recommend, _within
 
     rng = np.random.default_rng(3)
     replicates, settings = 400, 7

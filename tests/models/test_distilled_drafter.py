@@ -17,7 +17,7 @@ from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.models import distill_build, distill_prompts
 from viasd_adapt.models.distill_build import TINY, build_distilled
 from viasd_adapt.models.shared_drafter import MARKER, assemble_drafter
-from viasd_adapt.pair import load_model, load_tokenizer
+from viasd_adapt.models.loading import load_model, load_tokenizer
 from viasd_adapt.models.registry import shipped_dir
 
 CPU = torch.device("cpu")
@@ -108,7 +108,7 @@ def test_a_drafter_is_refused_for_another_target_by_name(built, tmp_path):
 def test_the_tiny_eagle_head_runs_in_eagle_and_matches_greedy(built):
     pytest.importorskip("eagle")
     from viasd_adapt.adapters import eagle
-    from viasd_adapt.settings import TierSettings
+    from viasd_adapt.core.settings import TierSettings
 
     target_dir, pair_dir = built
     ea_model = eagle.load_ea_model(target_dir, pair_dir / "eagle_head")

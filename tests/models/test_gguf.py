@@ -9,6 +9,7 @@ import shutil
 import pytest
 import torch
 from click.testing import CliRunner
+from viasd_adapt.routing.mask import load_mask
 
 pytest.importorskip("gguf")
 
@@ -16,7 +17,7 @@ from tests.support.gguf import write_tiny_gguf  # noqa: E402
 from viasd_adapt.errors import ConfigError, UnsupportedModelError, ViasdError  # noqa: E402
 from viasd_adapt.models import gguf as gguf_module  # noqa: E402
 from viasd_adapt.models.tiny import tiny_model  # noqa: E402
-from viasd_adapt.pair import load_model, load_tokenizer  # noqa: E402
+from viasd_adapt.models.loading import load_model, load_tokenizer  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -62,7 +63,7 @@ def test_a_gguf_loads_like_transformers_reads_it_and_the_second_load_comes_from_
 
 
 def test_the_tokenizer_and_its_chat_template_come_with_the_gguf(cache, tiny_gguf):
-    from viasd_adapt.chat import encode_prompt, has_chat_template
+    from viasd_adapt.prompts.chat import encode_prompt, has_chat_template
 
     path, _ = tiny_gguf
     tokenizer = load_tokenizer(path)
@@ -72,16 +73,17 @@ def test_the_tokenizer_and_its_chat_template_come_with_the_gguf(cache, tiny_gguf
 
 
 def test_a_mask_searched_on_the_gguf_model_loads_for_the_cached_model(cache, tiny_gguf, tmp_path):
-    from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint
+    from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+    from viasd_adapt.routing.mask import model_fingerprint
 
     path, _ = tiny_gguf
     first = load_model(path, CPU, "target")
     artifact = MaskArtifact(RoutingMask.from_skipped(6, [2, 3]), ratio=2 / 6, fingerprint=model_fingerprint(first))
     saved = artifact.save(tmp_path / "mask.json")
     second = load_model(path, CPU, "target")
-    assert MaskArtifact.load(saved, model=second).mask.skipped == (2, 3)
+    assert load_mask(saved, second).mask.skipped == (2, 3)
     with pytest.raises(ViasdError):
-        MaskArtifact.load(saved, model=tiny_model("llama", seed=4, vocab_size=64))
+        load_mask(saved, tiny_model("llama", seed=4, vocab_size=64))
 
 
 def test_a_truncated_gguf_is_refused_by_name(cache, tiny_gguf, tmp_path):

@@ -21,8 +21,8 @@ NEW_TOKENS = 16
 
 @pytest.fixture(scope="module")
 def shipped_pair():
-    from viasd_adapt.pair import MaskInfo, load_pair
-    from viasd_adapt.routing.mask import RoutingMask
+    from viasd_adapt.models.pair import MaskInfo, load_pair
+    from viasd_adapt.config.mask import RoutingMask
 
     paths = registry.read_pair(SHIPPED, name="smollm2", source="shipped")
     if paths is None or not isinstance(paths.draft, type(SHIPPED)) or not (paths.draft / "config.json").is_file():
@@ -35,11 +35,11 @@ def shipped_pair():
 
 @pytest.fixture(scope="module")
 def prompts_and_reference(shipped_pair):
-    from viasd_adapt import frameworks
+    from viasd_adapt.frameworks import registry as frameworks
     from viasd_adapt.bench.prompt_sets import question_prompts
-    from viasd_adapt.pair import RunRequest
-    from viasd_adapt.settings import TierSettings
-    from viasd_adapt.spec_bench import select
+    from viasd_adapt.frameworks.requests import RunRequest
+    from viasd_adapt.core.settings import TierSettings
+    from viasd_adapt.prompts.spec_bench import select
 
     prompts = question_prompts(shipped_pair, select("spec-bench:qa", per_category=1), "auto", NEW_TOKENS)
     return [(p, frameworks.run("ar", shipped_pair, RunRequest("none", p.ids, NEW_TOKENS, TierSettings(mode="none"))).tokens)
@@ -53,9 +53,9 @@ def test_the_shipped_pair_declares_the_distilled_drafter_and_head():
 
 @pytest.mark.parametrize("framework", ["hf", "pearl", "eagle"])
 def test_lossless_greedy_is_token_identical_to_ar(shipped_pair, prompts_and_reference, framework):
-    from viasd_adapt import frameworks
-    from viasd_adapt.pair import RunRequest
-    from viasd_adapt.settings import TierSettings
+    from viasd_adapt.frameworks import registry as frameworks
+    from viasd_adapt.frameworks.requests import RunRequest
+    from viasd_adapt.core.settings import TierSettings
 
     cases = [(prompt, reference, mode) for prompt, reference in prompts_and_reference for mode in ("none", "lossless")]
     if framework == "eagle":  # EAGLE's tree costs tens of target tokens per cycle on a CPU: lossless only

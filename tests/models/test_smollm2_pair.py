@@ -43,16 +43,17 @@ def test_the_pair_resolves_to_the_packaged_gguf_and_prompt_lookup():
 @needs_smollm2
 @pytest.mark.parametrize("framework", ["hf", "engine"])
 def test_lossless_prompt_lookup_on_smollm2_is_token_identical_to_ar(framework):
-    from viasd_adapt import frameworks
+    from viasd_adapt.frameworks import registry as frameworks
     from viasd_adapt.bench.prompt_sets import question_prompts
-    from viasd_adapt.pair import RunRequest, load_pair
-    from viasd_adapt.routing.mask import RoutingMask
-    from viasd_adapt.settings import TierSettings
-    from viasd_adapt.spec_bench import select
+    from viasd_adapt.frameworks.requests import RunRequest
+    from viasd_adapt.models.pair import load_pair
+    from viasd_adapt.config.mask import RoutingMask
+    from viasd_adapt.core.settings import TierSettings
+    from viasd_adapt.prompts.spec_bench import select
 
     pair = load_pair(registry.resolve_pair("smollm2").target, "prompt-lookup", need_mask=False, device="cpu")
     pair.mask = None
-    from viasd_adapt.pair import MaskInfo
+    from viasd_adapt.models.pair import MaskInfo
 
     pair.mask = MaskInfo(RoutingMask.from_skipped(30, [15]), "test mask (skip layer 15)", False)
     prompts = question_prompts(pair, select("spec-bench:summarization,math_reasoning", per_category=1), "auto", 16)

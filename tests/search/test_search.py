@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.routing.mask import skip_count
+from viasd_adapt.config.mask import skip_count
 from viasd_adapt.search.candidates import (
     all_masks,
     one_swaps,

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.routing.mask import RoutingMask
-from viasd_adapt.search.calibration import WindowCache, build_calibration, window_cache_path
+from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.search.decoder_windows import WindowCache, build_calibration, window_cache_path
 from viasd_adapt.search.candidates import BudgetSpace, FixedCountSpace, bits_from_skipped
 from viasd_adapt.search.dimr import SearchSettings, dimr_search
 from viasd_adapt.search.guided import PROBE, GuidedSettings, default_steps, guided_search, structured_starts
 from viasd_adapt.search.objective import MaskObjective, escalation_rate
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 

@@ -7,15 +7,16 @@ import json
 import pytest
 import torch
 
-from viasd_adapt.cost import block_cost
+from viasd_adapt.core.cost import block_cost
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
-from viasd_adapt.search.calibration import build_calibration, build_windows, check_compatible, load_prompt_file
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.search.decoder_windows import build_calibration, build_windows, check_compatible, load_prompt_file
 from viasd_adapt.search.dimr import SearchSettings
 from viasd_adapt.search.objective import AgreementProbe, MaskObjective
 from viasd_adapt.search.pipeline import search_mask
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.routing.mask import load_mask
 
 torch.set_num_threads(1)
 
@@ -124,12 +125,12 @@ def test_pipeline_artifact_roundtrip_and_refuses_other_model(pair, tmp_path):
     assert len(report["random_compare"]["costs"]) == 4 and len(report["random_compare"]["heldout_agreement"]) == 4
     assert 0.0 <= report["heldout_agreement"] <= 1.0 and report["tau"] == 12
     path = artifact.save(tmp_path / "mask.json")
-    loaded = MaskArtifact.load(path, model=target)
+    loaded = load_mask(path, target)
     assert loaded.mask == artifact.mask and loaded.search["bo_every"] == 3
     assert json.loads(path.read_text())["fingerprint"]["num_layers"] == 6
     other = tiny_model(target.config.model_type, seed=9, num_layers=6)
     with pytest.raises(ModelMismatchError):
-        MaskArtifact.load(path, model=other)
+        load_mask(path, other)
     # same seed, same search
     again = search_mask(target, draft, prompts(3, 3), (), ratio=0.5, settings=settings, new_tokens=4)
     assert [e.bits for e in again.result.history] == [e.bits for e in history]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.search.records import EarlyExitRecord, SearchReport
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,15 +13,15 @@ import torch
 from tests.search.test_search_objective import prompts
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.search.calibrate import CalibrationInput, calibrate
-from viasd_adapt.search.calibration import WindowCache, build_windows
+from viasd_adapt.search.decoder_windows import WindowCache, build_windows
 from viasd_adapt.search.candidates import FixedCountSpace
 from viasd_adapt.search.dimr import SearchSettings, random_masks
 from viasd_adapt.search.objective import AgreementProbe, MaskObjective
 from viasd_adapt.search.report import ReportInput, describe, report_search
 from viasd_adapt.search.run import RANDOM_SEED_OFFSET, SearchPlan, run_search
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 
@@ -172,7 +172,7 @@ def test_report_stage_writes_nothing_without_a_path(calibrated, trace, tmp_path)
 @pytest.mark.parametrize("continuation", ["target-model", "reference"])
 def test_the_stages_run_an_encoder_decoder_target_on_its_sources(continuation):
     from tests.support.seq2seq import seq2seq_pair, source_for
-    from viasd_adapt.seq2seq_calibration import build_seq2seq_calibration, build_seq2seq_windows
+    from viasd_adapt.search.seq2seq_windows import build_seq2seq_calibration, build_seq2seq_windows
 
     target, drafter, _ = seq2seq_pair("bart")
     sources = [source_for("bart", i, length=3 + i)["input_ids"][0].tolist() for i in range(5)]

@@ -8,7 +8,8 @@ import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput, GenerateEncoderDecoderOutput
 
 from tests.support.seq2seq import seq2seq_pair
-from viasd_adapt import frameworks
+from viasd_adapt.frameworks import baselines
+from viasd_adapt.frameworks import registry as frameworks
 from viasd_adapt.checks import check_drafter_reads_source
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.model_kind import (
@@ -56,12 +57,13 @@ def test_each_kind_picks_its_runner_of_a_framework():
     engine = frameworks.get("engine")
     # the former encoder_decoder flag still selects the same runner as the kind
     assert engine.load(True) is engine.load(ENCODER_DECODER) is not engine.load(False)
-    assert engine.load() is frameworks.run_engine
+    assert engine.load() is baselines.run_engine
 
 
 def test_a_framework_without_a_seq2seq_runner_refuses_an_encoder_decoder_target(bart):
-    from viasd_adapt.pair import LoadedPair, RunRequest
-    from viasd_adapt.settings import TierSettings
+    from viasd_adapt.models.pair import LoadedPair
+    from viasd_adapt.frameworks.requests import RunRequest
+    from viasd_adapt.core.settings import TierSettings
 
     pair = LoadedPair(target=bart, draft=bart, tokenizer=None, mask=None, device=torch.device("cpu"))
     assert "runs decoder-only targets only" in frameworks.get("pearl").unavailable(pair)

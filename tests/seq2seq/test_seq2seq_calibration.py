@@ -9,15 +9,15 @@ import pytest
 import torch
 
 from tests.support.seq2seq import seq2seq_pair, source_for
-from viasd_adapt.cost import routed_path_cost
+from viasd_adapt.core.cost import routed_path_cost
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.models.tiny_seq2seq import synthetic_features
 from viasd_adapt.routing.encdec import EncoderContext
 from viasd_adapt.routing.layers import find_decoder_stack
-from viasd_adapt.routing.mask import RoutingMask
+from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.routing.slim import SlimVerifier
-from viasd_adapt.seq2seq_calibration import (
+from viasd_adapt.search.seq2seq_windows import (
     build_seq2seq_calibration,
     build_seq2seq_windows,
     encode_pairs,
@@ -140,7 +140,7 @@ def test_calibration_refuses_bad_inputs():
 
 def test_rouge_l_from_rouge_score():
     pytest.importorskip("rouge_score")
-    from viasd_adapt.text_scores import rouge_l_f1
+    from viasd_adapt.bench.text_scores import rouge_l_f1
 
     # LCS("a b c d", "a c d") = 3: precision 1, recall 3/4, F1 6/7
     assert rouge_l_f1(["a b c d", "x"], ["a c d", "x"]) == pytest.approx((6 / 7 + 1.0) / 2)

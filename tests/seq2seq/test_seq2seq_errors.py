@@ -17,9 +17,11 @@ from viasd_adapt.adapters import hf
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.routing.encdec import EncoderContext
-from viasd_adapt.routing.mask import RoutingMask
-from viasd_adapt.seq2seq import Seq2SeqRunner, load_input_features, seq2seq_generate
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.routing.seq2seq import Seq2SeqRunner
+from viasd_adapt.frameworks.seq2seq import load_input_features
+from viasd_adapt.engine.seq2seq import seq2seq_generate
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 

@@ -11,7 +11,7 @@ import torch
 
 from tests.support.seq2seq import VOCAB, seq2seq_pair, source_for, unit_gain_init
 from viasd_adapt.adapters import hf
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 

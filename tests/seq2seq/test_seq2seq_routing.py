@@ -15,11 +15,11 @@ from viasd_adapt.errors import ConfigError, UnsupportedModelError
 from viasd_adapt.models.tiny_seq2seq import SEQ2SEQ_FAMILIES, tiny_seq2seq_model
 from viasd_adapt.routing.encdec import EncoderContext, decoder_cache_config
 from viasd_adapt.routing.layers import T5_LAYOUT, find_decoder_stack
-from viasd_adapt.routing.mask import RoutingMask
+from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.routing.shared import make_target_runners
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.routing.view import T5PassThroughBlock, build_layer_view
-from viasd_adapt.seq2seq import Seq2SeqTargetRunners
+from viasd_adapt.routing.seq2seq import Seq2SeqTargetRunners
 
 torch.set_num_threads(1)
 

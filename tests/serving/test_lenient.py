@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from viasd_adapt.rules import top_relative_accept
+from viasd_adapt.core.rules import top_relative_accept
 from viasd_adapt.serving.lenient import AuditCounts, accepted_drafts, apply_lenience, lenient_mask
 
 

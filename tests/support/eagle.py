@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from viasd_adapt.models import corpus
-from viasd_adapt.routing.mask import RoutingMask
+from viasd_adapt.config.mask import RoutingMask
 
 NUM_LAYERS = 6
 MASK = RoutingMask.from_skipped(NUM_LAYERS, [2, 4])  # s1 = 2: the prefix (layers 0-1) can be shared

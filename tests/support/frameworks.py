@@ -22,13 +22,13 @@ import torch
 from torch import nn
 
 from tests.support.pairs import TinyPair, greedy_reference
-from viasd_adapt.hooks import hookimpl, make_plugin_manager
-from viasd_adapt.metrics import TierMetrics
+from viasd_adapt.core.hooks import hookimpl, make_plugin_manager
+from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.routing.layers import find_decoder_stack
-from viasd_adapt.routing.mask import RoutingMask
+from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.routing.slim import SlimVerifier
-from viasd_adapt.sampling import SamplingConfig, probs_from_logits
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.sampling import SamplingConfig, probs_from_logits
+from viasd_adapt.core.settings import TierSettings
 
 GREEDY = SamplingConfig()
 DEFAULT = object()  # "the driver's own mask / drafter"
@@ -202,7 +202,9 @@ class EngineDriver(Driver):
 
     def generate(self, prompt, n, settings, *, sampling=GREEDY, seed=0, mask=DEFAULT, plugins=(), eos=None,
                  drafter=DEFAULT, variant=None) -> Generation:
-        from viasd_adapt.engine import ModelDrafter, TieredVerifier, speculative_generate
+        from viasd_adapt.engine.drafters import ModelDrafter
+        from viasd_adapt.engine.verifier import TieredVerifier
+        from viasd_adapt.engine.loop import speculative_generate
 
         mask = self.mask if mask is DEFAULT else mask
         drafter = self.pair.drafter if drafter is DEFAULT else drafter
@@ -328,7 +330,7 @@ class HFDriver(Driver):
     @torch.no_grad()
     def _cached_forward(self, prompt):
         """Logits of a prefill then one cached step: exercises the target's own KV-cache path."""
-        from viasd_adapt.runner import cache_kwarg_name
+        from viasd_adapt.routing.runner import cache_kwarg_name
 
         if self.encoder_decoder:
             source = {k: v for k, v in prompt.items() if k != "decoder_input_ids"}

@@ -6,13 +6,13 @@ import pytest
 
 
 def count_loads(monkeypatch: pytest.MonkeyPatch, artifact_class: type) -> list[str]:
-    """The paths ``artifact_class.load(path, model=None)`` is called with, in order, from now on."""
+    """The paths ``artifact_class.load(path)`` is called with, in order, from now on."""
     reads: list[str] = []
     original = artifact_class.load.__func__
 
-    def counting(cls, path, model=None):
+    def counting(cls, path, *args, **kwargs):
         reads.append(str(path))
-        return original(cls, path, model)
+        return original(cls, path, *args, **kwargs)
 
     monkeypatch.setattr(artifact_class, "load", classmethod(counting))
     return reads

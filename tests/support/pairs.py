@@ -29,7 +29,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from viasd_adapt.models.tiny import tiny_config, tiny_model
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.routing.mask import model_fingerprint
 
 
 class TinyPair(NamedTuple):

@@ -4,9 +4,9 @@ is a char pair with it."""
 
 from __future__ import annotations
 
-from viasd_adapt.routing.mask import MaskArtifact
-from viasd_adapt.settings import TierSettings
-from viasd_adapt.tuned import TunedSettings
+from viasd_adapt.config.mask import MaskArtifact
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.config.tuned import TunedSettings
 
 LENIENT = TierSettings(mode="lenient", lenience=0.4)
 BEST_LENIENT = TierSettings(mode="lenient", lenience=0.2)

@@ -1,4 +1,4 @@
-"""Typed, versioned artifacts (viasd_adapt.schema): mask.json, tuned.json and the bench report
+"""Typed, versioned artifacts (viasd_adapt.config.schema): mask.json, tuned.json and the bench report
 round-trip, refuse a corrupted field by its name and the file's, refuse an unknown future version,
 and every file shipped under viasd_adapt/assets and benchmarks/results still loads."""
 
@@ -13,9 +13,9 @@ from tests.support import REPO_ROOT
 from tests.support.tuned import LENIENT
 from viasd_adapt.bench.report import BenchReport, load_bench_report
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.routing.mask import MaskArtifact, MaskFile, RoutingMask
-from viasd_adapt.settings import TierSettings
-from viasd_adapt.tuned import MEASURED_ON_DEFAULT, TunedSettings
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.config.tuned import MEASURED_ON_DEFAULT, TunedSettings
 from viasd_adapt.tuning.tune import load_result
 
 SHIPPED = sorted([*(REPO_ROOT / "viasd_adapt" / "assets").rglob("*.json"), *(REPO_ROOT / "benchmarks" / "results").rglob("*.json")])
@@ -61,7 +61,7 @@ def test_mask_artifact_round_trip():
     artifact = MaskArtifact(RoutingMask.from_skipped(8, [1, 3, 5]), 3 / 8, score=1.5, delta=-2.0,
                             search={"alpha1": 0.5}, fingerprint={"arch": "x"}, report={"s": 1})
     data = artifact.to_json()
-    assert data["format"] == MaskFile.FORMAT and data["version"] == MaskFile.VERSION
+    assert data["format"] == MaskArtifact.FORMAT and data["version"] == MaskArtifact.VERSION
     assert MaskArtifact.from_json(data) == artifact and MaskArtifact.from_json(data).to_json() == data
 
 

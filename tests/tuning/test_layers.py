@@ -1,7 +1,7 @@
 """``viasd_adapt.tuning`` builds on ``viasd_adapt.bench`` (it prices and scores its candidates with the
 bench's costs and fidelity), so ``viasd_adapt.bench`` must never import ``viasd_adapt.tuning``, not
 even inside a function: what both need (the tuned.json artifact, the resolver, the budget) lives
-below both, in ``viasd_adapt.tuned``, ``viasd_adapt.resolve`` and ``viasd_adapt.advice``."""
+below both, in ``viasd_adapt.config`` (the tuned.json artifact, the resolver, the budget)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from tests.support import REPO_ROOT
 
-LOWER = ("viasd_adapt/tuned.py", "viasd_adapt/resolve.py", "viasd_adapt/schema.py", "viasd_adapt/advice.py")
+LOWER = ("viasd_adapt/config/tuned.py", "viasd_adapt/config/resolve.py", "viasd_adapt/config/schema.py", "viasd_adapt/config/budget.py")
 
 
 def imported_modules(path) -> set[str]:

@@ -1,4 +1,4 @@
-"""The one resolver (viasd_adapt.resolve.resolve_settings): its layers, the source of every value,
+"""The one resolver (viasd_adapt.config.resolve.resolve_settings): its layers, the source of every value,
 one read of tuned.json, and the one budget rule shared by tune and the bench's verdict."""
 
 from __future__ import annotations
@@ -8,15 +8,17 @@ import warnings
 import pytest
 
 from tests.support.tuned import BEST_LENIENT, BEST_VIASD, LENIENT, write_tuned
-from viasd_adapt.advice import Budget, verdict
+from viasd_adapt.config.budget import Budget
+from viasd_adapt.bench.verdict import verdict
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.resolve import DEFAULT, resolve_settings
+from viasd_adapt.config.resolve import DEFAULT, resolve_settings
 from tests.support.loads import count_loads
-from viasd_adapt.routing.mask import MaskArtifact
-from viasd_adapt.settings import CONSERVATIVE, TierSettings
-from viasd_adapt.tuned import TunedForAnotherMaskWarning, TunedSettings
+from viasd_adapt.config.mask import MaskArtifact
+from viasd_adapt.core.settings import CONSERVATIVE, TierSettings
+from viasd_adapt.config.tuned import TunedForAnotherMaskWarning, TunedSettings
 from viasd_adapt.tuning.tune import Point
+from viasd_adapt.engine.tier import check_spec_model
 
 
 @pytest.fixture()
@@ -72,8 +74,9 @@ def test_a_choice_measured_with_another_mask_is_not_applied_and_says_so(tuned_pa
 
 def test_a_tuned_file_of_another_model_is_refused_when_a_model_is_given(tuned_pair):
     other = tiny_model("llama", 7, num_layers=2, vocab_size=112)
+    spec = resolve_settings(tuned_pair / "mask.json")
     with pytest.raises(ModelMismatchError, match="tuned.json"):
-        resolve_settings(tuned_pair / "mask.json", model=other)
+        check_spec_model(spec, other)
 
 
 def test_framework_ar_forces_mode_none_and_refuses_a_tier(tuned_pair):

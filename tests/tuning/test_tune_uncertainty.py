@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from viasd_adapt.advice import Budget
+from viasd_adapt.config.budget import Budget
 from viasd_adapt.bench.costs import ForwardCosts
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.tuning.tune import Point, choice_uncertainty, describe, judged
 
 TOKENS = 20

@@ -1,7 +1,7 @@
 """``viasd bench``: every framework with and without the tier, and the simple baselines, in one process.
 
 Modules, one job each (frameworks and model loading live in :mod:`viasd_adapt.frameworks` and
-:mod:`viasd_adapt.pair`, shared with ``viasd generate`` and ``viasd tune``):
+:mod:`viasd_adapt.models.pair`, shared with ``viasd generate`` and ``viasd tune``):
 
 * :mod:`~viasd_adapt.bench.run`: the rows, the interleaved and repeated schedule, the medians;
 * :mod:`~viasd_adapt.bench.costs`: per-forward costs, full-equivalent passes, the analytic bound;

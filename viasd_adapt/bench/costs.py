@@ -9,7 +9,7 @@ of one full target pass over a block of ``gamma + 1`` tokens::
     feq = (d * c_draft + s * c_slim + (f - r) * c_full_block + r * c_resume + a * c_full) / c_full_block
 
 per generated token, with ``d``, ``s``, ``f``, ``r`` the drafter, slim, full and resumed-full passes
-of the row's :class:`~viasd_adapt.metrics.TierMetrics`, and ``a`` one-token target passes
+of the row's :class:`~viasd_adapt.core.metrics.TierMetrics`, and ``a`` one-token target passes
 (autoregressive decoding). Costs are measured in the same run as the rows, so rows compare across
 machines.
 
@@ -30,7 +30,7 @@ from torch import nn
 
 from viasd_adapt.routing.shared import SharedPrefixRunners
 from viasd_adapt.routing.slim import SlimVerifier
-from viasd_adapt.runner import CachedRunner
+from viasd_adapt.routing.runner import CachedRunner
 
 
 @dataclass(frozen=True)

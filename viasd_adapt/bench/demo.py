@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from viasd_adapt.chat import encode_prompt, uses_chat
-from viasd_adapt.pair import FALLBACK_MASK_LABEL, LoadedPair, RunRequest, load_pair
-from viasd_adapt.settings import TierSettings
-from viasd_adapt.tiers import Tier
+from viasd_adapt.prompts.chat import encode_prompt, uses_chat
+from viasd_adapt.models.pair import FALLBACK_MASK_LABEL, LoadedPair, load_pair
+from viasd_adapt.frameworks.requests import RunRequest
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.core.tiers import Tier
 
 BUDGET_ENV_VAR = "VIASD_DEMO_BUDGET"
 DEMO_MODES = ("none", "lenient", "lossless", "lossy", "audit")
@@ -74,8 +75,9 @@ def show_completions(pair: LoadedPair, settings: TierSettings, prompt: str, n_to
                      chat: str = "auto") -> dict:
     """Generates ``n_tokens`` after ``prompt`` in every mode through the HF adapter (the product
     path: ``target.generate(assistant_model=...)`` patched by the adapter) and prints each completion
-    with its tiers (:mod:`viasd_adapt.display`)."""
-    from viasd_adapt import display, frameworks
+    with its tiers (:mod:`viasd_adapt.bench.display`)."""
+    from viasd_adapt.bench import display
+    from viasd_adapt.frameworks import registry as frameworks
 
     chat_model = uses_chat(pair.tokenizer, chat)
     ids = encode_prompt(pair.tokenizer, prompt, chat)
@@ -105,7 +107,7 @@ def click_style(text: str, colour: bool, **kwargs) -> str:
 
 def default_frameworks(has_eagle_head: bool) -> str:
     """hf and pearl, plus eagle when the pair ships an EAGLE head and eagle-llm is installed."""
-    from viasd_adapt import frameworks
+    from viasd_adapt.frameworks import registry as frameworks
 
     eagle = has_eagle_head and frameworks.get("eagle").unavailable() is None
     return "hf,pearl,eagle" if eagle else "hf,pearl"
@@ -135,7 +137,7 @@ def run_demo(
         echo(click_style(f"no mask.json shipped with this pair: using the {FALLBACK_MASK_LABEL}", colour, fg="red"))
     if frameworks is None:
         frameworks = default_frameworks(paths.eagle_head is not None)
-    from viasd_adapt.resolve import resolve_settings
+    from viasd_adapt.config.resolve import resolve_settings
 
     spec = resolve_settings(pair_mask=paths.mask)  # reads the pair's tuned.json once, for the completions and the bench
     mask_path, settings = spec.mask_path, spec.settings
@@ -163,8 +165,8 @@ def run_demo(
 def preview_line(verdict: list[str], prompts: int) -> str:
     """What the demo's small bench can and cannot say: on a few prompts the verdict above is a
     preview, undetermined wherever its bootstrap over prompts does not separate the rows
-    (:mod:`viasd_adapt.uncertainty`); ``viasd bench`` on Spec-Bench gives one that holds."""
-    from viasd_adapt.uncertainty import prompts_words
+    (:mod:`viasd_adapt.bench.uncertainty`); ``viasd bench`` on Spec-Bench gives one that holds."""
+    from viasd_adapt.bench.uncertainty import prompts_words
 
     undetermined = [line.split(":", 1)[0] for line in verdict if "undetermined at" in line.lower()]
     state = f"undetermined for {', '.join(undetermined)}" if undetermined else "determined for every framework"

@@ -1,6 +1,6 @@
 """What a run held in memory, and the passes of runs that keep no metrics of their own.
 
-Tiered rows report their passes through :class:`~viasd_adapt.metrics.TierMetrics`; only the rows
+Tiered rows report their passes through :class:`~viasd_adapt.core.metrics.TierMetrics`; only the rows
 without viasd-adapt (``ar``, ``plain``) need counting from the outside, with forward hooks on the
 target and the drafter. The same hooks see every KV cache a run uses: the weight-sharing views of
 the target (slim verifier, resumed passes) are built during the run and copy the target's hook

@@ -31,7 +31,7 @@ from pathlib import Path
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.registry import shipped_dir
-from viasd_adapt.routing.mask import RoutingMask
+from viasd_adapt.config.mask import RoutingMask
 
 COST_FORMAT = "viasd-adapt/forward-costs"
 

@@ -1,7 +1,7 @@
 """What a bench (or tune) run feeds the models: prompt ids, each with the Spec-Bench task it belongs to.
 
 Text prompts (held-out stdlib snippets, a prompts file) go through the chat template per ``--chat``
-(:mod:`viasd_adapt.chat`). Spec-Bench questions (:mod:`viasd_adapt.spec_bench`) become one prompt
+(:mod:`viasd_adapt.prompts.chat`). Spec-Bench questions (:mod:`viasd_adapt.prompts.spec_bench`) become one prompt
 per user turn. MT-bench's second turn follows the model's own first answer, as Spec-Bench runs it;
 here that answer is the *target's* greedy one (its AR output, up to EOS or the token cap), so every
 row sees the same second-turn prompt and rows stay comparable position by position. For a lossless
@@ -13,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from viasd_adapt import frameworks
-from viasd_adapt.chat import encode_messages, encode_prompt, user_turns
+from viasd_adapt.frameworks import registry as frameworks
+from viasd_adapt.prompts.chat import encode_messages, encode_prompt, user_turns
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.pair import LoadedPair, RunRequest
-from viasd_adapt.settings import TierSettings
-from viasd_adapt.spec_bench import PREFIX, TASKS, Question, select
+from viasd_adapt.models.pair import LoadedPair
+from viasd_adapt.frameworks.requests import RunRequest
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.prompts.spec_bench import PREFIX, TASKS, Question, select
 
 UNGROUPED = ""
 

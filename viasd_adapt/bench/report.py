@@ -12,7 +12,7 @@ from pydantic import Field
 
 from viasd_adapt.bench.run import ROW_FIELDS, BenchResult
 from viasd_adapt.io import save_figure, write_json
-from viasd_adapt.schema import Artifact, SparseRecord, load_artifact
+from viasd_adapt.config.schema import Artifact, SparseRecord, load_artifact
 
 BENCH_FORMAT = "viasd-adapt/bench"
 BENCH_VERSION = 2
@@ -20,7 +20,7 @@ BENCH_VERSION = 2
 
 class PromptSumsRecord(SparseRecord):
     """A row's sums per prompt, repeats pooled (:func:`viasd_adapt.bench.run.prompt_sums`): what the
-    verdict's bootstrap over prompts resamples (:mod:`viasd_adapt.uncertainty`). Absent from reports
+    verdict's bootstrap over prompts resamples (:mod:`viasd_adapt.bench.uncertainty`). Absent from reports
     written before it existed; their verdict states no uncertainty."""
 
     tokens: list[float]

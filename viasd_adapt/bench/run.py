@@ -11,7 +11,7 @@ total seconds, summed counters); each reported field is the median over repeats.
 medians over repeats of the ratio of two rows' pooled tokens/s in the same repeat, so load from
 other processes (bursty on a shared machine) hits the rows alike. Each row also keeps its sums per
 prompt, repeats pooled (``per_prompt``: tokens, priced and raw passes, log-likelihood, regret,
-overrules), which the verdict resamples to state its uncertainty (:mod:`viasd_adapt.uncertainty`).
+overrules), which the verdict resamples to state its uncertainty (:mod:`viasd_adapt.bench.uncertainty`).
 
 Every row generates exactly ``max_new_tokens`` (EOS does not stop a benchmark run), so all rows do
 the same work and agreement is compared position by position; ``BenchConfig.stop_at_eos`` stops
@@ -32,18 +32,19 @@ from typing import Callable, Sequence
 
 import torch
 
-from viasd_adapt import frameworks
+from viasd_adapt.frameworks import registry as frameworks
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent, measure_forward_costs
 from viasd_adapt.bench.fidelity import next_line_match, positional_agreement, score_output
 from viasd_adapt.bench.measure import RunMeter, memory_source
 from viasd_adapt.bench.prompt_sets import UNGROUPED, BenchPrompt, text_prompts
 from viasd_adapt.checks import check_max_new_tokens
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.pair import LoadedPair, RunRequest
+from viasd_adapt.core.metrics import TierMetrics
+from viasd_adapt.models.pair import LoadedPair
+from viasd_adapt.frameworks.requests import RunRequest
 from viasd_adapt.routing.slim import SlimVerifier
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import Mode, TierSettings
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import Mode, TierSettings
 
 AR = "ar"
 TIER_MODES = frameworks.TIER_MODES

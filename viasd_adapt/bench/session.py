@@ -13,21 +13,24 @@ from typing import Any, Callable
 
 import torch
 
-from viasd_adapt.advice import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, Budget, delta_message, verdict
+from viasd_adapt.config.budget import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, Budget
+from viasd_adapt.config.advice import delta_message
+from viasd_adapt.bench.verdict import verdict
 from viasd_adapt.bench.projection import PROJECTION_COLUMNS, load_cost_model, project_rows
 from viasd_adapt.bench.prompt_sets import spec_bench_prompts
 from viasd_adapt.bench.report import (FIDELITY_COLUMNS, SPEED_COLUMNS, format_costs, format_group_tables, format_table, plot_rows,
                                       result_json, save_json)
 from viasd_adapt.bench.run import DEFAULT_MODES, BenchConfig, run_bench
 from viasd_adapt.io import relative_name
-from viasd_adapt.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP
-from viasd_adapt.prompts import read_prompts_file
-from viasd_adapt.pair import LoadedPair, load_pair
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.resolve import UNREAD, resolve_settings
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP
+from viasd_adapt.prompts.files import read_prompts_file
+from viasd_adapt.models.pair import LoadedPair, load_pair
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.config.resolve import UNREAD, resolve_settings
+from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.spec_bench import is_spec_bench
+from viasd_adapt.prompts.spec_bench import is_spec_bench
+from viasd_adapt.engine.tier import check_spec_model
 
 DEFAULT_PER_CATEGORY = 2  # Spec-Bench questions per task when --per-category is not given
 
@@ -123,7 +126,7 @@ def run_bench_session(
     questions per task (default 2), every row stopping at EOS as Spec-Bench does, and a table per
     task after the overall ones.
 
-    The settings come from :func:`viasd_adapt.resolve.resolve_settings` (defaults, the tuned.json
+    The settings come from :func:`viasd_adapt.config.resolve.resolve_settings` (defaults, the tuned.json
     beside the mask, the tuner's best points for the lenient and tiered rows, ``preset``, the
     options); with ``pair_mask`` and no ``mask_path`` it also picks the mask, as ``--pair`` does.
     ``tuned``: the tuned file beside the mask when the caller has already read it."""
@@ -155,7 +158,7 @@ def run_bench_session(
              f"chat {chat}): writing the target's first answers for MT-bench second turns")
         prompts = spec_bench_prompts(pair, str(prompts_file), per_category or DEFAULT_PER_CATEGORY, chat, max_new_tokens)
         task_prompts = 0  # the next-line task is stdlib code; Spec-Bench rows are scored by their fidelity columns
-    spec.check_model(pair.target)
+    check_spec_model(spec, pair.target)
     if tuned is not None:
         echo(f"tuned settings ({tuned.choice}) from beside the mask: {tuned.settings.to_dict()}")
     for note in spec.notes:

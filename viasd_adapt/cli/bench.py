@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option
-from viasd_adapt.spec_bench import is_spec_bench
+from viasd_adapt.prompts.spec_bench import is_spec_bench
 
 
 class PromptsSource(click.Path):
@@ -25,7 +25,7 @@ class PromptsSource(click.Path):
 
     def convert(self, value, param, ctx):
         if is_spec_bench(value):
-            from viasd_adapt.spec_bench import parse_categories
+            from viasd_adapt.prompts.spec_bench import parse_categories
 
             parse_categories(value)  # an unknown category fails before any model loads
             return value
@@ -98,6 +98,6 @@ def bench(target_path, draft_path, pair, eagle_head, **options) -> None:
     choice = choose_pair(pair, target_path, draft_path, eagle_head)
     if choice.paths is None and not (choice.target and choice.draft):
         raise ConfigError("give --target and --draft (model directories), or --pair NAME")
-    # The pair's mask is resolved with its tuned.json, read once (viasd_adapt.resolve.resolve_settings).
+    # The pair's mask is resolved with its tuned.json, read once (viasd_adapt.config.resolve.resolve_settings).
     run_bench_session(choice.target, choice.draft, eagle_head=choice.eagle_head, echo=click.echo, pair_mask=choice.mask,
                       **options)

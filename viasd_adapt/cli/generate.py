@@ -16,11 +16,12 @@ import click
 from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option,
                                  registered_pair)
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.settings import Mode
+from viasd_adapt.core.settings import Mode
+from viasd_adapt.engine.tier import check_spec_model
 
 if TYPE_CHECKING:
     from viasd_adapt.cli.options import PairChoice
-    from viasd_adapt.resolve import RunSpec
+    from viasd_adapt.config.resolve import RunSpec
 
 
 def _registered_pair(name: str | None):
@@ -31,8 +32,8 @@ def _registered_pair(name: str | None):
 def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: Path | None, eagle_head: Path | None,
                 pair: str | None = None, **flags) -> tuple[RunSpec, PairChoice]:
     """``(RunSpec, PairChoice)``: the paths from ``--pair`` (or the demo pair), and the settings and
-    mask from :func:`viasd_adapt.resolve.resolve_settings`, which reads the pair's tuned.json once."""
-    from viasd_adapt.resolve import resolve_settings
+    mask from :func:`viasd_adapt.config.resolve.resolve_settings`, which reads the pair's tuned.json once."""
+    from viasd_adapt.config.resolve import resolve_settings
 
     choice = choose_pair(pair, target, draft, eagle_head, demo_default=True,
                          lookup=lambda name: _registered_pair(name))
@@ -79,12 +80,13 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     """Generate a completion and show which tier committed each token."""
     import torch
 
-    from viasd_adapt import frameworks
+    from viasd_adapt.frameworks import registry as frameworks
     from viasd_adapt.checks import check_max_new_tokens
-    from viasd_adapt.display import legend, metrics_summary, render_tiers, token_pieces
+    from viasd_adapt.bench.display import legend, metrics_summary, render_tiers, token_pieces
     from viasd_adapt.io import write_json
-    from viasd_adapt.pair import RunRequest, load_pair
-    from viasd_adapt.sampling import SamplingConfig
+    from viasd_adapt.frameworks.requests import RunRequest
+    from viasd_adapt.models.pair import load_pair
+    from viasd_adapt.core.sampling import SamplingConfig
 
     check_max_new_tokens(max_new_tokens)
     if json_path is not None:
@@ -101,14 +103,14 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
             click.echo(line)
     pair = load_pair(target, draft if framework != "ar" else None, mask, need_mask=settings.mode.uses_slim,
                      device="cpu", eagle_head=eagle_head, ratio=settings.ratio, read_masks=spec.masks)
-    spec.check_model(pair.target)  # its settings were applied above: refused for another model, like bench
+    check_spec_model(spec, pair.target)  # its settings were applied above: refused for another model, like bench
     from viasd_adapt.model_kind import model_kind
 
     kind = model_kind(pair.target)
     encoder_decoder = kind.prompt_is_source
     features = None
     if input_features is not None:
-        from viasd_adapt.seq2seq import load_input_features
+        from viasd_adapt.frameworks.seq2seq import load_input_features
 
         if not encoder_decoder:
             raise ConfigError("--input-features is for encoder-decoder targets that read features (Whisper)")

@@ -1,7 +1,7 @@
 """Option types shared by the commands.
 
 Model paths (``--target``, ``--draft``): a model directory, a ``.gguf`` file, or (drafter only)
-``prompt-lookup``; ``--chat``: how prompt text becomes ids (:mod:`viasd_adapt.chat`).
+``prompt-lookup``; ``--chat``: how prompt text becomes ids (:mod:`viasd_adapt.prompts.chat`).
 
 Floats: click's ``float`` and ``FloatRange`` accept ``nan`` and ``inf``: every comparison with NaN is false,
 so ``FloatRange(min=0)`` lets ``nan`` through, and code that reads "not >= 0" as "no bound" turns a
@@ -20,7 +20,7 @@ from typing import Any, Callable
 import click
 from click.types import FloatParamType
 
-from viasd_adapt.chat import CHAT_CHOICES
+from viasd_adapt.prompts.chat import CHAT_CHOICES
 from viasd_adapt.models.registry import PROMPT_LOOKUP
 
 

@@ -34,14 +34,14 @@ def _load_model(path: Path, role: str, target=None):
     ``target`` assembles a drafter that shares its target's embedding (the smollm2 drafter)."""
     import torch
 
-    from viasd_adapt.pair import load_model
+    from viasd_adapt.models.loading import load_model
 
     return load_model(path, torch.device("cpu"), role, target=target)
 
 
 def _load_tokenizer(path: Path, role: str, required: bool):
     from viasd_adapt.errors import ViasdError
-    from viasd_adapt.pair import load_tokenizer
+    from viasd_adapt.models.loading import load_tokenizer
 
     try:
         return load_tokenizer(path)  # a model folder or a .gguf file (its tokenizer comes from the cache)
@@ -154,7 +154,7 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     if prompt_lookup:
         # a prompt-lookup drafter has no distribution to score; p is the target's first layer + head
         from viasd_adapt.routing.layers import find_decoder_stack
-        from viasd_adapt.routing.mask import RoutingMask
+        from viasd_adapt.config.mask import RoutingMask
         from viasd_adapt.routing.slim import SlimVerifier
 
         layers = find_decoder_stack(target).num_layers
@@ -167,7 +167,11 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     from tqdm import tqdm
 
     from viasd_adapt.routing.layers import find_decoder_stack
-    from viasd_adapt.search.calibration import WindowCache, check_compatible, window_cache_path as default_cache_path
+    from viasd_adapt.search.decoder_windows import (
+        WindowCache,
+        check_compatible,
+        window_cache_path as default_cache_path,
+    )
     from viasd_adapt.search.pipeline import search_pair
     from viasd_adapt.search.plot import plot_convergence
     from viasd_adapt.search.report import ReportInput, describe

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option
+from viasd_adapt.routing.mask import check_tuned_model
 
 
 def _floats(value: str, option: str = "") -> tuple[float, ...]:
@@ -96,9 +97,9 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     from viasd_adapt.bench.session import default_prompts, quiet_transformers
     from viasd_adapt.errors import ConfigError
     from viasd_adapt.io import ensure_writable, write_json
-    from viasd_adapt.pair import load_pair
-    from viasd_adapt.sampling import SamplingConfig
-    from viasd_adapt.tuning.artifact import TUNED_FILENAME
+    from viasd_adapt.models.pair import load_pair
+    from viasd_adapt.core.sampling import SamplingConfig
+    from viasd_adapt.config.tuned import TUNED_FILENAME
     from viasd_adapt.tuning.tune import Budget, TuneGrid, artifact_of, calibration_prompts, describe, plot_frontiers
     from viasd_adapt.tuning.tune import tune as run_tune
 
@@ -132,13 +133,13 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     if loaded.mask.is_fallback:
         click.echo(f"note: no mask.json for this pair; tuning with the {loaded.mask.source}")
     if reuse_path is not None:
-        from viasd_adapt.tuning.artifact import TunedSettings
+        from viasd_adapt.config.tuned import TunedSettings
         from viasd_adapt.tuning.tune import load_result
 
-        TunedSettings.from_json(reused["tuned"], str(reuse_path)).check_model(loaded.target, source=str(reuse_path))
+        check_tuned_model(TunedSettings.from_json(reused["tuned"], str(reuse_path)), loaded.target, source=str(reuse_path))
         result = load_result(reused, source=str(reuse_path)).rechosen(budget)
         if retime:
-            from viasd_adapt.routing.mask import RoutingMask
+            from viasd_adapt.config.mask import RoutingMask
             from viasd_adapt.tuning.tune import mask_costs
 
             masks = {name: RoutingMask.from_bits(info["bits"]) for name, info in result.masks.items()}
@@ -146,7 +147,7 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
             click.echo("  .. timing single forwards per mask again")
             result = result.repriced(mask_costs(loaded, masks, prompt, grid.gamma, 25))
     else:
-        from viasd_adapt.chat import has_chat_template, uses_chat
+        from viasd_adapt.prompts.chat import has_chat_template, uses_chat
 
         uses_chat(loaded.tokenizer, chat)  # --chat on without a template fails before any forward
         if calib == "spec-bench" or (calib == "auto" and has_chat_template(loaded.tokenizer)):

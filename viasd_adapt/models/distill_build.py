@@ -16,7 +16,6 @@ so a rerun resumes instead of generating them again.
 
 from __future__ import annotations
 
-import json
 import platform
 import shutil
 import time
@@ -27,6 +26,7 @@ import torch
 
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.models.drafter_distill import DistillPreset
+from viasd_adapt.config.pair_file import PairFile
 
 SMOLLM2 = DistillPreset(
     name="smollm2",
@@ -162,9 +162,9 @@ def build_distilled(
         entries = ENTRIES
         if declared:  # a pair the registry finds: the shipped declaration, drafting with the new drafter
             shipped = shipped_dir() / preset.name
-            declaration = json.loads((shipped / DECLARATION).read_text(encoding="utf-8"))
-            declaration["drafter"] = "draft"
-            write_json(staging / DECLARATION, declaration, "pair declaration")
+            declaration = PairFile.load(shipped / DECLARATION)
+            declaration.drafter = "draft"
+            declaration.save(staging / DECLARATION)
             # The built pair wins over the shipped one: it takes the shipped masks (made for the same
             # target, checked by fingerprint on load) unless the destination already has its own.
             copied = tuple(m.name for m in sorted(shipped.glob("mask*.json")) if not (pair_dir / m.name).exists())

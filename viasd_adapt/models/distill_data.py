@@ -59,10 +59,10 @@ def target_answers(
     progress: Callable[[str], None] | None = None,
 ) -> list[DistillExample]:
     """The target's greedy answers (cut after the first end-of-sequence token) to ``prompts``,
-    chat-templated when the tokenizer has a template (:func:`viasd_adapt.chat.encode_prompt`).
+    chat-templated when the tokenizer has a template (:func:`viasd_adapt.prompts.chat.encode_prompt`).
     Prompts longer than ``max_prompt_tokens`` keep their last tokens. Batches are formed from
     prompts of similar length, so little compute goes to padding."""
-    from viasd_adapt.chat import encode_prompt
+    from viasd_adapt.prompts.chat import encode_prompt
 
     if max_new_tokens < 1 or batch_size < 1 or top_k < 1:
         raise ConfigError(f"need max_new_tokens, batch_size and top_k >= 1; got {max_new_tokens}, {batch_size}, {top_k}")

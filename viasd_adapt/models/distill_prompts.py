@@ -81,7 +81,7 @@ def _normalise(text: str) -> str:
 @lru_cache(maxsize=1)
 def spec_bench_turns() -> frozenset[str]:
     """Every Spec-Bench user turn, normalised: the prompts a drafter must never be trained on."""
-    from viasd_adapt.spec_bench import load_questions
+    from viasd_adapt.prompts.spec_bench import load_questions
 
     return frozenset(_normalise(turn) for question in load_questions() for turn in question.turns)
 

@@ -1,7 +1,7 @@
 """Loading one model or tokenizer from a folder, a ``.gguf`` file or a hub id, with errors that
 name the problem (missing, no config.json, unknown architecture, damaged weights).
 
-Kept below :mod:`viasd_adapt.pair` (which loads whole pairs with these) so that the model builders
+Kept below :mod:`viasd_adapt.models.pair` (which loads whole pairs with these) so that the model builders
 in this package can load a target without importing the pair layer above them.
 """
 

@@ -15,18 +15,15 @@ When it is missing the pair is listed with the command that installs it.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from viasd_adapt.config.pair_file import PROMPT_LOOKUP, PairFile
 from viasd_adapt.errors import ViasdError
 
 CACHE_ENV_VAR = "VIASD_CACHE"
-#: The drafter name that means "no model: copy n-grams of the text" (:mod:`viasd_adapt.prompt_lookup`).
-#: Defined here, where nothing imports torch, so that option parsing and pair declarations share it.
-PROMPT_LOOKUP = "prompt-lookup"
 DEMO_PAIR = "demo"
 
 
@@ -69,12 +66,9 @@ def _declared_target(root: Path) -> tuple[Path | None, str | str, str | None] | 
     declaration = root / DECLARATION
     if not declaration.is_file():
         return None
-    try:
-        data = json.loads(declaration.read_text(encoding="utf-8"))
-        package, filename, install = data["target"]["package"], data["target"]["file"], data["target"]["install"]
-        drafter = data.get("drafter", PROMPT_LOOKUP)
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ViasdError(f"{declaration} is not a pair declaration ({err})") from None
+    data = PairFile.load(declaration)
+    package, filename, install = data.target.package, data.target.file, data.target.install
+    drafter = data.drafter
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
         return None, drafter, f"the {root.name} pair needs the package providing {package!r}: {install}"

@@ -1,13 +1,12 @@
-"""Intra-model routing: finding decoder layers, routing masks, and the slim verifier view."""
+"""Intra-model routing: finding decoder layers, the slim verifier view, the target's runners and
+the checks that tie a mask (:mod:`viasd_adapt.config.mask`) to the model it was searched on."""
 
 from viasd_adapt.routing.layers import DecoderStack, find_decoder_stack
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint
+from viasd_adapt.routing.mask import model_fingerprint
 from viasd_adapt.routing.slim import SlimCache, SlimVerifier
 
 __all__ = [
     "DecoderStack",
-    "MaskArtifact",
-    "RoutingMask",
     "SlimCache",
     "SlimVerifier",
     "find_decoder_stack",

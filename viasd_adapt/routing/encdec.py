@@ -43,7 +43,7 @@ from viasd_adapt.errors import ConfigError, UnsupportedModelError
 from viasd_adapt.model_kind import OWN_ENCODER, TARGET_ENCODER_OUTPUT, is_encoder_decoder, source_reader
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.routing.slim_cache import SlimCache
-from viasd_adapt.runner import layers_bytes
+from viasd_adapt.routing.runner import layers_bytes
 
 
 def decoder_cache_config(model: nn.Module):

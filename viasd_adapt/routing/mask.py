@@ -1,134 +1,24 @@
-"""Routing masks and their on-disk artifact.
+"""Masks against models: the fingerprint that ties a mask to the model it was searched on, and the
+checks that refuse a mask for another model.
 
-A mask ``z`` in {0,1}^L keeps layer l when ``z[l] == 1``; ``round(r * L)`` layers are skipped. A mask
-only makes sense for the model it was searched on, so the artifact carries a fingerprint of that
-model (architecture, sizes, and a sketch of a few weight tensors that holds in any dtype and on any
-device) and refuses to load onto another.
+The mask itself and its file are :mod:`viasd_adapt.config.mask` (torch-free); this module needs a
+live model.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import warnings
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Annotated, Any, ClassVar, Sequence, Union
+from typing import Any, Union
 
 import torch
-from pydantic import BeforeValidator, Field, PlainSerializer, ValidationInfo
 from torch import nn
 
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask, skip_count
+from viasd_adapt.core.settings import Mode
 from viasd_adapt.errors import ConfigError, ModelMismatchError
-from viasd_adapt.io import write_json
-from viasd_adapt.schema import Artifact, read_json
 from viasd_adapt.routing.layers import find_decoder_stack
-
-ARTIFACT_VERSION = 1
-
-
-def skip_count(num_layers: int, ratio: float) -> int:
-    """Number of layers a ratio skips: ``round(r * L)``, checked to skip at least one and keep at least one."""
-    if not isinstance(ratio, (int, float)) or not 0.0 < ratio < 1.0:
-        raise ConfigError(f"routing ratio must be in (0, 1), got {ratio!r}")
-    k = int(round(ratio * num_layers))
-    if k == 0:
-        raise ConfigError(
-            f"ratio {ratio} skips no layer of {num_layers} (round({ratio} * {num_layers}) = 0): the slim "
-            "verifier would be the full target; raise the ratio"
-        )
-    if k >= num_layers:
-        raise ConfigError(f"ratio {ratio} skips {k} of {num_layers} layers; at least one layer must remain")
-    return k
-
-
-@dataclass(frozen=True)
-class RoutingMask:
-    """Which decoder layers the slim verifier keeps (``keep[l] is True``) or bypasses."""
-
-    keep: tuple[bool, ...]
-
-    def __post_init__(self) -> None:
-        if not self.keep:
-            raise ConfigError("a routing mask needs at least one layer")
-        if not any(self.keep):
-            raise ConfigError("a routing mask must keep at least one layer")
-
-    # ------------------------------------------------------------------ constructors
-    @classmethod
-    def from_skipped(cls, num_layers: int, skipped: Sequence[int]) -> "RoutingMask":
-        bad = [i for i in skipped if not 0 <= int(i) < num_layers]
-        if bad:
-            raise ConfigError(f"skipped layer indices {bad} are out of range for {num_layers} layers")
-        if len(set(skipped)) >= num_layers:
-            raise ConfigError(f"cannot skip {len(set(skipped))} of {num_layers} layers")
-        skip = set(int(i) for i in skipped)
-        return cls(tuple(i not in skip for i in range(num_layers)))
-
-    @classmethod
-    def full(cls, num_layers: int) -> "RoutingMask":
-        return cls((True,) * num_layers)
-
-    @classmethod
-    def random(cls, num_layers: int, ratio: float, generator: torch.Generator | None = None) -> "RoutingMask":
-        """A uniformly random mask with exactly ``round(ratio * L)`` skipped layers."""
-        k = skip_count(num_layers, ratio)
-        order = torch.randperm(num_layers, generator=generator)[:k]
-        return cls.from_skipped(num_layers, sorted(order.tolist()))
-
-    @classmethod
-    def from_bits(cls, bits: Sequence[int] | torch.Tensor) -> "RoutingMask":
-        values = bits.tolist() if isinstance(bits, torch.Tensor) else list(bits)
-        if any(v not in (0, 1, True, False, 0.0, 1.0) for v in values):
-            raise ConfigError(f"mask bits must be 0/1, got {values}")
-        return cls(tuple(bool(v) for v in values))
-
-    # ------------------------------------------------------------------ views
-    @property
-    def num_layers(self) -> int:
-        return len(self.keep)
-
-    @property
-    def skipped(self) -> tuple[int, ...]:
-        return tuple(i for i, k in enumerate(self.keep) if not k)
-
-    @property
-    def retained(self) -> tuple[int, ...]:
-        return tuple(i for i, k in enumerate(self.keep) if k)
-
-    @property
-    def first_skipped(self) -> int:
-        """s1, the first skipped layer: below it the slim verifier computes exactly what the target
-        computes (same weights, same inputs), so that work can be shared with the target."""
-        return self.skipped[0] if self.skipped else self.num_layers
-
-    @property
-    def num_skipped(self) -> int:
-        return len(self.skipped)
-
-    @property
-    def ratio(self) -> float:
-        return self.num_skipped / self.num_layers
-
-    def bits(self) -> list[int]:
-        return [int(k) for k in self.keep]
-
-    def as_tensor(self) -> torch.Tensor:
-        return torch.tensor(self.bits(), dtype=torch.float64)
-
-    def validate_for(self, model: nn.Module) -> None:
-        """Checks the mask has one bit per decoder layer of ``model``."""
-        layers = find_decoder_stack(model).num_layers
-        if layers != self.num_layers:
-            raise ModelMismatchError(
-                f"routing mask has {self.num_layers} bits but {type(model).__name__} has {layers} decoder layers "
-                "(a mask for another model?)"
-            )
-
-    def __str__(self) -> str:
-        return "".join("1" if k else "0" for k in self.keep)
-
 
 # ---------------------------------------------------------------------------- fingerprint
 
@@ -360,143 +250,49 @@ def _model_dtype(model: nn.Module) -> str:
     return str(param.dtype).replace("torch.", "") if param is not None else "unknown dtype"
 
 
-# ---------------------------------------------------------------------------- artifact
+def random_mask(num_layers: int, ratio: float, generator: torch.Generator | None = None) -> RoutingMask:
+    """A uniformly random mask with exactly ``round(ratio * L)`` skipped layers (a baseline, and
+    what a quick experiment runs before a search)."""
+    k = skip_count(num_layers, ratio)
+    order = torch.randperm(num_layers, generator=generator)[:k]
+    return RoutingMask.from_skipped(num_layers, sorted(order.tolist()))
 
 
-def _parse_bits(bits: Any) -> RoutingMask:
-    """The ``mask`` field: a non-empty list of 0/1 integers (JSON true/false too), nothing else,
-    skipping at least one layer (else every "slim" pass would be a full pass)."""
-    if isinstance(bits, RoutingMask):
-        return bits
-    if not isinstance(bits, list) or not bits:
-        raise ValueError(f"'mask' must be a non-empty list of 0/1, got {bits!r}")
-    bad = [(i, v) for i, v in enumerate(bits) if not (isinstance(v, (bool, int)) and v in (0, 1))]
-    if bad:
-        shown = ", ".join(f"[{i}] = {v!r}" for i, v in bad[:4])
-        raise ValueError(f"'mask' entries must be 0 or 1 (integers), got {shown}")
-    mask = RoutingMask(tuple(bool(v) for v in bits))
-    if mask.num_skipped == 0:
-        raise ValueError(f"'mask' skips no layer of {mask.num_layers}: the slim verifier would be the full target")
-    return mask
+# ---------------------------------------------------------------------------- checks against a model
 
 
-def _check_skipped(listed: Any, info: ValidationInfo) -> Any:
-    """``skipped_layers``, when present: integers in range, without repeats, exactly the zeros of ``mask``."""
-    if listed is None:
-        return None
-    if not isinstance(listed, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in listed):
-        raise ValueError(f"'skipped_layers' must be a list of layer indices (integers), got {listed!r}")
-    mask = info.data.get("mask")
-    if mask is None:  # the bits are refused already
-        return listed
-    layers = mask.num_layers
-    out_of_range = [i for i in listed if not 0 <= i < layers]
-    if out_of_range:
-        raise ValueError(f"'skipped_layers' entries {out_of_range} are out of range for {layers} layers")
-    if len(set(listed)) != len(listed):
-        raise ValueError(f"'skipped_layers' {listed} lists a layer twice")
-    if sorted(listed) != list(mask.skipped):
-        raise ValueError(f"'skipped_layers' {sorted(listed)} disagree with 'mask', whose zeros are {list(mask.skipped)}")
-    return listed
+def check_mask_layers(mask: RoutingMask, model: nn.Module) -> None:
+    """The mask has one bit per decoder layer of ``model``."""
+    layers = find_decoder_stack(model).num_layers
+    if layers != mask.num_layers:
+        raise ModelMismatchError(
+            f"routing mask has {mask.num_layers} bits but {type(model).__name__} has {layers} decoder layers "
+            "(a mask for another model?)"
+        )
 
 
-def _check_ratio(ratio: Any, info: ValidationInfo) -> Any:
-    """``ratio``, when present: a number in (0, 1) that rounds to the skipped count,
-    ``|ratio - skipped/L| <= 1/(2L)``, i.e. ``round(ratio * L)`` could have produced the mask (the
-    search skips ``round(r * L)`` layers; 0.45 of 16 layers is 7.2, so 7 skipped is right, 15 is
-    not). Missing, it is taken from the bits."""
-    if ratio is None:
-        return None
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio):
-        raise ValueError(f"'ratio' must be a number, got {ratio!r}")
-    if not 0.0 < ratio < 1.0:
-        raise ValueError(f"'ratio' must be in (0, 1), got {ratio!r}")
-    mask = info.data.get("mask")
-    if mask is not None and abs(ratio - mask.ratio) > 1.0 / (2 * mask.num_layers) + 1e-9:
-        layers = mask.num_layers
-        raise ValueError(f"'ratio' {ratio} disagrees with 'mask', which skips {mask.num_skipped} of {layers} "
-                         f"layers ({mask.ratio:.3g}; a ratio r skips round(r * {layers}) layers)")
-    return float(ratio)
+def check_mask_model(artifact: MaskArtifact, model: nn.Module, source: str = "mask") -> None:
+    """Refuses ``model`` unless ``artifact`` was searched on it (in any dtype, on any device)."""
+    check_mask_layers(artifact.mask, model)
+    problems = model_mismatches(artifact.fingerprint, model)
+    if problems:
+        raise ModelMismatchError(f"{source} belongs to another model: " + "; ".join(problems))
 
 
-def _number_or_null(value: Any, info: ValidationInfo) -> Any:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise ValueError(f"'{info.field_name}' must be a number or null, got {value!r}")
-    return value
+def check_tuned_model(tuned: Any, model: nn.Module, source: str = "tuned settings") -> None:
+    """Refuses ``model`` unless the tuned settings (:class:`~viasd_adapt.config.tuned.TunedSettings`)
+    were measured on it: settings measured on another model are not a choice for this one."""
+    problems = model_mismatches(tuned.fingerprint, model)
+    if problems:
+        raise ModelMismatchError(f"{source} belongs to another model: " + "; ".join(problems)
+                                 + "; run viasd tune for this target, or remove that file")
 
 
-def _an_object(value: Any, info: ValidationInfo) -> Any:
-    if not isinstance(value, dict):
-        raise ValueError(f"'{info.field_name}' must be an object, got {type(value).__name__}")
-    return value
-
-
-class MaskFile(Artifact):
-    """The on-disk form of a :class:`MaskArtifact` (``mask.json``): typed, versioned, each field checked
-    against the bits, every error naming the file and the field."""
-
-    FORMAT: ClassVar[str] = "viasd-adapt/routing-mask"
-    VERSION: ClassVar[int] = ARTIFACT_VERSION
-    WHAT: ClassVar[str] = "routing-mask artifact"
-
-    mask: Annotated[RoutingMask, BeforeValidator(_parse_bits), PlainSerializer(lambda m: m.bits(), return_type=list)]
-    skipped_layers: Annotated[list[int] | None, BeforeValidator(_check_skipped)] = None
-    ratio: Annotated[float | None, BeforeValidator(_check_ratio)] = None
-    score: Annotated[float | None, BeforeValidator(_number_or_null)] = None
-    delta: Annotated[float | None, BeforeValidator(_number_or_null)] = None
-    search: Annotated[dict[str, Any], BeforeValidator(_an_object)] = Field(default_factory=dict)
-    fingerprint: Annotated[dict[str, Any], BeforeValidator(_an_object)] = Field(default_factory=dict)
-    report: Annotated[dict[str, Any], BeforeValidator(_an_object)] = Field(default_factory=dict)
-
-
-@dataclass
-class MaskArtifact:
-    """A searched mask with everything needed to trust and reproduce it (on disk: :class:`MaskFile`)."""
-
-    mask: RoutingMask
-    ratio: float
-    score: float | None = None
-    delta: float | None = None
-    search: dict[str, Any] = field(default_factory=dict)
-    fingerprint: dict[str, Any] = field(default_factory=dict)
-    report: dict[str, Any] = field(default_factory=dict)
-
-    def to_file(self) -> MaskFile:
-        return MaskFile(mask=self.mask, skipped_layers=list(self.mask.skipped), ratio=self.ratio, score=self.score,
-                        delta=self.delta, search=self.search, fingerprint=self.fingerprint, report=self.report)
-
-    def to_json(self) -> dict[str, Any]:
-        return self.to_file().to_json()
-
-    def save(self, path: str | os.PathLike) -> Path:
-        """Writes the artifact atomically (a failed write leaves an existing file as it was)."""
-        return write_json(path, self.to_json(), what="mask artifact")
-
-    @classmethod
-    def from_file(cls, data: MaskFile) -> "MaskArtifact":
-        return cls(mask=data.mask, ratio=data.ratio if data.ratio is not None else data.mask.ratio, score=data.score,
-                   delta=data.delta, search=data.search, fingerprint=data.fingerprint, report=data.report)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any], source: str = "routing-mask artifact") -> "MaskArtifact":
-        """Parses an artifact, refusing one whose fields disagree with its bits (:class:`MaskFile`)."""
-        return cls.from_file(MaskFile.from_json(data, source=source))
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, model: nn.Module | None = None) -> "MaskArtifact":
-        """Reads an artifact; with ``model``, refuses it unless it was searched on that model."""
-        data = read_json(path, "mask file")  # clear errors for a missing file, a folder, binary content
-        artifact = cls.from_json(data, source=f"mask file {path}")
-        if model is not None:
-            artifact.check_model(model, source=str(path))
-        return artifact
-
-    def check_model(self, model: nn.Module, source: str = "mask") -> None:
-        """Refuses ``model`` unless the mask was searched on it (in any dtype, on any device)."""
-        self.mask.validate_for(model)
-        problems = model_mismatches(self.fingerprint, model)
-        if problems:
-            raise ModelMismatchError(f"{source} belongs to another model: " + "; ".join(problems))
+def load_mask(path: str | os.PathLike, model: nn.Module) -> MaskArtifact:
+    """Reads a mask file and refuses it unless it was searched on ``model``."""
+    artifact = MaskArtifact.load(path)
+    check_mask_model(artifact, model, source=str(path))
+    return artifact
 
 
 MaskLike = Union[RoutingMask, MaskArtifact, str, os.PathLike]
@@ -509,20 +305,18 @@ def resolve_mask(model: nn.Module, mask: MaskLike | None, mode) -> RoutingMask |
     artifact must have been searched on ``model`` (fingerprint). The modes without a slim verifier
     (none, lenient) need no mask and ignore one that is given.
     """
-    from viasd_adapt.settings import Mode
-
     mode = Mode.parse(mode)
     if not mode.uses_slim:
         return None
     if mask is None:
         raise ConfigError(f"mode {mode.value!r} needs a routing mask (mask=...); modes none and lenient run without one")
     if isinstance(mask, (str, os.PathLike)):
-        return MaskArtifact.load(mask, model=model).mask
+        return load_mask(mask, model).mask
     if isinstance(mask, MaskArtifact):
-        mask.check_model(model)
+        check_mask_model(mask, model)
         return mask.mask
     if isinstance(mask, RoutingMask):
-        mask.validate_for(model)
+        check_mask_layers(mask, model)
         return mask
     raise ConfigError(f"mask must be a RoutingMask, a MaskArtifact or a path to mask.json, got {type(mask).__name__}")
 

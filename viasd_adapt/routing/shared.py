@@ -19,7 +19,7 @@ skipped layer s1, so below s1 they compute exactly the same keys, values and res
   push one token through the prefix would cost more than it saves.
 
 Each role remembers which tokens its cache holds and crops to the longest prefix shared with the
-sequence it is asked about, like :class:`~viasd_adapt.runner.CachedRunner`. The target is never
+sequence it is asked about, like :class:`~viasd_adapt.routing.runner.CachedRunner`. The target is never
 modified: every forward goes through a weight-sharing view (:mod:`viasd_adapt.routing.view`).
 
 :class:`SeparateRunners` is the same interface with no sharing (two independent caches), used
@@ -39,7 +39,7 @@ from viasd_adapt.errors import ConfigError
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.routing.slim import SlimCache, SlimVerifier
 from viasd_adapt.routing.view import PassThroughLayer, StubLayer, build_layer_view
-from viasd_adapt.runner import (
+from viasd_adapt.routing.runner import (
     CachedRunner,
     accepts_logits_to_keep,
     cache_kwarg_name,
@@ -77,8 +77,8 @@ class SeparateRunners:
     """q and u each with a cache of their own; nothing shared (the reference implementation).
 
     ``full`` and ``slim`` are runners with ``logits_for(sequence, n_tail)``, ``passes`` and
-    ``cache_bytes()`` (decoder-only :class:`~viasd_adapt.runner.CachedRunner` by default; the
-    encoder-decoder runners of :mod:`viasd_adapt.seq2seq` plug in the same way).
+    ``cache_bytes()`` (decoder-only :class:`~viasd_adapt.routing.runner.CachedRunner` by default; the
+    encoder-decoder runners of :mod:`viasd_adapt.engine.seq2seq` plug in the same way).
     """
 
     def __init__(self, full, slim=None):
@@ -310,12 +310,12 @@ def make_target_runners(target: nn.Module, slim: SlimVerifier | None, share_pref
     """Shared-prefix runners when the mask allows it (s1 > 0), else separate ones.
 
     Decoder-only targets only: an encoder-decoder target's runners need its encoder output
-    (:class:`viasd_adapt.seq2seq.Seq2SeqTargetRunners`).
+    (:class:`viasd_adapt.routing.seq2seq.Seq2SeqTargetRunners`).
     """
     if find_decoder_stack(target).encoder_decoder:
         raise ConfigError(
             f"{type(target).__name__} is an encoder-decoder model: build its runners with "
-            "viasd_adapt.seq2seq.Seq2SeqTargetRunners (they need the encoder output)"
+            "viasd_adapt.routing.seq2seq.Seq2SeqTargetRunners (they need the encoder output)"
         )
     if share_prefix and slim is not None and slim.mask.first_skipped > 0:
         return SharedPrefixRunners(target, slim)

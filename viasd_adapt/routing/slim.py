@@ -24,9 +24,10 @@ from torch import nn
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.routing.encdec import decoder_cache_config, seq2seq_cache
 from viasd_adapt.routing.layers import find_decoder_stack
-from viasd_adapt.routing.mask import RoutingMask
+from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.routing.slim_cache import SlimCache  # noqa: F401 - also importable from here, as before
 from viasd_adapt.routing.view import build_layer_view, pass_through_layer
+from viasd_adapt.routing.mask import check_mask_layers
 
 
 def build_routed_view(model: nn.Module, mask: RoutingMask) -> nn.Module:
@@ -36,7 +37,7 @@ def build_routed_view(model: nn.Module, mask: RoutingMask) -> nn.Module:
     position biases: :func:`~viasd_adapt.routing.view.pass_through_layer`). For an encoder-decoder
     model only decoder layers are skipped; the encoder is shared untouched.
     """
-    mask.validate_for(model)
+    check_mask_layers(mask, model)
     stack = find_decoder_stack(model)
     return build_layer_view(
         model, [layer if keep else pass_through_layer(stack, i) for i, (layer, keep) in enumerate(zip(stack.layers, mask.keep))]

@@ -1,10 +1,10 @@
 """Stage 1 of a mask search: prompts -> the calibration windows every mask is scored on.
 
 The target writes its greedy continuation of each prompt (the slow part; a
-:class:`~viasd_adapt.search.calibration.WindowCache` keeps it between runs), then p's and q's
+:class:`~viasd_adapt.search.decoder_windows.WindowCache` keeps it between runs), then p's and q's
 log-probabilities over the scored positions are computed once. The held-out windows of the
 agreement report are built here too, so the search stage runs no generation at all.
-Encoder-decoder targets take their windows from :mod:`viasd_adapt.seq2seq_calibration`; this is
+Encoder-decoder targets take their windows from :mod:`viasd_adapt.search.seq2seq_windows`; this is
 the one place the stage branches on the architecture.
 """
 
@@ -17,7 +17,7 @@ from typing import Sequence
 from torch import nn
 
 from viasd_adapt.routing.layers import find_decoder_stack
-from viasd_adapt.search import calibration as cal
+from viasd_adapt.search import decoder_windows as cal
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def calibrate(target: nn.Module, draft: nn.Module, inputs: CalibrationInput,
     started = time.perf_counter()
     encoder_decoder = find_decoder_stack(target).encoder_decoder
     if encoder_decoder:  # calib_ids / heldout_ids are SOURCES; decoder windows come from the target
-        from viasd_adapt.seq2seq_calibration import build_seq2seq_calibration, build_seq2seq_windows
+        from viasd_adapt.search.seq2seq_windows import build_seq2seq_calibration, build_seq2seq_windows
 
         calibration = build_seq2seq_calibration(target, draft, inputs.calib_ids, inputs.new_tokens,
                                                 references=inputs.references, continuation=inputs.continuation,

@@ -80,8 +80,8 @@ class CalibrationPrompts:
 def uses_spec_bench(tokenizer, spec: CalibrationSpec) -> bool:
     """Spec-Bench calibration questions when ``--calib spec-bench[:tasks]`` names them, or by default
     for a target with a chat template (the stdlib snippets are prompts for the code demo pairs)."""
-    from viasd_adapt.chat import has_chat_template
-    from viasd_adapt.spec_bench import is_spec_bench
+    from viasd_adapt.prompts.chat import has_chat_template
+    from viasd_adapt.prompts.spec_bench import is_spec_bench
 
     if spec.calib_file is not None:
         return is_spec_bench(str(spec.calib_file))
@@ -91,7 +91,7 @@ def uses_spec_bench(tokenizer, spec: CalibrationSpec) -> bool:
 def chat_prompt_ids(tokenizer, text: str, max_tokens: int) -> list[int]:
     """A user turn through the chat template, at most ``max_tokens`` ids: a long question is cut
     (its text, not the template), so the generation prompt that makes the target answer survives."""
-    from viasd_adapt.chat import encode_prompt
+    from viasd_adapt.prompts.chat import encode_prompt
 
     ids = encode_prompt(tokenizer, text)
     if len(ids) <= max_tokens:
@@ -108,7 +108,7 @@ def spec_bench_texts(spec: CalibrationSpec) -> tuple[list[str], list[str]]:
     """First turns of Spec-Bench *calibration-split* questions (``viasd bench`` never reads them):
     ``n_calibration`` for the search and the next ``n_heldout`` for the agreement report, taken
     round-robin over the tasks so both sets cover every task."""
-    from viasd_adapt import spec_bench
+    from viasd_adapt.prompts import spec_bench
 
     selector = str(spec.calib_file) if spec.calib_file is not None else spec_bench.PREFIX
     questions = spec_bench.select(selector, split="calibration")
@@ -127,7 +127,7 @@ def prompt_token_ids(tokenizer, spec: CalibrationSpec) -> tuple[list[list[int]],
     held-out prompts still come from the corpus, so agreement is always measured on text the
     search never saw. Chat targets (and ``--calib spec-bench``) use Spec-Bench calibration
     questions through the chat template."""
-    from viasd_adapt.search import calibration as cal
+    from viasd_adapt.search import decoder_windows as cal
     if uses_spec_bench(tokenizer, spec):
         calib_text, heldout_text = spec_bench_texts(spec)
         return ([chat_prompt_ids(tokenizer, t, spec.max_prompt_tokens) for t in calib_text],
@@ -144,7 +144,7 @@ def prompt_token_ids(tokenizer, spec: CalibrationSpec) -> tuple[list[list[int]],
 def pair_token_ids(tokenizer, spec: CalibrationSpec) -> CalibrationPrompts:
     """An encoder-decoder target's sources (and reference targets) from ``spec.pairs_file``; the
     last ``n_heldout`` pairs are held out for the agreement report."""
-    from viasd_adapt.seq2seq_calibration import encode_pairs, load_pair_file
+    from viasd_adapt.search.seq2seq_windows import encode_pairs, load_pair_file
 
     if spec.pairs_file is None:
         raise ConfigError("an encoder-decoder target needs --calib-pairs (source -> target pairs); the default "
@@ -178,8 +178,8 @@ def calibration_record(tokenizer, spec: CalibrationSpec, prompt_lookup: bool = F
 
 def check_prompt_file(spec: CalibrationSpec) -> None:
     """Fails fast on an empty or unreadable calibration file (before any model is loaded)."""
-    from viasd_adapt.search.calibration import load_prompt_file
-    from viasd_adapt.spec_bench import is_spec_bench
+    from viasd_adapt.search.decoder_windows import load_prompt_file
+    from viasd_adapt.prompts.spec_bench import is_spec_bench
 
     if spec.calib_file is not None and not is_spec_bench(str(spec.calib_file)):
         load_prompt_file(spec.calib_file)

@@ -20,7 +20,7 @@ from viasd_adapt.search.calibration_prompts import CalibrationSpec
 
 if TYPE_CHECKING:
     from viasd_adapt.search.candidates import MaskSpace
-    from viasd_adapt.settings import TierSettings
+    from viasd_adapt.core.settings import TierSettings
 
 SPACES = ("ratio", "budget")
 PRICES = ("cycle", "marginal")
@@ -47,7 +47,7 @@ class SearchConfig:
         patience: stop when the best mask is unchanged for this many steps (0: never).
         seed: seeds the search, the random baseline and the corpus prompts.
         objective: ``"margin"`` the log-margin of u's greedy top-1 agreement with q
-            (:func:`viasd_adapt.cost.top1_margin_cost`), ``"routed"`` the paper's C(u||p) + C(q||u),
+            (:func:`viasd_adapt.core.cost.top1_margin_cost`), ``"routed"`` the paper's C(u||p) + C(q||u),
             ``"q-only"`` C(q||u); ``"auto"`` (the default) is margin (:meth:`objective_kind` says why).
         compare_random: also score this many seeded random masks of the space (the baseline).
         calibration: the prompts and window lengths (:class:`CalibrationSpec`).
@@ -111,7 +111,7 @@ class SearchConfig:
     def mask_space(self, num_layers: int) -> "MaskSpace":
         """The masks of a target with ``num_layers`` decoder layers this config searches; a space
         with no mask at all is refused here, before any model runs."""
-        from viasd_adapt.routing.mask import skip_count
+        from viasd_adapt.config.mask import skip_count
         from viasd_adapt.search.candidates import BudgetSpace, FixedCountSpace
         from viasd_adapt.search.dimr import check_cardinality
 
@@ -148,7 +148,7 @@ class SearchConfig:
 
     def tier(self) -> "TierSettings":
         """The tier the masks are scored at (the default tolerances, this ratio)."""
-        from viasd_adapt.settings import TierSettings
+        from viasd_adapt.core.settings import TierSettings
 
         return TierSettings(ratio=self.ratio)
 

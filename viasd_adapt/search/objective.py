@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from viasd_adapt.cost import block_cost, routed_path_cost, routing_delta, top1_margin_cost
-from viasd_adapt.routing.mask import RoutingMask
+from viasd_adapt.core.cost import block_cost, routed_path_cost, routing_delta, top1_margin_cost
+from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.routing.slim import SlimVerifier
-from viasd_adapt.search.calibration import CalibrationSet, TokenWindows, batch_size_for, scored_log_probs
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.search.decoder_windows import CalibrationSet, TokenWindows, batch_size_for, scored_log_probs
+from viasd_adapt.core.settings import TierSettings
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class PrefixStates:
 
 ROUTED, Q_ONLY, MARGIN = "routed", "q-only", "margin"
 #: what a mask is scored by: the paper's routed path C(u||p) + C(q||u); C(q||u) alone; or the
-#: log-margin of u's greedy top-1 agreement with q (:func:`viasd_adapt.cost.top1_margin_cost`)
+#: log-margin of u's greedy top-1 agreement with q (:func:`viasd_adapt.core.cost.top1_margin_cost`)
 OBJECTIVE_KINDS = (ROUTED, Q_ONLY, MARGIN)
 
 
@@ -126,7 +126,7 @@ class MaskObjective:
 
     ``prefix``: start each mask's forward at its first skipped layer from the target's stored
     residual stream (:class:`PrefixStates`; same result, less work). ``batch_size`` None runs all
-    windows in one forward when they fit :data:`~viasd_adapt.search.calibration.BATCH_TOKENS`.
+    windows in one forward when they fit :data:`~viasd_adapt.search.decoder_windows.BATCH_TOKENS`.
     ``seconds`` accumulates the time spent scoring. ``drafter_term=False`` scores C_alpha2(q || u)
     alone: for a drafter with no distribution of its own (prompt lookup), where a proxy p (the
     target's first layer) would pull u towards a model that agrees with q 5% of the time.

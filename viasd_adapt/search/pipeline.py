@@ -19,8 +19,8 @@ from typing import Callable, Sequence
 from torch import nn
 
 from viasd_adapt.routing.layers import find_decoder_stack
-from viasd_adapt.routing.mask import skip_count
-from viasd_adapt.search import calibration as cal
+from viasd_adapt.config.mask import skip_count
+from viasd_adapt.search import decoder_windows as cal
 from viasd_adapt.search.bo import BOSettings
 from viasd_adapt.search.calibrate import CalibrationInput, Calibrated, calibrate
 from viasd_adapt.search.calibration_prompts import (
@@ -38,7 +38,7 @@ from viasd_adapt.search.dimr import SearchSettings, check_cardinality
 from viasd_adapt.search.price import cycle_price, mask_price
 from viasd_adapt.search.report import ReportInput, SearchOutcome, report_search
 from viasd_adapt.search.run import SearchPlan, SearchTrace, check_space, run_search
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings
 
 
 def run_stages(target: nn.Module, draft: nn.Module, inputs: CalibrationInput, plan: SearchPlan,

@@ -6,7 +6,7 @@ target resuming at the mask's first skipped layer s1.
 
 from __future__ import annotations
 
-from viasd_adapt.routing.mask import RoutingMask
+from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.search.candidates import first_skipped, marginal_layers
 
 

@@ -6,7 +6,7 @@ its measurements. Both were plain dicts read back by string keys; here they are 
 so a reader writes ``report.search.alpha1`` and a corrupted field is refused by name
 (``mask file m.json: field 'search.alpha1': Input should be a valid number, got 'abc'``).
 
-Versioning: :class:`SearchReport` is an :class:`~viasd_adapt.schema.Artifact` (format
+Versioning: :class:`SearchReport` is an :class:`~viasd_adapt.config.schema.Artifact` (format
 ``viasd-adapt/search-report``); inside a mask file its version is stored as ``report.version``.
 Files written before the version existed are version 1 (the layout has not changed since), and
 every field added after the first shipped masks has a default, so they still load. Numbers are
@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Literal, Optional
 from pydantic import StrictBool, StrictFloat, StrictInt, StrictStr
 
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.schema import Artifact, Record
+from viasd_adapt.config.schema import Artifact, Record
 
 Int = StrictInt
 Num = StrictFloat  # accepts JSON integers too (0 for 0.0), never strings
@@ -224,7 +224,7 @@ class SearchReport(Artifact):
 
     @classmethod
     def of_artifact(cls, artifact, source: str = "mask artifact") -> "SearchReport | None":
-        """The typed report of a :class:`~viasd_adapt.routing.mask.MaskArtifact`, or None for a mask
+        """The typed report of a :class:`~viasd_adapt.config.mask.MaskArtifact`, or None for a mask
         that was not searched (an early exit, or an artifact built by hand with no search section)."""
         if not searched(artifact.search):
             return None

@@ -2,7 +2,7 @@
 
 Pure formatting: no model runs here. :func:`report_search` turns stage 1's calibration and stage
 2's trace into a :class:`~viasd_adapt.search.records.SearchReport` and the
-:class:`~viasd_adapt.routing.mask.MaskArtifact` that carries it (written to disk when asked);
+:class:`~viasd_adapt.config.mask.MaskArtifact` that carries it (written to disk when asked);
 :func:`summary_line` and :func:`describe` are the sentences ``viasd search`` prints.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from viasd_adapt.routing.mask import MaskArtifact
+from viasd_adapt.config.mask import MaskArtifact
 from viasd_adapt.search.calibrate import Calibrated
 from viasd_adapt.search.dimr import SearchResult, median
 from viasd_adapt.search.price import cycle_price, mask_price
@@ -215,7 +215,7 @@ def write(outcome: SearchOutcome, path: str | os.PathLike, started: float | None
 def describe(outcome: SearchOutcome) -> list[str]:
     """What ``viasd search`` prints about a finished search: the summary (with the run's total wall
     time and the held-out agreement) and, for a negative Delta, the advice."""
-    from viasd_adapt.advice import delta_message
+    from viasd_adapt.config.advice import delta_message
 
     measured = outcome.report.report
     line = outcome.summary + (f"; total wall {outcome.total_seconds:.1f}s" if outcome.total_seconds is not None else "")

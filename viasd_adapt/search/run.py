@@ -17,14 +17,15 @@ from torch import nn
 
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.routing.layers import find_decoder_stack
-from viasd_adapt.routing.mask import RoutingMask, model_fingerprint
+from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.routing.mask import model_fingerprint
 from viasd_adapt.search.bo import BOSettings
 from viasd_adapt.search.calibrate import Calibrated
 from viasd_adapt.search.candidates import Bits, MaskSpace
 from viasd_adapt.search.dimr import SearchResult, SearchSettings, dimr_search, random_masks
 from viasd_adapt.search.guided import GuidedSettings, guided_search
 from viasd_adapt.search.objective import OBJECTIVE_KINDS, AgreementProbe, MaskObjective, MaskScore
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings
 
 StrategySettings = Union[SearchSettings, GuidedSettings]
 #: The random baseline draws with the search's seed plus this offset (a stream of its own).

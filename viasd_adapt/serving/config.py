@@ -35,7 +35,7 @@ from typing import Any, Mapping
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 
 CONFIG_KEY = "viasd"
-TUNED_FORMAT = "viasd-adapt/tuned-settings"  # viasd_adapt.tuning.artifact.FORMAT (not imported: that pulls in torch.nn)
+TUNED_FORMAT = "viasd-adapt/tuned-settings"  # viasd_adapt.config.tuned.FORMAT (not imported: that pulls in torch.nn)
 KNOWN_KEYS = ("tuned", "lenience", "audit")
 SERVABLE_CHOICES = ("lenient", "sd")
 SIZE_KEYS = ("architecture", "num_layers", "hidden_size", "vocab_size")  # routing.mask._SIZE_KEYS

@@ -27,24 +27,26 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 
-from viasd_adapt import frameworks
-from viasd_adapt.advice import TIE_MARGIN, Budget, recommend  # Budget: the one budget rule, shared with the bench's verdict
+from viasd_adapt.frameworks import registry as frameworks
+from viasd_adapt.config.budget import TIE_MARGIN, Budget, recommend  # Budget: the one budget rule, shared with the bench's verdict
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent, measure_forward_costs
 from viasd_adapt.bench.fidelity import score_output
 from viasd_adapt.bench.projection import CostModel, project_costs_per_mask, repriced_prompt_sums
 from viasd_adapt.bench.prompt_sets import BenchPrompt
-from viasd_adapt.chat import encode_prompt
+from viasd_adapt.prompts.chat import encode_prompt
 from viasd_adapt.checks import check_real
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import save_figure
-from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.monitor import ViasdQualityWarning
-from viasd_adapt.pair import LoadedPair, MaskInfo, RunRequest
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint
+from viasd_adapt.core.metrics import TierMetrics
+from viasd_adapt.core.monitor import ViasdQualityWarning
+from viasd_adapt.models.pair import LoadedPair, MaskInfo
+from viasd_adapt.frameworks.requests import RunRequest
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.routing.mask import model_fingerprint
 from viasd_adapt.routing.slim import SlimVerifier
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import Mode, TierSettings
-from viasd_adapt.tuned import MEASURED_ON_DEFAULT, TunedSettings
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.config.tuned import MEASURED_ON_DEFAULT, TunedSettings
 
 TUNE_PROMPT_SEED = 2  # the bench draws with seed 0, the next-line task with seed 1
 #: The framework whose loop every candidate runs on (recorded in tuned.json as ``measured_on``):
@@ -201,9 +203,9 @@ def judged(points: list[Point], budget: Budget, costs: dict[str, dict], masks: d
 
 def choice_uncertainty(result: TuneResult):
     """The paired bootstrap over calibration prompts of the tuner's choice
-    (:mod:`viasd_adapt.uncertainty`): every point resampled on the same prompts, judged by the same
+    (:mod:`viasd_adapt.bench.uncertainty`): every point resampled on the same prompts, judged by the same
     budget and rule as :func:`choose`. None when a point carries no per-prompt sums (an older file)."""
-    from viasd_adapt.uncertainty import Candidate, PromptSums, bootstrap_verdict, sums_from_json
+    from viasd_adapt.bench.uncertainty import Candidate, PromptSums, bootstrap_verdict, sums_from_json
 
     sums = [sums_from_json(p.per_prompt) for p in result.points]
     if not sums or any(s is None for s in sums) or len({len(s) for s in sums}) != 1:
@@ -259,7 +261,7 @@ def _masks_for_ratios(pair: LoadedPair, ratios: tuple[float, ...], search_steps:
     masks ``exits`` (keep layers ``0..k-1``, skip the rest: everything the slim pass computes is
     reused when the target resumes at k, so they cost nothing beyond the exit's own layers)."""
     from viasd_adapt.routing.layers import find_decoder_stack
-    from viasd_adapt.routing.mask import skip_count
+    from viasd_adapt.config.mask import skip_count
 
     masks: dict[str, RoutingMask] = {}
     if pair.mask is not None:
@@ -539,7 +541,7 @@ def _uncertainty_lines(result: TuneResult, lines: list[str]) -> list[str]:
         return ["UNCERTAINTY: none can be stated (these points carry no per-prompt sums: an older tune file)"]
     if uncertainty.determined:
         return [f"UNCERTAINTY: the choice is {uncertainty.sentence()}"]
-    from viasd_adapt.uncertainty import prompts_words
+    from viasd_adapt.bench.uncertainty import prompts_words
 
     for i, line in enumerate(lines):
         if line.startswith("VERDICT: "):

@@ -27,8 +27,9 @@ from viasd_adapt.adapters.eagle.compat import (  # noqa: E402
 )
 from viasd_adapt.errors import ConfigError, ModelMismatchError  # noqa: E402
 from viasd_adapt.models.eagle_head import train_eagle_head  # noqa: E402
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask, model_fingerprint  # noqa: E402
-from viasd_adapt.settings import TierSettings  # noqa: E402
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask  # noqa: E402
+from viasd_adapt.routing.mask import model_fingerprint
+from viasd_adapt.core.settings import TierSettings  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -212,7 +213,7 @@ def test_scopes_cannot_nest(ea_model):
 
 
 def test_greedy_argmax_plugin_accepts_the_verifiers_own_choice():
-    from viasd_adapt.plugins import GreedyArgmaxAcceptance
+    from viasd_adapt.core.plugins import GreedyArgmaxAcceptance
 
     assert eagle.GreedyArgmaxAcceptance is GreedyArgmaxAcceptance  # moved to the core, re-exported
     plugin = GreedyArgmaxAcceptance()
@@ -220,7 +221,7 @@ def test_greedy_argmax_plugin_accepts_the_verifiers_own_choice():
     tokens = torch.tensor([0, 1])
     p = torch.tensor([[0.9, 0.1, 0.0], [0.1, 0.9, 0.0]])  # sharp drafter
     u = torch.tensor([[0.4, 0.3, 0.3], [0.5, 0.3, 0.2], [0.3, 0.3, 0.4]])  # flat verifier, argmax 0 then 0
-    from viasd_adapt.rules import BUILTIN_RULES
+    from viasd_adapt.core.rules import BUILTIN_RULES
 
     assert BUILTIN_RULES.gate1_accept_prob(tokens, p, u, settings, True).tolist() == [0.0, 0.0]
     assert plugin.viasd_gate1_accept_prob(tokens, p, u, settings, True).tolist() == [1.0, 0.0]
@@ -286,7 +287,7 @@ def test_generation_past_eos_when_asked(ea_model):
 
 
 def _loaded_pair(tiny_eagle, ea_model):
-    from viasd_adapt.pair import LoadedPair, MaskInfo
+    from viasd_adapt.models.pair import LoadedPair, MaskInfo
 
     return LoadedPair(target=ea_model.base_model, draft=None, tokenizer=ea_model.tokenizer,
                       mask=MaskInfo(MASK, "test mask", False), device=torch.device("cpu"),
@@ -296,8 +297,8 @@ def _loaded_pair(tiny_eagle, ea_model):
 
 def test_framework_registry_entry_reports_eagles_cache_sizes(tiny_eagle, ea_model):
     """The exact rows equal the target's greedy output: tests/conformance/test_greedy_identity.py."""
-    from viasd_adapt import frameworks
-    from viasd_adapt.pair import RunRequest
+    from viasd_adapt.frameworks import registry as frameworks
+    from viasd_adapt.frameworks.requests import RunRequest
 
     pair = _loaded_pair(tiny_eagle, ea_model)
     prompt = _prompts(ea_model, 1)[0][0].tolist()

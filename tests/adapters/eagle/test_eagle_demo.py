@@ -13,15 +13,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from viasd_adapt.routing.mask import load_mask
 
 pytest.importorskip("eagle.model.ea_model")
 
 from viasd_adapt.adapters import eagle  # noqa: E402
 from viasd_adapt.errors import ViasdError  # noqa: E402
-from viasd_adapt.metrics import TierMetrics  # noqa: E402
+from viasd_adapt.core.metrics import TierMetrics  # noqa: E402
 from viasd_adapt.models.corpus import heldout_prompts  # noqa: E402
-from viasd_adapt.routing.mask import MaskArtifact, RoutingMask  # noqa: E402
-from viasd_adapt.settings import TierSettings  # noqa: E402
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask  # noqa: E402
+from viasd_adapt.core.settings import TierSettings  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -44,7 +45,7 @@ pytestmark = pytest.mark.skipif(PAIR is None, reason="the demo pair with an eagl
 def _mask(base_model) -> RoutingMask:
     """The pair's searched mask, else the build report's best random mask (highest agreement)."""
     if PAIR.mask is not None:
-        return MaskArtifact.load(PAIR.mask, model=base_model).mask
+        return load_mask(PAIR.mask, base_model).mask
     report = json.loads((PAIR.root / "build_report.json").read_text())
     best = max(report["random_masks"]["masks"], key=lambda m: m["argmax_agreement_with_target"])
     return RoutingMask.from_skipped(base_model.config.num_hidden_layers, best["skipped_layers"])
@@ -103,7 +104,7 @@ def test_the_quality_monitor_catches_a_random_head_in_lossy_mode(demo):
     random weights has its flat drafts committed by gate 1 and is named; the shipped head is not."""
     import warnings
 
-    from viasd_adapt.monitor import ViasdQualityWarning
+    from viasd_adapt.core.monitor import ViasdQualityWarning
 
     ea_model, mask, prompts = demo
 

@@ -15,8 +15,8 @@ from tests.support.eagle import EARLY_MASK, MASK, NUM_LAYERS, prompts  # noqa: E
 from viasd_adapt.adapters import eagle  # noqa: E402
 from viasd_adapt.adapters.eagle.slim_tree import SlimTreeVerifier  # noqa: E402
 from viasd_adapt.adapters.eagle.target import FullTreeVerifier  # noqa: E402
-from viasd_adapt.routing.mask import RoutingMask  # noqa: E402
-from viasd_adapt.settings import TierSettings  # noqa: E402
+from viasd_adapt.config.mask import RoutingMask  # noqa: E402
+from viasd_adapt.core.settings import TierSettings  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -13,7 +13,7 @@ pytest.importorskip("eagle.model.ea_model")
 from tests.support.eagle import MASK, prompts  # noqa: E402
 from viasd_adapt.adapters import eagle  # noqa: E402
 from viasd_adapt.errors import ViasdError  # noqa: E402
-from viasd_adapt.settings import TierSettings  # noqa: E402
+from viasd_adapt.core.settings import TierSettings  # noqa: E402
 
 torch.set_num_threads(1)
 LOSSY = TierSettings(mode="lossy", alpha1=0.95, alpha2=0.9)  # tolerant enough to change greedy output

@@ -6,7 +6,7 @@ passes per token and rejects fewer drafts, and every committed token is attribut
 Lossless mode stays token-identical to plain greedy decoding of the target.
 
 The paper's built-in rules are used. (On an earlier candidate pair whose drafter was sharper than
-its target, greedy lossy needed the opt-in ``GreedyArgmaxAcceptance`` rules plugin (``viasd_adapt.plugins``, first written for the EAGLE
+its target, greedy lossy needed the opt-in ``GreedyArgmaxAcceptance`` rules plugin (``viasd_adapt.core.plugins``, first written for the EAGLE
 adapter to beat stock verification: the probability-ratio gate can reject the very token greedy q
 would pick. On the shipped pair the built-in rules win by a wide margin.)
 """
@@ -18,9 +18,9 @@ import torch
 
 from tests.support.pairs import load_shipped_demo_pair
 from viasd_adapt.adapters import hf
-from viasd_adapt.routing.mask import MaskArtifact
+from viasd_adapt.config.mask import MaskArtifact
 from viasd_adapt.routing.view import block_output_arities
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 

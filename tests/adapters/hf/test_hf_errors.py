@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerFast
 from tests.support.pairs import truncated_pair
 from viasd_adapt.adapters import hf
 from viasd_adapt.errors import ConfigError, ModelMismatchError
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 

@@ -13,7 +13,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from tests.support.pairs import truncated_pair
 from viasd_adapt.adapters import hf
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 

@@ -15,8 +15,8 @@ from viasd_adapt.adapters import hf
 from viasd_adapt.errors import ConfigError, UnsupportedModelError
 from viasd_adapt.routing import SlimVerifier, find_decoder_stack
 from viasd_adapt.routing.shared import SharedPrefixRunners
-from viasd_adapt.runner import CachedRunner
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.routing.runner import CachedRunner
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 
@@ -118,7 +118,7 @@ def test_a_cache_object_passed_to_generate_is_refused_in_tiered_modes():
     target, drafter, mask = truncated_pair("llama")
     from transformers import DynamicCache
 
-    from viasd_adapt.runner import cache_kwarg_name
+    from viasd_adapt.routing.runner import cache_kwarg_name
 
     name = cache_kwarg_name(target)
     with pytest.raises(ConfigError, match=f"generate\\({name}=...\\) with the slim tier"):

@@ -17,11 +17,12 @@ import torch
 
 from tests.support.pairs import greedy_reference, truncated_pair
 from tests.support.seq2seq import seq2seq_pair, source_for
-from viasd_adapt import frameworks
+from viasd_adapt.frameworks import registry as frameworks
 from viasd_adapt.adapters import hf
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.pair import LoadedPair, MaskInfo, RunRequest
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.models.pair import LoadedPair, MaskInfo
+from viasd_adapt.frameworks.requests import RunRequest
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 
@@ -74,7 +75,7 @@ def _hidden_count(model) -> tuple[int, int]:
 
 def test_output_capturing_hooks_are_not_doubled_nor_left_behind():
     target, drafter, _ = truncated_pair("llama", layers=2)
-    from viasd_adapt.routing import RoutingMask
+    from viasd_adapt.config.mask import RoutingMask
 
     mask = RoutingMask.from_skipped(2, [1])
     before = _hidden_count(target)  # transformers hooks the inner model only

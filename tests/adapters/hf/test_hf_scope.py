@@ -17,7 +17,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from tests.support.pairs import truncated_pair
 from viasd_adapt.adapters import hf
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 
@@ -43,7 +43,7 @@ def assert_pristine(target):
 def cached_forward(target):
     """Logits of a prefill then one cached step: exercises the target's own KV-cache path."""
     first = target(PROMPT, use_cache=True)
-    from viasd_adapt.runner import cache_kwarg_name
+    from viasd_adapt.routing.runner import cache_kwarg_name
 
     cache = {cache_kwarg_name(target): first.past_key_values}  # 5.24 renamed past_key_values to cache
     step = target(torch.tensor([[7]]), use_cache=True, **cache)

@@ -31,7 +31,7 @@ from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaLis
 from tests.support.pairs import truncated_pair
 from viasd_adapt.adapters import hf
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 

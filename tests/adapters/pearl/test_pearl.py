@@ -19,12 +19,12 @@ import torch
 
 from tests.support.pairs import greedy_reference, noisy_pair
 from viasd_adapt.adapters.pearl import PearlDecoder, RoleWorkers, pearl_generate, resolve_parallel
-from viasd_adapt.engine import ModelDrafter
+from viasd_adapt.engine.drafters import ModelDrafter
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.hooks import hookimpl
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import TierSettings
-from viasd_adapt.tiers import Tier
+from viasd_adapt.core.hooks import hookimpl
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.core.tiers import Tier
 
 torch.set_num_threads(1)
 

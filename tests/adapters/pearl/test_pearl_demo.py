@@ -12,9 +12,9 @@ import torch
 
 from tests.support.pairs import greedy_reference, load_shipped_demo_pair
 from viasd_adapt.adapters.pearl import pearl_generate
-from viasd_adapt.metrics import TierMetrics
-from viasd_adapt.sampling import SamplingConfig
-from viasd_adapt.settings import TierSettings
+from viasd_adapt.core.metrics import TierMetrics
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
 

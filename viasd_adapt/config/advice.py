@@ -1,0 +1,57 @@
+"""The paper's Delta rule, as advice: a mask whose Delta(u) < 0 should not serve a lossy tier.
+
+The paper drops the slim verifier when ``Delta(u) = C(q||p) - [C(u||p) + C(q||u)] < 0``: the routed
+path p -> u -> q is then costlier, under its own cost, than letting q check p directly. ``viasd
+search`` prints :func:`delta_message`; opening a lossy tier on such a mask warns with
+:class:`NegativeDeltaWarning`.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+from viasd_adapt.core.settings import TierSettings
+
+
+class NegativeDeltaWarning(UserWarning):
+    """The routing mask's Delta(u) < 0: by the paper's rule this slim verifier should be dropped."""
+
+
+def delta_message(delta: float | None, search: dict[str, Any] | None = None) -> str | None:
+    """A sentence explaining a negative Delta, or None when Delta is unknown or >= 0."""
+    if delta is None or delta >= 0:
+        return None
+    search = search or {}
+    at = ""
+    if "alpha1" in search and "alpha2" in search:
+        at = f" at alpha1/alpha2 = {search['alpha1']}/{search['alpha2']}"
+    return (
+        f"Delta(u) = {delta:.1f} < 0{at}: the routed path p -> u -> q costs more than q checking p directly "
+        "(VIA-SD drops the slim verifier here). Expect lossy VIA-SD to lose to the lenient baseline at equal fidelity; "
+        "run `viasd tune` to measure which wins on this pair, or use mode lenient or none."
+    )
+
+
+def warn_if_negative_delta(mask: Any, settings: TierSettings) -> str | None:
+    """Warns (once per call) when a lossy/audit tier is opened with a mask artifact whose Delta < 0."""
+    from viasd_adapt.config.mask import MaskArtifact
+
+    if settings.mode.value not in ("lossy", "audit"):
+        return None
+    artifact = mask
+    if isinstance(mask, (str, os.PathLike)):
+        try:
+            artifact = MaskArtifact.load(mask)
+        except Exception:  # the mask itself is checked (with a clear error) where it is used
+            return None
+    if not isinstance(artifact, MaskArtifact):
+        return None
+    message = delta_message(artifact.delta, artifact.search)
+    if message:
+        warnings.warn(f"viasd-adapt: {message}", NegativeDeltaWarning, stacklevel=3)
+    return message
+
+
+__all__ = ["NegativeDeltaWarning", "delta_message", "warn_if_negative_delta"]

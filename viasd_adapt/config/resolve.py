@@ -1,0 +1,260 @@
+"""The one resolver: which tier settings a run uses, and where each value came from.
+
+Five layers stack, later ones winning, each only where it says something:
+
+1. **defaults**: :class:`~viasd_adapt.core.settings.TierSettings`'s (the paper's);
+2. **tuned.json** beside the mask: ``viasd tune``'s choice, when it was measured with this very
+   mask (else it is skipped, with a :class:`~viasd_adapt.config.tuned.TunedForAnotherMaskWarning`);
+3. **the tuner's best points** (the bench's rows only): the lenient rows run the best lenient
+   point, and the tiered rows the best VIA-SD point when the choice was not VIA-SD, so a bench
+   never pits the winner against untuned rivals;
+4. **the preset** (``--preset conservative``);
+5. **flags** (``--mode``, ``--alpha1``, ...; ``--framework ar`` forces mode none).
+
+:func:`resolve_settings` is the only function that stacks them; ``viasd generate``, ``viasd
+bench``, ``viasd demo`` and the adapters' ``settings=None`` all call it, and it reads each
+``tuned.json`` and mask once. It returns a :class:`RunSpec`, whose :meth:`RunSpec.explain` is what
+``viasd generate --explain`` prints.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.config.mask import MaskArtifact
+from viasd_adapt.core.settings import CONSERVATIVE, Mode, TierSettings
+from viasd_adapt.config.tuned import TunedForAnotherMaskWarning, TunedSettings, recorded_mask, tuned_path_beside
+
+#: Source of a value nobody set.
+DEFAULT = "default"
+#: Presets of ``--preset`` (besides "default", which changes nothing).
+PRESETS: dict[str, dict[str, Any]] = {"conservative": dict(CONSERVATIVE)}
+#: The fields the bench's tiered rows take from the tuner's best VIA-SD point.
+TIERED_POINT_FIELDS = ("alpha1", "alpha2", "greedy_gates", "escalation_rule", "ratio")
+SETTING_FIELDS = tuple(f.name for f in fields(TierSettings))
+
+
+@dataclass
+class RunSpec:
+    """What a run uses, resolved once: the settings, where each came from, the mask, the tuned file."""
+
+    settings: TierSettings
+    #: every TierSettings field -> where its value came from ("default", "tuned.json <path> ...",
+    #: "preset conservative", "flag --alpha1", ...)
+    sources: dict[str, str]
+    mask_path: Path | None = None
+    mask_source: str = ""
+    tuned: TunedSettings | None = None
+    tuned_path: Path | None = None
+    framework: str | None = None
+    #: sentences for people (the bench echoes them), e.g. which VIA-SD point the tiered rows run
+    notes: list[str] = field(default_factory=list)
+    #: whether tuned.json's choice was applied (False when it was measured with another mask)
+    tuned_applied: bool = False
+    #: the mask files read while resolving (path -> artifact, not yet checked against a model):
+    #: handed to :func:`viasd_adapt.models.pair.load_pair` so that a run reads each mask once
+    masks: dict[Path, MaskArtifact] = field(default_factory=dict)
+
+    @property
+    def measured_on(self) -> str | None:
+        """The framework whose loop the tuned settings were measured on (None without a tuned file)."""
+        return self.tuned.measured_on if self.tuned is not None else None
+
+    def explain(self) -> list[str]:
+        """The resolution as a table: each setting, its value and its source, then the mask and
+        what the tuned settings rest on (``viasd generate --explain``)."""
+        lines = ["settings (layers, later wins: default < tuned.json < tuner's best point < preset < flag):"]
+        width = max(len(name) for name in SETTING_FIELDS)
+        values = self.settings.to_dict()
+        for name in SETTING_FIELDS:
+            lines.append(f"  {name:<{width}}  {str(values[name]):<10}  {self.sources.get(name, DEFAULT)}")
+        if self.mask_path is not None:
+            lines.append(f"mask: {self.mask_path} ({self.mask_source})")
+        else:
+            lines.append("mask: none given" + (f" ({self.mask_source})" if self.mask_source else ""))
+        if self.tuned is not None:
+            state = "applied" if self.tuned_applied else "not applied (measured with another mask)"
+            lines.append(f"tuned settings: {self.tuned_path} (choice {self.tuned.choice}, {state}), "
+                         f"measured on the {self.measured_on} framework")
+            if self.tuned_applied and self.framework is not None and self.framework != self.measured_on:
+                lines.append(f"note: --framework {self.framework} runs settings measured on the {self.measured_on} "
+                             f"framework's loop (viasd tune measures only {self.measured_on}); the same settings "
+                             f"may cost and score differently on {self.framework}")
+        else:
+            lines.append("tuned settings: none beside the mask")
+        lines.extend(f"note: {note}" for note in self.notes)
+        return lines
+
+
+class _MaskBits:
+    """Each mask file read at most once per resolution; what was read travels on in the
+    :class:`RunSpec` (``masks``), so loading the pair does not read it again."""
+
+    def __init__(self) -> None:
+        self.read: dict[Path, MaskArtifact] = {}
+
+    def __call__(self, path: str | os.PathLike) -> list[int]:
+        key = Path(path).expanduser()
+        if key not in self.read:
+            self.read[key] = MaskArtifact.load(key)
+        return self.read[key].mask.bits()
+
+
+def _load_tuned(mask_path: str | os.PathLike | None) -> tuple[TunedSettings | None, Path | None]:
+    """The tuned file beside ``mask_path`` (read once), and its path. A mask path that names no file
+    has no tuned settings: the missing mask is reported where it is loaded, by its own name."""
+    path = tuned_path_beside(mask_path)
+    if path is None or not path.is_file() or not Path(mask_path).expanduser().is_file():
+        return None, path
+    return TunedSettings.load(path), path
+
+
+#: ``resolve_settings(tuned=...)`` default: the tuned file has not been read yet (None means "there is none").
+UNREAD: Any = object()
+
+
+def resolve_settings(
+    mask: str | os.PathLike | None = None,
+    *,
+    pair_mask: str | os.PathLike | None = None,
+    framework: str | None = None,
+    best_points: bool = False,
+    preset: str = "default",
+    flags: Mapping[str, Any] | None = None,
+    tuned: Any = UNREAD,
+    warn_stacklevel: int = 2,
+) -> RunSpec:
+    """Resolves a run's settings through the layers of the module docstring, reading each file once.
+
+    Args:
+        mask: the mask the user named (``--mask``); when None, ``pair_mask``'s folder decides:
+            the mask the tuned choice was measured with, else (``best_points``) the mask of the
+            best VIA-SD point, else ``pair_mask`` itself.
+        pair_mask: the pair's own ``mask.json`` (``--pair``), used when ``mask`` is None.
+        framework: the framework that will run (``"ar"`` forces mode none; others are compared
+            with the framework the tuned settings were measured on).
+        best_points: the bench's rows: apply the tuner's best lenient and VIA-SD points (layer 3).
+        preset: ``"default"`` or a name of :data:`PRESETS`.
+        flags: TierSettings fields given on the command line (None values are "not given"),
+            keyed by field name (``{"alpha1": 0.2, "mode": None}``).
+        tuned: the tuned file beside the mask, already loaded (or None: there is none); read
+            here when not given.
+    """
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    unknown = sorted(set(flags) - set(SETTING_FIELDS))
+    if unknown:
+        raise ConfigError(f"unknown tier setting(s) {', '.join(unknown)}; known: {', '.join(SETTING_FIELDS)}")
+    if preset != "default" and preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; choose default or one of: {', '.join(PRESETS)}")
+    mask_bits = _MaskBits()
+    loaded_path: Path | None = None
+    if tuned is not UNREAD:
+        loaded_path = tuned_path_beside(mask if mask is not None else pair_mask)
+
+    # ------------------------------------------------------------------ the mask
+    mask_path = Path(mask).expanduser() if isinstance(mask, (str, os.PathLike)) else None
+    mask_source = "given (--mask)" if mask_path is not None else ""
+    if mask is None and pair_mask is not None:
+        if tuned is UNREAD:
+            tuned, loaded_path = _load_tuned(pair_mask)
+        mask_path, mask_source = _pair_mask(Path(pair_mask), tuned, loaded_path, best_points)
+
+    # ------------------------------------------------------------------ tuned.json beside it
+    tuned_path = tuned_path_beside(mask_path)
+    if tuned is UNREAD or tuned_path != loaded_path:
+        tuned, tuned_path = _load_tuned(mask_path)
+
+    settings = TierSettings()
+    sources = {name: DEFAULT for name in SETTING_FIELDS}
+    notes: list[str] = []
+    applied = False
+
+    def apply(values: Mapping[str, Any], source: str) -> None:
+        nonlocal settings
+        if values:
+            settings = settings.with_(**values)
+            sources.update({name: source for name in values})
+
+    if tuned is not None:
+        if _measured_with(tuned, mask_path, mask_bits):
+            apply(tuned.settings.to_dict(), f"tuned.json {tuned_path} (choice {tuned.choice})")
+            applied = True
+        else:
+            # Settings tuned for one mask are not a choice for another; say so rather than run the
+            # defaults silently (the usual cause: the tuner picked a mask saved beside mask.json).
+            measured_with = tuned.report.mask_file or "another mask"
+            warnings.warn(f"{tuned_path} was measured with {measured_with}, not {mask_path.name}; running "
+                          f"TierSettings() defaults. Pass mask=viasd_adapt.config.resolve.tuned_mask_path({mask_path.name!r}) "
+                          "to run the tuned choice.", TunedForAnotherMaskWarning, stacklevel=warn_stacklevel)
+
+    if best_points and tuned is not None:
+        lenient = tuned.best("lenient")
+        if lenient is not None and "lenience" not in flags:  # the lenient rows run the tuner's best lenient point
+            apply({"lenience": lenient.settings.lenience}, f"tuned.json {tuned_path} (best lenient point)")
+        point = tuned.best("viasd") if tuned.choice != "viasd" else None
+        point_mask = recorded_mask(mask_path, point.mask) if point is not None else None
+        if (point is not None and "alpha1" not in flags and "alpha2" not in flags and point_mask is not None
+                and mask_path is not None and mask_path.is_file() and mask_bits(point_mask) == mask_bits(mask_path)):
+            # The verdict was not VIA-SD, yet its rows must still run the tuner's best VIA-SD point, not
+            # defaults: a bench that pits the winner against untuned rivals proves nothing.
+            tier = point.settings
+            apply({name: getattr(tier, name) for name in TIERED_POINT_FIELDS},
+                  f"tuned.json {tuned_path} (best VIA-SD point)")
+            notes.append(f"tiered rows: the tuner's best VIA-SD point alpha1={tier.alpha1} alpha2={tier.alpha2} "
+                         f"gates={tier.greedy_gates} (measured with {point_mask.name})")
+
+    if preset != "default":
+        apply(PRESETS[preset], f"preset {preset}")
+
+    if framework == "ar":
+        if "mode" in flags and Mode.parse(flags["mode"]) is not Mode.NONE:
+            raise ConfigError("--framework ar is plain target decoding: it has no tier (use --mode none)")
+        flags.pop("mode", None)
+        apply({"mode": Mode.NONE}, "--framework ar (plain target decoding)")
+    for name, value in flags.items():
+        apply({name: value}, f"flag --{name.replace('_', '-')}")
+    return RunSpec(settings, sources, mask_path, mask_source, tuned, tuned_path if tuned is not None else None, framework,
+                   notes, applied, dict(mask_bits.read))
+
+
+def _pair_mask(pair_mask: Path, tuned: TunedSettings | None, tuned_path: Path | None,
+               best_points: bool) -> tuple[Path, str]:
+    """The mask a ``--pair`` run uses when none is named, and why."""
+    if tuned is not None and tuned.settings.mode.uses_slim:
+        chosen = recorded_mask(pair_mask, tuned.report.mask_file)
+        if chosen is not None:
+            return chosen, f"the mask {tuned_path} was measured with"
+        return pair_mask, f"the pair's mask, which {tuned_path} was measured with"
+    if best_points and tuned is not None:
+        point = tuned.best("viasd")
+        chosen = recorded_mask(pair_mask, point.mask) if point is not None else None
+        if chosen is not None:
+            return chosen, f"the mask of the best VIA-SD point in {tuned_path}"
+    return pair_mask, "the pair's mask"
+
+
+def _measured_with(tuned: TunedSettings, mask_path: Path | None, mask_bits: _MaskBits) -> bool:
+    """Whether the tuned choice applies to ``mask_path``: it needs no mask, or records no mask,
+    or was measured with one that skips the same layers."""
+    if not tuned.settings.mode.uses_slim or tuned.mask_bits is None:
+        return True
+    return mask_path is not None and mask_bits(mask_path) == list(tuned.mask_bits)
+
+
+def tuned_mask_path(mask_path: str | os.PathLike | None) -> Path | None:
+    """The mask the tuned choice beside ``mask_path`` was measured with: the tuner may have picked a
+    mask it searched for another skip ratio (saved beside ``mask.json``). None when there is no
+    tuned choice or it needs no mask."""
+    tuned, path = _load_tuned(mask_path)
+    if tuned is None or not tuned.settings.mode.uses_slim:
+        return None
+    return _pair_mask(Path(mask_path), tuned, path, best_points=False)[0]
+
+
+__all__ = ["DEFAULT", "PRESETS", "UNREAD", "RunSpec", "resolve_settings", "tuned_mask_path"]

@@ -1,0 +1,143 @@
+"""The tuned-settings artifact, ``tuned.json``: what ``viasd tune`` chose for a pair, beside its mask.
+
+``tuned.json`` holds the chosen :class:`~viasd_adapt.core.settings.TierSettings` (the mode among them:
+lossy VIA-SD, the lenient baseline, or plain lossless SD when nothing beats it at the budget),
+the fidelity budget it was chosen under, what was measured for it, on which framework's loop it
+was measured (``measured_on``), and the target's fingerprint, so it is refused for another model
+like a mask is.
+
+It lives here, below both :mod:`viasd_adapt.tuning` (which writes it) and :mod:`viasd_adapt.bench`
+(which reads it), so that neither package imports the other for it. Settings are *resolved* from
+it by :func:`viasd_adapt.config.resolve.resolve_settings`, the one place that stacks the layers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from viasd_adapt.config.schema import Artifact, SparseRecord, TierSettingsField, load_artifact
+from viasd_adapt.core.settings import TierSettings
+
+TUNED_FILENAME = "tuned.json"
+FORMAT = "viasd-adapt/tuned-settings"
+VERSION = 1
+#: The framework whose loop ``viasd tune`` runs every candidate on. Files written before the field
+#: existed were measured there too, so that is what an old file is read as.
+MEASURED_ON_DEFAULT = "engine"
+
+
+class TunedPoint(SparseRecord):
+    """One measured point of the sweep, as ``tuned.json`` records it (the chosen one, or the best of
+    a family). Every measurement is optional: a hand-written file may give only ``settings``."""
+
+    family: str | None = None
+    settings: TierSettingsField
+    mask: str | None = None
+    full_equivalent: float | None = None
+    ll_drop: float | None = None
+    overrule: float | None = None
+    regret: float | None = None
+    tokens: int | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    passes: dict[str, Any] = Field(default_factory=dict)
+
+
+class TunedBudget(SparseRecord):
+    """The fidelity budget the choice was made under (``None``: that bound was not set)."""
+
+    max_ll_drop: float | None = None
+    max_overrule: float | None = None
+    max_regret: float | None = None
+
+
+class TunedReport(SparseRecord):
+    """The evidence: each family's best point within the budget, the forward costs, the masks."""
+
+    best_within_budget: dict[str, TunedPoint | None] = Field(default_factory=dict)
+    costs: dict[str, Any] = Field(default_factory=dict)
+    masks: dict[str, Any] = Field(default_factory=dict)
+    seconds: float | None = None
+    mask_file: str | None = None
+    points: int | None = None
+
+    def best(self, family: str) -> TunedPoint | None:
+        """The tuner's cheapest point of ``family`` ("viasd", "lenient", "lossless", "sd") within the budget."""
+        return self.best_within_budget.get(family)
+
+
+class TunedSettings(Artifact):
+    """A tuner's choice and the evidence for it (``tuned.json``)."""
+
+    FORMAT: ClassVar[str] = FORMAT
+    VERSION: ClassVar[int] = VERSION
+    WHAT: ClassVar[str] = "tuned-settings file"
+
+    choice: str = ""  # "viasd", "lenient" or "sd" (plain lossless SD)
+    settings: TierSettingsField
+    mask_bits: list[int] | None = None
+    fingerprint: dict[str, Any] = Field(default_factory=dict)
+    budget: TunedBudget = Field(default_factory=TunedBudget)
+    measured: dict[str, Any] = Field(default_factory=dict)
+    report: TunedReport = Field(default_factory=TunedReport)
+    measured_on: str = MEASURED_ON_DEFAULT
+
+    def __init__(self, settings: TierSettings | dict | None = None, choice: str = "", mask_bits: list[int] | None = None,
+                 fingerprint: dict | None = None, budget: Any = None, measured: dict | None = None,
+                 report: Any = None, **data: Any) -> None:
+        # Positional construction, as the dataclass this replaced allowed: TunedSettings(settings, "lenient", None, fp).
+        given = dict(settings=settings, choice=choice, mask_bits=mask_bits, fingerprint=fingerprint, budget=budget,
+                     measured=measured, report=report)
+        super().__init__(**{k: v for k, v in given.items() if v is not None or k == "mask_bits"}, **data)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "TunedSettings":
+        """Reads a tuned-settings file. Every reader of ``tuned.json`` goes through here (one read per
+        run: see :func:`viasd_adapt.config.resolve.resolve_settings`); whether it was tuned on a given
+        model is :func:`viasd_adapt.routing.mask.check_tuned_model`'s question."""
+        return load_artifact(path, cls)
+
+    def best(self, family: str) -> TunedPoint | None:
+        """The tuner's cheapest measured point of ``family`` within the budget, whatever the overall choice."""
+        return self.report.best(family)
+
+
+def tuned_path_beside(mask_path: str | os.PathLike | None) -> Path | None:
+    """Where the tuned settings of the pair that owns ``mask_path`` live (None without a mask path)."""
+    if mask_path is None or not isinstance(mask_path, (str, os.PathLike)):
+        return None
+    return Path(mask_path).expanduser().parent / TUNED_FILENAME
+
+
+def find_tuned(mask_path: str | os.PathLike | None) -> TunedSettings | None:
+    """The tuned settings beside ``mask_path``, or None when there are none."""
+    path = tuned_path_beside(mask_path)
+    if path is None or not path.is_file():
+        return None
+    return TunedSettings.load(path)
+
+
+def recorded_mask(mask_path: str | os.PathLike, recorded: str | None) -> Path | None:
+    """The mask file a tuned file names, resolved relative to the folder of ``mask_path`` (where the
+    tuned file lives); None when it names none or the file is not there.
+
+    Artifacts name their masks relative to themselves. An absolute name (written by an older
+    version) is looked up by its file name beside the tuned file, never at the absolute path
+    itself: a pair folder with a copied ``tuned.json`` must use its own masks, not the masks of
+    whatever folder the tuned file was made in, even when that folder exists on this machine."""
+    if not recorded:
+        return None
+    folder = Path(mask_path).expanduser().parent
+    candidate = folder / (Path(recorded).name if Path(recorded).is_absolute() else recorded)
+    return candidate if candidate.is_file() else None
+
+
+class TunedForAnotherMaskWarning(UserWarning):
+    """``tuned.json`` sits beside the given mask but was measured with another one."""
+
+
+__all__ = ["FORMAT", "MEASURED_ON_DEFAULT", "TUNED_FILENAME", "TunedBudget", "TunedForAnotherMaskWarning", "TunedPoint",
+           "TunedReport", "TunedSettings", "find_tuned", "recorded_mask", "tuned_path_beside"]

@@ -1,0 +1,45 @@
+"""Optional rules plugins that ship with viasd-adapt (framework-neutral; opt in with ``plugins=[...]``).
+
+The built-in VIA-SD rules (:mod:`viasd_adapt.core.rules`) are always registered, last; a plugin here
+answers a rule hook before them, or returns None to defer to them (:mod:`viasd_adapt.core.hooks`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from viasd_adapt.core.hooks import hookimpl
+from viasd_adapt.core.rules import BUILTIN_RULES
+
+
+def argmax_match(tokens: torch.Tensor, verifier: torch.Tensor) -> torch.Tensor:
+    """1.0 where ``tokens[i]`` is the verifier's argmax at position i, else 0.0 (``verifier`` may
+    carry the extra bonus row)."""
+    return (verifier[: tokens.shape[0]].argmax(-1) == tokens).float()
+
+
+class GreedyArgmaxAcceptance:
+    """Opt-in rules plugin (``plugins=[GreedyArgmaxAcceptance()]``): in greedy decoding a draft
+    equal to the verifier's argmax always passes gate 1 and escalation.
+
+    Why: the tolerant inequality ``u(x) >= (1 - alpha) p(x)`` compares probabilities, and a sharp
+    drafter (an EAGLE head trained on soft targets is sharper than a small target) can fail it on
+    the very token the verifier would pick greedily. Then lossy rejects drafts that lossless SD
+    accepts. With this plugin lossy greedy is a relaxation of lossless greedy, in every adapter.
+    Sampling is left to the built-in rules (the plugin defers by returning None).
+    """
+
+    @hookimpl
+    def viasd_gate1_accept_prob(self, tokens, p, u, settings, greedy):
+        if not greedy:
+            return None
+        return torch.maximum(BUILTIN_RULES.gate1_accept_prob(tokens, p, u, settings, greedy), argmax_match(tokens, u))
+
+    @hookimpl
+    def viasd_escalation_accept_prob(self, tokens, p, q, settings, greedy):
+        if not greedy:
+            return None
+        return torch.maximum(BUILTIN_RULES.escalation_accept_prob(tokens, p, q, settings, greedy), argmax_match(tokens, q))
+
+
+__all__ = ["GreedyArgmaxAcceptance", "argmax_match"]

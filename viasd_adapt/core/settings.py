@@ -1,0 +1,153 @@
+"""Validated settings of the VIA-SD tier.
+
+The defaults are the paper's (alpha1 = 0.5, alpha2 = 0.3, gamma = 5, r = 0.45). Everything is checked
+up front so that a bad value fails with a sentence naming the setting, not with a NaN three layers
+down in a probability ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from enum import Enum
+from typing import Any
+
+from viasd_adapt.errors import ConfigError
+
+
+class Mode(str, Enum):
+    """How the slim tier is allowed to influence the output.
+
+    * ``NONE``: the framework runs as if viasd-adapt were not there (untiered lossless SD; the
+      baseline rows).
+    * ``LENIENT``: no slim tier either, and q accepts a draft x when ``q(x) >= (1 - a) p(x)``
+      with ``a = TierSettings.lenience``. The simple lossy baseline every VIA-SD figure is
+      compared with: if it gives equal fidelity for less, the tier has not earned its place.
+      ``lenience = 0`` is exactly ``NONE``.
+    * ``LOSSLESS``: the slim verifier is an intermediate proposer (p -> u -> q); q verifies every
+      committed token, so the output distribution is exactly the target's.
+    * ``LOSSY``: the paper's three-tier rule; q runs only on escalation.
+    * ``AUDIT``: lossy decisions, with q run in shadow every cycle to measure what lossy cost.
+    """
+
+    NONE = "none"
+    LENIENT = "lenient"
+    LOSSLESS = "lossless"
+    LOSSY = "lossy"
+    AUDIT = "audit"
+
+    @property
+    def uses_slim(self) -> bool:
+        """Whether this mode runs the slim verifier (and so needs a routing mask)."""
+        return self in (Mode.LOSSLESS, Mode.LOSSY, Mode.AUDIT)
+
+    @property
+    def is_exact(self) -> bool:
+        """Whether the output distribution is exactly the target's (greedy: its argmax)."""
+        return self in (Mode.NONE, Mode.LOSSLESS)
+
+    @classmethod
+    def parse(cls, value: "Mode | str") -> "Mode":
+        if isinstance(value, Mode):
+            return value
+        if not isinstance(value, str):  # str(None) would read as "none"
+            choices = ", ".join(m.value for m in cls)
+            raise ConfigError(f"mode must be one of: {choices} (a string or a Mode), got {value!r}")
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            choices = ", ".join(m.value for m in cls)
+            raise ConfigError(f"unknown mode {value!r}; choose one of: {choices}") from None
+
+
+@dataclass(frozen=True)
+class TierSettings:
+    """Thresholds and sizes of the three-tier verifier.
+
+    Attributes:
+        alpha1: tolerance of gate 1 (p -> u). A draft token x is accepted when
+            ``u(x) >= (1 - alpha1) * p(x)``. In [0, 1).
+        alpha2: tolerance of gate 2 (u -> q). The slim verifier resolves a rejected position on its
+            own when ``max_v u(v) >= 1 - alpha2``; in lossy escalation q accepts x when
+            ``q(x) >= (1 - alpha2) * p(x)``. In [0, 1).
+        gamma: draft block length, >= 1.
+        ratio: routing ratio r, the fraction of decoder layers the slim verifier skips. In (0, 1).
+        beta: residual-borrowing tolerance of the KL-style cost, >= 1.
+        mode: see :class:`Mode`.
+        escalation_rule: ``"framework"`` verifies escalated positions with the lossless SD rule,
+            ``"tolerant"`` with tolerance alpha2 (the paper's lossy reading). Only used when lossy.
+        lenience: tolerance ``a`` of the ``lenient`` baseline mode (q accepts x when
+            ``q(x) >= (1 - a) p(x)``). In [0, 1); 0 is plain lossless SD.
+        greedy_gates: what the tolerant gates compare a draft with in *greedy* decoding.
+            ``"proposer"`` (the paper's reading): ``v(x) >= (1 - alpha) p(x)``. ``"top"``: the
+            verifier's own top token, ``v(x) >= (1 - alpha) max v``, so ``alpha = 0`` accepts
+            exactly the verifier's argmax and alpha is a fidelity knob in greedy decoding too
+            (with the paper's reading a sharp drafter fails the gate on the verifier's argmax,
+            and a flat one passes tokens the verifier ranks low). Sampling always uses the
+            paper's ratio test.
+    """
+
+    alpha1: float = 0.5
+    alpha2: float = 0.3
+    gamma: int = 5
+    ratio: float = 0.45
+    beta: float = 1.0
+    mode: Mode = Mode.LOSSY
+    escalation_rule: str = "tolerant"
+    lenience: float = 0.5
+    greedy_gates: str = "proposer"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode.parse(self.mode))
+        _check_unit_interval("alpha1", self.alpha1, "the strict early gate p -> u")
+        _check_unit_interval("alpha2", self.alpha2, "the permissive later gate u -> q")
+        _check_unit_interval("lenience", self.lenience, "q's tolerance in the lenient baseline")
+        if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma < 1:
+            raise ConfigError(f"gamma (draft block length) must be an integer >= 1, got {self.gamma!r}")
+        if not _is_real(self.ratio) or not 0.0 < self.ratio < 1.0:
+            raise ConfigError(f"ratio (fraction of layers skipped) must be in (0, 1), got {self.ratio!r}")
+        if not _is_real(self.beta) or self.beta < 1.0:
+            raise ConfigError(f"beta (residual tolerance of the cost) must be >= 1, got {self.beta!r}")
+        if self.greedy_gates not in ("proposer", "top"):
+            raise ConfigError(f"greedy_gates must be 'proposer' or 'top', got {self.greedy_gates!r}")
+        if self.escalation_rule not in ("framework", "tolerant"):
+            raise ConfigError(
+                f"escalation_rule must be 'framework' or 'tolerant', got {self.escalation_rule!r}"
+            )
+
+    @property
+    def escalation_tolerance(self) -> float:
+        """Tolerance q applies to escalated positions: 0 means the lossless SD rule."""
+        if self.mode in (Mode.LOSSY, Mode.AUDIT) and self.escalation_rule == "tolerant":
+            return self.alpha2
+        return 0.0
+
+    def with_(self, **changes: Any) -> "TierSettings":
+        """A validated copy with some fields changed."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["mode"] = self.mode.value
+        return data
+
+
+# A documented preset that trades some speed for fidelity: a stricter gate 1 and a slim tier that
+# only acts when it is nearly certain.
+CONSERVATIVE = dict(alpha1=0.2, alpha2=0.1)
+
+
+def check_settings(settings: Any) -> "TierSettings":
+    """``settings`` must be a :class:`TierSettings` (a dict or a mode name is refused by name)."""
+    if not isinstance(settings, TierSettings):
+        raise ConfigError(f"settings must be a TierSettings, got {type(settings).__name__}")
+    return settings
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_unit_interval(name: str, value: Any, role: str) -> None:
+    if not _is_real(value) or not 0.0 <= value < 1.0:
+        raise ConfigError(f"{name} ({role}) must be in [0, 1), got {value!r}")

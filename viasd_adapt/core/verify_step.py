@@ -1,0 +1,138 @@
+"""The verify step: the one object every framework calls, once per cycle.
+
+A framework (the engine's loop, HF assisted generation, PEARL, EAGLE's tree) supplies what only it
+knows: the drafts, the drafter's distributions ``p`` and the target-side verifiers as lazy
+callables over its own model runners. Everything else about verifying is the same everywhere and
+lives here, built once per run:
+
+* the **rules** (the plugin manager's rule hooks, :class:`~viasd_adapt.core.hooks.HookRules`, with the
+  built-in VIA-SD rules registered last) and the **policy** (settings, greedy or sampling, whether a
+  whole block earns a bonus token);
+* the **observers**: the observer hooks and the drafter-quality monitor, itself a plugin
+  (:class:`~viasd_adapt.core.monitor.DrafterMonitorPlugin`);
+* the **ledger** (:class:`~viasd_adapt.core.ledger.CycleLedger`), the one writer of the run's
+  :class:`~viasd_adapt.core.metrics.TierMetrics`.
+
+Per cycle a framework calls :meth:`VerifyStep.verify` (decide with
+:func:`viasd_adapt.core.cycle.decide_cycle`, then record), or :meth:`decide` and :meth:`record` apart
+when it must act between the two (EAGLE plans its commit, and may pay one more q pass, before the
+cycle is counted). A framework's own stock loop (mode ``none`` in HF and EAGLE) decides for itself;
+its cycles are still counted here, through :meth:`observe`. Compare vLLM v1, where every proposer
+feeds one rejection sampler under one speculative config.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import contextlib
+
+import pluggy
+import torch
+
+from viasd_adapt.core.settings import check_settings
+from viasd_adapt.core.cycle import CycleOutcome, CyclePolicy, StopRule, Verifiers, decide_cycle
+from viasd_adapt.core.hooks import HookRules, TierObserver, make_plugin_manager
+from viasd_adapt.core.ledger import CycleLedger
+from viasd_adapt.core.metrics import TierMetrics
+from viasd_adapt.core.monitor import DrafterQualityMonitor, JunkThresholds, monitor_plugin_of
+from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.core.tiers import CycleResult
+
+
+class VerifyStep:
+    """One run's verify step: rules, observers (the drafter-quality monitor among them) and the
+    ledger, for every cycle of every generation of the run.
+
+    Args:
+        settings: the tier settings (checked here, once).
+        framework: the name observers and the monitor's warning give the framework.
+        plugin_manager: the run's plugin manager; None builds one with ``plugins``.
+        plugins: user plugins for a manager built here (rules and observers, :mod:`viasd_adapt.core.hooks`).
+        greedy: greedy decoding or sampling (each generation may say again: :meth:`new_generation`).
+        bonus_after_block: see :class:`~viasd_adapt.core.cycle.CyclePolicy` (False for PEARL).
+        thresholds: when the drafter-quality monitor calls a drafter junk.
+    """
+
+    def __init__(self, settings: TierSettings, framework: str, plugin_manager: pluggy.PluginManager | None = None,
+                 plugins: tuple = (), greedy: bool = True, bonus_after_block: bool = True,
+                 thresholds: JunkThresholds = JunkThresholds()):
+        check_settings(settings)
+        self.settings = settings
+        self.framework = framework
+        self.plugin_manager = plugin_manager if plugin_manager is not None else make_plugin_manager(plugins)
+        self.rules = HookRules(self.plugin_manager)
+        self.observer = TierObserver(self.plugin_manager, framework, settings.mode.value)
+        self.thresholds = thresholds
+        self.bonus_after_block = bonus_after_block
+        # The monitor plugin is registered only where it can act (lossy): other runs leave a user's
+        # plugin manager exactly as it was given.
+        self._monitor_plugin = monitor_plugin_of(self.plugin_manager) if settings.mode is Mode.LOSSY else None
+        self.new_generation(greedy)
+
+    # ------------------------------------------------------------------ generations
+    def new_generation(self, greedy: bool | None = None, stop: StopRule | None = None) -> TierMetrics:
+        """Starts a generation: fresh metrics (earlier outputs keep theirs) and fresh monitor evidence.
+
+        ``stop``: for frameworks whose own loop overshoots the budget or runs past EOS (EAGLE), the
+        ledger cuts each cycle to it before counting (:class:`~viasd_adapt.core.ledger.CycleLedger`).
+        """
+        greedy = self.policy.greedy if greedy is None else greedy
+        self.policy = CyclePolicy(self.settings, greedy, self.rules, self.bonus_after_block)
+        self.monitor = DrafterQualityMonitor(self.settings.mode, greedy, self.framework, self.thresholds)
+        self.ledger = CycleLedger(self.observer, stop=stop)
+        return self.ledger.metrics
+
+    @property
+    def metrics(self) -> TierMetrics:
+        """The current generation's metrics."""
+        return self.ledger.metrics
+
+    @property
+    def greedy(self) -> bool:
+        return self.policy.greedy
+
+    @contextlib.contextmanager
+    def _watched(self) -> Iterator[None]:
+        if self._monitor_plugin is None:
+            yield
+            return
+        with self._monitor_plugin.watching(self.monitor):
+            yield
+
+    # ------------------------------------------------------------------ cycles
+    def decide(self, drafts: torch.Tensor, p: torch.Tensor, verifiers: Verifiers,
+               generator: torch.Generator | None = None, stop: StopRule = StopRule(),
+               draft_ids: list[int] | None = None, policy: CyclePolicy | None = None) -> CycleOutcome:
+        """One cycle's decision (:func:`~viasd_adapt.core.cycle.decide_cycle`), not yet recorded.
+
+        ``policy`` replaces the run's for this one decision (EAGLE's lossless route asks u only for
+        the token after the block); the rules stay the run's.
+        """
+        with self._watched():
+            return decide_cycle(drafts, p, verifiers, policy or self.policy, generator, stop, draft_ids)
+
+    def record(self, outcome: CycleOutcome, drafted: int, draft_passes: int = 0, resumed_full_passes: int = 0) -> None:
+        """Counts a decided cycle and shows it to the observers (:meth:`CycleLedger.record`)."""
+        with self._watched():
+            self.ledger.record(outcome, drafted, draft_passes, resumed_full_passes)
+
+    def verify(self, drafts: torch.Tensor, p: torch.Tensor, verifiers: Verifiers,
+               generator: torch.Generator | None = None, stop: StopRule = StopRule(),
+               draft_ids: list[int] | None = None, draft_passes: int = 0) -> CycleOutcome:
+        """Decides and records one cycle of ``drafts``: what most frameworks call per cycle."""
+        outcome = self.decide(drafts, p, verifiers, generator, stop, draft_ids)
+        self.record(outcome, drafted=int(drafts.shape[0]), draft_passes=draft_passes)
+        return outcome
+
+    def observe(self, result: CycleResult, drafted: int, full_passes: int = 1, draft_passes: int = 0) -> None:
+        """Counts a cycle that a framework's own stock loop decided (mode ``none``)."""
+        self.record(CycleOutcome(result, full_passes=full_passes), drafted=drafted, draft_passes=draft_passes)
+
+    def prefill(self, token: int, draft_passes: int = 0) -> None:
+        """The first token, from one q pass over the prompt (:meth:`CycleLedger.record_prefill`)."""
+        with self._watched():
+            self.ledger.record_prefill(token, draft_passes)
+
+
+__all__ = ["VerifyStep"]

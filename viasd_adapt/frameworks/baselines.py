@@ -1,0 +1,87 @@
+"""The runners of the frameworks that are baselines rather than adapters.
+
+* ``ar``: the target decoding on its own with HF ``generate`` (no drafter, no tier);
+* ``lookup``: stock HF prompt lookup, n-grams of the text as drafts (no drafter model, no tier);
+* ``engine``: classic speculative decoding through :mod:`viasd_adapt.engine`, the loop the HF
+  adapter's tiered modes run; it separates the tier's effect from the difference between that loop
+  and transformers' own.
+
+They are registered by name in :mod:`viasd_adapt.frameworks.registry`, like every framework.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from viasd_adapt.models.pair import LoadedPair
+from viasd_adapt.frameworks.requests import RunOutput, RunRequest
+
+
+def generation_config_for(pair: LoadedPair, request: RunRequest, **extra):
+    """A GenerationConfig that samples exactly like ``request.sampling`` and stops at EOS only when
+    asked (benchmarks generate exactly ``max_new_tokens``)."""
+    from transformers import GenerationConfig
+
+    pad = getattr(pair.target.generation_config, "pad_token_id", None)
+    eos = pair.eos_token_ids if request.stop_at_eos else None
+    sampling = request.sampling
+    # eos_token_id=None would be filled in from the model's own generation config, which stops at
+    # EOS; an empty list is "no EOS" (the target keeps writing its argmax past EOS, like the engine).
+    kwargs = dict(max_new_tokens=request.max_new_tokens, eos_token_id=list(eos) if eos else [],
+                  pad_token_id=0 if pad is None else pad)
+    if sampling.greedy:
+        kwargs.update(do_sample=False)
+    else:
+        kwargs.update(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p)
+    kwargs.update(extra)
+    return GenerationConfig(**kwargs)
+
+
+def run_ar(pair: LoadedPair, request: RunRequest) -> RunOutput:
+    """The target alone, with HF ``generate`` (every token is a full-verifier token)."""
+    from viasd_adapt.core.ledger import plain_decoding_metrics
+
+    torch.manual_seed(request.seed)
+    ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=pair.device)
+    with torch.no_grad():
+        out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=generation_config_for(pair, request))
+    tokens = out[0, len(request.prompt_ids):].tolist()
+    return RunOutput(tokens, plain_decoding_metrics(tokens))
+
+
+def run_prompt_lookup(pair: LoadedPair, request: RunRequest) -> RunOutput:
+    """Stock HF prompt lookup decoding, ``generate(prompt_lookup_num_tokens=gamma)``: n-grams of
+    the text as drafts, no drafter model and no viasd-adapt. A baseline every pair can run beside
+    its drafter's rows (Spec-Bench reports it as PLD): a trained drafter and the tier have to beat
+    it too. Its target forwards are counted by the bench's meter, as for every stock row."""
+    from viasd_adapt.engine.prompt_lookup import DEFAULT_MAX_NGRAM
+
+    torch.manual_seed(request.seed)
+    ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=pair.device)
+    config = generation_config_for(pair, request, prompt_lookup_num_tokens=request.settings.gamma,
+                                   max_matching_ngram_size=DEFAULT_MAX_NGRAM)
+    with torch.no_grad():
+        out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+    return RunOutput(out[0, len(request.prompt_ids):].tolist())
+
+
+def run_engine(pair: LoadedPair, request: RunRequest) -> RunOutput:
+    """Classic SD through :mod:`viasd_adapt.engine` (mode none is the untiered loop)."""
+    from viasd_adapt.checks import vocab_size_of
+    from viasd_adapt.engine.drafters import ModelDrafter
+    from viasd_adapt.engine.verifier import TieredVerifier
+    from viasd_adapt.engine.loop import speculative_generate
+    from viasd_adapt.routing.slim import SlimVerifier
+
+    settings = request.settings
+    slim = SlimVerifier(pair.target, pair.routing) if settings.mode.uses_slim else None
+    generator = torch.Generator(device="cpu").manual_seed(request.seed)
+    verifier = TieredVerifier(pair.target, settings, request.sampling, slim=slim, framework="engine")
+    eos = pair.eos_token_ids if request.stop_at_eos else ()
+    drafter = (ModelDrafter(pair.draft, request.sampling) if pair.lookup is None
+               else pair.lookup.drafter(vocab_size_of(pair.target), eos, pair.device))
+    out = speculative_generate(drafter, verifier, request.prompt_ids, request.max_new_tokens, eos, generator=generator)
+    return RunOutput(out.tokens, out.metrics)
+
+
+__all__ = ["generation_config_for", "run_ar", "run_engine", "run_prompt_lookup"]

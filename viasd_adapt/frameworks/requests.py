@@ -1,0 +1,82 @@
+"""What every framework runner speaks: a :class:`RunRequest` in, a :class:`RunOutput` out.
+
+``viasd generate``, ``viasd bench`` and ``viasd tune`` load a pair once
+(:class:`~viasd_adapt.models.pair.LoadedPair`) and hand it with a request to a framework's runner
+(:mod:`viasd_adapt.frameworks.registry`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from viasd_adapt.core.metrics import TierMetrics
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import TierSettings
+
+
+#: ``RunRequest.mode`` of a stock run: the framework without viasd-adapt at all (where such a path exists).
+STOCK_MODE = "plain"
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One generation by one framework.
+
+    Two kinds of run, told apart by :attr:`stock`:
+
+    * a **tiered** run (``stock=False``): viasd-adapt's verify step in the tier mode
+      ``settings.mode`` (``none``, the untiered baseline, included); ``mode`` is that mode's name;
+    * a **stock** run (``stock=True``): the framework as shipped, viasd-adapt not in the loop (HF's
+      own ``generate``, EAGLE's own ``eagenerate``); ``mode`` is ``"plain"`` and ``settings`` only
+      supply sizes such as ``gamma``.
+
+    ``mode`` is kept as the first field (and ``"plain"`` as its stock value) because every
+    framework runner and the bench's rows speak it; build requests with :meth:`tiered` and
+    :meth:`stock_run`, which cannot disagree with ``settings``. ``stop_at_eos=False`` generates
+    exactly ``max_new_tokens`` (benchmarks: every row does the same amount of work).
+    """
+
+    mode: str
+    prompt_ids: list[int]
+    max_new_tokens: int
+    settings: TierSettings
+    sampling: SamplingConfig = SamplingConfig()
+    seed: int = 0
+    stop_at_eos: bool = True
+    # Encoder-decoder targets: ``prompt_ids`` are the SOURCE ids (the decoder starts from its
+    # decoder_start_token_id); a target that reads features (Whisper) takes them here instead,
+    # ``(1, mel, frames)`` (:func:`viasd_adapt.frameworks.seq2seq.load_input_features`).
+    input_features: Any = None
+
+    @property
+    def stock(self) -> bool:
+        """Whether this is the framework without viasd-adapt (``mode == "plain"``)."""
+        return self.mode == STOCK_MODE
+
+    @classmethod
+    def tiered(cls, prompt_ids: list[int], max_new_tokens: int, settings: TierSettings, **options: Any) -> "RunRequest":
+        """A run through viasd-adapt's verify step in ``settings.mode``."""
+        return cls(settings.mode.value, prompt_ids, max_new_tokens, settings, **options)
+
+    @classmethod
+    def stock_run(cls, prompt_ids: list[int], max_new_tokens: int, settings: TierSettings, **options: Any) -> "RunRequest":
+        """A run of the framework as shipped (no viasd-adapt); ``settings`` become untiered (mode none)."""
+        return cls(STOCK_MODE, prompt_ids, max_new_tokens, settings.with_(mode="none"), **options)
+
+
+@dataclass
+class RunOutput:
+    """Generated ids (prompt excluded), the metrics when the run kept any, and notes for people."""
+
+    tokens: list[int]
+    metrics: TierMetrics | None = None
+    notes: list[str] = field(default_factory=list)
+    extra_bytes: int = 0  # buffers outside HF cache objects (EAGLE's pre-allocated KV cache)
+
+    @property
+    def tiers(self) -> list[int] | None:
+        return None if self.metrics is None else self.metrics.token_tiers[: len(self.tokens)]
+
+
+__all__ = ["RunOutput", "RunRequest", "STOCK_MODE"]

@@ -1,0 +1,166 @@
+"""A loaded model pair, and the request/response types every framework runner speaks.
+
+``viasd generate``, ``viasd bench`` and ``viasd tune`` all load a pair once (target, drafter,
+tokenizer, routing mask, device) and hand it with a :class:`RunRequest` to a framework's runner
+(:mod:`viasd_adapt.frameworks`). Models load through ``AutoModelForCausalLM.from_pretrained`` from a
+local directory (or a hub id where a hub is reachable), so any HF decoder-only pair works, not
+only the pairs this project trains. On CPU weights are upcast to float32 (fp16 matmuls are slow
+and inexact there); on CUDA they keep their stored dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from viasd_adapt.checks import check_drafter_reads_source, check_same_tokenizer, check_same_vocabulary
+from viasd_adapt.io import relative_name
+from viasd_adapt.models.loading import TOKENIZER_FILES, is_local_path, load_model, load_tokenizer, pick_device  # noqa: F401  (their old home)
+from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP, PromptLookupSpec
+from viasd_adapt.routing.layers import find_decoder_stack
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask, skip_count
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.routing.mask import check_mask_model
+from viasd_adapt.routing.mask import load_mask
+
+FALLBACK_MASK_LABEL = "FALLBACK fixed mask (every other layer from layer 1; not a DIMR mask)"
+
+
+@dataclass
+class MaskInfo:
+    """The routing mask in use and where it came from (shown in every report)."""
+
+    mask: RoutingMask
+    source: str  # a path, or FALLBACK_MASK_LABEL
+    is_fallback: bool
+    artifact: MaskArtifact | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "bits": self.mask.bits(),
+            "skipped_layers": list(self.mask.skipped),
+            "first_skipped": self.mask.first_skipped,
+            # a report travels: the mask file by its name relative to the working folder, not a machine path
+            "source": self.source if self.is_fallback else relative_name(self.source, Path.cwd()),
+            "is_fallback": self.is_fallback,
+            "delta": self.artifact.delta if self.artifact is not None else None,
+        }
+
+
+@dataclass
+class LoadedPair:
+    """Models, tokenizer and mask shared by every run of one command."""
+
+    target: nn.Module
+    draft: nn.Module | None
+    tokenizer: Any
+    mask: MaskInfo | None
+    device: torch.device
+    target_path: str = ""
+    draft_path: str = ""
+    eagle_head: str | None = None
+    # The drafter when it is prompt lookup (``draft`` is then None): token-only, a point mass to the tier.
+    lookup: PromptLookupSpec | None = None
+    # Objects a framework loads once and reuses across runs (e.g. EAGLE's EaModel).
+    loaded: dict = field(default_factory=dict)
+
+    @property
+    def routing(self) -> RoutingMask | None:
+        return self.mask.mask if self.mask is not None else None
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        eos = getattr(getattr(self.target, "generation_config", None), "eos_token_id", None)
+        if eos is None:
+            eos = getattr(self.tokenizer, "eos_token_id", None)
+        if eos is None:
+            return []
+        return [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _check_draft_tokenizer(tokenizer, draft_path: str | Path) -> None:
+    """A drafter saved with its own tokenizer must map every string to the target's ids: equal
+    vocabulary *sizes* (checked above) do not make two tokenizers the same, and a drafter whose
+    ids mean other strings would draft nonsense the tiers then compare token by token. A drafter
+    folder without a tokenizer is taken to use the target's."""
+    folder = Path(draft_path).expanduser() if is_local_path(draft_path) else None
+    if folder is None or not folder.is_dir() or not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return
+    check_same_tokenizer(tokenizer, load_tokenizer(folder), role=f"drafter ({folder})")
+
+
+def fallback_mask(num_layers: int, ratio: float) -> RoutingMask:
+    """The documented fixed mask used when no DIMR mask exists: skip layers 1, 3, 5, ... until
+    ``round(ratio * L)`` are skipped (wrapping to even layers > 0 if needed). Layer 0 is always kept:
+    on the pairs measured so far every mask that skipped it collapsed."""
+    k = skip_count(num_layers, ratio)
+    order = [i for i in range(1, num_layers, 2)] + [i for i in range(2, num_layers, 2)]
+    return RoutingMask.from_skipped(num_layers, sorted(order[:k]))
+
+
+def resolve_mask_info(target: nn.Module, mask_path: str | Path | None, ratio: float,
+                      search_dirs: list[Path] = (), read_masks: Mapping[Path, MaskArtifact] | None = None) -> MaskInfo:
+    """The mask at ``mask_path`` (checked against the target), else ``mask.json`` in one of
+    ``search_dirs``, else the labelled fallback mask. ``read_masks``: files the run already read
+    (:attr:`viasd_adapt.config.resolve.RunSpec.masks`), checked here instead of read again."""
+    candidates = [Path(mask_path).expanduser()] if mask_path else [Path(d) / "mask.json" for d in search_dirs]
+    for path in candidates:
+        if mask_path or path.is_file():
+            artifact = (read_masks or {}).get(path)
+            if artifact is None:
+                artifact = load_mask(path, target)
+            else:
+                check_mask_model(artifact, target, source=str(path))
+            return MaskInfo(artifact.mask, str(path), False, artifact)
+    layers = find_decoder_stack(target).num_layers
+    return MaskInfo(fallback_mask(layers, ratio), FALLBACK_MASK_LABEL, True)
+
+
+def load_pair(
+    target_path: str | Path,
+    draft_path: str | Path | None,
+    mask_path: str | Path | None = None,
+    need_mask: bool = True,
+    device: str = "auto",
+    eagle_head: str | Path | None = None,
+    ratio: float = TierSettings().ratio,
+    read_masks: Mapping[Path, MaskArtifact] | None = None,
+) -> LoadedPair:
+    """Loads the pair and the mask; checks that drafter and target share a vocabulary.
+
+    ``draft_path`` is a model folder or ``.gguf`` file, ``"prompt-lookup"`` (no model: the drafter
+    copies n-grams of the text, :mod:`viasd_adapt.engine.prompt_lookup`), or None (no drafter).
+    ``read_masks``: mask files the run already read (the resolver's ``RunSpec.masks``)."""
+    dev = pick_device(device)
+    target = load_model(target_path, dev, "target")
+    lookup = PromptLookupSpec() if str(draft_path) == PROMPT_LOOKUP else None
+    draft = load_model(draft_path, dev, "draft", target=target) if draft_path is not None and lookup is None else None
+    tokenizer = load_tokenizer(target_path)
+    if draft is not None:
+        check_same_vocabulary(target, draft)
+        check_drafter_reads_source(target, draft)
+        _check_draft_tokenizer(tokenizer, draft_path)
+    search = [Path(target_path).expanduser().parent]
+    mask = resolve_mask_info(target, mask_path, ratio, search, read_masks) if need_mask else None
+    return LoadedPair(target, draft, tokenizer, mask, dev, str(target_path), str(draft_path or ""),
+                      str(eagle_head) if eagle_head else None, lookup=lookup)
+
+
+__all__ = [
+    "FALLBACK_MASK_LABEL",
+    "LoadedPair",
+    "MaskInfo",
+    "fallback_mask",
+    "load_model",
+    "load_pair",
+    "load_tokenizer",
+    "pick_device",
+    "resolve_mask_info",
+]

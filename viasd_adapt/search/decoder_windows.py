@@ -1,0 +1,364 @@
+"""The calibration window DIMR scores masks on (VIA-SD.md section 3).
+
+A window is a prompt followed by the target's own greedy continuation, run teacher-forced. Only the
+positions that predict continuation tokens are scored: they are the positions a verifier actually
+judges during decoding, while prompt positions mostly measure how well a model reads human text.
+
+Why right padding without an attention mask is exact here: every model we route is causal, so a
+real position never attends to a pad that comes after it, and position ids count from 0 for every
+row. Windows of different lengths can therefore share one batch with no per-family padding logic.
+
+The drafter's (p) and target's (q) log-probabilities over the scored positions are computed ONCE;
+each candidate mask then costs one slim forward over the same batch (see ``objective.py``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from viasd_adapt.search.windows import CalibrationSet  # also importable from here, as before
+from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
+from viasd_adapt.prompts.files import read_prompts_file
+from viasd_adapt.routing.runner import CachedRunner
+from viasd_adapt.search.defaults import (  # noqa: F401 (re-exported: the calibration defaults)
+    DEFAULT_CALIB_PROMPTS,
+    DEFAULT_HELDOUT_PROMPTS,
+    DEFAULT_NEW_TOKENS,
+    DEFAULT_PROMPT_TOKENS,
+)
+
+BATCH_TOKENS = 16_384  # tokens per teacher-forced forward (all windows of a default calibration)
+
+
+# ---------------------------------------------------------------------------- prompts
+
+
+def load_prompt_file(path: str | Path) -> list[str]:
+    """Calibration prompts from ``path`` (:func:`viasd_adapt.prompts.files.read_prompts_file`'s format).
+
+    An empty file is an error: searching a mask on no data would silently return an arbitrary mask.
+    """
+    return read_prompts_file(path, "calibration file")
+
+
+def default_prompts(n_calibration: int, n_heldout: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Calibration and evaluation prompts from held-out stdlib files (``models.corpus``).
+
+    One draw of ``n_calibration + n_heldout`` snippets is split in two, so the evaluation prompts
+    are never the calibration prompts (the corpus draws are reproducible for a given seed).
+    """
+    from viasd_adapt.models.corpus import heldout_prompts
+
+    prompts = heldout_prompts(n_calibration + n_heldout, seed=seed)
+    return prompts[:n_calibration], prompts[n_calibration:]
+
+
+# ---------------------------------------------------------------------------- compatibility
+
+
+def vocab_size_of(model: nn.Module) -> int:
+    """Rows of the output head: the size of the distribution the cost compares."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    return int(model.config.vocab_size)
+
+
+def check_compatible(target: nn.Module, draft: nn.Module, target_tokenizer=None, draft_tokenizer=None) -> None:
+    """Refuses a drafter whose distribution is not over the target's vocabulary.
+
+    The KL-style cost compares p and q token by token, so the two vocabularies must be the same
+    list in the same order: equal head sizes, and equal tokenizer vocabularies when given.
+    """
+    v_target, v_draft = vocab_size_of(target), vocab_size_of(draft)
+    if v_target != v_draft:
+        raise ModelMismatchError(
+            f"drafter and target have different vocabularies: {v_draft} vs {v_target} output tokens; "
+            "DIMR compares their next-token distributions token by token, so they must share one tokenizer"
+        )
+    if target_tokenizer is not None and draft_tokenizer is not None:
+        if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+            raise ModelMismatchError(
+                "drafter and target tokenizers differ (same size, different token ids); "
+                "use a drafter trained with the target's tokenizer"
+            )
+
+
+def max_positions(model: nn.Module) -> int | None:
+    config = model.config
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+# ---------------------------------------------------------------------------- windows
+
+
+@dataclass(frozen=True)
+class TokenWindows:
+    """Right-padded prompt + continuation rows and which positions are scored.
+
+    Attributes:
+        input_ids: ``(W, T)`` token ids, right-padded.
+        scored: ``(W, T)`` bool; True at positions whose next token is a continuation token.
+    """
+
+    input_ids: torch.Tensor
+    scored: torch.Tensor
+
+    @property
+    def num_scored(self) -> int:
+        """tau: the number of scored positions."""
+        return int(self.scored.sum())
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str], max_prompt_tokens: int = DEFAULT_PROMPT_TOKENS) -> list[list[int]]:
+    """Token ids of each prompt, keeping the first ``max_prompt_tokens`` (so a BOS survives)."""
+    encoded = []
+    for prompt in prompts:
+        ids = list(tokenizer(prompt)["input_ids"])[:max_prompt_tokens]
+        if not ids:
+            raise ConfigError(f"prompt {prompt[:40]!r} encodes to no tokens")
+        encoded.append(ids)
+    return encoded
+
+
+@torch.no_grad()
+def greedy_continuation(model: nn.Module, prompt_ids: Sequence[int], new_tokens: int) -> list[int]:
+    """``new_tokens`` greedy tokens of ``model`` after ``prompt_ids`` (EOS does not stop it: the
+    window only needs the target's own most likely text, not a well-formed ending)."""
+    runner = CachedRunner(model)
+    sequence = list(prompt_ids)
+    for _ in range(new_tokens):
+        sequence.append(int(runner.logits_for(sequence, 1)[-1].argmax()))
+    return sequence[len(prompt_ids):]
+
+
+def build_windows(
+    target: nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    new_tokens: int = DEFAULT_NEW_TOKENS,
+    pad_id: int = 0,
+) -> TokenWindows:
+    """Windows of prompt + the target's greedy continuation of ``new_tokens`` tokens.
+
+    ``pad_id`` only fills the tail of shorter rows, which no scored position can see (causal
+    attention), so any in-vocabulary id will do.
+    """
+    if not prompt_ids:
+        raise ConfigError("no calibration prompts")
+    if new_tokens < 1:
+        raise ConfigError(f"calibration needs at least 1 new token per prompt, got {new_tokens}")
+    limit = max_positions(target)
+    vocab = vocab_size_of(target)
+    rows = []
+    for ids in prompt_ids:
+        ids = list(ids)
+        if not ids:
+            raise ConfigError("a calibration prompt has no tokens")
+        if max(ids) >= vocab or min(ids) < 0:
+            raise ModelMismatchError(
+                f"prompt token id {max(ids)} is outside the target's vocabulary of {vocab} tokens "
+                "(tokenizer and model do not belong together?)"
+            )
+        if limit is not None and len(ids) + new_tokens > limit:
+            ids = ids[: max(1, limit - new_tokens)]
+            if len(ids) + new_tokens > limit:
+                raise ConfigError(f"{new_tokens} new tokens do not fit the target's {limit} positions")
+        rows.append((ids, greedy_continuation(target, ids, new_tokens)))
+    length = max(len(p) + len(c) for p, c in rows)
+    input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    scored = torch.zeros((len(rows), length), dtype=torch.bool)
+    for row, (prompt, continuation) in enumerate(rows):
+        window = prompt + continuation
+        input_ids[row, : len(window)] = torch.tensor(window)
+        # position t predicts token t + 1: continuation tokens sit at len(prompt) .. len(window) - 1
+        scored[row, len(prompt) - 1 : len(window) - 1] = True
+    return TokenWindows(input_ids, scored)
+
+
+def batch_size_for(windows, max_tokens: int = BATCH_TOKENS) -> int:
+    """Windows per forward: all of them when they fit in ``max_tokens`` tokens (one teacher-forced
+    forward per mask over the whole calibration set), else as many as fit."""
+    ids = getattr(windows, "input_ids", None)
+    if ids is None or ids.dim() != 2:
+        return 16
+    return max(1, min(int(ids.size(0)), max_tokens // max(1, int(ids.size(1)))))
+
+
+@torch.no_grad()
+def scored_log_probs(model: nn.Module, windows: TokenWindows, batch_size: int | None = 16,
+                     before_batch: Callable[[int], None] | None = None) -> torch.Tensor:
+    """Teacher-forced log-probabilities at the scored positions, shape ``(tau, V)``, float32.
+
+    ``batch_size`` None: :func:`batch_size_for`. ``before_batch(i)`` runs before the forward of
+    the i-th batch (the prefix-cached objective injects that batch's stored hidden states).
+    """
+    if hasattr(windows, "log_probs"):  # encoder-decoder windows (viasd_adapt.search.seq2seq_windows) score themselves
+        return windows.log_probs(model, batch_size or 16)
+    batch_size = batch_size or batch_size_for(windows)
+    chunks = []
+    trims = _accepts_logits_to_keep(model)
+    for number, start in enumerate(range(0, windows.input_ids.size(0), batch_size)):
+        if before_batch is not None:
+            before_batch(number)
+        ids = windows.input_ids[start : start + batch_size]
+        scored = windows.scored[start : start + batch_size]
+        if trims:
+            # the LM head is a large share of a small model's forward: project only the columns
+            # from the first scored position on (HF's logits_to_keep keeps the last N columns)
+            first = int(scored.any(dim=0).nonzero()[0])
+            logits = model(input_ids=ids, use_cache=False, logits_to_keep=ids.size(1) - first).logits
+            scored = scored[:, first:]
+        else:
+            logits = model(input_ids=ids, use_cache=False).logits
+        chunks.append(torch.log_softmax(logits[scored].float(), dim=-1))
+    return torch.cat(chunks)
+
+
+def _accepts_logits_to_keep(model: nn.Module) -> bool:
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def build_calibration(
+    target: nn.Module,
+    draft: nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    new_tokens: int = DEFAULT_NEW_TOKENS,
+    pad_id: int = 0,
+    batch_size: int | None = None,
+    windows: TokenWindows | None = None,
+) -> CalibrationSet:
+    """Greedy windows from the target (or ``windows``, e.g. from a :class:`WindowCache`), then p's
+    and q's scored log-probs (once)."""
+    check_compatible(target, draft)
+    if windows is None:
+        windows = build_windows(target, prompt_ids, new_tokens, pad_id)
+    logp_full = scored_log_probs(target, windows, batch_size)
+    logp_draft = scored_log_probs(draft, windows, batch_size)
+    if logp_full.shape != logp_draft.shape:  # defensive: heads that disagree with their config
+        raise ModelMismatchError(f"drafter and target logits differ in shape: {tuple(logp_draft.shape)} vs {tuple(logp_full.shape)}")
+    if not torch.isfinite(logp_full).any(dim=-1).all():
+        raise ViasdError("the target produced non-finite log-probabilities on the calibration window")
+    return CalibrationSet(windows, logp_draft, logp_full)
+
+
+# ---------------------------------------------------------------------------- the window cache
+
+WINDOW_CACHE_FORMAT = 1
+
+
+def weights_digest(model: nn.Module) -> str:
+    """A digest of every parameter and buffer (names, dtypes, shapes and bytes) and the config.
+
+    Unlike the mask fingerprint (a tolerant sketch of a few tensors, meant to survive dtype casts),
+    this changes with any weight: a cached greedy continuation is only valid for exactly the model
+    that produced it. Hashing SmolLM2-135M's 540 MB takes about a second; calibrating it, minutes.
+    """
+    import hashlib
+
+    digest = hashlib.blake2b(digest_size=20)
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "to_json_string"):
+        digest.update(config.to_json_string(use_diff=False).encode())
+    for name, tensor in sorted(model.state_dict(keep_vars=False).items()):
+        if tensor.device.type == "meta":
+            digest.update(f"{name}:meta:{tuple(tensor.shape)}".encode())
+            continue
+        data = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{data.dtype}:{tuple(data.shape)}".encode())
+        digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+    return digest.hexdigest()
+
+
+def window_key(weights: str, prompt_ids: Sequence[Sequence[int]], new_tokens: int, pad_id: int) -> str:
+    """What a set of greedy windows depends on: the target's weights, the prompt token ids (so the
+    prompt text, its template and its cut), the number of new tokens and the pad id."""
+    import hashlib
+    import json
+
+    payload = json.dumps({"format": WINDOW_CACHE_FORMAT, "weights": weights, "prompts": [list(map(int, p)) for p in prompt_ids],
+                          "new_tokens": int(new_tokens), "pad_id": int(pad_id)}, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class WindowCache:
+    """The target's greedy calibration (and held-out) windows, kept in one file beside the mask.
+
+    Greedy generation is the slow part of calibrating (one target forward per new token and
+    prompt); the windows are a pure function of (target weights, prompt ids, new tokens, pad id),
+    so they are stored under a key of exactly those (:func:`window_key`). A different target,
+    prompt, template, cut or length gives another key: a miss, regenerated. :meth:`save` keeps
+    only the entries this run used, so stale windows do not accumulate.
+
+    Attributes:
+        hits, misses: lookups answered from the file / generated.
+        generate_seconds: time spent generating on misses.
+    """
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path is not None else None
+        self.entries: dict[str, dict] = {}
+        self.used: set[str] = set()
+        self.hits = self.misses = 0
+        self.generate_seconds = 0.0
+        self._weights: dict[int, str] = {}
+        if self.path is not None and self.path.is_file():
+            try:
+                data = torch.load(self.path, map_location="cpu", weights_only=True)
+                if isinstance(data, dict) and data.get("format") == WINDOW_CACHE_FORMAT:
+                    self.entries = dict(data.get("entries", {}))
+            except Exception:  # an unreadable cache is a miss, never an error
+                self.entries = {}
+
+    def _digest(self, target: nn.Module) -> str:
+        if id(target) not in self._weights:
+            self._weights[id(target)] = weights_digest(target)
+        return self._weights[id(target)]
+
+    def windows(self, target: nn.Module, prompt_ids: Sequence[Sequence[int]], new_tokens: int = DEFAULT_NEW_TOKENS,
+                pad_id: int = 0) -> TokenWindows:
+        import time
+
+        key = window_key(self._digest(target), prompt_ids, new_tokens, pad_id)
+        self.used.add(key)
+        entry = self.entries.get(key)
+        if entry is not None:
+            self.hits += 1
+            return TokenWindows(entry["input_ids"], entry["scored"])
+        self.misses += 1
+        started = time.perf_counter()
+        windows = build_windows(target, prompt_ids, new_tokens, pad_id)
+        self.generate_seconds += time.perf_counter() - started
+        self.entries[key] = {"input_ids": windows.input_ids, "scored": windows.scored}
+        return windows
+
+    def save(self) -> Path | None:
+        if self.path is None:
+            return None
+        from viasd_adapt.io import write_atomic
+
+        data = {"format": WINDOW_CACHE_FORMAT, "entries": {k: v for k, v in self.entries.items() if k in self.used}}
+        return write_atomic(self.path, lambda tmp: torch.save(data, tmp), "calibration window cache")
+
+    def report(self) -> dict:
+        # the file's name only: an artifact must not carry a path of the machine that made it
+        return {"path": self.path.name if self.path else None, "hits": self.hits, "misses": self.misses,
+                "generate_seconds": round(self.generate_seconds, 2)}
+
+
+def window_cache_path(mask_path: str | Path) -> Path:
+    """Where the window cache of a mask artifact lives: ``mask.json`` -> ``mask.windows.pt``."""
+    mask_path = Path(mask_path)
+    return mask_path.with_name(mask_path.stem + ".windows.pt")
