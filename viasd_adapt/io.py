@@ -59,13 +59,13 @@ def write_directory(path: str | os.PathLike, write: Callable[[Path], None], what
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists() and not path.is_dir():
             raise NotADirectoryError(20, "exists and is not a directory")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent))
         old = None
         try:
             write(tmp)
             os.chmod(tmp, 0o777 & ~_umask())
             if path.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+                old = Path(tempfile.mkdtemp(prefix=_temporary_prefix(path), suffix=".old", dir=path.parent))
                 os.replace(path, old / path.name)
             os.replace(tmp, path)
         except BaseException:
@@ -79,6 +79,63 @@ def write_directory(path: str | os.PathLike, write: Callable[[Path], None], what
     except OSError as err:
         raise ViasdError(f"cannot write {what} {path}: {err.strerror or err}") from None
     return path
+
+
+def _temporary_prefix(path: Path) -> str:
+    """``.<name>.pid<PID>.``: a temporary folder names the process that made it, so a later run can
+    tell one a killed process left behind (:func:`sweep_stale_temporaries`) from one in progress."""
+    return f".{path.name}.pid{os.getpid()}."
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+#: Temporary folders of writers that predate the pid in their name are swept once this old (seconds).
+LEGACY_TEMPORARY_AGE = 24 * 3600
+
+
+def sweep_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Removes the temporary folders :func:`write_directory` left in ``folder`` when its process was
+    killed mid-write (their process no longer runs); returns what was removed. A write in progress
+    (its process alive) is left alone."""
+    import re
+    import time
+
+    removed = []
+    folder = Path(folder)
+    if not folder.is_dir():
+        return removed
+    for entry in folder.iterdir():
+        if not (entry.name.startswith(".") and entry.name.endswith((".tmp", ".old")) and entry.is_dir()):
+            continue
+        owner = re.search(r"\.pid(\d+)\.", entry.name)
+        try:
+            stale = (not _process_alive(int(owner.group(1))) if owner
+                     else time.time() - entry.stat().st_mtime > LEGACY_TEMPORARY_AGE)
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """The sha256 of a file's content, read in 1 MiB chunks."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def write_text(path: str | os.PathLike, text: str, what: str = "file") -> Path:
@@ -153,4 +210,5 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
         raise ViasdError(f"cannot read {what} {path}: {err.strerror or err}") from None
 
 
-__all__ = ["ensure_writable", "read_text", "relative_name", "save_figure", "write_atomic", "write_directory", "write_json", "write_text"]
+__all__ = ["ensure_writable", "file_digest", "read_text", "relative_name", "save_figure", "sweep_stale_temporaries",
+           "write_atomic", "write_directory", "write_json", "write_text"]

@@ -135,3 +135,57 @@ def test_the_array_forms_of_the_budget_and_recommendation_rules_agree_with_the_r
             expected = recommend(qualifying, cost=lambda k: cost[r, k], is_simple=lambda k: bool(simple[k]))[1] if qualifying else -1
             assert picks[r] == expected
         assert (picks == -1).any() and len(set(picks.tolist())) > 2  # the cases are varied
+
+
+# ------------------------------------------------------------------------- copies are not evidence
+
+
+def _copies(candidates, reference, copies, keys=True):
+    """Every prompt of ``candidates`` repeated ``copies`` times (with their keys, or without)."""
+    def repeat(sums):
+        fields = {name: None if getattr(sums, name) is None else list(getattr(sums, name)) * copies
+                  for name in ("tokens", "cost", "log_likelihood", "regret", "overruled", "audited")}
+        fields["keys"] = [f"prompt-{i}" for i in range(len(sums))] * copies if keys else None
+        return PromptSums(**fields)
+
+    return [Candidate(c.name, repeat(c.sums), c.exact, c.simple) for c in candidates], repeat(reference)
+
+
+def test_six_copies_of_one_prompt_are_one_prompt_of_evidence():
+    candidates, reference = _pair(1, gap=0.30, spread=0.0)
+    alone = bootstrap_verdict(candidates, Budget(), reference)
+    copied, copied_reference = _copies(candidates, reference, 6)
+    result = bootstrap_verdict(copied, Budget(), copied_reference)
+    assert not alone.determined and not result.determined  # 1 distinct prompt: below the minimum
+    assert result.prompts == 1 and result.copies == 5
+    assert "undetermined at 1 prompt (distinct)" in result.sentence() and "5 copies" in result.sentence()
+    # the control: the same sums without keys count as six prompts, and the copies decide the verdict
+    unkeyed, unkeyed_reference = _copies(candidates, reference, 6, keys=False)
+    control = bootstrap_verdict(unkeyed, Budget(), unkeyed_reference)
+    assert control.prompts == 6 and control.copies == 0 and control.determined
+
+
+def test_copies_do_not_change_the_pooled_estimate_or_widen_the_evidence():
+    candidates, reference = _pair(6, gap=0.30, spread=0.02)
+    once = bootstrap_verdict(candidates, Budget(), reference)
+    twice, twice_reference = _copies(candidates, reference, 2)
+    result = bootstrap_verdict(twice, Budget(), twice_reference)
+    assert result.prompts == 6 and result.copies == 6
+    assert result.stated == once.stated and result.determined == once.determined
+    assert result.gain_interval == pytest.approx(once.gain_interval)
+
+
+def test_settings_measured_on_different_prompts_are_refused():
+    candidates, reference = _pair(3, gap=0.30, spread=0.0)
+    a = Candidate("lenient", PromptSums(**{**candidates[0].sums.__dict__, "keys": ["a", "b", "c"]}), False, True)
+    b = Candidate("lossy", PromptSums(**{**candidates[1].sums.__dict__, "keys": ["a", "b", "d"]}), False, False)
+    with pytest.raises(ValueError, match="different prompts"):
+        bootstrap_verdict([a, b], Budget(), reference)
+
+
+def test_prompt_keys_tell_copies_apart_from_different_prompts():
+    from viasd_adapt.bench.uncertainty import distinct_units, prompt_key
+
+    assert prompt_key([1, 2, 3]) == prompt_key([1, 2, 3]) != prompt_key([1, 2, 4]) != prompt_key([12, 3])
+    assert distinct_units([prompt_key([1]), prompt_key([2]), prompt_key([1])], 3).tolist() == [0, 1, 0]
+    assert distinct_units(None, 3).tolist() == [0, 1, 2]

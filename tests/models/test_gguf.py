@@ -144,3 +144,108 @@ def test_generate_takes_a_gguf_target_with_a_prompt_lookup_drafter(cache, tiny_g
                                       "--no-color"])
     assert result.exit_code == 0, result.output
     assert "6 tokens" in result.output
+
+
+# ----------------------------------------------------------------------------- the cache checks what it holds
+
+
+def _logits(model):
+    with torch.no_grad():
+        return model(torch.tensor([[3, 9, 4, 17, 5]])).logits
+
+
+def _fresh_process(monkeypatch):
+    """Forget which cache entries this process already checked (a new run checks them again)."""
+    monkeypatch.setattr(gguf_module, "_VERIFIED", set())
+
+
+@pytest.mark.parametrize("damage", ["flip a byte", "truncate", "delete"])
+def test_a_damaged_cache_entry_is_rebuilt_from_the_gguf(cache, tiny_gguf, monkeypatch, damage):
+    path, original = tiny_gguf
+    good = _logits(load_model(path, CPU, "target"))
+    weights = cache / "gguf" / gguf_module.file_sha256(path) / "model.safetensors"
+    written = weights.read_bytes()
+    data = bytearray(written)
+    if damage == "flip a byte":  # inside a tensor: the file still parses, the values are wrong
+        data[-7] ^= 0x10
+        weights.write_bytes(bytes(data))
+    elif damage == "truncate":
+        weights.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        weights.unlink()
+    _fresh_process(monkeypatch)
+    with pytest.warns(gguf_module.GGUFCacheRebuiltWarning, match=r"cached copy of tiny.gguf .* is damaged"):
+        again = load_model(path, CPU, "target")
+    assert torch.equal(_logits(again), good)
+    assert weights.read_bytes() == written  # rebuilt whole
+
+
+def test_an_entry_checked_once_is_not_read_again_in_the_same_process(cache, tiny_gguf, monkeypatch):
+    path, _ = tiny_gguf
+    load_model(path, CPU, "target")
+    read, digest = [], gguf_module.file_digest
+    monkeypatch.setattr(gguf_module, "file_digest", lambda file: read.append(file) or digest(file))
+    load_model(path, CPU, "target")
+    load_tokenizer(path)
+    assert read == [path] * 2  # only the .gguf's own digest (its cache key), never the entry's files
+
+
+def test_an_entry_that_loads_badly_despite_its_digests_is_rebuilt_once(cache, tiny_gguf, monkeypatch):
+    from viasd_adapt.models import loading
+
+    path, _ = tiny_gguf
+    good = _logits(load_model(path, CPU, "target"))
+    real, calls = loading._load_folder, []
+
+    def fails_first(folder, device, role):
+        calls.append(folder)
+        if len(calls) == 1:
+            raise ViasdError(f"cannot load the {role} model from {folder}: a weights file is damaged")
+        return real(folder, device, role)
+
+    monkeypatch.setattr(loading, "_load_folder", fails_first)
+    with pytest.warns(gguf_module.GGUFCacheRebuiltWarning, match="could not be loaded"):
+        assert torch.equal(_logits(load_model(path, CPU, "target")), good)
+    assert len(calls) == 2
+
+
+def test_a_full_disk_is_a_clear_error_naming_the_gguf(cache, tiny_gguf, monkeypatch):
+    import safetensors
+    import transformers.modeling_utils
+
+    path, _ = tiny_gguf
+
+    def no_space(*args, **kwargs):
+        raise safetensors.SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, "
+                                          "message: \"No space left on device\" })")
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", no_space)
+    with pytest.raises(ViasdError, match=r"cannot cache the dequantized model of .*tiny\.gguf.*No space left") as err:
+        load_model(path, CPU, "target")
+    assert "VIASD_CACHE" in str(err.value)
+    root = cache / "gguf"
+    assert not root.exists() or [p.name for p in root.iterdir()] == []  # nothing half-written left behind
+
+
+def test_a_tokenizer_without_a_chat_template_is_named_by_its_gguf(cache, tmp_path):
+    from viasd_adapt.prompts.chat import encode_prompt
+
+    path = write_tiny_gguf(tmp_path / "plain.gguf", tiny_model("llama", seed=5, vocab_size=64), chat_template=False)
+    tokenizer = load_tokenizer(path)
+    with pytest.raises(ConfigError, match=r"plain\.gguf has no chat template"):
+        encode_prompt(tokenizer, "ab", "on")
+
+
+def test_temporary_folders_of_killed_loads_are_swept(cache, tiny_gguf):
+    import subprocess
+    import sys
+
+    path, _ = tiny_gguf
+    root = cache / "gguf"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = root / f".{gguf_module.file_sha256(path)}.pid{int(dead.stdout)}.abc.tmp"
+    (stale / "sub").mkdir(parents=True)
+    alive = root / f".other.pid{__import__('os').getpid()}.xyz.tmp"  # a write in progress (this process)
+    alive.mkdir()
+    load_model(path, CPU, "target")
+    assert not stale.exists() and alive.exists()

@@ -15,10 +15,16 @@ replicates, or the gain interval straddles the tie margin) the verdict is *undet
 prompts*, and the simpler setting is recommended: it needs no slim verifier, mask or tuning.
 Fewer than :data:`MIN_PROMPTS` prompts are always undetermined: a resample of 1 or 2 prompts
 cannot show how much the prompts vary.
+
+Evidence is counted once. A prompt that appears several times (the same token ids, told apart by
+the ``keys`` of :class:`PromptSums`) is one unit of the bootstrap: its copies' sums are pooled into
+it, so the point estimate is unchanged, but six copies of one prompt are one prompt of evidence,
+not six, and they do not count towards :data:`MIN_PROMPTS`. The sentence reports the copies.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -39,7 +45,9 @@ class PromptSums:
 
     ``cost``: full-equivalent passes spent on the prompt (not per token). ``overruled`` /
     ``audited``: summed overrule probabilities and the number of audited tokens (None when the
-    setting was not audited). ``log_likelihood`` and ``regret`` are sums over the prompt's tokens."""
+    setting was not audited). ``log_likelihood`` and ``regret`` are sums over the prompt's tokens.
+    ``keys``: what identifies each prompt (:func:`prompt_key` of its token ids); equal keys are
+    copies of one prompt (None: every prompt counts as distinct, as in files written before keys)."""
 
     tokens: Sequence[float]
     cost: Sequence[float]
@@ -47,6 +55,7 @@ class PromptSums:
     regret: Sequence[float] | None = None
     overruled: Sequence[float] | None = None
     audited: Sequence[float] | None = None
+    keys: Sequence[str] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -79,6 +88,7 @@ class Uncertainty:
     gain_interval: tuple[float, float] | None = None  # 1 - cost(tier) / cost(simple), ``level`` interval
     admitted: dict[str, float] = field(default_factory=dict)  # share of replicates within budget, per setting
     margin: float = TIE_MARGIN
+    copies: int = 0  # prompts that repeat another one (not counted in ``prompts``)
 
     def sentence(self) -> str:
         """One clause for the verdict: "determined at 40 prompts (...)" or "undetermined at 3 prompts (...)"."""
@@ -92,10 +102,55 @@ class Uncertainty:
             more = f" and {len(flipping) - 3} more settings" if len(flipping) > 4 else ""
             parts.append("within budget in: " + ", ".join(flipping[:3] if more else flipping) + more)
         if self.prompts < MIN_PROMPTS:
-            parts.append(f"fewer than {MIN_PROMPTS} prompts")
+            parts.append(f"fewer than {MIN_PROMPTS} distinct prompts" if self.copies else f"fewer than {MIN_PROMPTS} prompts")
+        if self.copies:
+            copies = "1 copy" if self.copies == 1 else f"{self.copies} copies"
+            parts.append(f"{copies} of other prompts counted once, not as evidence")
         head = "determined" if self.determined else "undetermined"
         tail = "" if self.determined or self.recommended == self.stated else f": use the simpler {self.recommended}"
-        return f"{head} at {prompts_words(self.prompts)} ({'; '.join(parts)}){tail}"
+        counted = f"{prompts_words(self.prompts)}" + (" (distinct)" if self.copies else "")
+        return f"{head} at {counted} ({'; '.join(parts)}){tail}"
+
+
+def prompt_key(token_ids: Sequence[int]) -> str:
+    """A short, stable identity of a prompt's token ids: copies of one prompt share it."""
+    return hashlib.sha1(",".join(str(int(t)) for t in token_ids).encode()).hexdigest()[:16]
+
+
+def distinct_units(keys: Sequence[str] | None, n: int) -> np.ndarray:
+    """``(n,)`` the bootstrap unit of each prompt index: equal keys share a unit, numbered in order of
+    first appearance (no keys: every prompt its own unit)."""
+    if keys is None:
+        return np.arange(n)
+    if len(keys) != n:
+        raise ValueError(f"{len(keys)} prompt keys for {n} prompts")
+    first: dict[str, int] = {}
+    return np.array([first.setdefault(str(key), len(first)) for key in keys])
+
+
+def _pooled(values: Sequence[float] | None, units: np.ndarray, m: int) -> Sequence[float] | None:
+    """Per-prompt sums added up per unit (NaN-free sums stay sums; None stays None)."""
+    if values is None:
+        return None
+    pooled = np.zeros(m)
+    np.add.at(pooled, units, np.asarray(values, dtype=float))
+    return pooled.tolist()
+
+
+def _pool_copies(sums: PromptSums, units: np.ndarray, m: int) -> PromptSums:
+    return PromptSums(*(_pooled(getattr(sums, name), units, m)
+                        for name in ("tokens", "cost", "log_likelihood", "regret", "overruled", "audited")))
+
+
+def _common_keys(candidates: Sequence["Candidate"], reference: "PromptSums | None") -> Sequence[str] | None:
+    """The prompt keys the settings carry (they were measured on the same prompts, so they must agree)."""
+    found = [tuple(s.keys) for s in [c.sums for c in candidates] + ([reference] if reference is not None else [])
+             if s.keys is not None]
+    if not found:
+        return None
+    if any(keys != found[0] for keys in found):
+        raise ValueError("the settings of a verdict were measured on different prompts (their prompt keys differ)")
+    return found[0]
 
 
 def prompts_words(n: int) -> str:
@@ -164,6 +219,13 @@ def bootstrap_verdict(candidates: Sequence[Candidate], budget: Budget, reference
     n = len(candidates[0].sums)
     if n == 0 or any(len(c.sums) != n for c in candidates) or (reference is not None and len(reference) != n):
         raise ValueError("every candidate needs sums for the same, non-empty list of prompts")
+    units = distinct_units(_common_keys(candidates, reference), n)
+    m = int(units.max()) + 1
+    copies = n - m
+    if copies:  # copies of a prompt are one unit of evidence (module docstring)
+        candidates = [Candidate(c.name, _pool_copies(c.sums, units, m), c.exact, c.simple) for c in candidates]
+        reference = _pool_copies(reference, units, m) if reference is not None else None
+        n = m
     names = [c.name for c in candidates]
     weights = np.vstack([np.ones(n), _resample_counts(n, replicates, seed)])  # row 0: all prompts once
 
@@ -208,7 +270,8 @@ def bootstrap_verdict(candidates: Sequence[Candidate], budget: Budget, reference
         recommended = _simpler(candidates, cost[0], within, level) or recommended
     return Uncertainty(n, replicates, level, names[stated_index] if stated_index >= 0 else None, recommended, determined,
                        holds, names[tier_index] if tier_index is not None else None,
-                       names[simple_index] if simple_index is not None else None, gain_interval, admitted, margin)
+                       names[simple_index] if simple_index is not None else None, gain_interval, admitted, margin,
+                       copies)
 
 
 def _argmin_where(cost: np.ndarray, allowed: np.ndarray) -> int | None:
@@ -230,8 +293,9 @@ def sums_from_json(data: Any) -> PromptSums | None:
     None for a missing or incomplete one (an older file: the verdict then states no uncertainty)."""
     if not isinstance(data, dict) or not data.get("tokens") or data.get("cost") is None:
         return None
-    return PromptSums(**{key: data.get(key) for key in ("tokens", "cost", "log_likelihood", "regret", "overruled", "audited")})
+    return PromptSums(**{key: data.get(key) for key in ("tokens", "cost", "log_likelihood", "regret", "overruled", "audited",
+                                                         "keys")})
 
 
 __all__ = ["Candidate", "DEFAULT_LEVEL", "DEFAULT_REPLICATES", "MIN_PROMPTS", "PromptSums", "Uncertainty",
-           "bootstrap_verdict", "prompts_words", "sums_from_json"]
+           "bootstrap_verdict", "distinct_units", "prompt_key", "prompts_words", "sums_from_json"]

@@ -11,24 +11,32 @@ that dequantized it and is rebuilt under another one (its GGUF readers change be
 Weights are saved in float32: Q4_1 blocks dequantize to ``scale * q + min`` in float32, which
 float16 would round, and a mask's fingerprint is taken on those very weights.
 
-Everything a GGUF load can fail on gets a :class:`~viasd_adapt.errors.ViasdError` naming the file:
-the ``gguf`` package missing (``pip install 'viasd-adapt[gguf]'``), a file that is not GGUF, a
-truncated or corrupt one, an architecture transformers cannot read.
+Everything a GGUF load can fail on gets a :class:`~viasd_adapt.errors.ViasdError` naming the
+``.gguf`` file the user gave (never only the cache folder): the ``gguf`` package missing (``pip
+install 'viasd-adapt[gguf]'``), a file that is not GGUF, a truncated or corrupt one, an
+architecture transformers cannot read, a cache that cannot be written (a full disk).
+
+The cache checks what it holds: ``gguf_source.json`` records the sha256 of every file of the
+entry, checked once per process before the entry is used. A damaged entry (a truncated or altered
+weights file, a lost file) is rebuilt from the ``.gguf`` with a :class:`GGUFCacheRebuiltWarning`;
+temporary folders that a killed load left in the cache are swept on the next load.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import shutil
+import warnings
 from pathlib import Path
 
 from viasd_adapt.errors import ConfigError, UnsupportedModelError, ViasdError
+from viasd_adapt.io import file_digest, sweep_stale_temporaries, write_directory
 from viasd_adapt.models.registry import cache_dir
 
 GGUF_SUFFIX = ".gguf"
 GGUF_MAGIC = b"GGUF"
-CACHE_FORMAT = 1  # bump when what a cached folder holds changes
+CACHE_FORMAT = 2  # bump when what a cached folder holds changes (2: file digests recorded)
 SOURCE_FILE = "gguf_source.json"
 INSTALL_HINT = "pip install 'viasd-adapt[gguf]' (the gguf and accelerate packages)"
 
@@ -39,11 +47,7 @@ def is_gguf_path(path: str | os.PathLike) -> bool:
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return file_digest(path)
 
 
 def _require_gguf_package() -> None:
@@ -106,17 +110,43 @@ def check_gguf_file(path: str | os.PathLike) -> Path:
     return path
 
 
+class GGUFCacheRebuiltWarning(UserWarning):
+    """A damaged GGUF cache entry was found and is being rebuilt from the .gguf file."""
+
+
 def _cache_root() -> Path:
     return cache_dir() / "gguf"
 
 
-def _cached_folder_is_current(folder: Path, transformers_version: str) -> bool:
+#: Cache folders whose file digests were checked in this process (checked once, not on every load).
+_VERIFIED: set[Path] = set()
+
+
+def _entry_problem(folder: Path, transformers_version: str) -> str | None:
+    """Why the cache entry ``folder`` cannot be used as it is (None: it can). A missing entry and one
+    written by another transformers or an older cache format are simply stale; anything else
+    (a file missing, altered or truncated) is damage."""
     try:
         source = json.loads((folder / SOURCE_FILE).read_text())
+    except FileNotFoundError:
+        return "missing"
     except (OSError, ValueError):
-        return False
-    return source.get("format") == CACHE_FORMAT and source.get("transformers") == transformers_version \
-        and (folder / "config.json").is_file()
+        return f"its {SOURCE_FILE} is unreadable"
+    if not isinstance(source, dict) or source.get("format") != CACHE_FORMAT or source.get("transformers") != transformers_version:
+        return "stale"
+    digests = source.get("files")
+    if not isinstance(digests, dict) or "config.json" not in digests:
+        return f"its {SOURCE_FILE} lists no files"
+    if folder in _VERIFIED:
+        return None
+    for name, expected in digests.items():
+        file = folder / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if file_digest(file) != expected:
+            return f"{name} does not match the digest recorded when it was written"
+    _VERIFIED.add(folder)
+    return None
 
 
 def _dequantize_into(path: Path, folder: Path, sha256: str, transformers_version: str) -> None:
@@ -139,34 +169,78 @@ def _dequantize_into(path: Path, folder: Path, sha256: str, transformers_version
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.save_pretrained(str(folder), safe_serialization=True)
-    tokenizer.save_pretrained(str(folder))
+    try:
+        model.save_pretrained(str(folder), safe_serialization=True)
+        tokenizer.save_pretrained(str(folder))
+    except OSError:
+        raise  # write_directory names the folder and the cause
+    except Exception as err:  # noqa: BLE001 - safetensors raises its own SafetensorError (e.g. on a full disk)
+        raise OSError(28 if "space" in str(err).lower() else 5, str(err).strip().splitlines()[0]) from None
+    files = {entry.name: file_digest(entry) for entry in sorted(folder.iterdir()) if entry.is_file()}
     (folder / SOURCE_FILE).write_text(json.dumps({
         "format": CACHE_FORMAT, "file": path.name, "sha256": sha256, "transformers": transformers_version,
+        "files": files,
     }, indent=2) + "\n")
 
 
-def gguf_model_folder(path: str | os.PathLike) -> Path:
-    """The cached ``save_pretrained`` folder of a GGUF file (model and tokenizer), made on first use.
+def gguf_model_folder(path: str | os.PathLike, rebuild: bool = False) -> Path:
+    """The cached ``save_pretrained`` folder of a GGUF file (model and tokenizer), made on first use,
+    checked before use (module docstring) and rebuilt when damaged; ``rebuild`` forces a rebuild
+    (a caller that could not load the entry).
 
     The folder is written beside its final place and renamed in (:func:`viasd_adapt.io.write_directory`),
-    so an interrupted first load leaves no half-written cache entry.
+    so an interrupted first load leaves no half-written cache entry, and temporary folders left by
+    killed loads are swept first.
     """
     import transformers
-
-    from viasd_adapt.io import write_directory
 
     path = Path(path).expanduser()
     if not path.is_file():
         check_gguf_file(path)  # says what the path is instead
     sha256 = file_sha256(path)
-    folder = _cache_root() / sha256
+    root = _cache_root()
+    folder = root / sha256
     version = transformers.__version__
-    if not _cached_folder_is_current(folder, version):
-        check_gguf_file(path)  # parsing the whole header takes seconds: only before a first read
+    problem = "unloadable" if rebuild else _entry_problem(folder, version)
+    if problem is None:
+        return folder
+    if problem not in ("missing", "stale", "unloadable"):  # (a caller that could not load it has said so)
+        warnings.warn(f"viasd-adapt: the cached copy of {path.name} in {folder} is damaged ({problem}); rebuilding it "
+                      "from the .gguf file", GGUFCacheRebuiltWarning, stacklevel=3)
+    _VERIFIED.discard(folder)
+    sweep_stale_temporaries(root)
+    check_gguf_file(path)  # parsing the whole header takes seconds: only before a first read
+    try:
         write_directory(folder, lambda tmp: _dequantize_into(path, tmp, sha256, version), what="GGUF cache folder")
+    except ViasdError as err:
+        raise ViasdError(f"cannot cache the dequantized model of {path}: {err} (free some space, or set "
+                         f"VIASD_CACHE to a writable folder with room for it)") from None
+    _VERIFIED.add(folder)
     return folder
 
 
-__all__ = ["GGUF_SUFFIX", "INSTALL_HINT", "check_gguf_file", "file_sha256", "gguf_architecture", "gguf_model_folder",
-           "is_gguf_path"]
+def load_gguf(path: Path, load):
+    """``load(folder)`` on the cache folder of the GGUF file ``path``; when the entry cannot be loaded
+    (damaged in a way its digests did not show), it is rebuilt once and loaded again. Errors name
+    ``path``, the file the user gave."""
+    folder = gguf_model_folder(path)  # a file that cannot be read or cached fails here, naming itself
+    try:
+        return load(folder)
+    except ViasdError as first:
+        warnings.warn(f"viasd-adapt: the cached copy of {path.name} could not be loaded ({first}); rebuilding it "
+                      "from the .gguf file", GGUFCacheRebuiltWarning, stacklevel=3)
+    try:
+        return load(gguf_model_folder(path, rebuild=True))
+    except ViasdError as err:
+        raise ViasdError(f"cannot load the GGUF model {path}: {err}") from None
+
+
+def forget_cache_entry(path: str | os.PathLike) -> None:
+    """Removes the cache entry of a GGUF file (the next load dequantizes it again)."""
+    folder = _cache_root() / file_sha256(Path(path).expanduser())
+    _VERIFIED.discard(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+__all__ = ["GGUFCacheRebuiltWarning", "GGUF_SUFFIX", "INSTALL_HINT", "check_gguf_file", "file_sha256", "forget_cache_entry",
+           "gguf_architecture", "gguf_model_folder", "is_gguf_path", "load_gguf"]

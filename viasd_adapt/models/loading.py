@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from viasd_adapt.errors import ConfigError, ViasdError
-from viasd_adapt.models.gguf import gguf_model_folder, is_gguf_path
+from viasd_adapt.models.gguf import is_gguf_path, load_gguf
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -62,8 +62,6 @@ def load_model(path: str | Path, device: torch.device, role: str, target: nn.Mod
 
     A drafter folder that shares its target's embedding (:mod:`viasd_adapt.models.shared_drafter`)
     is assembled with ``target`` and refused for any other target."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq
-
     from viasd_adapt.models.shared_drafter import assemble_drafter, is_shared_drafter
 
     path = Path(path).expanduser()
@@ -74,8 +72,15 @@ def load_model(path: str | Path, device: torch.device, role: str, target: nn.Mod
             raise ConfigError(f"the {role} in {path} shares its target's embedding and loads only with its target "
                               "(viasd_adapt.models.shared_drafter.assemble_drafter(path, target))")
         return assemble_drafter(path, target, device)
-    if is_gguf_path(path):  # dequantized once, then read from the cache
-        path = gguf_model_folder(path)
+    if is_gguf_path(path):  # dequantized once, then read from the (checked) cache
+        return load_gguf(path, lambda folder: _load_folder(folder, device, role))
+    return _load_folder(path, device, role)
+
+
+def _load_folder(path: Path, device: torch.device, role: str) -> nn.Module:
+    """A model saved with ``save_pretrained`` in ``path`` (module docstring for the errors)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq
+
     if not (path / "config.json").is_file():
         raise ViasdError(f"{role} path {path} is not a model directory (no config.json)")
     try:
@@ -101,20 +106,26 @@ def is_local_path(path: str | Path) -> bool:
 
 def load_tokenizer(path: str | Path):
     """The tokenizer saved in a model directory or a ``.gguf`` file (or a hub id where a hub is reachable)."""
-    from transformers import AutoTokenizer
-
     if is_local_path(path):
         local = Path(path).expanduser()
         if not local.exists():
             raise ViasdError(f"tokenizer path {local} does not exist")
         if is_gguf_path(local):
-            local = gguf_model_folder(local)
+            tokenizer = load_gguf(local, _tokenizer_from)
+            tokenizer.name_or_path = str(local)  # errors about it (no chat template) name the .gguf, not the cache
+            return tokenizer
         if not local.is_dir():
             raise ViasdError(f"tokenizer path {local} is not a directory")
         if not any((local / name).is_file() for name in TOKENIZER_FILES):
             raise ViasdError(f"{local} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
                              "pass the directory the model was saved to with its tokenizer")
-        path = local
+        return _tokenizer_from(local)
+    return _tokenizer_from(path)
+
+
+def _tokenizer_from(path: str | Path):
+    from transformers import AutoTokenizer
+
     try:
         return AutoTokenizer.from_pretrained(str(path))
     except _load_errors() as err:
