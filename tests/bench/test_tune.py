@@ -121,6 +121,14 @@ def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):
     assert projected.exit_code == 0, projected.output
     assert "PROJECTION, not a measurement" in projected.output and "  projected: VERDICT" in projected.output
     assert TunedSettings.load(tmp_path / "projected.json").choice == tuned.choice
+    # the points file says what it is; one written before the tag existed is judged again the same way
+    written = json.loads((tmp_path / "points.json").read_text())
+    assert written["format"] == "viasd-adapt/tune-points" and written["version"] == 1
+    (tmp_path / "old-points.json").write_text(json.dumps({"points": written["points"], "tuned": written["tuned"]}))
+    old = CliRunner().invoke(cli, ["tune", "--pair", str(pair), "--reuse", str(tmp_path / "old-points.json"),
+                                   "--out", str(tmp_path / "old.json")])
+    assert old.exit_code == 0, old.output
+    assert TunedSettings.load(tmp_path / "old.json").settings == tuned.settings
 
 
 def test_adapters_use_tuned_settings_only_with_the_mask_they_were_measured_with(char_pair):
