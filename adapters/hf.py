@@ -80,17 +80,15 @@ from viasd_adapt.engine.verifier import TieredVerifier
 from viasd_adapt.engine.loop import speculative_generate
 from viasd_adapt.engine.prompt_lookup import DEFAULT_MAX_NGRAM, PromptLookupSpec
 from viasd_adapt.errors import ConfigError, ViasdError
-from viasd_adapt.core.hooks import make_plugin_manager
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.model_kind import model_kind
 from viasd_adapt.routing.layers import find_decoder_stack, is_encoder_decoder, refuse_compile_wrapper
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
-from viasd_adapt.routing.mask import resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.core.sampling import ProcessorWarper
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import verified_cycle
-from viasd_adapt.engine.tier import adapter_settings
+from viasd_adapt.engine.tier import open_tier
 from viasd_adapt.core.verify_step import VerifyStep
 
 FRAMEWORK = "hf"
@@ -218,7 +216,8 @@ def patch(
         mask: the routing mask of the slim verifier: a :class:`RoutingMask`, a
             :class:`MaskArtifact`, or the path of a ``mask.json`` (checked against ``target``'s
             fingerprint). Not needed for ``mode="none"``.
-        settings: thresholds and mode (default: :class:`TierSettings` defaults, lossy).
+        settings: thresholds and mode; None runs ``viasd tune``'s choice beside a mask path when it
+            was measured with that mask, else :class:`TierSettings` defaults (lossy).
         plugins: pluggy plugins (rules and observers, see :mod:`viasd_adapt.core.hooks`).
         tokenizer, assistant_tokenizer: when given, their vocabularies must be identical.
         share_prefix: let q resume from the slim verifier's hidden states at its first skipped
@@ -226,17 +225,14 @@ def patch(
 
     Returns the session handle; pass it to :func:`unpatch`.
     """
-    settings = adapter_settings(settings, mask, target)
     refuse_compile_wrapper(target)  # it has a generate() of sorts, but patching it would reach nothing
     if not hasattr(target, "generate") or not hasattr(type(target), "_get_candidate_generator"):
         raise ConfigError(f"{type(target).__name__} is not a transformers generation model (no generate())")
     find_decoder_stack(target)  # a clear UnsupportedModelError before anything is patched
-    routing = resolve_mask(target, mask, settings.mode)
-    slim = SlimVerifier(target, routing) if routing is not None else None
+    tier = open_tier(target, mask, settings, plugins)
     check_same_tokenizer(tokenizer, assistant_tokenizer, role="assistant")
-    session = TierSession(target, settings, slim, tuple(plugins), tokenizer, assistant_tokenizer, share_prefix=share_prefix)
-    # Built once: fails now on a malformed plugin, and entry-point discovery is not paid per call.
-    session.plugin_manager = make_plugin_manager(session.plugins)
+    session = TierSession(target, tier.settings, tier.slim, tier.plugins, tokenizer, assistant_tokenizer,
+                          plugin_manager=tier.plugin_manager, share_prefix=share_prefix)
     with _REGISTRY_LOCK:
         record = _PATCHES.get(id(target))
         if record is None or record.model is not target:

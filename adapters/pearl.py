@@ -76,14 +76,12 @@ from viasd_adapt.engine.drafters import Drafter, ModelDrafter, host_draft
 from viasd_adapt.engine.loop import GenerationOutput
 from viasd_adapt.engine.verifier import TieredVerifier
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.core.hooks import make_plugin_manager
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
-from viasd_adapt.routing.mask import resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.core.tiers import CycleResult
-from viasd_adapt.engine.tier import adapter_settings
+from viasd_adapt.engine.tier import open_tier
 
 FRAMEWORK = "pearl"
 
@@ -441,9 +439,9 @@ def pearl_generate(
         target: the target LM (HF causal LM).
         drafter: the draft LM (an HF causal LM on the same vocabulary), or any object with the
             :class:`~viasd_adapt.engine.drafters.Drafter` interface (``propose`` and ``passes``).
-        settings: the tier settings (default: :class:`TierSettings` defaults, as in every
-            adapter); ``settings.mode`` picks the mode and ``settings.gamma`` is PEARL's draft
-            block length.
+        settings: the tier settings; None, as in every adapter, runs ``viasd tune``'s choice beside a
+            mask path when it was measured with that mask, else :class:`TierSettings` defaults.
+            ``settings.mode`` picks the mode and ``settings.gamma`` is PEARL's draft block length.
         mask: the routing mask of the slim verifier (needed by lossless, lossy and audit): a
             :class:`RoutingMask`, a :class:`MaskArtifact` or the path of a mask JSON; artifacts are
             checked against ``target``'s fingerprint.
@@ -461,19 +459,17 @@ def pearl_generate(
     """
     prompt = as_prompt_list(prompt_ids, "PEARL")
     check_max_new_tokens(max_new_tokens)
-    settings = adapter_settings(settings, mask, target)
+    tier = open_tier(target, mask, settings, plugins, plugin_manager=plugin_manager)
     check_token_ids_in_vocabulary(prompt, target)
     # No speculative margin: PEARL drafts at most what the budget has left after its pending
     # drafts, so no forward reaches past prompt + max_new_tokens positions.
     check_fits_context(target, len(prompt), max_new_tokens)
-    routing = resolve_mask(target, mask, settings.mode)
-    slim = SlimVerifier(target, routing) if routing is not None else None
     if isinstance(drafter, nn.Module):
         check_same_vocabulary(target, drafter)
         drafter = ModelDrafter(drafter, sampling)
     elif not callable(getattr(drafter, "propose", None)):
         raise ConfigError("drafter must be a causal LM (nn.Module) or have a propose(sequence, gamma, generator) method")
-    verifier = pearl_verifier(target, settings, sampling, slim, plugin_manager or make_plugin_manager(plugins), share_prefix)
+    verifier = pearl_verifier(target, tier.settings, sampling, tier.slim, tier.plugin_manager, share_prefix)
     decoder = PearlDecoder(drafter, verifier, parallel=parallel, seed=seed, intra_op_threads=intra_op_threads)
     return decoder.generate(prompt, max_new_tokens, eos_ids(eos_token_id))
 

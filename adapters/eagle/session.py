@@ -29,12 +29,10 @@ from viasd_adapt.core.ledger import CycleLedger
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.core.monitor import JunkThresholds
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
-from viasd_adapt.routing.mask import resolve_mask
 from viasd_adapt.core.sampling import sample_or_argmax
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import verified_cycle
-from viasd_adapt.engine.tier import adapter_settings
-from viasd_adapt.core.verify_step import VerifyStep
+from viasd_adapt.engine.tier import OpenTier, open_tier
 
 
 class RecordingHead:
@@ -73,18 +71,19 @@ class EagleTierSession:
     """One ``tiered`` scope: settings, options, the two verifiers, hooks, and the metrics of every
     generation run inside it (``generations``; ``last_metrics`` is the latest)."""
 
-    def __init__(self, ea_model: nn.Module, settings: TierSettings, mask: RoutingMask | None,
-                 plugins: Iterable[object] = (), options: EagleOptions | None = None):
+    def __init__(self, ea_model: nn.Module, tier: OpenTier, options: EagleOptions | None = None):
         self.ea_model = ea_model
-        self.settings = settings
+        self.settings = tier.settings
         self.options = as_options(options)
-        shares = self.options.share_prefix and settings.mode in (Mode.LOSSY, Mode.AUDIT)
-        self.slim = SlimTreeVerifier(ea_model.base_model, mask, record_prefix=shares) if mask is not None else None
+        shares = self.options.share_prefix and self.settings.mode in (Mode.LOSSY, Mode.AUDIT)
+        # The tree variant of the slim verifier, over the routing mask open_tier checked.
+        self.slim = (SlimTreeVerifier(ea_model.base_model, tier.routing, record_prefix=shares)
+                     if tier.routing is not None else None)
         self.full = FullTreeVerifier(ea_model, self.slim)
         # The verify step, as in every other framework: rules, observers, the drafter-quality monitor
         # (lossy mode warns when gate 1 commits the tokens of a head unrelated to the target; greedy
         # or not is set per generation) and the ledger of each generation.
-        self.step = VerifyStep(settings, "eagle", plugins=tuple(plugins), thresholds=EAGLE_THRESHOLDS)
+        self.step = tier.verify_step("eagle", thresholds=EAGLE_THRESHOLDS)
         self.plugin_manager = self.step.plugin_manager
         self.ledgers: list[CycleLedger] = []
         self.stop: StopRule | None = None  # the next eagenerate's budget and EOS (set by generate())
@@ -243,13 +242,13 @@ def tiered(
     restored when the last open scope closes, also when generation raises; ``reset_tree_mode`` is
     called on the way out so no tree mask is left set on the base model.
     """
-    settings = adapter_settings(settings, mask, getattr(ea_model, "base_model", None))
     options = as_options(options)
     if not hasattr(ea_model, "ea_layer") or not hasattr(ea_model, "base_model"):
         raise ConfigError(f"expected an eagle EaModel, got {type(ea_model).__name__}")
     check_head_embeddings(ea_model)
-    resolved = resolve_mask(ea_model.base_model, mask, settings.mode)
-    session = EagleTierSession(ea_model, settings, resolved, plugins, options)
+    # stacklevel 3: through this generator and contextlib's __enter__ to the ``with`` that opened the scope
+    tier = open_tier(ea_model.base_model, mask, settings, plugins, build_slim=False, stacklevel=3)
+    session = EagleTierSession(ea_model, tier, options)
     open_scope(session)
     try:
         yield session

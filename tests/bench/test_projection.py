@@ -69,3 +69,20 @@ def test_bench_prints_the_projected_verdict_beside_the_measured_one(char_pair, t
     assert {r["mode"] for r in projection["rows"]} >= {"-", "none", "lenient", "lossy"}
     refused = CliRunner().invoke(cli, ["bench", "--pair", str(char_pair), "--costs", "a100"])
     assert refused.exit_code == 2 and "no such file, nor a shipped cost model" in refused.output
+
+
+def test_a_cost_file_whose_derived_ratios_are_not_finite_is_refused_by_name(tmp_path, char_pair):
+    from viasd_adapt.cli.main import cli
+
+    bad = tmp_path / "tiny-block.json"
+    bad.write_text(json.dumps({"format": "viasd-adapt/forward-costs", "block_over_single": 1e-310}))
+    with pytest.raises(ConfigError, match=rf"cost file {bad}: 'block_over_single' 1e-310 makes a 1-token pass"):
+        load_cost_model(bad)  # was accepted, and every projected cost came out nan
+    with pytest.raises(ConfigError, match="'block_over_single' 1e-310"):
+        CostModel("by hand", block_over_single=1e-310, draft_over_single=0.1)
+    model = CostModel("by hand", block_over_single=1e-300, draft_over_single=0.1)  # tiny, yet every price is finite
+    costs = model.forward_costs(None, 6)
+    assert costs.c_full == pytest.approx(1e300) and costs.c_draft == pytest.approx(1e299)
+    for command in ("bench", "tune"):  # refused before any model loads, naming the file and the field
+        result = CliRunner().invoke(cli, [command, "--pair", str(char_pair), "--costs", str(bad)])
+        assert result.exit_code == 2 and str(bad) in result.output and "'block_over_single'" in result.output, result.output

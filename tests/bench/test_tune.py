@@ -14,7 +14,7 @@ from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.config.tuned import TunedForAnotherMaskWarning, TunedSettings
 from viasd_adapt.config.resolve import resolve_settings, tuned_mask_path
-from viasd_adapt.engine.tier import settings_for_mask
+from viasd_adapt.engine.tier import open_tier
 from viasd_adapt.tuning.tune import Budget, Point, TuneGrid, calibration_prompts, pareto
 from viasd_adapt.routing.mask import check_tuned_model
 
@@ -121,21 +121,32 @@ def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):
     assert projected.exit_code == 0, projected.output
     assert "PROJECTION, not a measurement" in projected.output and "  projected: VERDICT" in projected.output
     assert TunedSettings.load(tmp_path / "projected.json").choice == tuned.choice
+    # the points file says what it is; one written before the tag existed is judged again the same way
+    written = json.loads((tmp_path / "points.json").read_text())
+    assert written["format"] == "viasd-adapt/tune-points" and written["version"] == 1
+    (tmp_path / "old-points.json").write_text(json.dumps({"points": written["points"], "tuned": written["tuned"]}))
+    old = CliRunner().invoke(cli, ["tune", "--pair", str(pair), "--reuse", str(tmp_path / "old-points.json"),
+                                   "--out", str(tmp_path / "old.json")])
+    assert old.exit_code == 0, old.output
+    assert TunedSettings.load(tmp_path / "old.json").settings == tuned.settings
 
 
 def test_adapters_use_tuned_settings_only_with_the_mask_they_were_measured_with(char_pair):
+    from transformers import AutoModelForCausalLM
+
     from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 
     pair = char_pair
     mask_path = pair / "mask.json"
-    bits = MaskArtifact.load(mask_path).mask.bits()
+    artifact = MaskArtifact.load(mask_path)
+    target = AutoModelForCausalLM.from_pretrained(str(pair / "target"))
     chosen = TierSettings(mode="lossy", alpha1=0.1, alpha2=0.0)
-    TunedSettings(chosen, "viasd", bits, {}).save(pair / "tuned.json")
-    assert settings_for_mask(mask_path) == chosen
-    other = MaskArtifact(RoutingMask.from_skipped(6, [1, 5]), 0.33, fingerprint=MaskArtifact.load(mask_path).fingerprint)
+    TunedSettings(chosen, "viasd", artifact.mask.bits(), artifact.fingerprint).save(pair / "tuned.json")
+    assert open_tier(target, mask_path).settings == chosen
+    other = MaskArtifact(RoutingMask.from_skipped(6, [1, 5]), 0.33, fingerprint=artifact.fingerprint)
     other.save(pair / "other.json")
     with pytest.warns(TunedForAnotherMaskWarning, match="tuned_mask_path"):  # another mask: defaults, said aloud
-        assert settings_for_mask(pair / "other.json") == TierSettings()
+        assert open_tier(target, pair / "other.json").settings == TierSettings()
 
 
 def test_bench_runs_the_tuners_best_viasd_point_when_the_verdict_is_lenient(tmp_path, char_pair):

@@ -137,6 +137,13 @@ def test_tune_reuse_refuses_what_is_not_a_tune_json(pair, tmp_path):
     truncated = tmp_path / "points.json"
     truncated.write_text('{"points": [{"family": "sd"')
     refused(invoke("tune", "--pair", pair, "--reuse", truncated), "not valid JSON")
+    # a tune file whose point is corrupted: refused naming the file and the field, before any model loads
+    tuned = TunedSettings(TierSettings(mode="none"), "sd", None, MaskArtifact.load(pair / "mask.json").fingerprint)
+    point = {"family": "sd", "settings": TierSettings(mode="none").to_dict(), "mask": None, "full_equivalent": 0.5,
+             "ll_drop": "tiny", "overrule": None, "tokens": 8}
+    corrupted = tmp_path / "corrupted.json"
+    corrupted.write_text(json.dumps({"points": [point], "tuned": tuned.to_json()}))
+    refused(invoke("tune", "--pair", pair, "--reuse", corrupted), str(corrupted), "field 'points.0.ll_drop'")
 
 
 def test_unwritable_outputs_fail_before_the_run(pair, tmp_path):

@@ -115,3 +115,35 @@ def test_bench_reads_the_mask_once(pair, mask_reads, tmp_path):
                     "--num-prompts", 1, "--max-new-tokens", 2, "--task-prompts", 0, "--json", tmp_path / "b.json")
     assert result.exit_code == 0, result.output
     assert mask_reads.count(str(pair / "mask.json")) == 1, mask_reads
+
+
+def _rewrite_tuned(pair, **changes) -> None:
+    data = json.loads((pair / "tuned.json").read_text())
+    data.update(changes)
+    (pair / "tuned.json").write_text(json.dumps(data))
+
+
+def test_a_lenient_choice_without_a_lenience_runs_the_default_said_as_the_default(pair, tmp_path):
+    from viasd_adapt.core.settings import TierSettings
+    from viasd_adapt.serving.config import parse_request
+
+    _rewrite_tuned(pair, settings={"mode": "lenient"})
+    out = tmp_path / "out.json"
+    result = invoke("generate", "--pair", pair, "--framework", "engine", "--prompt", "def f(x):", "--max-new-tokens", 2,
+                    "--no-color", "--explain", "--json", out)
+    assert result.exit_code == 0, result.output
+    table = {line.split()[0]: line for line in result.output.splitlines() if line.startswith("  ")}
+    assert str(pair / "tuned.json") in table["mode"] and "lenient" in table["mode"]  # what the file states
+    assert table["lenience"].split()[1:] == [str(TierSettings().lenience), "default"]  # what it leaves out
+    assert "tuned.json" not in table["beta"]
+    ran = json.loads(out.read_text())["settings"]["lenience"]
+    # the vLLM plugin reads the same file the same way: one tolerance, wherever it runs
+    assert ran == parse_request({"viasd": {"tuned": str(pair / "tuned.json")}}).lenience == 0.5
+
+
+def test_a_bogus_measured_on_is_refused_by_name_before_any_model_loads(pair):
+    _rewrite_tuned(pair, measured_on="a GPU somewhere")
+    result = invoke("generate", "--pair", pair, "--framework", "hf", "--prompt", "x", "--max-new-tokens", 2, "--explain")
+    assert result.exit_code == 2, result.output
+    assert str(pair / "tuned.json") in result.output and "'measured_on' must name the framework" in result.output
+    assert "measured on the a GPU somewhere framework" not in result.output

@@ -114,3 +114,57 @@ def test_a_file_without_fingerprint_is_refused(tmp_path):
     rule = parse_request(_request(tuned=str(path)))
     with pytest.raises(ModelMismatchError, match="no model fingerprint"):
         check_model(rule, AutoConfig.from_pretrained(ASSETS / "demo" / "target"), "m")
+
+
+# ------------------------------------------------------------------ the same reader as viasd generate
+
+
+def _variant(tmp_path, **changes) -> str:
+    data = json.loads(DEMO_TUNED.read_text())
+    for key, value in changes.items():
+        if key == "settings":
+            data["settings"] = value
+        else:
+            data[key] = value
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_a_future_version_is_refused_as_viasd_generate_refuses_it(tmp_path):
+    from viasd_adapt.config.tuned import TunedSettings
+
+    path = _variant(tmp_path, version=99)
+    with pytest.raises(ConfigError, match=r"'version' 99 is not one this viasd-adapt reads"):
+        TunedSettings.load(path)
+    with pytest.raises(ConfigError, match=r"'version' 99 is not one this viasd-adapt reads"):
+        parse_request(_request(tuned=path))
+
+
+def test_a_bogus_measured_on_is_refused_by_its_name(tmp_path):
+    with pytest.raises(ConfigError, match=r"tuned\.json: 'measured_on' must name the framework .*got 'gpu'"):
+        parse_request(_request(tuned=_variant(tmp_path, measured_on="gpu")))
+
+
+def test_a_lenient_file_without_a_lenience_is_served_at_the_tier_settings_default(tmp_path):
+    from viasd_adapt.config.tuned import TunedSettings
+    from viasd_adapt.core.settings import TierSettings
+
+    path = _variant(tmp_path, settings={"mode": "lenient"})
+    rule = parse_request(_request(tuned=path))
+    # one definition, the one viasd generate runs: TierSettings' default tolerance, not stock vLLM
+    assert rule.lenience == TunedSettings.load(path).settings.lenience == TierSettings().lenience == 0.5
+    assert not rule.is_stock and rule.choice == "lenient"
+
+
+def test_serving_imports_without_torch_or_vllm():
+    import subprocess
+    import sys
+
+    code = ("import sys; from viasd_adapt.serving.config import parse_request; import viasd_adapt.serving.vllm_plugin; "
+            f"rule = parse_request({{'viasd': {{'tuned': {str(DEMO_TUNED)!r}}}}}); assert rule.lenience > 0; "
+            "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'vllm')); assert not loaded, loaded[:3]")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                          env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr

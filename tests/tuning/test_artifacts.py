@@ -1,6 +1,7 @@
-"""Typed, versioned artifacts (viasd_adapt.config.schema): mask.json, tuned.json and the bench report
-round-trip, refuse a corrupted field by its name and the file's, refuse an unknown future version,
-and every file shipped under viasd_adapt/assets and benchmarks/results still loads."""
+"""Typed, versioned artifacts (viasd_adapt.config.schema): mask.json, tuned.json, the bench report, the
+``viasd tune --json`` points, build reports and cost files round-trip, refuse a corrupted field by
+its name and the file's, refuse an unknown future version, and every file shipped under
+viasd_adapt/assets and benchmarks/results still loads (those written before their format tag too)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import pytest
 from tests.support import REPO_ROOT
 from tests.support.tuned import LENIENT
 from viasd_adapt.bench.report import BenchReport, load_bench_report
+from viasd_adapt.config.build_report import BuildReport, DistilledBuildReport, PairBuildReport
+from viasd_adapt.config.costs import CostFile
+from viasd_adapt.config.tune_points import TunePoints
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.core.settings import TierSettings
@@ -28,6 +32,11 @@ def _format(path: Path) -> str | None:
 
 def shipped(kind: str) -> list[Path]:
     return [p for p in SHIPPED if _format(p) == kind]
+
+
+TUNE_JSON = [p for p in SHIPPED if p.name.startswith("tune_")]
+BUILD_REPORTS = [p for p in SHIPPED if p.name == "build_report.json"]
+ASSETS = REPO_ROOT / "viasd_adapt" / "assets"
 
 
 def _tuned(**changes) -> dict:
@@ -99,6 +108,125 @@ def test_shipped_tune_json_files_load(path):
 
 def test_every_kind_has_shipped_files():
     assert shipped("viasd-adapt/bench") and shipped("viasd-adapt/tuned-settings") and shipped("viasd-adapt/routing-mask")
+    assert TUNE_JSON and len(BUILD_REPORTS) == 3 and len(shipped("viasd-adapt/forward-costs")) == 2
+
+
+def _only_defaults_added(written: dict, original: dict) -> bool:
+    return {key: value for key, value in written.items() if key in original} == original
+
+
+@pytest.mark.parametrize("path", TUNE_JSON, ids=lambda p: p.name)
+def test_shipped_tune_json_files_load_as_typed_points(path):
+    original = json.loads(path.read_text())
+    assert "format" not in original  # written before the tag existed: read as version 1
+    sweep = TunePoints.load(path)
+    written = sweep.to_json()
+    assert written["format"] == TunePoints.FORMAT and written["version"] == 1
+    assert len(written["points"]) == len(original["points"])
+    assert all(_only_defaults_added(w, o) for w, o in zip(written["points"], original["points"]))
+    assert _only_defaults_added(written["tuned"], original["tuned"]) and sweep.tuned == TunedSettings.from_json(original["tuned"])
+    result = load_result(written, source=str(path))  # what viasd tune --reuse judges again
+    assert [p.to_dict()["settings"] for p in result.points] == [p["settings"] for p in original["points"]]
+
+
+@pytest.mark.parametrize("path", BUILD_REPORTS, ids=lambda p: p.parent.name)
+def test_shipped_build_reports_load_unchanged(path):
+    original = json.loads(path.read_text())
+    written = BuildReport.load(path).to_json()
+    assert "format" not in original and _only_defaults_added(written, original)
+    assert set(written) - set(original) == {"format", "version"}
+
+
+def test_each_builders_report_is_read_with_the_sections_it_prints():
+    demo, smollm2 = ASSETS / "demo" / "build_report.json", ASSETS / "smollm2" / "build_report.json"
+    pair = PairBuildReport.load(demo)
+    raw = json.loads(demo.read_text())
+    assert pair.heldout_loss.target == raw["heldout_loss"]["target"] and pair.preset.name == "demo"
+    assert pair.drafter_acceptance.speculative_acceptance_rate == raw["drafter_acceptance"]["speculative_acceptance_rate"]
+    distilled = DistilledBuildReport.load(smollm2)
+    assert distilled.drafter.heldout.top1_agreement == json.loads(smollm2.read_text())["drafter"]["heldout"]["top1_agreement"]
+    assert distilled.eagle_head is not None and distilled.preset.name == "smollm2"
+    with pytest.raises(ConfigError, match=rf"build report {smollm2}: field 'heldout_loss': Field required"):
+        PairBuildReport.load(smollm2)  # a distilled drafter's report is not a stdlib pair's
+
+
+@pytest.mark.parametrize("path", shipped("viasd-adapt/forward-costs"), ids=lambda p: p.name)
+def test_shipped_cost_files_load_unchanged(path):
+    costs = CostFile.load(path)
+    assert costs.to_json() == json.loads(path.read_text()) and costs.block_over_single > 1.0
+
+
+def test_a_corrupted_point_build_report_or_cost_field_is_refused_with_its_name_and_file(tmp_path):
+    sweep = json.loads(TUNE_JSON[0].read_text())
+    sweep["points"][1]["ll_drop"] = "small"
+    path = _write(tmp_path, "points.json", sweep)
+    with pytest.raises(ConfigError, match=rf"{path}: field 'points\.1\.ll_drop'"):
+        TunePoints.load(path)
+    sweep = json.loads(TUNE_JSON[0].read_text())
+    sweep["tuned"]["measured_on"] = "gpu"
+    with pytest.raises(ConfigError, match=rf"{tmp_path / 'points.json'}: 'tuned': .*'measured_on' must name the framework"):
+        TunePoints.load(_write(tmp_path, "points.json", sweep))
+    report = json.loads((ASSETS / "demo" / "build_report.json").read_text())
+    report["heldout_loss"]["target"] = "low"
+    path = _write(tmp_path, "build_report.json", report)
+    with pytest.raises(ConfigError, match=rf"build report {path}: field 'heldout_loss\.target'"):
+        PairBuildReport.load(path)
+    costs = json.loads((ASSETS / "costs" / "h200-llama2-7b.json").read_text()) | {"slim_ratio": "half"}
+    path = _write(tmp_path, "costs.json", costs)
+    with pytest.raises(ConfigError, match=rf"cost file {path}: 'slim_ratio' must be a positive number, got 'half'"):
+        CostFile.load(path)
+
+
+def test_a_cost_file_whose_derived_ratios_overflow_is_refused_by_name(tmp_path):
+    costs = json.loads((ASSETS / "costs" / "h200-llama2-7b.json").read_text())
+    path = _write(tmp_path, "costs.json", costs | {"block_over_single": 1e-310})  # positive, its inverse is inf
+    with pytest.raises(ConfigError, match=rf"cost file {path}: 'block_over_single' 1e-310 makes a 1-token pass .* = inf"):
+        CostFile.load(path)
+    path = _write(tmp_path, "costs.json", costs | {"block_over_single": 1e-300, "draft_over_single": 1e10})
+    with pytest.raises(ConfigError, match=r"'draft_over_single' 10000000000.0 / 'block_over_single' 1e-300 = inf"):
+        CostFile.load(path)
+    assert CostFile.load(_write(tmp_path, "costs.json", costs | {"block_over_single": 1e-300})).block_over_single == 1e-300
+
+
+def test_an_old_tune_json_or_build_report_is_read_as_version_one_but_another_kind_is_refused(tmp_path):
+    mask = _write(tmp_path, "mask.json", MaskArtifact(RoutingMask.from_skipped(8, [1]), 1 / 8).to_json())
+    with pytest.raises(ConfigError, match=r"is not a viasd tune --json file \(this is a viasd-adapt/routing-mask file\)"):
+        TunePoints.load(mask)
+    with pytest.raises(ConfigError, match=r"is not a viasd tune --json file \(it needs 'points' and 'tuned'\)"):
+        TunePoints.load(_write(tmp_path, "other.json", {"rows": []}))
+    with pytest.raises(ConfigError, match="not a viasd-adapt build report"):
+        BuildReport.load(mask)
+    assert BuildReport.load(_write(tmp_path, "report.json", {"preset": {"name": "tiny"}})).preset.name == "tiny"
+
+
+def test_tuned_json_checks_measured_on_and_reads_an_unstated_setting_as_the_default(tmp_path):
+    with pytest.raises(ConfigError, match=r"tuned\.json: 'measured_on' must name the framework .* got 'the moon'"):
+        TunedSettings.load(_write(tmp_path, "tuned.json", _tuned(measured_on="the moon")))
+    for framework in ("engine", "hf", "pearl", "eagle"):
+        assert TunedSettings.from_json(_tuned(measured_on=framework)).measured_on == framework
+    partial = TunedSettings.load(_write(tmp_path, "tuned.json", _tuned(settings={"mode": "lenient"})))
+    assert partial.settings.lenience == TierSettings().lenience == 0.5  # the one definition (config.tuned's docstring)
+    assert partial.stated_settings == {"mode": "lenient"}
+    assert TunedSettings.from_json(_tuned()).stated_settings == LENIENT.to_dict()  # a tuner's file states them all
+
+
+def test_the_frameworks_a_setting_can_be_measured_on_are_the_registrys_tiered_ones():
+    from viasd_adapt.config.tuned import TIERED_FRAMEWORKS
+    from viasd_adapt.frameworks.registry import FRAMEWORKS
+
+    assert sorted(TIERED_FRAMEWORKS) == sorted(name for name, framework in FRAMEWORKS.items() if framework.has_tier)
+
+
+def test_the_config_room_imports_without_torch():
+    import subprocess
+    import sys
+
+    modules = ["tuned", "tune_points", "build_report", "costs", "resolve", "mask", "pair_file"]
+    code = (f"import sys; import {', '.join('viasd_adapt.config.' + m for m in modules)}; "
+            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:3]")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode == 0, done.stderr
 
 
 # ------------------------------------------------------------------------------------- refused by name
@@ -144,10 +272,14 @@ def test_a_corrupted_mask_field_is_refused_with_its_name(tmp_path):
     ("tuned", lambda: _tuned(version=2)),
     ("mask", lambda: MaskArtifact(RoutingMask.from_skipped(8, [1]), 1 / 8).to_json() | {"version": 2}),
     ("bench", lambda: json.loads(shipped("viasd-adapt/bench")[0].read_text()) | {"version": 3}),
+    ("tune", lambda: json.loads(TUNE_JSON[0].read_text()) | {"format": TunePoints.FORMAT, "version": 2}),
+    ("build", lambda: json.loads(BUILD_REPORTS[0].read_text()) | {"version": 2}),
+    ("costs", lambda: json.loads(shipped("viasd-adapt/forward-costs")[0].read_text()) | {"version": 2}),
 ])
 def test_an_unknown_future_version_is_refused_by_name(tmp_path, kind, data):
     path = _write(tmp_path, f"{kind}.json", data())
-    load = {"tuned": TunedSettings.load, "mask": MaskArtifact.load, "bench": load_bench_report}[kind]
+    load = {"tuned": TunedSettings.load, "mask": MaskArtifact.load, "bench": load_bench_report, "tune": TunePoints.load,
+            "build": BuildReport.load, "costs": CostFile.load}[kind]
     with pytest.raises(ConfigError, match=r"'version' \d is not one this viasd-adapt reads"):
         load(path)
 

@@ -8,7 +8,8 @@ verdict again with them. The result is a projection, labelled as one: it assumes
 machine's drafter acceptance and the tier's decisions are what this run measured (they are:
 decisions depend on the models, not the hardware), and that time is spent in forwards only.
 
-A cost file (``viasd_adapt/assets/costs/*.json``, or your own; units are ratios):
+A cost file (``viasd_adapt/assets/costs/*.json``, or your own; units are ratios), read and checked
+by :class:`viasd_adapt.config.costs.CostFile`:
 
 * ``block_over_single``: a (gamma + 1)-token target pass over a 1-token one (1.09 on an H200 at 7B);
 * ``slim_over_block``: a slim pass over a full block pass, measured at skip ratio ``slim_ratio``;
@@ -23,17 +24,14 @@ continuing from the slim verifier's hidden states at its first skipped layer s1)
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.registry import shipped_dir
+from viasd_adapt.config.costs import COST_FORMAT, CostFile, check_cost_ratios
 from viasd_adapt.config.mask import RoutingMask
-
-COST_FORMAT = "viasd-adapt/forward-costs"
 
 
 @dataclass(frozen=True)
@@ -46,6 +44,11 @@ class CostModel:
     slim_ratio: float | None = None
     draft_over_single: float = 0.0
     source: str = ""
+
+    def __post_init__(self) -> None:
+        # The ratios the projection divides into must stay finite (a file is refused by CostFile already).
+        check_cost_ratios(self.block_over_single, self.slim_over_block, self.slim_ratio, self.draft_over_single,
+                          source=f"cost model {self.label!r}")
 
     @property
     def overhead(self) -> float:
@@ -72,16 +75,6 @@ class CostModel:
                             c_full=c_full, context_length=0, block_length=block_length)
 
 
-def _positive(data: dict, key: str, source: str, required: bool = True) -> float | None:
-    value = data.get(key)
-    if value is None and not required:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
-            or (required and value == 0):
-        raise ConfigError(f"cost file {source}: {key!r} must be a positive number, got {value!r}")
-    return float(value)
-
-
 def load_cost_model(name_or_path: str | Path) -> CostModel:
     """A cost file by path, or by the name of a shipped one (``h200-llama2-7b``, ``h200-llama2-13b``)."""
     path = Path(name_or_path).expanduser()
@@ -91,20 +84,10 @@ def load_cost_model(name_or_path: str | Path) -> CostModel:
             known = ", ".join(sorted(p.stem for p in (shipped_dir() / "costs").glob("*.json")))
             raise ConfigError(f"--costs {name_or_path}: no such file, nor a shipped cost model (shipped: {known})")
         path = shipped
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ConfigError(f"cost file {path} cannot be read as JSON: {err}") from None
-    if not isinstance(data, dict) or data.get("format") != COST_FORMAT:
-        raise ConfigError(f"cost file {path} is not a {COST_FORMAT} file (its 'format' field)")
-    source = str(path)
-    slim, ratio = _positive(data, "slim_over_block", source, False), _positive(data, "slim_ratio", source, False)
-    if (slim is None) != (ratio is None) or (ratio is not None and not 0 < ratio < 1):
-        raise ConfigError(f"cost file {path}: 'slim_over_block' needs 'slim_ratio' in (0, 1) beside it")
-    return CostModel(label=str(data.get("label") or path.stem), block_over_single=_positive(data, "block_over_single", source),
-                     slim_over_block=slim, slim_ratio=ratio,
-                     draft_over_single=_positive(data, "draft_over_single", source, False) or 0.0,
-                     source=str(data.get("source") or ""))
+    costs = CostFile.load(path)
+    return CostModel(label=costs.label or path.stem, block_over_single=costs.block_over_single,
+                     slim_over_block=costs.slim_over_block, slim_ratio=costs.slim_ratio,
+                     draft_over_single=costs.draft_over_single, source=costs.source)
 
 
 def row_passes(row: dict) -> PassCounts | None:

@@ -41,39 +41,39 @@ def build(preset_name: str, seed: int, out_dir: Path | None, threads: int) -> No
     only the build's own entries are replaced and everything else there (mask.json, tuned.json,
     eagle_head/, your files) is kept.
     """
-    from viasd_adapt.io import read_text
+    from viasd_adapt.config.build_report import BUILD_REPORT_FILENAME, PairBuildReport
     from viasd_adapt.models.build import BUILD_ENTRIES, build_pair
 
     if preset_name in DISTILLED:
         _build_distilled(preset_name, seed, out_dir, threads)
         return
     pair_dir = build_pair(preset_name, out_dir=out_dir, seed=seed, threads=threads)
-    report = json.loads(read_text(pair_dir / "build_report.json", "build report"))
-    click.echo(f"built {preset_name} in {report['build_seconds']:.0f}s -> {pair_dir}")
+    report = PairBuildReport.load(pair_dir / BUILD_REPORT_FILENAME)
+    click.echo(f"built {preset_name} in {report.build_seconds:.0f}s -> {pair_dir}")
     kept = sorted(p.name for p in pair_dir.iterdir() if p.name not in BUILD_ENTRIES)
     if kept:
         click.echo(f"  kept from before: {', '.join(kept)} (a mask or head made for other weights is refused "
                    "by its fingerprint check when loaded)")
-    losses = report["heldout_loss"]
-    click.echo(f"  held-out loss: target {losses['target']:.3f}, draft {losses['draft']:.3f}")
-    click.echo(f"  drafter acceptance: {report['drafter_acceptance']['speculative_acceptance_rate']:.1%}")
+    losses = report.heldout_loss
+    click.echo(f"  held-out loss: target {losses.target:.3f}, draft {losses.draft:.3f}")
+    click.echo(f"  drafter acceptance: {report.drafter_acceptance.speculative_acceptance_rate:.1%}")
 
 
 def _build_distilled(preset_name: str, seed: int, out_dir: Path | None, threads: int) -> None:
-    from viasd_adapt.io import read_text
+    from viasd_adapt.config.build_report import BUILD_REPORT_FILENAME, DistilledBuildReport
     from viasd_adapt.models.distill_build import ENTRIES, build_distilled
 
     pair_dir = build_distilled(preset_name, out_dir=out_dir, seed=seed, threads=threads)
-    report = json.loads(read_text(pair_dir / "build_report.json", "build report"))
-    click.echo(f"built {preset_name} in {report['build_seconds']:.0f}s -> {pair_dir}")
+    report = DistilledBuildReport.load(pair_dir / BUILD_REPORT_FILENAME)
+    click.echo(f"built {preset_name} in {report.build_seconds:.0f}s -> {pair_dir}")
     kept = sorted(p.name for p in pair_dir.iterdir() if p.name not in ENTRIES and not p.name.startswith("mask"))
     if kept:
         click.echo(f"  kept from before: {', '.join(kept)}")
-    heldout = report["drafter"]["heldout"]
-    click.echo(f"  drafter: held-out top-1 agreement with the target {heldout['top1_agreement']:.1%} "
-               f"(drafting vocabulary covers {heldout['draft_vocab_coverage']:.1%} of its tokens)")
-    if "eagle_head" in report:
-        click.echo(f"  EAGLE head: held-out top-1 agreement {report['eagle_head']['heldout_top1_agreement_draft_vocab']:.1%}")
+    heldout = report.drafter.heldout
+    click.echo(f"  drafter: held-out top-1 agreement with the target {heldout.top1_agreement:.1%} "
+               f"(drafting vocabulary covers {heldout.draft_vocab_coverage:.1%} of its tokens)")
+    if report.eagle_head is not None:
+        click.echo(f"  EAGLE head: held-out top-1 agreement {report.eagle_head.heldout_top1_agreement_draft_vocab:.1%}")
 
 
 @models.command(name="list")

@@ -25,25 +25,6 @@ def _floats(value: str, option: str = "") -> tuple[float, ...]:
     return numbers
 
 
-def _read_tune_json(path: Path) -> dict:
-    """An earlier ``viasd tune --json`` file, or a ConfigError naming what it is instead (a mask,
-    a tuned.json, a truncated file)."""
-    import json
-
-    from viasd_adapt.errors import ConfigError
-    from viasd_adapt.io import read_text
-
-    try:
-        data = json.loads(read_text(path, "tune JSON"))
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"--reuse {path} is not valid JSON (truncated?): {err}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("points"), list) or not isinstance(data.get("tuned"), dict):
-        kind = data.get("format") if isinstance(data, dict) else None
-        raise ConfigError(f"--reuse {path} is not a viasd tune --json file (it needs 'points' and 'tuned'"
-                          + (f"; this is a {kind} file" if kind else "") + ")")
-    return data
-
-
 @click.command()
 @pair_option("its mask.json is used unless --mask is given")
 @click.option("--target", "target_path", type=ModelPath(), default=None, help=TARGET_HELP)
@@ -96,9 +77,10 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
 
     from viasd_adapt.bench.session import default_prompts, quiet_transformers
     from viasd_adapt.errors import ConfigError
-    from viasd_adapt.io import ensure_writable, write_json
+    from viasd_adapt.io import ensure_writable
     from viasd_adapt.models.pair import load_pair
     from viasd_adapt.core.sampling import SamplingConfig
+    from viasd_adapt.config.tune_points import TunePoints
     from viasd_adapt.config.tuned import TUNED_FILENAME
     from viasd_adapt.tuning.tune import Budget, TuneGrid, artifact_of, calibration_prompts, describe, plot_frontiers
     from viasd_adapt.tuning.tune import tune as run_tune
@@ -123,21 +105,20 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     ensure_writable(plot_path, "--plot")
     if json_path:
         ensure_writable(json_path, "--json")
-    reused = _read_tune_json(reuse_path) if reuse_path is not None else None
+    reused = TunePoints.load(reuse_path) if reuse_path is not None else None  # a wrong file fails before any load
     from viasd_adapt.bench.projection import load_cost_model
 
-    cost_model = load_cost_model(costs) if costs else None  # a bad cost file fails before any load  # a wrong file fails before any load
+    cost_model = load_cost_model(costs) if costs else None  # a bad cost file fails before any load
     torch.set_num_threads(1)
     quiet_transformers()
     loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device="cpu")
     if loaded.mask.is_fallback:
         click.echo(f"note: no mask.json for this pair; tuning with the {loaded.mask.source}")
     if reuse_path is not None:
-        from viasd_adapt.config.tuned import TunedSettings
         from viasd_adapt.tuning.tune import load_result
 
-        check_tuned_model(TunedSettings.from_json(reused["tuned"], str(reuse_path)), loaded.target, source=str(reuse_path))
-        result = load_result(reused, source=str(reuse_path)).rechosen(budget)
+        check_tuned_model(reused.tuned, loaded.target, source=str(reuse_path))
+        result = load_result(reused.to_json(), source=str(reuse_path)).rechosen(budget)
         if retime:
             from viasd_adapt.config.mask import RoutingMask
             from viasd_adapt.tuning.tune import mask_costs
@@ -175,4 +156,5 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     click.echo(f"wrote {artifact.save(out_path)} ({result.seconds:.0f}s); frontier -> {plot_frontiers(result, plot_path)}")
     if json_path:
         portable = result.relative_to(out_path.parent)  # the same names as the artifact: --reuse finds its costs
-        click.echo(f"wrote {write_json(json_path, {'points': [p.to_dict() for p in portable.points], 'tuned': artifact.to_json()})}")
+        sweep = TunePoints(points=[p.to_dict() for p in portable.points], tuned=artifact)
+        click.echo(f"wrote {sweep.save(json_path)}")

@@ -8,7 +8,6 @@ search`` prints :func:`delta_message`; opening a lossy tier on such a mask warns
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
@@ -34,23 +33,20 @@ def delta_message(delta: float | None, search: dict[str, Any] | None = None) -> 
     )
 
 
-def warn_if_negative_delta(mask: Any, settings: TierSettings) -> str | None:
-    """Warns (once per call) when a lossy/audit tier is opened with a mask artifact whose Delta < 0."""
+def warn_if_negative_delta(artifact: Any, settings: TierSettings, stacklevel: int = 3) -> str | None:
+    """Warns (once per call) when a lossy/audit tier is opened with a mask artifact whose Delta < 0.
+
+    Takes the artifact already read (a :class:`~viasd_adapt.config.mask.MaskArtifact`), never a
+    path: the one set-up call (:func:`viasd_adapt.engine.tier.open_tier`) reads each mask file once.
+    Anything else (a bare routing mask, None) records no Delta and gets no advice. ``stacklevel``
+    is :func:`warnings.warn`'s, counted from here (3: the caller's caller)."""
     from viasd_adapt.config.mask import MaskArtifact
 
-    if settings.mode.value not in ("lossy", "audit"):
-        return None
-    artifact = mask
-    if isinstance(mask, (str, os.PathLike)):
-        try:
-            artifact = MaskArtifact.load(mask)
-        except Exception:  # the mask itself is checked (with a clear error) where it is used
-            return None
-    if not isinstance(artifact, MaskArtifact):
+    if settings.mode.value not in ("lossy", "audit") or not isinstance(artifact, MaskArtifact):
         return None
     message = delta_message(artifact.delta, artifact.search)
     if message:
-        warnings.warn(f"viasd-adapt: {message}", NegativeDeltaWarning, stacklevel=3)
+        warnings.warn(f"viasd-adapt: {message}", NegativeDeltaWarning, stacklevel=stacklevel)
     return message
 
 

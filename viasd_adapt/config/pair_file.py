@@ -10,7 +10,7 @@ error naming the file and the field.
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from viasd_adapt.config.schema import Artifact, Record, load_artifact
 
@@ -38,12 +38,8 @@ class PairFile(Artifact):
     #: a folder beside ``pair.json`` holding the drafter, or :data:`PROMPT_LOOKUP`
     drafter: str = PROMPT_LOOKUP
 
-    @classmethod
-    def check_header(cls, data: Any, source: str) -> None:
-        """Declarations written before the format tag existed carry none: read as version 1."""
-        if isinstance(data, dict) and "format" not in data:
-            data = {**data, "format": cls.FORMAT}
-        super().check_header(data, source)
+    #: Declarations written before the format tag existed carry none: read as version 1.
+    READS_UNTAGGED: ClassVar[bool] = True
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "PairFile":

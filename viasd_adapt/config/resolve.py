@@ -183,7 +183,8 @@ def resolve_settings(
 
     if tuned is not None:
         if _measured_with(tuned, mask_path, mask_bits):
-            apply(tuned.settings.to_dict(), f"tuned.json {tuned_path} (choice {tuned.choice})")
+            # only what the file states: a setting it leaves out is the default's, and says so
+            apply(tuned.stated_settings, f"tuned.json {tuned_path} (choice {tuned.choice})")
             applied = True
         else:
             # Settings tuned for one mask are not a choice for another; say so rather than run the

@@ -83,6 +83,9 @@ class Artifact(BaseModel):
     VERSION: ClassVar[int] = 1
     #: How errors name a file of this kind ("tuned-settings file", "mask file", ...).
     WHAT: ClassVar[str] = "artifact"
+    #: Whether files of this kind were once written without a ``format`` tag (``build_report.json``,
+    #: ``viasd tune --json``, ``pair.json``): such a file is read as version 1 of this format.
+    READS_UNTAGGED: ClassVar[bool] = False
 
     format: str = ""
     version: int = 1
@@ -111,6 +114,8 @@ class Artifact(BaseModel):
 
         Called before the fields are validated, so a future file is refused for its version (what
         the user can act on), not for the first field that changed meaning."""
+        if cls.READS_UNTAGGED and isinstance(data, dict) and "format" not in data:
+            data = {**data, "format": cls.FORMAT}
         if not isinstance(data, dict) or data.get("format") != cls.FORMAT:
             raise ConfigError(f"{source} is not a viasd-adapt {cls.WHAT} (missing or wrong 'format'; "
                               f"expected {cls.FORMAT!r})")

@@ -8,16 +8,29 @@ like a mask is.
 
 It lives here, below both :mod:`viasd_adapt.tuning` (which writes it) and :mod:`viasd_adapt.bench`
 (which reads it), so that neither package imports the other for it. Settings are *resolved* from
-it by :func:`viasd_adapt.config.resolve.resolve_settings`, the one place that stacks the layers.
+it by :func:`viasd_adapt.config.resolve.resolve_settings`, the one place that stacks the layers;
+the vLLM plugin (:mod:`viasd_adapt.serving.config`) reads the same class, so both see one version
+check, one set of defaults and one list of frameworks a setting can have been measured on. This
+module imports neither torch nor any model code: the plugin reads it in every vLLM process.
+
+A setting the file leaves out is :class:`~viasd_adapt.core.settings.TierSettings`' default, the
+lenient tolerance included: a ``lenient`` choice that states no ``lenience`` runs at
+``TierSettings().lenience`` (0.5) in ``viasd generate`` and in the vLLM plugin alike. Why the default
+and not 0: the file's ``settings`` are a TierSettings, and every other omitted setting (alpha1,
+gamma, ...) is read as its default; and a lenient choice at tolerance 0 would be plain SD, which
+the tuner records as the choice ``sd``, so reading a missing tolerance as 0 would silently turn a
+lenient choice into another one. ``viasd generate --explain`` credits such a value to the
+default, not to the file (:attr:`TunedSettings.stated_settings`).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
 
 from viasd_adapt.config.schema import Artifact, SparseRecord, TierSettingsField, load_artifact
 from viasd_adapt.core.settings import TierSettings
@@ -28,6 +41,19 @@ VERSION = 1
 #: The framework whose loop ``viasd tune`` runs every candidate on. Files written before the field
 #: existed were measured there too, so that is what an old file is read as.
 MEASURED_ON_DEFAULT = "engine"
+#: The frameworks a tuned setting can have been measured on: those of
+#: :mod:`viasd_adapt.frameworks.registry` with a verify step (a test keeps the two lists equal).
+#: Named here, not imported, so that reading tuned.json loads no framework code.
+TIERED_FRAMEWORKS = ("eagle", "engine", "hf", "pearl")
+SETTING_NAMES = frozenset(f.name for f in dataclass_fields(TierSettings))
+
+
+def _known_framework(value: Any) -> Any:
+    """``measured_on``: one of :data:`TIERED_FRAMEWORKS` (``--explain`` prints it as a framework)."""
+    if value not in TIERED_FRAMEWORKS:
+        raise ValueError(f"'measured_on' must name the framework the settings were measured on, one of "
+                         f"{', '.join(TIERED_FRAMEWORKS)}; got {value!r}")
+    return value
 
 
 class TunedPoint(SparseRecord):
@@ -83,7 +109,9 @@ class TunedSettings(Artifact):
     budget: TunedBudget = Field(default_factory=TunedBudget)
     measured: dict[str, Any] = Field(default_factory=dict)
     report: TunedReport = Field(default_factory=TunedReport)
-    measured_on: str = MEASURED_ON_DEFAULT
+    measured_on: Annotated[str, BeforeValidator(_known_framework)] = MEASURED_ON_DEFAULT
+    #: the names of the settings the file states (every one, for a file written by viasd tune)
+    _stated: frozenset = PrivateAttr(default=SETTING_NAMES)
 
     def __init__(self, settings: TierSettings | dict | None = None, choice: str = "", mask_bits: list[int] | None = None,
                  fingerprint: dict | None = None, budget: Any = None, measured: dict | None = None,
@@ -92,6 +120,22 @@ class TunedSettings(Artifact):
         given = dict(settings=settings, choice=choice, mask_bits=mask_bits, fingerprint=fingerprint, budget=budget,
                      measured=measured, report=report)
         super().__init__(**{k: v for k, v in given.items() if v is not None or k == "mask_bits"}, **data)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_stated_settings(cls, data: Any, handler: Any) -> "TunedSettings":
+        if isinstance(data, TunedSettings):  # already read: it keeps what its file stated
+            return handler(data)
+        tuned = handler(data)
+        raw = data.get("settings") if isinstance(data, dict) else None
+        tuned._stated = frozenset(raw) & SETTING_NAMES if isinstance(raw, dict) else SETTING_NAMES
+        return tuned
+
+    @property
+    def stated_settings(self) -> dict[str, Any]:
+        """The settings the file states, by name: what ``--explain`` credits to tuned.json. The
+        others are :class:`TierSettings` defaults (module docstring), credited to the default."""
+        return {name: value for name, value in self.settings.to_dict().items() if name in self._stated}
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "TunedSettings":
@@ -139,5 +183,5 @@ class TunedForAnotherMaskWarning(UserWarning):
     """``tuned.json`` sits beside the given mask but was measured with another one."""
 
 
-__all__ = ["FORMAT", "MEASURED_ON_DEFAULT", "TUNED_FILENAME", "TunedBudget", "TunedForAnotherMaskWarning", "TunedPoint",
+__all__ = ["FORMAT", "MEASURED_ON_DEFAULT", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "TunedBudget", "TunedForAnotherMaskWarning", "TunedPoint",
            "TunedReport", "TunedSettings", "find_tuned", "recorded_mask", "tuned_path_beside"]

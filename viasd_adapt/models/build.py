@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import platform
 import random
@@ -25,8 +24,8 @@ import tokenizers
 import torch
 import transformers
 
+from viasd_adapt.config.build_report import BUILD_REPORT_FILENAME, BuildReport, PairBuildReport
 from viasd_adapt.errors import ConfigError, ViasdError
-from viasd_adapt.io import write_json
 from viasd_adapt.models import corpus, evaluate
 from viasd_adapt.models.layer_skip import random_mask
 from viasd_adapt.models.presets import Preset, get_preset
@@ -147,7 +146,7 @@ def build_pair(
     try:
         report = _train_and_write(preset, seed, staging_dir, progress)
         report["build_seconds"] = round(time.perf_counter() - started, 1)
-        write_json(staging_dir / "build_report.json", report, "build report")
+        PairBuildReport.model_validate(report).save(staging_dir / BUILD_REPORT_FILENAME)
         install_build(staging_dir, pair_dir, preset.name)
     finally:
         torch.set_num_threads(previous_threads)
@@ -160,13 +159,12 @@ BUILD_ENTRIES = ("tokenizer", "target", "draft", "build_report.json")
 
 
 def _built_preset(pair_dir: Path) -> str | None:
-    """The preset name an earlier build recorded in ``pair_dir``, or None."""
+    """The preset name an earlier build recorded in ``pair_dir``, or None (no readable report naming one)."""
     try:
-        report = json.loads((pair_dir / "build_report.json").read_text(encoding="utf-8"))
-        name = report["preset"]["name"]
-    except (OSError, ValueError, KeyError, TypeError):
+        report = BuildReport.load(pair_dir / BUILD_REPORT_FILENAME)
+    except ViasdError:
         return None
-    return name if isinstance(name, str) else None
+    return report.preset.name if report.preset is not None else None
 
 
 def check_build_destination(pair_dir: Path, preset_name: str) -> None:

@@ -140,7 +140,7 @@ def build_distilled(
     ``target_path`` (a model folder or ``.gguf`` file) replaces the preset's target: tests distil
     from a tiny random model with :data:`TINY`.
     """
-    from viasd_adapt.io import write_json
+    from viasd_adapt.config.build_report import BUILD_REPORT_FILENAME, DistilledBuildReport
     from viasd_adapt.models.build import install_build, start_build
     from viasd_adapt.models.registry import DECLARATION, shipped_dir
 
@@ -177,7 +177,7 @@ def build_distilled(
                       build_seconds=round(time.perf_counter() - started, 1),
                       versions={"python": platform.python_version(), "torch": torch.__version__,
                                 "transformers": transformers.__version__})
-        write_json(staging / "build_report.json", report, "build report")
+        DistilledBuildReport.model_validate(report).save(staging / BUILD_REPORT_FILENAME)
         install_build(staging, pair_dir, preset.name, entries)
     finally:
         torch.set_num_threads(previous_threads)

@@ -298,12 +298,13 @@ def load_mask(path: str | os.PathLike, model: nn.Module) -> MaskArtifact:
 MaskLike = Union[RoutingMask, MaskArtifact, str, os.PathLike]
 
 
-def resolve_mask(model: nn.Module, mask: MaskLike | None, mode) -> RoutingMask | None:
+def resolve_mask(model: nn.Module, mask: MaskLike | None, mode, source: str = "mask") -> RoutingMask | None:
     """Whatever an adapter was given as ``mask=``, as a :class:`RoutingMask` checked against ``model``.
 
     Accepts a :class:`RoutingMask`, a :class:`MaskArtifact` or the path of a ``mask.json``; an
     artifact must have been searched on ``model`` (fingerprint). The modes without a slim verifier
-    (none, lenient) need no mask and ignore one that is given.
+    (none, lenient) need no mask and ignore one that is given. ``source`` names an artifact in
+    errors (the file it was read from, when the caller read it).
     """
     mode = Mode.parse(mode)
     if not mode.uses_slim:
@@ -313,7 +314,7 @@ def resolve_mask(model: nn.Module, mask: MaskLike | None, mode) -> RoutingMask |
     if isinstance(mask, (str, os.PathLike)):
         return load_mask(mask, model).mask
     if isinstance(mask, MaskArtifact):
-        check_mask_model(mask, model)
+        check_mask_model(mask, model, source=source)
         return mask.mask
     if isinstance(mask, RoutingMask):
         check_mask_layers(mask, model)

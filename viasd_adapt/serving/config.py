@@ -7,10 +7,13 @@ so an engine whose config has no ``"viasd"`` key must get stock vLLM, byte for b
 
 Keys of the ``"viasd"`` dict:
 
-* ``tuned`` (required): path of a ``tuned.json`` written by ``viasd tune``. Its ``choice`` decides
-  the rule: ``lenient`` serves the lenient rule at the tuned tolerance; ``sd`` (plain SD won)
-  serves stock vLLM; ``viasd`` (the slim tier won) is refused, because the slim tier has no place
-  in vLLM's acceptance step (``docs/serving.md`` says why and what it would take).
+* ``tuned`` (required): path of a ``tuned.json`` written by ``viasd tune``, read by the same class as
+  ``viasd generate`` reads it (:class:`~viasd_adapt.config.tuned.TunedSettings`: the same version
+  check, the same defaults, the same check of ``measured_on``). Its ``choice`` decides the rule:
+  ``lenient`` serves the lenient rule at the tuned tolerance (a file that states none: the
+  TierSettings default, as ``viasd generate`` runs it; :mod:`viasd_adapt.config.tuned` says why);
+  ``sd`` (plain SD won) serves stock vLLM; ``viasd`` (the slim tier won) is refused, because the
+  slim tier has no place in vLLM's acceptance step (``docs/serving.md`` says why and what it would take).
 * ``lenience`` (optional): overrides the tuned tolerance, e.g. 0 to check token identity with
   stock vLLM. Must be in [0, 1).
 * ``audit`` (optional): a path the plugin keeps rewriting with its audit counters (committed
@@ -25,17 +28,16 @@ models named, not silently applied.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from viasd_adapt.config.tuned import TunedSettings
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 
 CONFIG_KEY = "viasd"
-TUNED_FORMAT = "viasd-adapt/tuned-settings"  # viasd_adapt.config.tuned.FORMAT (not imported: that pulls in torch.nn)
 KNOWN_KEYS = ("tuned", "lenience", "audit")
 SERVABLE_CHOICES = ("lenient", "sd")
 SIZE_KEYS = ("architecture", "num_layers", "hidden_size", "vocab_size")  # routing.mask._SIZE_KEYS
@@ -71,22 +73,12 @@ def _check_lenience(value: Any, source: str) -> float:
     return float(value)
 
 
-def read_tuned(path: str | os.PathLike) -> dict:
-    """The tuned-settings JSON at ``path``, checked for format only."""
+def read_tuned(path: str | os.PathLike) -> TunedSettings:
+    """The tuned settings at ``path``, read as every command reads them (:meth:`TunedSettings.load`)."""
     path = Path(path).expanduser()
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"tuned settings file {path} does not exist (write one with `viasd tune`)") from None
-    except OSError as err:
-        raise ConfigError(f"cannot read tuned settings file {path}: {err}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"tuned settings file {path} is not valid JSON: {err}") from None
-    if not isinstance(data, dict) or data.get("format") != TUNED_FORMAT or not isinstance(data.get("settings"), dict):
-        raise ConfigError(f"{path} is not a viasd-adapt tuned-settings file (missing 'format': {TUNED_FORMAT!r} or 'settings')")
-    return data
+    if not path.exists():
+        raise ConfigError(f"tuned settings file {path} does not exist (write one with `viasd tune`)")
+    return TunedSettings.load(path)
 
 
 def parse_request(additional_config: Mapping[str, Any] | None) -> ServingRule | None:
@@ -104,21 +96,20 @@ def parse_request(additional_config: Mapping[str, Any] | None) -> ServingRule | 
     if not request.get("tuned"):
         raise ConfigError(f"additional_config[{CONFIG_KEY!r}] needs 'tuned': the path of a tuned.json from `viasd tune`")
     path = str(Path(str(request["tuned"])).expanduser())
-    data = read_tuned(path)
-    choice = str(data.get("choice", ""))
-    settings = data["settings"]
+    tuned = read_tuned(path)
+    choice = tuned.choice
     if choice not in SERVABLE_CHOICES:
         raise ConfigError(
-            f"{path} recommends {choice!r} (mode {settings.get('mode')!r}); the vLLM plugin serves only the lenient rule "
-            f"and plain SD. The slim tier needs a layer-skipped pass inside vLLM's model runner, which no extension "
+            f"{path} recommends {choice!r} (mode {tuned.settings.mode.value!r}); the vLLM plugin serves only the lenient "
+            f"rule and plain SD. The slim tier needs a layer-skipped pass inside vLLM's model runner, which no extension "
             f"point offers: see docs/serving.md")
-    lenience = _check_lenience(settings.get("lenience", 0.0), path) if choice == "lenient" else 0.0
+    lenience = _check_lenience(tuned.settings.lenience, path) if choice == "lenient" else 0.0
     if "lenience" in request:
         lenience = _check_lenience(request["lenience"], f"additional_config[{CONFIG_KEY!r}]['lenience']")
     audit = request.get("audit")
     if audit is not None and not isinstance(audit, (str, os.PathLike)):
         raise ConfigError(f"additional_config[{CONFIG_KEY!r}]['audit'] must be a file path, got {audit!r}")
-    return ServingRule(lenience, path, choice, data.get("fingerprint") or {}, data.get("measured") or {},
+    return ServingRule(lenience, path, choice, dict(tuned.fingerprint), dict(tuned.measured),
                        str(audit) if audit is not None else None)
 
 

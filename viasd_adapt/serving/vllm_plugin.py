@@ -13,7 +13,8 @@ Two seams, both vLLM's own objects, wrapped and called, never copied:
 
 * ``EngineArgs.create_engine_config`` (the user's process): after vLLM builds the config, an engine
   that asked is checked *before any engine process starts*: the vLLM version against the tested
-  range, the tuned.json (format, choice, lenience) and its fingerprint against the served model.
+  range, the tuned.json (read as ``viasd generate`` reads it: version, choice, lenience, measured_on)
+  and its fingerprint against the served model.
   Bad input gets a viasd error naming the problem, not a traceback from an engine process.
 * The model runner (``GPUModelRunner.__init__``, which vLLM's CPU runner also runs): after it
   builds its ``RejectionSampler``, an engine that asked gets that *instance* wrapped:
