@@ -10,8 +10,15 @@ verified by one q pass, the head's top-1 chain as an untiered block, and keeps t
 which path, and the single pass, are tree plumbing; each path's verdict is the core's.
 
 Which path. Greedy: the path with the longest run of drafts accepted under the first verifier's
-rule (u's argmax for lossless, gate 1 for lossy/audit, the lenient rule on q for lenient: at
-lenience 0 that is eagle's own choice). Sampling: the *first-sample chain* (package docstring).
+rule, asked of the step's rules (so plugins apply): the lossless rule on u for lossless, gate 1 for
+lossy/audit, the lenient rule on q for lenient (at lenience 0 that is eagle's own choice).
+Sampling: the *first-sample chain* (package docstring).
+
+Passes. The verifiers a decision is given read rows of passes made before it (u's, or in lenient
+mode q's, forward over the whole tree) or shared between two decisions (the two paths of lossless
+route), and a cycle may pay one q pass after deciding (true head features); so the passes a cycle
+records are those its model runners counted (:class:`~viasd_adapt.core.verify_step.MeasuredPasses`),
+not the decision's verifier calls.
 """
 
 from __future__ import annotations
@@ -32,10 +39,9 @@ from viasd_adapt.adapters.eagle.tree import (
     path_length,
     two_path_subtree,
 )
-from viasd_adapt.core.cycle import CycleOutcome, CyclePolicy, Verifiers, lenient_accept_prob
-from viasd_adapt.core.rules import lossless_accept_prob
+from viasd_adapt.core.cycle import CycleOutcome, CyclePolicy, Verifiers
 from viasd_adapt.core.settings import Mode, TierSettings
-from viasd_adapt.core.verify_step import VerifyStep
+from viasd_adapt.core.verify_step import MeasuredPasses, VerifyStep
 
 Gate = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -58,9 +64,10 @@ class CycleContext:
 
 @dataclass(frozen=True)
 class Decision:
-    outcome: CycleOutcome
+    outcome: CycleOutcome  # the core's decision, as decided
     plan: CommitPlan
     path: int  # row of ``retrieve`` (eagle's ``best_candidate``)
+    passes: MeasuredPasses  # what the cycle ran: its tree pass, and the q passes counted by the full verifier
 
 
 def warp(logits: torch.Tensor, logits_processor) -> torch.Tensor:
@@ -93,13 +100,29 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def decide(context: CycleContext, cycle: TreeCycle) -> Decision:
-    """The cycle's decision, per mode (module docstring)."""
+    """The cycle's decision, per mode (module docstring), with the passes the cycle ran."""
     mode = context.settings.mode
+    full_before = context.full.passes
     if mode is Mode.LENIENT:
-        return _lenient(context, cycle)
-    if mode is Mode.LOSSLESS and context.lossless_strategy is LosslessStrategy.ROUTE:
-        return _route_two_paths(context, cycle) if cycle.draft.greedy else _route(context, cycle)
-    return _on_one_path(context, cycle)
+        decided = _lenient(context, cycle)
+    elif mode is Mode.LOSSLESS and context.lossless_strategy is LosslessStrategy.ROUTE:
+        decided = _route_two_paths(context, cycle) if cycle.draft.greedy else _route(context, cycle)
+    else:
+        decided = _on_one_path(context, cycle)
+    slim_tree, full_tree = cycle.tree_passes
+    return Decision(*decided, MeasuredPasses(slim_tree, full_tree + context.full.passes - full_before))
+
+
+def first_rule(context: CycleContext, greedy: bool) -> Gate:
+    """``gate(tokens, p, verifier)``: the rule the first verifier of the mode applies to the drafts,
+    asked of the step's rules (``verifier`` carries the bonus row): lenient on q, lossless on u, or
+    gate 1."""
+    rules, settings = context.step.rules, context.settings
+    if settings.mode is Mode.LENIENT:
+        return lambda tokens, p, q: rules.viasd_lenient_accept_prob(tokens=tokens, p=p, q=q, settings=settings, greedy=greedy)
+    if settings.mode is Mode.LOSSLESS:
+        return lambda tokens, p, u: rules.viasd_lossless_accept_prob(tokens=tokens, proposer=p, verifier=u[:-1], greedy=greedy)
+    return lambda tokens, p, u: rules.viasd_gate1_accept_prob(tokens=tokens, p=p, u=u[:-1], settings=settings, greedy=greedy)
 
 
 # ----------------------------------------------------------------------------- shared pieces
@@ -120,9 +143,9 @@ def _tree(context: CycleContext, cycle: TreeCycle, vocab: int) -> _Tree:
     return _Tree(candidates, int(candidates[0, 0]), drafter_probs(cycle, vocab, context.topk), cycle.draft.greedy)
 
 
-def _choose(context: CycleContext, cycle: TreeCycle, tree: _Tree, verifier_paths: torch.Tensor, gate: Gate) -> int:
+def _choose(context: CycleContext, cycle: TreeCycle, tree: _Tree, verifier_paths: torch.Tensor) -> int:
     if tree.greedy:
-        return longest_gated_path(tree.candidates, context.retrieve, verifier_paths, tree.p_nodes, gate)
+        return longest_gated_path(tree.candidates, context.retrieve, verifier_paths, tree.p_nodes, first_rule(context, True))
     return first_child_chain(context.retrieve, cycle.draft.tree_indices.cpu(), context.topk)
 
 
@@ -159,8 +182,9 @@ def _fixed(rows: torch.Tensor, drafts: torch.Tensor) -> Callable[[torch.Tensor],
 
 
 def _plan(context: CycleContext, cycle: TreeCycle, outcome: CycleOutcome, root: int, drafts: torch.Tensor,
-          nodes: torch.Tensor) -> tuple[CycleOutcome, CommitPlan]:
-    """Commit plan of a cycle decided on one path, with the head's features (package docstring)."""
+          nodes: torch.Tensor) -> CommitPlan:
+    """Commit plan of a cycle decided on one path, with the head's features (package docstring).
+    With true head features for what the slim tier committed, that costs one more q pass."""
     tokens = outcome.result.tokens
     committed = [root] + tokens[:-1]
     slim_nodes = nodes[: 1 + common_prefix(tokens[:-1], drafts.tolist())]
@@ -171,15 +195,13 @@ def _plan(context: CycleContext, cycle: TreeCycle, outcome: CycleOutcome, root: 
         # measurement mode: true features for what the slim tier committed (costs a q pass)
         _, hidden = context.full.path(cycle.input_ids, committed, slim_nodes if len(slim_nodes) == len(committed) else None)
         q_pass, q_holds = QPass(committed, hidden), True
-        outcome = replace(outcome, full_passes=outcome.full_passes + 1)
     # audit's q runs in shadow; the head gets what lossy would give it, so audit decides as lossy does
     shadow_only = context.settings.mode is Mode.AUDIT and not outcome.result.escalated
     if q_holds and (full_features or not shadow_only):
         features = q_pass.hidden[: len(committed)]
     else:
         features = cycle.slim_hidden[slim_nodes.to(cycle.slim_hidden.device)]
-    plan = CommitPlan(committed, tokens[-1], slim_nodes, features, QCache.FED if q_holds else QCache.BEHIND)
-    return outcome, plan
+    return CommitPlan(committed, tokens[-1], slim_nodes, features, QCache.FED if q_holds else QCache.BEHIND)
 
 
 # ----------------------------------------------------------------------------- the modes
@@ -189,45 +211,41 @@ def _policy(context: CycleContext, greedy: bool, **changes) -> CyclePolicy:
     return replace(CyclePolicy(context.settings, greedy, context.step.rules), **changes)
 
 
-def _on_one_path(context: CycleContext, cycle: TreeCycle) -> Decision:
+_Decided = tuple[CycleOutcome, CommitPlan, int]  # a Decision before its passes are counted
+
+
+def _on_one_path(context: CycleContext, cycle: TreeCycle) -> _Decided:
     """Lossless cascade, lossy, audit: u over the tree, one path, :func:`decide_cycle`."""
     logits_processor = cycle.draft.logits_processor
     u_nodes = warp(cycle.slim_logits, logits_processor).cpu()
     tree = _tree(context, cycle, u_nodes.shape[-1])
     u_paths = u_nodes[context.retrieve.clamp_min(0)]
-    settings, greedy = context.settings, tree.greedy
-    if settings.mode is Mode.LOSSLESS:
-        gate: Gate = lambda tokens, p, u: lossless_accept_prob(tokens, p, u[:-1], greedy)
-    else:
-        gate = lambda tokens, p, u: context.step.rules.gate1_accept_prob(tokens, p, u[:-1], settings, greedy)
-    j = _choose(context, cycle, tree, u_paths, gate)
+    j = _choose(context, cycle, tree, u_paths)
     nodes, drafts, p = _path(context, tree, j)
     verifiers = Verifiers(full=_lazy_full(context, cycle, tree.root, drafts, nodes),
                           slim=_fixed(u_paths[j, : drafts.shape[0] + 1], drafts))
-    outcome = context.step.decide(drafts, p, verifiers, policy=_policy(context, greedy))
-    outcome, plan = _plan(context, cycle, outcome, tree.root, drafts, nodes)
-    return Decision(outcome, plan, j)
+    outcome = context.step.decide(drafts, p, verifiers, policy=_policy(context, tree.greedy))
+    return outcome, _plan(context, cycle, outcome, tree.root, drafts, nodes), j
 
 
-def _lenient(context: CycleContext, cycle: TreeCycle) -> Decision:
+def _lenient(context: CycleContext, cycle: TreeCycle) -> _Decided:
     """q over the whole tree, as eagle runs it; the lenient rule decides along one path."""
     logits_processor = cycle.draft.logits_processor
     q_paths = warp(cycle.full_paths, logits_processor).cpu()
     tree = _tree(context, cycle, q_paths.shape[-1])
-    lenience, greedy = context.settings.lenience, tree.greedy
-    j = _choose(context, cycle, tree, q_paths, lambda tokens, p, q: lenient_accept_prob(tokens, p, q, lenience, greedy))
+    j = _choose(context, cycle, tree, q_paths)
     nodes, drafts, p = _path(context, tree, j)
     outcome = context.step.decide(drafts, p, Verifiers(full=_fixed(q_paths[j, : drafts.shape[0] + 1], drafts)),
-                                  policy=_policy(context, greedy))
+                                  policy=_policy(context, tree.greedy))
     tokens = outcome.result.tokens
     committed = [tree.root] + tokens[:-1]
     q_nodes = nodes[: len(committed)]  # lenient commits accepted drafts, then q's own token
     features = cycle.full_hidden[q_nodes.to(cycle.full_hidden.device)]
     plan = CommitPlan(committed, tokens[-1], q_nodes, features, QCache.TREE, q_nodes=q_nodes)
-    return Decision(outcome, plan, j)
+    return outcome, plan, j
 
 
-def _route(context: CycleContext, cycle: TreeCycle) -> Decision:
+def _route(context: CycleContext, cycle: TreeCycle) -> _Decided:
     """Lossless route, sampling: q verifies the first-sample chain plus one token u samples after
     it, each position against the distribution it was proposed from (p, then u)."""
     logits_processor = cycle.draft.logits_processor
@@ -237,11 +255,10 @@ def _route(context: CycleContext, cycle: TreeCycle) -> Decision:
     nodes, drafts, p = _path(context, tree, j)
     verifiers = Verifiers(full=_lazy_full(context, cycle, tree.root, drafts, nodes), slim=lambda _: u_nodes[nodes])
     outcome = context.step.decide(drafts, p, verifiers, policy=_policy(context, tree.greedy, slim_extends_only=True))
-    outcome, plan = _plan(context, cycle, outcome, tree.root, drafts, nodes)
-    return Decision(outcome, plan, j)
+    return outcome, _plan(context, cycle, outcome, tree.root, drafts, nodes), j
 
 
-def _route_two_paths(context: CycleContext, cycle: TreeCycle) -> Decision:
+def _route_two_paths(context: CycleContext, cycle: TreeCycle) -> _Decided:
     """Lossless route, greedy: q verifies a two-path sub-tree in one forward, the path u prefers
     (plus u's own next token after it) and the head's top-1 chain, with eagle's tree attention;
     the path q accepts further wins (u's on ties). A poor slim verifier thus costs at most its
@@ -250,7 +267,7 @@ def _route_two_paths(context: CycleContext, cycle: TreeCycle) -> Decision:
     u_nodes = warp(cycle.slim_logits, None).cpu()
     tree = _tree(context, cycle, u_nodes.shape[-1])
     u_paths = u_nodes[context.retrieve.clamp_min(0)]
-    j_u = _choose(context, cycle, tree, u_paths, lambda tokens, p, u: lossless_accept_prob(tokens, p, u[:-1], True))
+    j_u = _choose(context, cycle, tree, u_paths)
     j_chain = first_child_chain(context.retrieve, cycle.draft.tree_indices.cpu(), context.topk)
     paths = [context.retrieve[j, : path_length(context.retrieve[j]) + 1] for j in (j_u, j_chain)]
     sub = two_path_subtree(context.tree_mask, context.tree_positions, paths[0], paths[1])
@@ -274,8 +291,7 @@ def _route_two_paths(context: CycleContext, cycle: TreeCycle) -> Decision:
     context.full.compact(committed_rows + length, length)
     committed = [tree.root] + outcome.result.tokens[:-1]
     plan = CommitPlan(committed, outcome.result.tokens[-1], paths[k][: min(n, g) + 1], hidden[committed_rows], QCache.HOLDS)
-    # one q forward over the sub-tree verified both paths, and u's rows came from its tree pass
-    return Decision(replace(outcome, slim_passes=1, full_passes=1), plan, (j_u, j_chain)[k])
+    return outcome, plan, (j_u, j_chain)[k]
 
 
-__all__ = ["CycleContext", "Decision", "common_prefix", "decide", "drafter_probs", "warp"]
+__all__ = ["CycleContext", "Decision", "common_prefix", "decide", "drafter_probs", "first_rule", "warp"]

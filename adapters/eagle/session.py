@@ -124,7 +124,7 @@ class EagleTierSession:
     # ------------------------------------------------------------------ generation start
     def initialize_tree(self, generation: Generation, input_ids, model, tree_attn_mask, past_key_values, logits_processor):
         _check_batch_of_one(input_ids)
-        self.step.monitor.greedy = logits_processor is None  # eagle samples exactly when it is given a processor
+        self.step.set_greedy(logits_processor is None)  # eagle samples exactly when it is given a processor
         if self.mode is Mode.NONE:
             out = original("initialize_tree")(input_ids, model, tree_attn_mask, past_key_values, logits_processor)
             self.step.prefill(int(out[3].reshape(-1)[0]), draft_passes=1)
@@ -186,7 +186,7 @@ class EagleTierSession:
         decision = decide(self._context(), generation.cycle)
         generation.cycle.plan = decision.plan
         self.step.record(decision.outcome, drafted=generation.tree_size - 1, draft_passes=1,
-                         resumed_full_passes=self.full.resumed_passes - resumed_before)
+                         resumed_full_passes=self.full.resumed_passes - resumed_before, measured=decision.passes)
         return torch.tensor(decision.path), torch.tensor(len(decision.plan.committed) - 1), None
 
     # ------------------------------------------------------------------ commit and next tree

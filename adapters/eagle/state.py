@@ -79,6 +79,12 @@ class TreeCycle:
     q_pass: QPass | None = None
     plan: CommitPlan | None = None
 
+    @property
+    def tree_passes(self) -> tuple[int, int]:
+        """``(slim, full)``: the forwards over the whole tree this cycle ran, u's (``slim_logits``) or,
+        in lenient mode, q's as eagle runs it (``full_paths``); one forward fills each."""
+        return int(self.slim_logits is not None), int(self.full_paths is not None)
+
 
 @dataclass
 class PlainVerdict:

@@ -1,5 +1,5 @@
 """One runtime: every framework verifies through one VerifyStep, the ledger is the one writer of
-metrics, and the rules interface is declared once (issue 22).
+metrics, and the rules interface is declared once.
 
 The structural checks read the library's source with :mod:`ast`; each has a control that feeds the
 checker a snippet breaking the rule, so a checker that finds nothing cannot pass by accident.
@@ -26,7 +26,8 @@ from viasd_adapt.core.tiers import Tier
 from viasd_adapt.core.verify_step import VerifyStep
 
 LIBRARY = [REPO_ROOT / "viasd_adapt", REPO_ROOT / "adapters"]
-RULE_NAMES = ("gate1_accept_prob", "slim_confidence", "slim_resolves", "escalation_accept_prob")
+RULE_NAMES = ("gate1_accept_prob", "slim_confidence", "slim_resolves", "escalation_accept_prob", "lenient_accept_prob",
+              "lossless_accept_prob")
 METRIC_FIELDS = {f.name for f in dataclasses.fields(TierMetrics)}
 METRIC_RECORDERS = {"record_cycle", "record_audit", "trim_to"}
 
@@ -111,14 +112,15 @@ def test_the_rule_class_finder_finds_a_restated_interface():
 
 
 def test_the_rules_interface_is_declared_once():
-    """The hook specifications declare it; the built-in rules implement it, once; nothing else in
-    the library restates it (plugins answering some of the hooks are fine)."""
+    """The Protocol declares it (its methods are the hook specifications); the built-in rules
+    implement it, once; nothing else in the library restates it (plugins answering some of the
+    hooks are fine)."""
     whole = {}
     for path, source in library_sources().items():
         for name, rules in rule_classes(source).items():
             if rules == set(RULE_NAMES):
                 whole[f"{path}:{name}"] = rules
-    assert sorted(whole) == ["viasd_adapt/core/hooks.py:ViasdHookSpec", "viasd_adapt/core/rules.py:BuiltinRules"]
+    assert sorted(whole) == ["viasd_adapt/core/rules.py:BuiltinRules", "viasd_adapt/core/rules.py:TierRules"]
 
 
 # ============================================================================== one verify step
@@ -231,6 +233,31 @@ def test_a_junk_drafter_warns_through_the_monitor_plugin():
             step.verify(drafts, p, verifiers)
     # it names the caller's line, not the plugin or pluggy's machinery that noticed
     assert [w.filename for w in caught if issubclass(w.category, ViasdQualityWarning)] == [__file__]
+
+
+def test_set_greedy_tells_the_policy_and_the_monitor_and_keeps_the_generation():
+    step = VerifyStep(LOSSY, "test", greedy=True)
+    drafts, p, verifiers = _block(agree=True)
+    step.verify(drafts, p, verifiers)
+    metrics, evidence = step.metrics, step.monitor.evidence
+    step.set_greedy(False)
+    assert (step.greedy, step.policy.greedy, step.monitor.greedy) == (False, False, False)
+    assert step.metrics is metrics and step.monitor.evidence is evidence and evidence.committed == 3
+    assert step.new_generation().committed == 0 and step.monitor.greedy is False  # the next one starts as told
+
+
+def test_record_counts_the_passes_a_framework_measured():
+    from viasd_adapt.core.verify_step import MeasuredPasses
+
+    step = VerifyStep(LOSSY, "test")
+    drafts, p, verifiers = _block(agree=True)
+    outcome = step.decide(drafts, p, verifiers)
+    assert (outcome.slim_passes, outcome.full_passes) == (1, 0)  # the verifier calls the decision made
+    step.record(outcome, drafted=3, measured=MeasuredPasses(slim=1, full=2))
+    assert (step.metrics.slim_passes, step.metrics.full_passes) == (1, 2)
+    assert (outcome.slim_passes, outcome.full_passes) == (1, 0)  # the decision itself is left as decided
+    step.record(step.decide(drafts, p, verifiers), drafted=3)  # nothing measured: the decision's calls
+    assert (step.metrics.slim_passes, step.metrics.full_passes) == (2, 2)
 
 
 def test_bad_settings_are_refused_when_the_step_is_built():

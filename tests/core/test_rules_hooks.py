@@ -19,15 +19,14 @@ from viasd_adapt.engine.loop import speculative_generate
 from viasd_adapt.core.hooks import (
     BUILTIN_PLUGIN_NAME,
     ENTRY_POINT_GROUP,
-    BuiltinRulesPlugin,
-    HookRules,
+    hook_rules,
     hookimpl,
     make_plugin_manager,
 )
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.routing import SlimVerifier
-from viasd_adapt.core.rules import BUILTIN_RULES
+from viasd_adapt.core.rules import BUILTIN_RULES, BuiltinRules, TierRules
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.core.tiers import Tier, escalate, route_block
@@ -35,6 +34,8 @@ from viasd_adapt.core.tiers import Tier, escalate, route_block
 torch.set_num_threads(1)
 
 SETTINGS = TierSettings(gamma=3)
+RULE_HOOKS = ("viasd_gate1_accept_prob", "viasd_slim_confidence", "viasd_slim_resolves", "viasd_escalation_accept_prob",
+              "viasd_lenient_accept_prob", "viasd_lossless_accept_prob")
 TOKENS = torch.tensor([0, 1, 2])
 P = torch.tensor([[0.7, 0.1, 0.1, 0.1], [0.1, 0.7, 0.1, 0.1], [0.1, 0.1, 0.7, 0.1]])
 # u agrees with every draft (gate 1 passes everywhere) and is confident at the bonus position.
@@ -78,8 +79,8 @@ def test_builtin_rules_are_a_named_plugin():
     manager = make_plugin_manager(load_entrypoints=False)
     plugin = manager.get_plugin(BUILTIN_PLUGIN_NAME)
     assert BUILTIN_PLUGIN_NAME == "viasd-builtin-rules"
-    assert isinstance(plugin, BuiltinRulesPlugin)
-    for hook in ("viasd_gate1_accept_prob", "viasd_slim_confidence", "viasd_slim_resolves", "viasd_escalation_accept_prob"):
+    assert isinstance(plugin, BuiltinRules)
+    for hook in RULE_HOOKS:
         impls = getattr(manager.hook, hook).get_hookimpls()
         assert [impl.plugin for impl in impls] == [plugin]
         assert impls[0].trylast
@@ -89,24 +90,54 @@ def test_builtin_rules_are_a_named_plugin():
 
 
 def test_hook_rules_reproduce_builtin_decisions():
-    rules = HookRules(make_plugin_manager(load_entrypoints=False))
+    rules = hook_rules(make_plugin_manager(load_entrypoints=False))
+    # token 0 is q's argmax; token 1 has 0.3 of q's top 0.5 (within lenience 0.5); token 2 has 0.1 of 0.6
+    q = torch.tensor([[0.5, 0.1, 0.1, 0.3], [0.1, 0.3, 0.1, 0.5], [0.1, 0.6, 0.1, 0.2], [0.25] * 4])
     for greedy in (True, False):
-        torch.testing.assert_close(
-            rules.gate1_accept_prob(TOKENS, P, U, SETTINGS, greedy), BUILTIN_RULES.gate1_accept_prob(TOKENS, P, U, SETTINGS, greedy)
-        )
-    confidence = rules.slim_confidence(P, U, SETTINGS)
+        for settings in (SETTINGS, SETTINGS.with_(greedy_gates="top")):
+            torch.testing.assert_close(
+                rules.viasd_gate1_accept_prob(tokens=TOKENS, p=P, u=U, settings=settings, greedy=greedy),
+                BUILTIN_RULES.viasd_gate1_accept_prob(tokens=TOKENS, p=P, u=U, settings=settings, greedy=greedy),
+            )
+        lenient = rules.viasd_lenient_accept_prob(tokens=TOKENS, p=P, q=q, settings=SETTINGS, greedy=greedy)
+        lossless = rules.viasd_lossless_accept_prob(tokens=TOKENS, proposer=P, verifier=q[:-1], greedy=greedy)
+        if greedy:
+            assert lenient.tolist() == [1.0, 1.0, 0.0] and lossless.tolist() == [1.0, 0.0, 0.0]
+        else:  # min(1, q(x) / (0.5 p(x))) and min(1, q(x) / p(x)), with p(x) = 0.7
+            torch.testing.assert_close(lenient, torch.tensor([1.0, 0.3 / 0.35, 0.1 / 0.35]))
+            torch.testing.assert_close(lossless, torch.tensor([0.5 / 0.7, 0.3 / 0.7, 0.1 / 0.7]))
+    confidence = rules.viasd_slim_confidence(p=P, u=U, settings=SETTINGS)
     torch.testing.assert_close(confidence, U.max(-1).values)
-    assert rules.slim_resolves(confidence, SETTINGS).tolist() == (U.max(-1).values >= 0.7).tolist()
+    assert rules.viasd_slim_resolves(confidence=confidence, settings=SETTINGS).tolist() == (U.max(-1).values >= 0.7).tolist()
+
+
+def test_the_rules_interface_is_a_protocol_with_one_name_per_rule():
+    """The built-in implementation's methods are the hook names themselves (no second name), and
+    the hook specifications are the Protocol's methods."""
+    assert TierRules._is_protocol
+    assert set(RULE_HOOKS) == {name for name in vars(BuiltinRules) if not name.startswith("_")}
+    for name in RULE_HOOKS:
+        assert getattr(TierRules, name).viasd_adapt_spec["firstresult"]
+        assert getattr(BuiltinRules, name).viasd_adapt_impl.get("specname") is None
+
+
+def test_a_manager_without_the_rule_hooks_is_refused_by_name():
+    import pluggy
+
+    from viasd_adapt.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="viasd_gate1_accept_prob"):
+        hook_rules(pluggy.PluginManager("viasd_adapt"))
 
 
 # ============================================================================== overriding decisions
 
 
 def test_gate1_override_changes_the_decision():
-    builtin = route_block(TOKENS, P, U, SETTINGS, greedy=True, rules=HookRules(make_plugin_manager(load_entrypoints=False)))
+    builtin = route_block(TOKENS, P, U, SETTINGS, greedy=True, rules=hook_rules(make_plugin_manager(load_entrypoints=False)))
     assert builtin.n_accepted == 3 and builtin.slim_token == 3
 
-    rules = HookRules(make_plugin_manager([AlwaysReject()], load_entrypoints=False))
+    rules = hook_rules(make_plugin_manager([AlwaysReject()], load_entrypoints=False))
     overridden = route_block(TOKENS, P, U, SETTINGS, greedy=True, rules=rules)
     assert overridden.n_accepted == 0
     assert overridden.slim_token == 0  # u is confident at position 0 and its argmax is 0
@@ -114,7 +145,7 @@ def test_gate1_override_changes_the_decision():
 
 def test_router_override_changes_the_decision():
     router = NeverTrustSlim()
-    rules = HookRules(make_plugin_manager([router], load_entrypoints=False))
+    rules = hook_rules(make_plugin_manager([router], load_entrypoints=False))
     outcome = route_block(TOKENS, P, U, SETTINGS, greedy=True, rules=rules)
     assert router.calls == 1
     assert (outcome.n_accepted, outcome.slim_token, outcome.escalate_at) == (3, None, 3)
@@ -129,18 +160,52 @@ def test_escalation_override():
     q = torch.full((4, 4), 0.25)
     q[:, 3] = 0.7
     q[:, :3] = 0.1
-    builtin = escalate(TOKENS, P, q, 0, SETTINGS, True, rules=HookRules(make_plugin_manager(load_entrypoints=False)))
+    builtin = escalate(TOKENS, P, q, 0, SETTINGS, True, rules=hook_rules(make_plugin_manager(load_entrypoints=False)))
     assert builtin.n_accepted == 0
-    rules = HookRules(make_plugin_manager([AcceptEverything()], load_entrypoints=False))
+    rules = hook_rules(make_plugin_manager([AcceptEverything()], load_entrypoints=False))
     assert escalate(TOKENS, P, q, 0, SETTINGS, True, rules=rules).n_accepted == 3
 
 
 def test_plugin_returning_none_defers_to_builtin():
     deferring = Deferring()
-    rules = HookRules(make_plugin_manager([deferring], load_entrypoints=False))
+    rules = hook_rules(make_plugin_manager([deferring], load_entrypoints=False))
     outcome = route_block(TOKENS, P, U, SETTINGS, greedy=True, rules=rules)
     assert deferring.seen == 1
     assert (outcome.n_accepted, outcome.slim_token) == (3, 3)  # the built-in answer
+
+
+def test_lenient_and_lossless_overrides_decide_the_cycle():
+    """decide_cycle asks the lenient and the lossless rule of the run's rules, like the others."""
+    from viasd_adapt.core.cycle import CyclePolicy, Verifiers, decide_cycle
+
+    class AcceptEverything:
+        def __init__(self):
+            self.calls = []
+
+        @hookimpl
+        def viasd_lenient_accept_prob(self, tokens, p, q, settings, greedy):
+            self.calls.append("lenient")
+            return torch.ones(tokens.shape[0])
+
+        @hookimpl
+        def viasd_lossless_accept_prob(self, tokens, proposer, verifier, greedy):
+            self.calls.append("lossless")
+            return torch.ones(tokens.shape[0])
+
+    q = torch.full((6, 4), 0.1)
+    q[:, 3] = 0.7  # q's (and here u's) argmax is token 3 everywhere: none of the drafts 0, 1, 2
+    verifiers = Verifiers(full=lambda tokens: q[: tokens.shape[0] + 1], slim=lambda tokens: q[: tokens.shape[0] + 1])
+    cases = (("lenient", ["lenient"], [3], [0, 1, 2, 3]), ("none", ["lossless"], [3], [0, 1, 2, 3]),
+             # the cascade: u's check, then q's (of u's correction, or of the drafts plus u's bonus)
+             ("lossless", ["lossless", "lossless"], [3, 3], [0, 1, 2, 3, 3]))
+    for mode, asked, by_builtin, by_plugin in cases:
+        settings = TierSettings(mode=mode, gamma=3, lenience=0.1)
+        builtin = decide_cycle(TOKENS, P, verifiers, CyclePolicy(settings, True, hook_rules(make_plugin_manager(load_entrypoints=False))))
+        assert builtin.result.tokens == by_builtin  # the first draft is rejected
+        plugin = AcceptEverything()
+        rules = hook_rules(make_plugin_manager([plugin], load_entrypoints=False))
+        overridden = decide_cycle(TOKENS, P, verifiers, CyclePolicy(settings, True, rules))
+        assert overridden.result.tokens == by_plugin and plugin.calls == asked
 
 
 # ============================================================================== in the engine
@@ -231,7 +296,7 @@ def test_third_party_plugins_load_from_the_entry_point_group(tmp_path, monkeypat
 
     manager = make_plugin_manager()
     assert manager.has_plugin("fake_router") and not manager.has_plugin("not_ours")
-    outcome = route_block(TOKENS, P, U, SETTINGS, greedy=True, rules=HookRules(manager))
+    outcome = route_block(TOKENS, P, U, SETTINGS, greedy=True, rules=hook_rules(manager))
     assert outcome.escalate_at == 3  # the loaded plugin overrode the router
 
     assert not make_plugin_manager(load_entrypoints=False).has_plugin("fake_router")

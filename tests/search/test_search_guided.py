@@ -152,6 +152,53 @@ def test_escalation_rate_counts_cycles():
     assert escalation_rate(flat, logp, TierSettings()) == 1.0
 
 
+def test_escalation_rate_asks_the_rules_as_a_greedy_cycle_does():
+    """Gate 1 and the router come from the rules: greedy_gates and plugins count here as in decoding."""
+    from viasd_adapt.core.hooks import hook_rules, hookimpl, make_plugin_manager
+
+    # p proposes token 0 (0.4); u gives it 0.28 and prefers token 1 (0.62): gate 1 passes it in the
+    # paper's reading (0.28 >= 0.5 * 0.4) but not in the top reading (0.28 < 0.5 * 0.62)
+    p = torch.log(torch.tensor([[0.4, 0.3, 0.3]] * 10))
+    u = torch.log(torch.tensor([[0.28, 0.62, 0.1]] * 10))
+    unsure = TierSettings(gamma=5)  # the router wants max u >= 0.7
+    assert escalation_rate(u, p, unsure) == 1.0  # two whole blocks, each escalating at its last position
+    assert escalation_rate(u, p, unsure.with_(greedy_gates="top")) == 1.0  # ten cycles, each rejected at once
+    confident = TierSettings(gamma=5, alpha2=0.45)  # the router trusts u at 0.55
+    assert escalation_rate(u, p, confident) == 0.0
+    assert escalation_rate(u, p, confident.with_(greedy_gates="top")) == 0.0
+
+    class NeverTrustSlim:
+        @hookimpl
+        def viasd_slim_resolves(self, confidence, settings):
+            return torch.zeros_like(confidence, dtype=torch.bool)
+
+    class RejectAll:
+        def __init__(self):
+            self.positions = 0
+
+        @hookimpl
+        def viasd_gate1_accept_prob(self, tokens, p, u, settings, greedy):
+            assert greedy
+            self.positions += tokens.shape[0]
+            return torch.zeros(tokens.shape[0])
+
+    assert escalation_rate(u, p, confident, rules=hook_rules(make_plugin_manager([NeverTrustSlim()], load_entrypoints=False))) == 1.0
+    rejecting = RejectAll()
+    rules = hook_rules(make_plugin_manager([rejecting], load_entrypoints=False))
+    # every position a rejection the router resolves: ten cycles, none escalating; gate 1 asked once per position
+    assert escalation_rate(u, p, confident, rules=rules) == 0.0 and rejecting.positions == 10
+
+
+def test_escalation_rate_counts_cycles_of_the_top_reading():
+    """greedy_gates changes the cycles walked: the top reading rejects where the paper's passes."""
+    p = torch.log(torch.tensor([[0.4, 0.3, 0.3]] * 12))
+    u = torch.log(torch.tensor([[0.28, 0.62, 0.1]] * 11 + [[0.1, 0.1, 0.8]]))
+    # proposer: blocks 0-4 and 6-10 pass, their bonus rows (5 and 11) decide: 5 is unsure, 11 sure
+    assert escalation_rate(u, p, TierSettings(gamma=5, alpha2=0.3)) == 0.5
+    # top: every one of positions 0-10 is rejected at once (11 cycles, 11 unsure), and 11 is confident
+    assert escalation_rate(u, p, TierSettings(gamma=5, alpha2=0.3, greedy_gates="top")) == 11 / 12
+
+
 def test_window_cache_hits_and_is_invalidated_by_target_prompts_and_settings(tmp_path):
     target = tiny_model("qwen2", seed=0, num_layers=2)
     path = window_cache_path(tmp_path / "mask.json")

@@ -7,7 +7,7 @@ because whether q runs at all is part of the decision (lossy mode calls it only 
 adapters wrap whatever runs their models (a KV-cached runner, EAGLE's tree, a shared-prefix
 resume) in two callables and never decide a tier themselves.
 
-Per mode (VIA-SD.md sections 4, 5 and 8):
+Per mode:
 
 * ``none``: q verifies the drafts with the lossless SD rule (untiered SD).
 * ``lenient``: q verifies the drafts and accepts x when ``q(x) >= (1 - a) p(x)`` (sampling), or
@@ -20,7 +20,9 @@ Per mode (VIA-SD.md sections 4, 5 and 8):
   also runs q in shadow every cycle and scores each committed token against it.
 
 Everything here is pure tensor code around the callables: :mod:`viasd_adapt.core.tiers` holds the
-per-stage math and :mod:`viasd_adapt.core.rules` the acceptance rules.
+per-stage math, and every acceptance rule (lossless, lenient, gate 1, the router, escalation) is
+asked of the policy's rules object (:class:`~viasd_adapt.core.rules.TierRules`), so a plugin that
+answers a rule hook decides it here too.
 """
 
 from __future__ import annotations
@@ -30,13 +32,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from viasd_adapt.core.rules import (
-    BUILTIN_RULES,
-    TierRules,
-    lossless_accept_prob,
-    tolerant_accept_prob,
-    top_relative_accept,
-)
+from viasd_adapt.core.rules import BUILTIN_RULES, TierRules
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import (
     AuditRecord,
@@ -145,19 +141,6 @@ class _Calls:
         return self.verifiers.full(tokens)
 
 
-def lenient_accept_prob(
-    tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, lenience: float, greedy: bool
-) -> torch.Tensor:
-    """The lenient baseline's acceptance probability (module docstring).
-
-    Greedy decoding targets q's argmax, so the greedy form measures the draft against q's own top
-    token rather than against p: at ``lenience = 0`` it accepts exactly q's argmax.
-    """
-    if not greedy:
-        return tolerant_accept_prob(tokens, p, q, lenience, greedy=False)
-    return top_relative_accept(tokens, q, lenience)
-
-
 def end_at_block(result: CycleResult, drafts: list[int]) -> CycleResult:
     """Drops what a cycle committed after its block when it committed the whole block.
 
@@ -213,12 +196,12 @@ def _finish(result: CycleResult, ids: list[int], policy: CyclePolicy, stop: Stop
 
 def _full_only(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, stop) -> tuple[CycleResult, AuditRecord | None]:
     """Modes none and lenient: q alone verifies the drafts."""
-    g, greedy, settings = drafts.shape[0], policy.greedy, policy.settings
+    g, greedy, settings, rules = drafts.shape[0], policy.greedy, policy.settings, policy.rules
     q = calls.full(drafts)
     if settings.mode is Mode.LENIENT:
-        accept = lenient_accept_prob(drafts, p, q, settings.lenience, greedy)
+        accept = rules.viasd_lenient_accept_prob(tokens=drafts, p=p, q=q, settings=settings, greedy=greedy)
     else:
-        accept = lossless_accept_prob(drafts, p, q[:-1], greedy)
+        accept = rules.viasd_lossless_accept_prob(tokens=drafts, proposer=p, verifier=q[:-1], greedy=greedy)
     verdict = verify_block(drafts, p, q, accept, greedy, generator)
     n = verdict.n_accepted
     result = _finish(verified_cycle(ids[:n] + [verdict.next_token], n, g, g), ids, policy, stop)
@@ -229,14 +212,16 @@ def _full_only(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, st
 
 def _cascade(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, stop) -> CycleResult:
     """Mode lossless: p -> u -> q. Every committed token is q's (argmax, or exactly q-distributed)."""
-    g, greedy = drafts.shape[0], policy.greedy
+    g, greedy, rules = drafts.shape[0], policy.greedy, policy.rules
     u = calls.slim(drafts)
-    propose = extension_candidates if policy.slim_extends_only else cascade_candidates
-    candidates, candidate_probs, n_kept = propose(drafts, p, u, greedy, generator)
+    if policy.slim_extends_only:
+        candidates, candidate_probs, n_kept = extension_candidates(drafts, p, u, greedy, generator)
+    else:
+        candidates, candidate_probs, n_kept = cascade_candidates(drafts, p, u, greedy, generator, rules)
     if not policy.bonus_after_block and n_kept == g:
         candidates, candidate_probs = candidates[:g], candidate_probs[:g]  # u's bonus would be dropped
     q = calls.full(candidates)
-    accept = lossless_accept_prob(candidates, candidate_probs, q[:-1], greedy)
+    accept = rules.viasd_lossless_accept_prob(tokens=candidates, proposer=candidate_probs, verifier=q[:-1], greedy=greedy)
     verdict = verify_block(candidates, candidate_probs, q, accept, greedy, generator)
     n = verdict.n_accepted
     # the kept drafts are known on the host; only u's own token (when q kept it) is read back
@@ -273,5 +258,4 @@ __all__ = [
     "Verifiers",
     "decide_cycle",
     "end_at_block",
-    "lenient_accept_prob",
 ]

@@ -1,9 +1,12 @@
 """The pluggy hook interface: every gate, rule and threshold of the tier is replaceable.
 
-Rule hooks are ``firstresult``: the first plugin that returns something other than ``None`` wins.
-The built-in VIA-SD rules are registered as an ordinary plugin marked ``trylast``, so any plugin a
-user registers runs before them and may either answer or return ``None`` to defer. Observer hooks
-(``viasd_token_decided``, ``viasd_cycle_finished``) are called on every plugin.
+The rule hooks are the methods of :class:`~viasd_adapt.core.rules.TierRules` (declared there, once,
+as a :class:`typing.Protocol` whose methods are the hook specifications); :class:`ViasdHookSpec`
+adds the observer hooks. Rule hooks are ``firstresult``: the first plugin that returns something
+other than ``None`` wins. The built-in VIA-SD rules (:class:`~viasd_adapt.core.rules.BuiltinRules`,
+whose methods carry the hook names) are registered as an ordinary plugin marked ``trylast``, so
+any plugin a user registers runs before them and may either answer or return ``None`` to defer.
+Observer hooks (``viasd_token_decided``, ``viasd_cycle_finished``) are called on every plugin.
 
 Third-party plugins are found through the ``viasd_adapt`` entry-point group::
 
@@ -13,17 +16,14 @@ Third-party plugins are found through the ``viasd_adapt`` entry-point group::
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Iterable
 
 import pluggy
-import torch
 
 from viasd_adapt.core.markers import PROJECT_NAME, hookimpl, hookspec  # noqa: F401  (hookimpl: for plugin authors)
-from viasd_adapt.core.rules import BuiltinRules
-from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.core.rules import BuiltinRules, TierRules
+from viasd_adapt.errors import ConfigError
 
 ENTRY_POINT_GROUP = "viasd_adapt"
 
@@ -39,33 +39,9 @@ class TokenEvent:
     mode: str
 
 
-class ViasdHookSpec:
-    """Hook specifications. Tensors follow the shapes of :mod:`viasd_adapt.core.tiers`."""
-
-    @hookspec(firstresult=True)
-    def viasd_gate1_accept_prob(
-        self, tokens: torch.Tensor, p: torch.Tensor, u: torch.Tensor, settings: TierSettings, greedy: bool
-    ) -> torch.Tensor | None:
-        """Probability, per draft position, that gate 1 (p -> u) accepts the draft token.
-
-        Greedy callers treat the value as a 0/1 decision (> 0.5 passes).
-        """
-
-    @hookspec(firstresult=True)
-    def viasd_slim_confidence(
-        self, p: torch.Tensor, u: torch.Tensor, settings: TierSettings
-    ) -> torch.Tensor | None:
-        """The router's confidence score at each of the ``g + 1`` positions (the last: bonus)."""
-
-    @hookspec(firstresult=True)
-    def viasd_slim_resolves(self, confidence: torch.Tensor, settings: TierSettings) -> torch.Tensor | None:
-        """Bool per position: may the slim verifier commit its own token there (tier 2)?"""
-
-    @hookspec(firstresult=True)
-    def viasd_escalation_accept_prob(
-        self, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, settings: TierSettings, greedy: bool
-    ) -> torch.Tensor | None:
-        """Probability, per escalated position, that the full verifier accepts the draft token."""
+class ViasdHookSpec(TierRules):
+    """Hook specifications: the rule hooks of :class:`~viasd_adapt.core.rules.TierRules` (inherited,
+    not restated), and the observer hooks."""
 
     @hookspec
     def viasd_token_decided(self, event: TokenEvent) -> None:
@@ -75,32 +51,6 @@ class ViasdHookSpec:
     def viasd_cycle_finished(self, cycle: Any, metrics: Any) -> None:
         """Observe each draft-verify cycle (a :class:`~viasd_adapt.core.tiers.CycleResult`) and the
         running :class:`~viasd_adapt.core.metrics.TierMetrics`."""
-
-
-#: The built-in rules are registered as they are: :class:`~viasd_adapt.core.rules.BuiltinRules` marks
-#: each of its methods as the ``trylast`` implementation of one rule hook. (The old name stays.)
-BuiltinRulesPlugin = BuiltinRules
-
-
-def _rule_hooks() -> tuple[tuple[str, str, tuple[str, ...]], ...]:
-    """``(rule name, hook name, parameters)`` of every rule hook.
-
-    Read off the two places that define them, so nothing here repeats the interface: the hook
-    names and parameters from :class:`ViasdHookSpec`, the short names the decision functions call
-    from the markers on :class:`~viasd_adapt.core.rules.BuiltinRules`.
-    """
-    found = []
-    for name, method in vars(BuiltinRules).items():
-        opts = getattr(method, f"{PROJECT_NAME}_impl", None)
-        if opts is None:
-            continue
-        hook = opts.get("specname") or name
-        parameters = tuple(inspect.signature(getattr(ViasdHookSpec, hook)).parameters)[1:]  # without self
-        found.append((name, hook, parameters))
-    return tuple(found)
-
-
-RULE_HOOKS = _rule_hooks()
 
 
 BUILTIN_PLUGIN_NAME = "viasd-builtin-rules"
@@ -118,23 +68,20 @@ def make_plugin_manager(plugins: Iterable[object] = (), load_entrypoints: bool =
     return manager
 
 
-class HookRules:
-    """A plugin manager's rule hooks under the names the decision functions call.
+def hook_rules(manager: pluggy.PluginManager) -> TierRules:
+    """The rules the decision functions call, answered by ``manager``'s plugins.
 
-    :mod:`viasd_adapt.core.tiers` calls ``rules.gate1_accept_prob(tokens, p, u, settings, greedy)``
-    on :data:`~viasd_adapt.core.rules.BUILTIN_RULES` or on this object alike; here each such name calls
-    its hook (``viasd_gate1_accept_prob``) with the arguments by name, so the first plugin that
-    answers decides. The names come from :data:`RULE_HOOKS`: nothing of the interface is restated.
+    That is the manager's hook relay itself: each rule hook has the name and the keyword parameters
+    of its :class:`~viasd_adapt.core.rules.TierRules` method, and the decision functions pass
+    arguments by keyword, so ``rules.viasd_gate1_accept_prob(tokens=..., ...)`` calls the hook and
+    the first plugin that answers decides. A manager without the rule hooks (one not made by
+    :func:`make_plugin_manager`) is refused here, by name, rather than at the first decision.
     """
-
-    def __init__(self, manager: pluggy.PluginManager):
-        self.manager = manager
-        for rule, hook, parameters in RULE_HOOKS:
-            setattr(self, rule, partial(_call_by_name, getattr(manager.hook, hook), parameters))
-
-
-def _call_by_name(hook: Any, parameters: tuple[str, ...], *args: Any) -> Any:
-    return hook(**dict(zip(parameters, args)))
+    missing = [name for name in vars(TierRules) if name.startswith("viasd_") and not hasattr(manager.hook, name)]
+    if missing:
+        raise ConfigError(f"the plugin manager has no rule hooks {', '.join(missing)}: build it with "
+                         "viasd_adapt.core.hooks.make_plugin_manager() (or add_hookspecs(ViasdHookSpec))")
+    return manager.hook
 
 
 class TierObserver:

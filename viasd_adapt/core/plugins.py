@@ -33,13 +33,15 @@ class GreedyArgmaxAcceptance:
     def viasd_gate1_accept_prob(self, tokens, p, u, settings, greedy):
         if not greedy:
             return None
-        return torch.maximum(BUILTIN_RULES.gate1_accept_prob(tokens, p, u, settings, greedy), argmax_match(tokens, u))
+        builtin = BUILTIN_RULES.viasd_gate1_accept_prob(tokens=tokens, p=p, u=u, settings=settings, greedy=greedy)
+        return torch.maximum(builtin, argmax_match(tokens, u))
 
     @hookimpl
     def viasd_escalation_accept_prob(self, tokens, p, q, settings, greedy):
         if not greedy:
             return None
-        return torch.maximum(BUILTIN_RULES.escalation_accept_prob(tokens, p, q, settings, greedy), argmax_match(tokens, q))
+        builtin = BUILTIN_RULES.viasd_escalation_accept_prob(tokens=tokens, p=p, q=q, settings=settings, greedy=greedy)
+        return torch.maximum(builtin, argmax_match(tokens, q))
 
 
 __all__ = ["GreedyArgmaxAcceptance", "argmax_match"]

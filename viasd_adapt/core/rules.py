@@ -1,22 +1,32 @@
-"""The built-in VIA-SD gate rules, as pure functions over probability tensors.
+"""The tier's acceptance rules: their interface, and the built-in VIA-SD rules as pure tensor code.
 
 Each rule is vectorised over the positions of a draft block so that one call decides a whole block.
-The rules interface is declared once, by the hook specifications of :mod:`viasd_adapt.core.hooks`
-(``ViasdHookSpec``). :class:`BuiltinRules` is the one implementation: each of its methods is
-marked as the implementation of the hook of the same name with the ``viasd_`` prefix, so the
-class is registered as a pluggy plugin as it is. The decision functions in
-:mod:`viasd_adapt.core.tiers` call a rules object by the short names (``rules.gate1_accept_prob(...)``):
-either :data:`BUILTIN_RULES` itself, or :class:`viasd_adapt.core.hooks.HookRules`, which answers the same
-names through a plugin manager. They never import pluggy, so they stay testable in isolation.
+
+:class:`TierRules` is the interface, declared once: a :class:`typing.Protocol` whose methods are
+also the pluggy hook specifications (:class:`viasd_adapt.core.hooks.ViasdHookSpec` adds the observer
+hooks to it). :class:`BuiltinRules` is the one implementation: its methods carry the hook names
+themselves and are marked ``trylast``, so the class is registered as a plugin as it is and any
+plugin a user registers answers first. The decision functions (:mod:`viasd_adapt.core.tiers`,
+:mod:`viasd_adapt.core.cycle`) call a rules object by those names, with keyword arguments:
+either :data:`BUILTIN_RULES` itself, or a plugin manager's ``hook`` relay
+(:func:`viasd_adapt.core.hooks.hook_rules`), which answers the same names through the plugins.
+They never import pluggy, so they stay testable in isolation.
+
+Code that needs a rule in another form (the search objective over every calibration position,
+the vLLM plugin on raw logits) calls the functions here, or a form derived here
+(:func:`top_relative_log_accept`) and tested against the probability form; no rule is written
+anywhere else (tests/core/test_rules_written_once.py).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-from viasd_adapt.core.markers import hookimpl
+from viasd_adapt.core.markers import hookimpl, hookspec
 from viasd_adapt.core.settings import TierSettings
 
 
@@ -52,6 +62,19 @@ def top_relative_accept(tokens: torch.Tensor, verifier_probs: torch.Tensor, alph
     return (gather_token_probs(rows, tokens) >= (1.0 - alpha) * rows.max(dim=-1).values).float()
 
 
+def top_relative_log_accept(tokens: torch.Tensor, verifier_logits: torch.Tensor, alpha: float) -> torch.Tensor:
+    """:func:`top_relative_accept` on the verifier's logits (or log-probabilities), as a bool test.
+
+    The logarithm of both sides of ``v(x) >= (1 - alpha) max v`` is
+    ``log v(x) - max log v >= log(1 - alpha)``; logits differ from log-probabilities by a constant
+    per row, which the difference cancels. So the test needs no softmax, which is what lets the
+    vLLM plugin apply the rule to the target's raw logits. tests/core/test_rules_written_once.py
+    checks that the two forms agree.
+    """
+    rows = verifier_logits[: tokens.shape[0]]
+    return gather_token_probs(rows, tokens) - rows.max(dim=-1).values >= math.log1p(-alpha)
+
+
 def lossless_accept_prob(
     tokens: torch.Tensor, proposer_probs: torch.Tensor, verifier_probs: torch.Tensor, greedy: bool
 ) -> torch.Tensor:
@@ -64,9 +87,58 @@ def lossless_accept_prob(
     return tolerant_accept_prob(tokens, proposer_probs, verifier_probs, 0.0, greedy=False)
 
 
+class TierRules(Protocol):
+    """The rules every tier decision asks, and the pluggy hook specifications of the same names.
+
+    Rule hooks are ``firstresult``: the first plugin that returns something other than ``None``
+    decides. Tensors follow the shapes of :mod:`viasd_adapt.core.tiers`; a verifier's rows may
+    carry the extra bonus row. Callers pass every argument by keyword (pluggy's hooks take keyword
+    arguments only), so a plugin manager's hook relay is a ``TierRules`` as it is.
+    """
+
+    @hookspec(firstresult=True)
+    def viasd_gate1_accept_prob(
+        self, tokens: torch.Tensor, p: torch.Tensor, u: torch.Tensor, settings: TierSettings, greedy: bool
+    ) -> torch.Tensor | None:
+        """Probability, per draft position, that gate 1 (p -> u) accepts the draft token.
+
+        Greedy callers treat the value as a 0/1 decision (> 0.5 passes).
+        """
+
+    @hookspec(firstresult=True)
+    def viasd_slim_confidence(
+        self, p: torch.Tensor, u: torch.Tensor, settings: TierSettings
+    ) -> torch.Tensor | None:
+        """The router's confidence score at each of the ``g + 1`` positions (the last: bonus)."""
+
+    @hookspec(firstresult=True)
+    def viasd_slim_resolves(self, confidence: torch.Tensor, settings: TierSettings) -> torch.Tensor | None:
+        """Bool per position: may the slim verifier commit its own token there (tier 2)?"""
+
+    @hookspec(firstresult=True)
+    def viasd_escalation_accept_prob(
+        self, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, settings: TierSettings, greedy: bool
+    ) -> torch.Tensor | None:
+        """Probability, per escalated position, that the full verifier accepts the draft token."""
+
+    @hookspec(firstresult=True)
+    def viasd_lenient_accept_prob(
+        self, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, settings: TierSettings, greedy: bool
+    ) -> torch.Tensor | None:
+        """Probability, per draft position, that the full verifier accepts the draft token in the
+        lenient baseline mode (tolerance ``settings.lenience``)."""
+
+    @hookspec(firstresult=True)
+    def viasd_lossless_accept_prob(
+        self, tokens: torch.Tensor, proposer: torch.Tensor, verifier: torch.Tensor, greedy: bool
+    ) -> torch.Tensor | None:
+        """Probability, per position, that ``verifier`` keeps a token drawn from ``proposer`` under
+        the lossless SD rule (untiered SD, and both checks of the lossless cascade)."""
+
+
 @dataclass(frozen=True)
 class BuiltinRules:
-    """VIA-SD.md section 4, our reading of the paper.
+    """The built-in rules, our reading of the paper.
 
     * Gate 1: ``u(x) >= (1 - alpha1) p(x)`` (greedy with ``settings.greedy_gates == "top"``:
       ``u(x) >= (1 - alpha1) max u``).
@@ -74,27 +146,32 @@ class BuiltinRules:
       when that is ``>= 1 - alpha2``.
     * Escalation: q with tolerance ``settings.escalation_tolerance`` (0 = the lossless rule), in
       the same greedy reading as gate 1.
+    * Lenient baseline: q accepts x when ``q(x) >= (1 - lenience) p(x)`` (sampling); greedy
+      decoding targets q's argmax, so the greedy form measures the draft against q's own top
+      token, ``q(x) >= (1 - lenience) max q``: at lenience 0 it accepts exactly q's argmax.
+    * Lossless: ``min(1, v/b)`` when sampling; the verifier's argmax when greedy.
 
-    Registered as a plugin (``trylast``), any plugin a user registers answers before it; the
-    ``specname`` of each marker names the hook the method answers.
+    Registered as a plugin (``trylast``), any plugin a user registers answers before it.
     """
 
-    @hookimpl(trylast=True, specname="viasd_gate1_accept_prob")
-    def gate1_accept_prob(self, tokens: torch.Tensor, p: torch.Tensor, u: torch.Tensor, settings: TierSettings, greedy: bool) -> torch.Tensor:
+    @hookimpl(trylast=True)
+    def viasd_gate1_accept_prob(self, tokens: torch.Tensor, p: torch.Tensor, u: torch.Tensor, settings: TierSettings,
+                                greedy: bool) -> torch.Tensor:
         if greedy and settings.greedy_gates == "top":
             return top_relative_accept(tokens, u, settings.alpha1)
         return tolerant_accept_prob(tokens, p, u, settings.alpha1, greedy)
 
-    @hookimpl(trylast=True, specname="viasd_slim_confidence")
-    def slim_confidence(self, p: torch.Tensor, u: torch.Tensor, settings: TierSettings) -> torch.Tensor:
+    @hookimpl(trylast=True)
+    def viasd_slim_confidence(self, p: torch.Tensor, u: torch.Tensor, settings: TierSettings) -> torch.Tensor:
         return u.max(dim=-1).values
 
-    @hookimpl(trylast=True, specname="viasd_slim_resolves")
-    def slim_resolves(self, confidence: torch.Tensor, settings: TierSettings) -> torch.Tensor:
+    @hookimpl(trylast=True)
+    def viasd_slim_resolves(self, confidence: torch.Tensor, settings: TierSettings) -> torch.Tensor:
         return confidence >= 1.0 - settings.alpha2
 
-    @hookimpl(trylast=True, specname="viasd_escalation_accept_prob")
-    def escalation_accept_prob(self, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, settings: TierSettings, greedy: bool) -> torch.Tensor:
+    @hookimpl(trylast=True)
+    def viasd_escalation_accept_prob(self, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
+                                     settings: TierSettings, greedy: bool) -> torch.Tensor:
         tolerance = settings.escalation_tolerance
         if tolerance == 0.0:
             return lossless_accept_prob(tokens, p, q, greedy)
@@ -102,9 +179,28 @@ class BuiltinRules:
             return top_relative_accept(tokens, q, tolerance)
         return tolerant_accept_prob(tokens, p, q, tolerance, greedy)
 
+    @hookimpl(trylast=True)
+    def viasd_lenient_accept_prob(self, tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, settings: TierSettings,
+                                  greedy: bool) -> torch.Tensor:
+        if greedy:
+            return top_relative_accept(tokens, q, settings.lenience)
+        return tolerant_accept_prob(tokens, p, q, settings.lenience, greedy=False)
 
-BUILTIN_RULES = BuiltinRules()
+    @hookimpl(trylast=True)
+    def viasd_lossless_accept_prob(self, tokens: torch.Tensor, proposer: torch.Tensor, verifier: torch.Tensor,
+                                   greedy: bool) -> torch.Tensor:
+        return lossless_accept_prob(tokens, proposer, verifier, greedy)
 
-#: The type the decision functions take for their rules: :class:`BuiltinRules`, or any object that
-#: answers its four names the same way (:class:`viasd_adapt.core.hooks.HookRules` does, through plugins).
-TierRules = BuiltinRules
+
+BUILTIN_RULES: TierRules = BuiltinRules()
+
+__all__ = [
+    "BUILTIN_RULES",
+    "BuiltinRules",
+    "TierRules",
+    "gather_token_probs",
+    "lossless_accept_prob",
+    "tolerant_accept_prob",
+    "top_relative_accept",
+    "top_relative_log_accept",
+]

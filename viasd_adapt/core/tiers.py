@@ -1,8 +1,10 @@
-"""Per-cycle decisions of the three-tier verifier, as pure functions (VIA-SD.md sections 4 and 5).
+"""Per-cycle decisions of the three-tier verifier, as pure functions.
 
 No model appears here: the inputs are the draft tokens and the distributions p (drafter), u (slim
 verifier) and q (full verifier) over a block, already warped by :mod:`viasd_adapt.core.sampling`.
-Adapters run the models; these functions decide what to commit.
+Adapters run the models; these functions decide what to commit. The acceptance rules they apply come
+from a rules object (:class:`~viasd_adapt.core.rules.TierRules`: the built-in rules, or a plugin
+manager's hooks), called by keyword.
 
 Shapes, for a block of ``g`` draft tokens:
     tokens  ``(g,)``      the drafts
@@ -17,7 +19,7 @@ from enum import IntEnum
 
 import torch
 
-from viasd_adapt.core.rules import BUILTIN_RULES, TierRules, gather_token_probs, lossless_accept_prob
+from viasd_adapt.core.rules import BUILTIN_RULES, TierRules, gather_token_probs
 from viasd_adapt.core.sampling import normalise_residual, sample_or_argmax
 from viasd_adapt.core.settings import TierSettings
 
@@ -95,7 +97,7 @@ def verify_block(
 
     Walks the block, stops at the first rejection and replaces that token with the verifier's
     argmax (greedy) or a sample from ``norm(max(0, verifier - proposer))``. If every token passes,
-    the next token is the verifier's bonus token. With ``lossless_accept_prob`` this is the standard
+    the next token is the verifier's bonus token. With the lossless rule's ``accept_probs`` this is the standard
     lossless rule; other acceptance probabilities make it tolerant.
 
     Greedy, the count and the verifier's argmax of every row come back in one transfer (the token
@@ -147,10 +149,10 @@ def route_block(
     """Tiers 1 and 2: gate 1 on every draft, then the router lets the slim verifier resolve the
     first rejected position (or the bonus position) itself, or asks for escalation (tier 3)."""
     _check_block(tokens, p, u)
-    gate1 = rules.gate1_accept_prob(tokens, p, u, settings, greedy)
+    gate1 = rules.viasd_gate1_accept_prob(tokens=tokens, p=p, u=u, settings=settings, greedy=greedy)
     passed = _acceptance_draws(gate1, greedy, generator)
-    confidence = rules.slim_confidence(p, u, settings)
-    resolves = rules.slim_resolves(confidence, settings).bool()
+    confidence = rules.viasd_slim_confidence(p=p, u=u, settings=settings)
+    resolves = rules.viasd_slim_resolves(confidence=confidence, settings=settings).bool()
     # k, whether u resolves position k, and (greedy) u's argmax there: one transfer
     rows = resolves.numel()
     values = to_host(leading_true(passed), resolves, *([u.argmax(dim=-1)] if greedy else []))
@@ -179,7 +181,7 @@ def escalate(
     """Tier 3: q verifies ``tokens[start:]`` (the first of them already failed gate 1)."""
     _check_block(tokens, p, q)
     rest, p_rest, q_rest = tokens[start:], p[start:], q[start:]
-    accept = rules.escalation_accept_prob(rest, p_rest, q_rest, settings, greedy)
+    accept = rules.viasd_escalation_accept_prob(tokens=rest, p=p_rest, q=q_rest, settings=settings, greedy=greedy)
     return verify_block(rest, p_rest, q_rest, accept, greedy, generator)
 
 
@@ -248,8 +250,9 @@ def cascade_candidates(
     u: torch.Tensor,
     greedy: bool,
     generator: torch.Generator | None = None,
+    rules: TierRules = BUILTIN_RULES,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The lossless cascade p -> u: u verifies the drafts with the lossless rule.
+    """The lossless cascade p -> u: u verifies the drafts with the lossless rule (``rules``).
 
     Returns ``(candidates, candidate_probs, n_drafts_kept)``: the kept drafts plus u's correction
     (or bonus) token, and u's distribution at each candidate position. Every candidate is then
@@ -257,7 +260,8 @@ def cascade_candidates(
     with the lossless rule yields exactly q's distribution: the slim tier changes cost, never
     output.
     """
-    verdict = verify_block(tokens, p, u, lossless_accept_prob(tokens, p, u[:-1], greedy), greedy, generator)
+    accept = rules.viasd_lossless_accept_prob(tokens=tokens, proposer=p, verifier=u[:-1], greedy=greedy)
+    verdict = verify_block(tokens, p, u, accept, greedy, generator)
     n = verdict.n_accepted
     candidates = torch.cat([tokens[:n], tokens.new_tensor([verdict.next_token])])
     return candidates, u[: n + 1], n

@@ -5,7 +5,7 @@ knows: the drafts, the drafter's distributions ``p`` and the target-side verifie
 callables over its own model runners. Everything else about verifying is the same everywhere and
 lives here, built once per run:
 
-* the **rules** (the plugin manager's rule hooks, :class:`~viasd_adapt.core.hooks.HookRules`, with the
+* the **rules** (the plugin manager's rule hooks, :func:`~viasd_adapt.core.hooks.hook_rules`, with the
   built-in VIA-SD rules registered last) and the **policy** (settings, greedy or sampling, whether a
   whole block earns a bonus token);
 * the **observers**: the observer hooks and the drafter-quality monitor, itself a plugin
@@ -23,6 +23,7 @@ feeds one rejection sampler under one speculative config.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 import contextlib
@@ -32,12 +33,20 @@ import torch
 
 from viasd_adapt.core.settings import check_settings
 from viasd_adapt.core.cycle import CycleOutcome, CyclePolicy, StopRule, Verifiers, decide_cycle
-from viasd_adapt.core.hooks import HookRules, TierObserver, make_plugin_manager
+from viasd_adapt.core.hooks import TierObserver, hook_rules, make_plugin_manager
 from viasd_adapt.core.ledger import CycleLedger
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.core.monitor import DrafterQualityMonitor, JunkThresholds, monitor_plugin_of
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import CycleResult
+
+
+@dataclass(frozen=True)
+class MeasuredPasses:
+    """The slim and full passes a framework ran for one cycle, counted where its models run."""
+
+    slim: int
+    full: int
 
 
 class VerifyStep:
@@ -61,7 +70,7 @@ class VerifyStep:
         self.settings = settings
         self.framework = framework
         self.plugin_manager = plugin_manager if plugin_manager is not None else make_plugin_manager(plugins)
-        self.rules = HookRules(self.plugin_manager)
+        self.rules = hook_rules(self.plugin_manager)
         self.observer = TierObserver(self.plugin_manager, framework, settings.mode.value)
         self.thresholds = thresholds
         self.bonus_after_block = bonus_after_block
@@ -82,6 +91,14 @@ class VerifyStep:
         self.monitor = DrafterQualityMonitor(self.settings.mode, greedy, self.framework, self.thresholds)
         self.ledger = CycleLedger(self.observer, stop=stop)
         return self.ledger.metrics
+
+    def set_greedy(self, greedy: bool) -> None:
+        """Says, once the generation has started, whether it decodes greedily or samples (a framework
+        that learns it only at its prefill: EAGLE samples exactly when it is given a logits
+        processor). The run's policy and the drafter-quality monitor follow; the generation's
+        metrics and the monitor's evidence so far are kept."""
+        self.policy = replace(self.policy, greedy=greedy)
+        self.monitor.greedy = greedy
 
     @property
     def metrics(self) -> TierMetrics:
@@ -112,8 +129,18 @@ class VerifyStep:
         with self._watched():
             return decide_cycle(drafts, p, verifiers, policy or self.policy, generator, stop, draft_ids)
 
-    def record(self, outcome: CycleOutcome, drafted: int, draft_passes: int = 0, resumed_full_passes: int = 0) -> None:
-        """Counts a decided cycle and shows it to the observers (:meth:`CycleLedger.record`)."""
+    def record(self, outcome: CycleOutcome, drafted: int, draft_passes: int = 0, resumed_full_passes: int = 0,
+               measured: MeasuredPasses | None = None) -> None:
+        """Counts a decided cycle and shows it to the observers (:meth:`CycleLedger.record`).
+
+        The slim and full passes counted are the verifier calls the decision made, unless the
+        framework ``measured`` the cycle's passes where its models ran: then those. EAGLE does, since
+        its verifiers read rows of passes made before the decision (one forward over the whole
+        tree) or shared between decisions (two paths checked by one q pass), and it may run one
+        more q pass after deciding (true head features).
+        """
+        if measured is not None:
+            outcome = CycleOutcome(outcome.result, measured.slim, measured.full, outcome.audit)
         with self._watched():
             self.ledger.record(outcome, drafted, draft_passes, resumed_full_passes)
 
@@ -135,4 +162,4 @@ class VerifyStep:
             self.ledger.record_prefill(token, draft_passes)
 
 
-__all__ = ["VerifyStep"]
+__all__ = ["MeasuredPasses", "VerifyStep"]

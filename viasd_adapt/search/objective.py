@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from viasd_adapt.core.cost import block_cost, routed_path_cost, routing_delta, top1_margin_cost
+from viasd_adapt.core.rules import BUILTIN_RULES, TierRules
 from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.search.decoder_windows import CalibrationSet, TokenWindows, batch_size_for, scored_log_probs
@@ -130,11 +131,14 @@ class MaskObjective:
     ``seconds`` accumulates the time spent scoring. ``drafter_term=False`` scores C_alpha2(q || u)
     alone: for a drafter with no distribution of its own (prompt lookup), where a proxy p (the
     target's first layer) would pull u towards a model that agrees with q 5% of the time.
+    ``rules``: the gate-1 and router rules of the escalation estimate (:func:`escalation_rate`), so
+    a run's plugins price masks as they will decide (a plugin manager's
+    :func:`~viasd_adapt.core.hooks.hook_rules`); the built-in rules by default.
     """
 
     def __init__(self, target: nn.Module, calibration: CalibrationSet, settings: TierSettings | None = None,
                  batch_size: int | None = None, prefix: bool = True, drafter_term: bool = True,
-                 objective: str | None = None):
+                 objective: str | None = None, rules: TierRules = BUILTIN_RULES):
         self.objective = objective or (ROUTED if drafter_term else Q_ONLY)
         if self.objective not in OBJECTIVE_KINDS:
             raise ValueError(f"unknown mask objective {self.objective!r}; known: {', '.join(OBJECTIVE_KINDS)}")
@@ -142,6 +146,7 @@ class MaskObjective:
         self.target = target
         self.calibration = calibration
         self.settings = settings or TierSettings()
+        self.rules = rules
         self.batch_size = batch_size
         self.evaluations = 0
         self.seconds = 0.0
@@ -183,7 +188,7 @@ class MaskObjective:
         delta = routing_delta(cal.logp_full, logp_slim, cal.logp_draft, alpha=s.alpha2, beta=s.beta,
                               alpha_slim=(s.alpha1, s.alpha2))
         result = MaskScore(float(cost.sum()), float(delta.sum()), argmax_agreement(logp_slim, cal.logp_full),
-                           escalation_rate(logp_slim, cal.logp_draft, s))
+                           escalation_rate(logp_slim, cal.logp_draft, s, rules=self.rules))
         self.seconds += time.perf_counter() - started
         return result
 
@@ -202,24 +207,36 @@ class MaskObjective:
         return cost
 
 
-def escalation_rate(logp_slim: torch.Tensor, logp_draft: torch.Tensor, settings: TierSettings, gamma: int | None = None) -> float:
+#: positions whose distributions :func:`escalation_rate` holds at once (as probabilities, for the rules)
+RULE_CHUNK = 256
+
+
+def escalation_rate(logp_slim: torch.Tensor, logp_draft: torch.Tensor, settings: TierSettings, gamma: int | None = None,
+                    rules: TierRules = BUILTIN_RULES) -> float:
     """Estimated share of greedy cycles that escalate to q, from teacher-forced log-probs.
 
-    Walks consecutive scored positions in blocks of ``gamma`` as a greedy cycle would (VIA-SD.md
-    section 4): the drafter proposes its argmax x; gate 1 accepts when u(x) >= (1 - alpha1) p(x);
-    at the first rejection the cycle ends in tier 2 if u is confident (max u >= 1 - alpha2), else it
-    escalates; a fully accepted block escalates unless u is confident about the bonus token. The
+    Walks consecutive scored positions in blocks of ``gamma`` as a greedy cycle would: the drafter
+    proposes its argmax x; gate 1 decides whether u accepts it; at the first rejection the cycle
+    ends in tier 2 if the router lets u resolve the position, else it escalates; a fully accepted
+    block escalates unless the router lets u resolve the bonus token. Gate 1 and the router are
+    those of ``rules`` (the built-in ones, or a plugin manager's), asked exactly as a greedy cycle
+    asks them, so ``settings.greedy_gates`` and plugins count here as they do when decoding. The
     text is the target's own continuation, so this is an estimate, not a decoding measurement; it
     prices masks in the budget space (``BudgetSpace.cycle_price``) and is reported per mask.
     """
-    import math
-
     gamma = gamma or int(getattr(settings, "gamma", 5) or 5)
     logp_slim, logp_draft = logp_slim.float(), logp_draft.float()
     x = logp_draft.argmax(-1)
-    accept = logp_slim.gather(-1, x[:, None]).squeeze(-1) >= math.log(1 - settings.alpha1) + logp_draft.gather(-1, x[:, None]).squeeze(-1)
-    confident = logp_slim.max(-1).values >= math.log(1 - settings.alpha2)
-    accept, confident = accept.tolist(), confident.tolist()
+    accept_parts, confident_parts = [], []
+    for start in range(0, x.shape[0], RULE_CHUNK):  # the rules take probabilities: a chunk at a time
+        rows = slice(start, start + RULE_CHUNK)
+        p, u = logp_draft[rows].exp(), logp_slim[rows].exp()
+        gate1 = rules.viasd_gate1_accept_prob(tokens=x[rows], p=p, u=u, settings=settings, greedy=True)
+        accept_parts.append(gate1 > 0.5)  # greedy rules answer 0/1 (tiers' acceptance draws)
+        confidence = rules.viasd_slim_confidence(p=p, u=u, settings=settings)
+        confident_parts.append(rules.viasd_slim_resolves(confidence=confidence, settings=settings).bool())
+    accept = torch.cat(accept_parts).tolist() if accept_parts else []
+    confident = torch.cat(confident_parts).tolist() if confident_parts else []
     cycles = escalations = 0
     t, n = 0, len(accept)
     while t < n:

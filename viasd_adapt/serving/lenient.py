@@ -8,9 +8,12 @@ lenient rule: accepted drafts are the lenient ones, the correction at the first 
 own argmax (that row was not touched), and the bonus row is never touched. Nothing of vLLM's
 sampling code is copied or replaced; the plugin calls it.
 
-The test needs no softmax: ``q(x) / max q = exp(l_x - l_max)`` for logits l, so it is
-``l_x - l_max >= log(1 - a)``. At ``a = 0`` the transform is the identity (the same tensor is
-returned), which is what makes lenience 0 token-identical to stock vLLM by construction.
+The test is the lenient rule of the core (the greedy form of the built-in
+``viasd_lenient_accept_prob``, :func:`~viasd_adapt.core.rules.top_relative_accept`) in the log-space
+form the core derives from it, :func:`~viasd_adapt.core.rules.top_relative_log_accept`:
+``q(x) / max q = exp(l_x - l_max)`` for logits l, so it is ``l_x - l_max >= log(1 - a)`` and needs
+no softmax. At ``a = 0`` the transform is the identity (the same tensor is returned), which is what
+makes lenience 0 token-identical to stock vLLM by construction.
 
 The same numbers give the audit the tuner reports: a committed draft that is not q's argmax is one
 the full verifier would have *overruled*, and its per-token regret is ``l_max - l_x`` (greedy
@@ -23,10 +26,11 @@ temperature and top-k/top-p, which the rejection sampler computes inside itself.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
+
+from viasd_adapt.core.rules import top_relative_log_accept
 
 BOOST = 1.0  # how far above the row maximum an accepted draft's logit is put
 
@@ -40,11 +44,9 @@ def lenient_mask(draft_logits: torch.Tensor, draft_ids: torch.Tensor, lenience: 
     if not 0.0 <= lenience < 1.0:
         raise ValueError(f"lenience must be in [0, 1), got {lenience}")
     logits = draft_logits.float()
-    top = logits.max(dim=-1).values
-    picked = logits.gather(-1, draft_ids.long().clamp_min(0)[:, None]).squeeze(-1)
-    regret = (top - picked).clamp_min(0.0)
-    threshold = -math.log1p(-lenience)  # -log(1 - a) >= 0
-    return regret <= threshold, regret
+    ids = draft_ids.long().clamp_min(0)
+    regret = (logits.max(dim=-1).values - logits.gather(-1, ids[:, None]).squeeze(-1)).clamp_min(0.0)
+    return top_relative_log_accept(ids, logits, lenience), regret
 
 
 def apply_lenience(logits: torch.Tensor, rows: torch.Tensor, draft_ids: torch.Tensor, lenience: float,

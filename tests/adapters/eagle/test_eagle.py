@@ -223,10 +223,46 @@ def test_greedy_argmax_plugin_accepts_the_verifiers_own_choice():
     u = torch.tensor([[0.4, 0.3, 0.3], [0.5, 0.3, 0.2], [0.3, 0.3, 0.4]])  # flat verifier, argmax 0 then 0
     from viasd_adapt.core.rules import BUILTIN_RULES
 
-    assert BUILTIN_RULES.gate1_accept_prob(tokens, p, u, settings, True).tolist() == [0.0, 0.0]
+    assert BUILTIN_RULES.viasd_gate1_accept_prob(tokens=tokens, p=p, u=u, settings=settings, greedy=True).tolist() == [0.0, 0.0]
     assert plugin.viasd_gate1_accept_prob(tokens, p, u, settings, True).tolist() == [1.0, 0.0]
     assert plugin.viasd_escalation_accept_prob(tokens, p, u, settings, True).tolist() == [1.0, 0.0]
     assert plugin.viasd_gate1_accept_prob(tokens, p, u, settings, False) is None
+
+
+@pytest.mark.parametrize("mode, hook, after_path", [
+    ("lenient", "viasd_lenient_accept_prob", 1),  # q's bonus
+    ("lossless", "viasd_lossless_accept_prob", 2),  # the cascade: u's bonus, then q's
+    ("lossy", "viasd_gate1_accept_prob", 1),  # u resolves the bonus
+])
+def test_the_path_is_chosen_by_the_steps_rules(ea_model, mode, hook, after_path):
+    """A plugin that accepts every draft at the mode's first check makes each greedy cycle take a
+    deepest path of the tree and commit it whole: the path choice asks the run's rules too."""
+    from viasd_adapt.core.hooks import hookimpl
+
+    class AcceptEverything:
+        def __init__(self):
+            self.committed, self.asked = [], 0
+
+        def accept(self, tokens):
+            self.asked += 1
+            return torch.ones(tokens.shape[0])
+
+        @hookimpl
+        def viasd_cycle_finished(self, cycle, metrics):
+            self.committed.append(len(cycle.tokens))
+
+    setattr(AcceptEverything, hook, hookimpl(lambda self, tokens, **_: self.accept(tokens)))
+    plugin = AcceptEverything()
+    ids = _prompts(ea_model, 1)[0]
+    settings = TierSettings(mode=mode, lenience=0.1, alpha1=0.1, alpha2=0.99)  # lossy: u resolves every bonus
+    eagle.generate(ea_model, ids, 40, mask=MASK, settings=settings, plugins=[plugin],
+                   options=eagle.EagleOptions(lossless_strategy="cascade"))
+    retrieve = ea_model.tree_buffers["retrieve_indices"]
+    depth = int((retrieve >= 0).sum(-1).max()) - 1
+    cycles = plugin.committed[1:-1]  # after the prefill; the last one may be cut by the budget
+    assert len(cycles) >= 3 and cycles == [depth + after_path] * len(cycles)
+    # asked once per path of every tree to choose, then by the cycle's decision
+    assert plugin.asked >= (retrieve.shape[0] + 1) * (len(plugin.committed) - 1) and retrieve.shape[0] > 1
 
 
 # --------------------------------------------------------------------------- options
