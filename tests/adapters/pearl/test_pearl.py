@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from tests.support.pairs import greedy_reference, noisy_pair
-from viasd_adapt.adapters.pearl import PearlDecoder, RoleWorkers, pearl_generate, resolve_parallel
+from viasd_adapt.adapters.pearl import pearl_generate
+from viasd_adapt.engine.pearl import PearlDecoder, RoleWorkers, resolve_parallel
 from viasd_adapt.engine.drafters import ModelDrafter
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.hooks import hookimpl
