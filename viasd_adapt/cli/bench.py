@@ -37,7 +37,8 @@ DEFAULT_MODES = "none,lenient,lossless,lossy,audit"
 
 
 def bench_options(function):
-    """Options shared by ``viasd bench`` (and reused by scripts)."""
+    """The options of ``viasd bench``; their names are the fields of
+    :class:`viasd_adapt.bench.session.BenchConfig`."""
     options = [
         click.option("--mask", "mask_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="DIMR mask artifact [default: mask.json beside the target directory, else a labelled fallback mask]."),
@@ -92,12 +93,12 @@ def bench_options(function):
 @bench_options
 def bench(target_path, draft_path, pair, eagle_head, **options) -> None:
     """Benchmark the target alone, each framework untiered, the lenient baseline and each tier mode."""
-    from viasd_adapt.bench.session import run_bench_session
+    from viasd_adapt.bench.session import BenchConfig, run_bench_session
     from viasd_adapt.errors import ConfigError
 
     choice = choose_pair(pair, target_path, draft_path, eagle_head)
     if choice.paths is None and not (choice.target and choice.draft):
         raise ConfigError("give --target and --draft (model directories), or --pair NAME")
     # The pair's mask is resolved with its tuned.json, read once (viasd_adapt.config.resolve.resolve_settings).
-    run_bench_session(choice.target, choice.draft, eagle_head=choice.eagle_head, echo=click.echo, pair_mask=choice.mask,
-                      **options)
+    config = BenchConfig(choice.target, choice.draft, eagle_head=choice.eagle_head, pair_mask=choice.mask, **options)
+    run_bench_session(config, echo=click.echo)
