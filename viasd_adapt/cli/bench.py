@@ -11,7 +11,8 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option
+from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option,
+                                     preset_option)
 from viasd_adapt.prompts.spec_bench import is_spec_bench
 
 
@@ -58,8 +59,7 @@ def bench_options(function):
         click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Interleaved repeats; medians are reported."),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--temperature", type=finite(min=0.0), default=0.0, show_default=True, help="0 = greedy."),
-        click.option("--preset", type=click.Choice(["default", "conservative"]), default="default", show_default=True,
-                     help="Tier thresholds: the tuned/default ones, or CONSERVATIVE (alpha1=0.2, alpha2=0.1)."),
+        preset_option,
         click.option("--alpha1", type=finite(), default=None, help="Override gate-1 tolerance."),
         click.option("--alpha2", type=finite(), default=None, help="Override gate-2 tolerance."),
         click.option("--lenience", type=finite(), default=None, help="Override the lenient baseline's tolerance a."),
