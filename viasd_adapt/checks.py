@@ -1,8 +1,14 @@
-"""Every input check of the public entry points, in one place, each with one wording.
+"""The input checks the entry points share, in one place, each with one wording.
 
 Bad input must fail up front with a sentence that names the problem, never with a stack trace from
 deep inside torch and never with a silently wrong result. Adapters, the CLI and the search call
-these rather than writing their own, so the same mistake reads the same everywhere.
+these rather than writing their own, so the same mistake reads the same everywhere: prompts and
+batches, budgets, vocabularies and tokenizers, drafters, context and position limits.
+
+What stays elsewhere, on purpose: reading the inputs off one framework's call (which argument of
+HF's ``generate`` holds the prompt, its cache options) stays in that adapter, which hands what it
+read to these checks; a mask or tuned file checked against a model lives with the artifact
+(:mod:`viasd_adapt.routing.mask`); values of a settings object are checked by the object itself.
 """
 
 from __future__ import annotations
@@ -292,5 +298,9 @@ def check_fits_decoder(model: nn.Module, prompt_length: int, max_new_tokens: int
                          "decoder prompt")
 
 
-__all__ = ["_RELATIVE_POSITIONS", "as_prompt_list", "check_decoder_cache_layers", "check_draft_block", "check_drafter_pair",
-           "check_drafter_reads_source", "check_prompt_batch", "check_encoder_source", "check_fits_context", "check_fits_decoder", "check_fits_encoder", "check_fits_positions", "check_max_new_tokens", "check_prompt_ids", "check_real", "check_same_tokenizer", "check_same_vocabulary", "check_token_ids_in_vocabulary", "decoder_position_limit", "encoder_position_limit", "eos_ids", "max_positions", "vocab_size_of"]
+__all__ = ["as_prompt_list", "check_decoder_cache_layers", "check_draft_block", "check_drafter_pair",
+           "check_drafter_reads_source", "check_encoder_source", "check_fits_context", "check_fits_decoder",
+           "check_fits_encoder", "check_fits_positions", "check_max_new_tokens", "check_prompt_batch",
+           "check_prompt_ids", "check_real", "check_same_tokenizer", "check_same_vocabulary",
+           "check_token_ids_in_vocabulary", "decoder_position_limit", "encoder_position_limit", "eos_ids",
+           "max_positions", "vocab_size_of"]

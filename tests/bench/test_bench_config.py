@@ -92,3 +92,16 @@ def test_the_setup_lines_say_what_runs_before_it_runs():
     assert lines[0] == "tiered rows: a note"
     assert lines[-1].startswith("settings: {") and "| sampling: T=0.5 | 4 prompts x 9 tokens x 2 repeats | device cpu, 1 thread(s)" \
         in lines[-1]
+
+
+def test_every_bench_option_is_a_config_field_and_the_defaults_agree():
+    from dataclasses import fields
+
+    from viasd_adapt.bench.session import DEFAULT_FRAMEWORKS, split_list
+    from viasd_adapt.cli import bench as command
+
+    names = {f.name for f in fields(BenchConfig) if f.init}
+    options = {p.name for p in command.bench.params} - {"target_path", "draft_path", "pair", "eagle_head"}
+    assert options <= names, options - names  # the command builds BenchConfig(target, draft, **options)
+    # the command keeps its defaults as strings (its --help imports no torch); they are the config's
+    assert split_list(command.DEFAULT_FRAMEWORKS) == DEFAULT_FRAMEWORKS and split_list(command.DEFAULT_MODES) == DEFAULT_MODES
