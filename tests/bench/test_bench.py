@@ -245,7 +245,7 @@ def test_verdict_recommends_plain_decoding_when_no_drafting_row_beats_it():
     assert "is lossy" in line and "The slim tier pays here." in line
 
 
-# ---------------------------------------------------------------------------- per-prompt sums (issue 24, item 6)
+# ---------------------------------------------------------------------------- per-prompt sums
 
 
 def test_every_row_keeps_its_sums_per_prompt_and_they_pool_to_the_row(result):

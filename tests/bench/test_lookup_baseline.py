@@ -1,5 +1,5 @@
-"""Stock HF prompt lookup as a bench baseline beside a drafter's rows (issue 24: "plus AR and stock
-prompt lookup as baselines", in one run)."""
+"""Stock HF prompt lookup as a bench baseline beside a drafter's rows: AR and stock prompt lookup
+as baselines, in one run."""
 
 from __future__ import annotations
 
