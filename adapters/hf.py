@@ -68,11 +68,11 @@ from torch import nn
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
 from viasd_adapt.checks import (
-    check_drafter_reads_source,
+    check_drafter_pair,
     check_fits_context,
     check_max_new_tokens,
+    check_prompt_batch,
     check_same_tokenizer,
-    check_same_vocabulary,
     eos_ids,
 )
 from viasd_adapt.engine.drafters import ModelDrafter
@@ -285,7 +285,8 @@ def is_patched(model: nn.Module) -> bool:
 
 
 def _check_prompt(call: dict) -> None:
-    """The tier's loop decodes a batch row by row, so a left-padded batch is fine."""
+    """The prompt of a ``generate`` call (``inputs`` or ``input_ids``); the tier's loop decodes a
+    batch row by row, so a left-padded batch is fine (:func:`~viasd_adapt.checks.check_prompt_batch`)."""
     ids = call.get("inputs")
     if ids is None:
         ids = call.get("input_ids")
@@ -293,34 +294,17 @@ def _check_prompt(call: dict) -> None:
         if call.get("inputs_embeds") is not None:
             raise ConfigError("the slim tier needs input_ids; inputs_embeds-only generation is not supported")
         raise ConfigError("the prompt is empty: pass input_ids with at least one token")
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
-        raise ConfigError(f"input_ids must be a 2-D tensor (batch, length), got {getattr(ids, 'shape', type(ids))}")
-    if ids.shape[1] == 0:
-        raise ConfigError("the prompt is empty: at least one token is needed to condition on")
-    mask = call.get("attention_mask")
-    if mask is not None and bool((mask == 0).any()):
-        if bool((mask.sum(dim=-1) == 0).any()):
-            raise ConfigError("the prompt is empty: a row of the batch is all padding")
-        if mask.shape != ids.shape or bool((mask.diff(dim=-1) < 0).any()):
-            raise ConfigError("only left padding is supported: attention_mask must be 0...0 1...1 on every row")
-    if ids.shape[0] != 1 and call.get("streamer") is not None:
-        raise ConfigError("streamers support a single sequence; pass one prompt when streaming")
+    check_prompt_batch(ids, call.get("attention_mask"), streaming=call.get("streamer") is not None)
 
 
-def _check_budget(target: nn.Module, call: dict) -> None:
+def _check_budget(call: dict) -> None:
+    """The call's ``max_new_tokens``, given directly or in its generation config."""
     config = call.get("generation_config")
     explicit = call.get("max_new_tokens")
     if explicit is None and config is not None:
         explicit = getattr(config, "max_new_tokens", None)
     if explicit is not None:
         check_max_new_tokens(explicit)
-
-
-def _check_pair(session: TierSession, target: nn.Module, assistant: nn.Module, call: dict) -> None:
-    check_same_vocabulary(target, assistant, role="assistant")
-    check_drafter_reads_source(target, assistant, role="assistant")
-    check_same_tokenizer(call.get("tokenizer", session.tokenizer), call.get("assistant_tokenizer", session.assistant_tokenizer),
-                         role="assistant")
 
 
 def _fallback_reason(target: nn.Module, call: dict) -> str | None:
@@ -461,10 +445,11 @@ def _tiered_generate(session: TierSession, original, args: tuple, kwargs: dict):
         prepare_seq2seq_call(target, call)
     else:
         _check_prompt(call)
-    _check_budget(target, call)
+    _check_budget(call)
     _check_cache_options(target, call)
     if call.get("assistant_model") is not None:  # prompt lookup drafts from the prompt's own tokens
-        _check_pair(session, target, call["assistant_model"], call)
+        check_drafter_pair(target, call["assistant_model"], call.get("tokenizer", session.tokenizer),
+                           call.get("assistant_tokenizer", session.assistant_tokenizer), role="assistant")
     call.pop("assistant_tokenizer", None)  # same vocabulary established above; stock would refuse it
     return _generate_own_loop(session, original, call)
 

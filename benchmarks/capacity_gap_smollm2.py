@@ -1,7 +1,7 @@
 """Capacity-gap study on the real target (issue 24, item 5): does the slim tier pay more when the
 drafter is much weaker than SmolLM2-135M-Instruct?
 
-The drafters are checkpoints of the shipped drafter's own recipe (``viasd models build --preset
+The drafters are checkpoints of the shipped drafter's own recipe (``viasd models build --recipe
 smollm2``: the same cached target answers, vocabulary and initialisation), trained for fewer
 steps, so that they differ in strength and in nothing else:
 
@@ -20,7 +20,7 @@ VIA-SD points, the tuner's choice, and the tier's gain over lenient.
     python benchmarks/capacity_gap_smollm2.py train            # needs the build's cached answers
     python benchmarks/capacity_gap_smollm2.py study --json benchmarks/results/capacity_smollm2.json
 
-``train`` reads the target answers ``viasd models build --preset smollm2`` caches (it generates
+``train`` reads the target answers ``viasd models build --recipe smollm2`` caches (it generates
 them first if the cache is cold: about an hour on 2 cores). Pairs are written to
 ``$VIASD_CACHE/capacity/smollm2-<name>/``, each a declared pair directory for ``--pair``.
 """

@@ -54,7 +54,7 @@ if importlib.util.find_spec("viasd_adapt") is None:  # run from a checkout witho
 
 from demo_pair_cuda import DTYPES, demo_prompts, environment, load_demo, sync  # noqa: E402
 
-from viasd_adapt.adapters.pearl import PearlDecoder, pearl_verifier  # noqa: E402
+from viasd_adapt.engine.pearl import PearlDecoder, pearl_verifier  # noqa: E402
 from viasd_adapt.engine.drafters import ModelDrafter  # noqa: E402
 from viasd_adapt.core.hooks import make_plugin_manager  # noqa: E402
 from viasd_adapt.io import write_json  # noqa: E402

@@ -1,7 +1,7 @@
 """Wrap an existing eagle-llm pipeline with the VIA-SD slim tier.
 
     python examples/eagle_pipeline.py                 # the shipped demo pair
-    python examples/eagle_pipeline.py --pair tiny     # a pair built with `viasd models build --preset tiny`
+    python examples/eagle_pipeline.py --pair tiny     # a pair built with `viasd models build --recipe tiny`
 
 The pair needs ``eagle_head/`` (trained here on the fly if missing: a few hundred steps on CPU)
 and ideally ``mask.json`` from `viasd search`; without one a random mask is used.

@@ -1,8 +1,14 @@
-"""Every input check of the public entry points, in one place, each with one wording.
+"""The input checks the entry points share, in one place, each with one wording.
 
 Bad input must fail up front with a sentence that names the problem, never with a stack trace from
 deep inside torch and never with a silently wrong result. Adapters, the CLI and the search call
-these rather than writing their own, so the same mistake reads the same everywhere.
+these rather than writing their own, so the same mistake reads the same everywhere: prompts and
+batches, budgets, vocabularies and tokenizers, drafters, context and position limits.
+
+What stays elsewhere, on purpose: reading the inputs off one framework's call (which argument of
+HF's ``generate`` holds the prompt, its cache options) stays in that adapter, which hands what it
+read to these checks; a mask or tuned file checked against a model lives with the artifact
+(:mod:`viasd_adapt.routing.mask`); values of a settings object are checked by the object itself.
 """
 
 from __future__ import annotations
@@ -66,6 +72,23 @@ def as_prompt_list(prompt_ids: Sequence[int] | torch.Tensor, framework: str) -> 
     return check_prompt_ids(ids)
 
 
+def check_prompt_batch(ids: Any, attention_mask: torch.Tensor | None = None, streaming: bool = False) -> None:
+    """A batch of prompts that a loop decodes row by row: a 2-D ``(batch, length)`` tensor of ids with
+    at least one token, no row that is all padding, left padding only (``attention_mask`` is
+    0...0 1...1 on every row), and a single row when the output is streamed."""
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+        raise ConfigError(f"input_ids must be a 2-D tensor (batch, length), got {getattr(ids, 'shape', type(ids))}")
+    if ids.shape[1] == 0:
+        raise ConfigError("the prompt is empty: at least one token is needed to condition on")
+    if attention_mask is not None and bool((attention_mask == 0).any()):
+        if bool((attention_mask.sum(dim=-1) == 0).any()):
+            raise ConfigError("the prompt is empty: a row of the batch is all padding")
+        if attention_mask.shape != ids.shape or bool((attention_mask.diff(dim=-1) < 0).any()):
+            raise ConfigError("only left padding is supported: attention_mask must be 0...0 1...1 on every row")
+    if ids.shape[0] != 1 and streaming:
+        raise ConfigError("streamers support a single sequence; pass one prompt when streaming")
+
+
 def vocab_size_of(model: nn.Module) -> int | None:
     """Rows of the output head: the size of the distribution the tiers compare."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -108,6 +131,16 @@ def check_same_tokenizer(tokenizer, other, role: str = "drafter") -> None:
             f"the target and {role} tokenizers have different vocabularies; the tiers compare distributions "
             f"token by token, so the {role} must use the target's tokenizer"
         )
+
+
+def check_drafter_pair(target: nn.Module, drafter: nn.Module, tokenizer: Any = None, drafter_tokenizer: Any = None,
+                       role: str = "drafter") -> None:
+    """A drafter fit to draft for ``target``: the same vocabulary, the source when the target reads
+    one (:func:`check_drafter_reads_source`), and, when both tokenizers are given, the same
+    token ids for every string."""
+    check_same_vocabulary(target, drafter, role=role)
+    check_drafter_reads_source(target, drafter, role=role)
+    check_same_tokenizer(tokenizer, drafter_tokenizer, role=role)
 
 
 def max_positions(model: nn.Module) -> int | None:
@@ -203,6 +236,7 @@ def check_draft_block(drafts: Any, p: Any, vocab_size: int | None, ids: list[int
     if not bool(torch.isfinite(p).all()):
         raise ConfigError("the drafter returned NaN or infinite probabilities")
 
+
 def decoder_position_limit(model: nn.Module) -> int | None:
     """How many decoder positions ``model`` has (learned positions), or None (T5's relative ones)."""
     config = model.config
@@ -264,4 +298,9 @@ def check_fits_decoder(model: nn.Module, prompt_length: int, max_new_tokens: int
                          "decoder prompt")
 
 
-__all__ = ["_RELATIVE_POSITIONS", "as_prompt_list", "check_decoder_cache_layers", "check_draft_block", "check_drafter_reads_source", "check_encoder_source", "check_fits_context", "check_fits_decoder", "check_fits_encoder", "check_fits_positions", "check_max_new_tokens", "check_prompt_ids", "check_real", "check_same_tokenizer", "check_same_vocabulary", "check_token_ids_in_vocabulary", "decoder_position_limit", "encoder_position_limit", "eos_ids", "max_positions", "vocab_size_of"]
+__all__ = ["as_prompt_list", "check_decoder_cache_layers", "check_draft_block", "check_drafter_pair",
+           "check_drafter_reads_source", "check_encoder_source", "check_fits_context", "check_fits_decoder",
+           "check_fits_encoder", "check_fits_positions", "check_max_new_tokens", "check_prompt_batch",
+           "check_prompt_ids", "check_real", "check_same_tokenizer", "check_same_vocabulary",
+           "check_token_ids_in_vocabulary", "decoder_position_limit", "encoder_position_limit", "eos_ids",
+           "max_positions", "vocab_size_of"]

@@ -17,14 +17,15 @@ import torch
 from click.testing import CliRunner
 
 from tests.support.pairs import CHAR_LAYERS, CHAR_PROMPTS, CHAR_VOCAB, char_mask, char_pair_models, char_tokenizer
-from viasd_adapt.config.budget import tier_beats
+from viasd_adapt.config.budget import Budget, tier_beats
 from viasd_adapt.bench.verdict import verdict
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent
 from viasd_adapt.bench.fidelity import next_line, next_line_match, positional_agreement, score_output
 from viasd_adapt.bench.measure import RunMeter
 from viasd_adapt.bench.projection import load_cost_model, project_rows
 from viasd_adapt.bench.report import BenchReport, plot_rows
-from viasd_adapt.bench.run import ROW_FIELDS, BenchConfig, run_bench
+from viasd_adapt.bench.run import ROW_FIELDS, RunPlan, run_bench
+from viasd_adapt.bench.session import projection_report, result_lines
 from viasd_adapt.cli.main import cli
 from viasd_adapt.models.pair import LoadedPair, MaskInfo, fallback_mask, load_pair, resolve_mask_info
 from viasd_adapt.errors import ConfigError, ModelMismatchError
@@ -52,9 +53,8 @@ def pair():
 
 @pytest.fixture(scope="module")
 def result(pair):
-    config = BenchConfig(frameworks=("hf", "pearl"), modes=MODES, max_new_tokens=10, repeats=3, cost_repeats=2,
-                         task_tokens=8)
-    return run_bench(pair, TierSettings(gamma=3, lenience=0.5), SamplingConfig(), PROMPTS, config, TASK)
+    plan = RunPlan(frameworks=("hf", "pearl"), modes=MODES, max_new_tokens=10, repeats=3, cost_repeats=2, task_tokens=8)
+    return run_bench(pair, TierSettings(gamma=3, lenience=0.5), SamplingConfig(), PROMPTS, plan, TASK)
 
 
 def _row(rows, framework, mode):
@@ -245,7 +245,7 @@ def test_verdict_recommends_plain_decoding_when_no_drafting_row_beats_it():
     assert "is lossy" in line and "The slim tier pays here." in line
 
 
-# ---------------------------------------------------------------------------- per-prompt sums (issue 24, item 6)
+# ---------------------------------------------------------------------------- per-prompt sums
 
 
 def test_every_row_keeps_its_sums_per_prompt_and_they_pool_to_the_row(result):
@@ -291,6 +291,23 @@ def test_a_projection_prices_the_per_prompt_passes_again(result):
         assert row["per_prompt"]["cost"] != before["per_prompt"]["cost"]
 
 
+def test_the_report_lines_hold_the_tables_the_costs_and_the_verdict(result):
+    lines = result_lines(result, ["hf: a verdict"])
+    assert lines[-2:] == ["verdict:", "  hf: a verdict"]
+    text = "\n".join(lines)
+    assert text.index("speed (cost):") < text.index("hf/lossy") < text.index("fidelity (") < text.index("per-forward costs")
+    assert f"next_line = exact match on {len(TASK)} held-out next lines" in text
+    assert "verdict:" not in result_lines(result, [])  # no verdict, no heading
+
+
+def test_the_projection_report_prints_and_records_the_same_projected_verdict(result):
+    model = load_cost_model("h200-llama2-7b")
+    lines, record = projection_report(result.rows, model, char_mask(), 4, Budget())
+    assert lines[0].startswith("\nPROJECTION, not a measurement") and model.label in lines[0]
+    assert record["verdict"] and lines[2:] == [f"  projected: {line}" for line in record["verdict"]]
+    assert [(r["framework"], r["mode"]) for r in record["rows"]] == [(r["framework"], r["mode"]) for r in result.rows]
+
+
 # ---------------------------------------------------------------------------- CLI, files, errors
 
 
@@ -326,9 +343,9 @@ def test_plot_rows_writes_png_with_missing_values(tmp_path):
 
 def test_bad_inputs_give_clear_errors(tmp_path, pair):
     with pytest.raises(ConfigError, match="unknown framework"):
-        BenchConfig(frameworks=("vllm",))
+        RunPlan(frameworks=("vllm",))
     with pytest.raises(ConfigError, match="unknown mode"):
-        BenchConfig(modes=("fast",))
+        RunPlan(modes=("fast",))
     other = tiny_model("llama", 5, num_layers=LAYERS, vocab_size=CHAR_VOCAB)
     MaskArtifact(char_mask(), 0.33, fingerprint=model_fingerprint(other)).save(tmp_path / "other.json")
     with pytest.raises(ModelMismatchError):

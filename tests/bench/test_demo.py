@@ -36,7 +36,7 @@ def test_demo_runs_end_to_end_with_the_mask(char_pair, tmp_path, monkeypatch):
     modes = {(r["framework"], r["mode"]) for r in data["rows"]}
     assert {("ar", "-"), ("hf", "none"), ("hf", "lossy"), ("pearl", "audit")} <= modes
     assert "hf/lossy" in res.output  # the table is printed
-    # one prompt settles nothing: the verdict says so and the demo calls itself a preview (issue 24, item 6)
+    # one prompt settles nothing: the verdict says so and the demo calls itself a preview
     assert "preview on 1 prompt: undetermined for hf, pearl" in res.output and "Undetermined at 1 prompt " in res.output
 
 

@@ -1,5 +1,5 @@
-"""Stock HF prompt lookup as a bench baseline beside a drafter's rows (issue 24: "plus AR and stock
-prompt lookup as baselines", in one run)."""
+"""Stock HF prompt lookup as a bench baseline beside a drafter's rows: AR and stock prompt lookup
+as baselines, in one run."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from viasd_adapt.frameworks import baselines
 from viasd_adapt.frameworks import registry as frameworks
 from viasd_adapt.bench.verdict import verdict
-from viasd_adapt.bench.run import BenchConfig, plan_rows
+from viasd_adapt.bench.run import RunPlan, plan_rows
 from viasd_adapt.frameworks.requests import RunRequest
 from viasd_adapt.models.pair import load_pair
 from viasd_adapt.core.settings import TierSettings
@@ -18,7 +18,7 @@ from viasd_adapt.core.settings import TierSettings
 
 def test_lookup_is_one_stock_row_and_greedy_output_equals_the_target_alone(char_pair):
     pair = load_pair(char_pair / "target", char_pair / "draft", char_pair / "mask.json", device="cpu")
-    rows, skipped, _ = plan_rows(pair, BenchConfig(frameworks=("hf", "lookup"), modes=("none", "lenient")))
+    rows, skipped, _ = plan_rows(pair, RunPlan(frameworks=("hf", "lookup"), modes=("none", "lenient")))
     assert not skipped
     assert [r.label for r in rows if r.framework == "lookup"] == ["lookup/plain"]  # no tier modes for a baseline
     prompt = pair.tokenizer("def f(x):\n    return x")["input_ids"]

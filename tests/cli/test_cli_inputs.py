@@ -39,5 +39,5 @@ def test_arguments_that_are_not_utf8_are_refused_by_position():
 
 
 def test_models_build_threads_zero_is_refused():
-    line = _one_line_error(CliRunner().invoke(cli, ["models", "build", "--preset", "tiny", "--threads", "0"]))
+    line = _one_line_error(CliRunner().invoke(cli, ["models", "build", "--recipe", "tiny", "--threads", "0"]))
     assert "--threads" in line

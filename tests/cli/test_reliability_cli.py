@@ -177,7 +177,7 @@ def test_a_drafter_with_another_tokenizer_of_the_same_size_is_refused(pair):
             "tokenizers have different vocabularies")
 
 
-def test_an_unknown_pair_is_not_offered_as_a_preset():
+def test_an_unknown_pair_is_not_offered_as_a_recipe():
     result = invoke("generate", "--pair", "no-such-pair", "--prompt", "x")
-    refused(result, "no model pair named 'no-such-pair'", "no preset")
-    assert "--preset no-such-pair" not in result.output
+    refused(result, "no model pair named 'no-such-pair'", "no recipe")
+    assert "--recipe no-such-pair" not in result.output

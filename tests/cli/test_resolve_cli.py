@@ -13,6 +13,7 @@ from tests.support.loads import count_loads
 from tests.support.tuned import LENIENT
 from viasd_adapt.cli.main import cli
 from viasd_adapt.config.tuned import TunedSettings
+from viasd_adapt.core.settings import CONSERVATIVE
 
 torch.set_num_threads(1)
 
@@ -47,6 +48,18 @@ def test_explain_prints_each_setting_with_its_source_and_still_generates(pair, t
     assert "measured on the engine framework" in result.output
     assert "--framework hf runs settings measured on the engine framework's loop" in result.output
     assert "[hf / lenient]" in result.output and json.loads(out.read_text())["settings"]["alpha1"] == 0.2
+
+
+def test_generate_takes_the_preset_layer_its_explain_names(pair):
+    result = invoke("generate", "--pair", pair, "--framework", "engine", "--mode", "lossy", "--preset", "conservative",
+                    "--alpha1", 0.3, "--prompt", "x", "--max-new-tokens", 2, "--no-color", "--explain")
+    assert result.exit_code == 0, result.output
+    table = {line.split()[0]: line for line in result.output.splitlines() if line.startswith("  ")}
+    assert "preset conservative" in table["alpha2"] and f" {CONSERVATIVE['alpha2']} " in table["alpha2"]
+    assert "flag --alpha1" in table["alpha1"] and " 0.3 " in table["alpha1"]  # a flag still beats the preset
+    assert "< preset <" in result.output
+    refused = invoke("generate", "--pair", pair, "--preset", "fast", "--prompt", "x")
+    assert refused.exit_code == 2 and "'fast' is not one of 'default', 'conservative'" in refused.output
 
 
 def test_without_explain_nothing_about_sources_is_printed(pair):

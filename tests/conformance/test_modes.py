@@ -19,6 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.support.expected_warnings import junk_drafter_warning
 from tests.support.frameworks import GREEDY, Recorder
 from viasd_adapt.core.hooks import hookimpl
 from viasd_adapt.core.metrics import TierMetrics
@@ -37,6 +38,14 @@ SAMPLINGS = pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy"
 LABEL = {"seq2seq": "hf"}
 
 
+def lossy_warning(framework: str, mode: str, sampling=GREEDY):
+    """What a greedy lossy test on these pairs provokes: the drafter-quality monitor's warning, on
+    every framework alike (their slim verifiers are nearly flat, so the drafts gate 1 commits are
+    their argmax about half the time), except on the encoder-decoder pair."""
+    expected = mode == "lossy" and sampling.greedy and framework != "seq2seq"
+    return junk_drafter_warning(LABEL.get(framework, framework), expected=expected)
+
+
 def _summed(driver, mode: str, sampling=GREEDY, variant=None) -> tuple[TierMetrics, int]:
     """Metrics summed over the driver's prompts (one seed each), and the full passes counted by a hook."""
     total, counted = TierMetrics(), 0
@@ -53,59 +62,61 @@ def _summed(driver, mode: str, sampling=GREEDY, variant=None) -> tuple[TierMetri
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_metrics_add_up_and_observers_see_every_committed_token(drivers, request, framework, mode):
     driver = drivers.modes(request, framework)
-    for seed, prompt in enumerate(driver.prompts[:2]):
-        recorder = Recorder()
-        with driver.count_full_passes() as calls:
-            out = driver.generate(prompt, N, TierSettings(mode=mode, gamma=GAMMA), plugins=[recorder], seed=seed)
-        m = out.metrics
-        assert len(out.tokens) == len(out.tiers) == m.committed == N and out.tiers == m.token_tiers
-        assert m.draft_tokens + m.slim_tokens + m.full_tokens == N
-        assert len(m.accepted_lengths) == m.cycles and sum(m.accepted_lengths) == N
-        assert m.mean_accepted_length == pytest.approx(N / m.cycles)
-        assert 0 <= m.drafts_rejected <= m.drafts_judged <= m.drafted and 0.0 <= m.rejection_rate <= 1.0
-        assert m.full_passes == len(calls)  # the metrics agree with an independent count
-        assert m.full_passes_per_token == pytest.approx(m.full_passes / N)
-        # observers: every committed token once, in order, with its tier; every cycle once
-        assert [e.token for e in recorder.events] == out.tokens
-        assert [e.tier for e in recorder.events] == out.tiers
-        assert [e.index for e in recorder.events] == list(range(N))
-        assert {e.mode for e in recorder.events} == {mode}
-        assert {e.framework for e in recorder.events} == {LABEL.get(framework, framework)}
-        assert len(recorder.cycles) == m.cycles
-        assert sum(len(tokens) for tokens, _ in recorder.cycles) == N
-        assert recorder.cycles[-1][1] == N  # the metrics observers get are the running ones
-        # which verifiers ran
-        if mode in ("none", "lenient"):
-            assert m.slim_passes == m.slim_tokens == 0
-        else:
-            assert m.slim_passes > 0
-        if mode != "lossy":
-            assert m.full_passes == m.cycles  # q once per cycle (in audit: in shadow)
-        else:
-            assert m.full_passes <= m.cycles and m.tv_distance is None
-        if mode in ("audit", "lenient"):  # audit pays for q's opinion; lenient has it for free
-            assert m.audited == N - driver.first_drafted  # every token a tier decided (not q's prefill token)
-            assert 0.0 <= m.overrule_rate <= 1.0 and 0.0 <= m.tv_distance <= 1.0
-            assert all(0 <= position < N for position in m.overruled_positions)
+    with lossy_warning(framework, mode):
+        for seed, prompt in enumerate(driver.prompts[:2]):
+            recorder = Recorder()
+            with driver.count_full_passes() as calls:
+                out = driver.generate(prompt, N, TierSettings(mode=mode, gamma=GAMMA), plugins=[recorder], seed=seed)
+            m = out.metrics
+            assert len(out.tokens) == len(out.tiers) == m.committed == N and out.tiers == m.token_tiers
+            assert m.draft_tokens + m.slim_tokens + m.full_tokens == N
+            assert len(m.accepted_lengths) == m.cycles and sum(m.accepted_lengths) == N
+            assert m.mean_accepted_length == pytest.approx(N / m.cycles)
+            assert 0 <= m.drafts_rejected <= m.drafts_judged <= m.drafted and 0.0 <= m.rejection_rate <= 1.0
+            assert m.full_passes == len(calls)  # the metrics agree with an independent count
+            assert m.full_passes_per_token == pytest.approx(m.full_passes / N)
+            # observers: every committed token once, in order, with its tier; every cycle once
+            assert [e.token for e in recorder.events] == out.tokens
+            assert [e.tier for e in recorder.events] == out.tiers
+            assert [e.index for e in recorder.events] == list(range(N))
+            assert {e.mode for e in recorder.events} == {mode}
+            assert {e.framework for e in recorder.events} == {LABEL.get(framework, framework)}
+            assert len(recorder.cycles) == m.cycles
+            assert sum(len(tokens) for tokens, _ in recorder.cycles) == N
+            assert recorder.cycles[-1][1] == N  # the metrics observers get are the running ones
+            # which verifiers ran
+            if mode in ("none", "lenient"):
+                assert m.slim_passes == m.slim_tokens == 0
+            else:
+                assert m.slim_passes > 0
+            if mode != "lossy":
+                assert m.full_passes == m.cycles  # q once per cycle (in audit: in shadow)
+            else:
+                assert m.full_passes <= m.cycles and m.tv_distance is None
+            if mode in ("audit", "lenient"):  # audit pays for q's opinion; lenient has it for free
+                assert m.audited == N - driver.first_drafted  # every token a tier decided (not q's prefill token)
+                assert 0.0 <= m.overrule_rate <= 1.0 and 0.0 <= m.tv_distance <= 1.0
+                assert all(0 <= position < N for position in m.overruled_positions)
 
 
 @pytest.mark.parametrize("mode", ["none", "lossless", "lossy", "audit"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_budget_and_eos_end_the_output_exactly(drivers, request, framework, mode):
     driver = drivers.modes(request, framework)
-    settings, prompt = TierSettings(mode=mode, gamma=GAMMA), driver.prompts[0]
-    long = driver.generate(prompt, N, settings).tokens
-    for n in (1, 2, 3, 5, 6, 7):  # budgets ending inside the first blocks, and the prefill alone
+    with lossy_warning(framework, mode):
+        settings, prompt = TierSettings(mode=mode, gamma=GAMMA), driver.prompts[0]
+        long = driver.generate(prompt, N, settings).tokens
+        for n in (1, 2, 3, 5, 6, 7):  # budgets ending inside the first blocks, and the prefill alone
+            recorder = Recorder()
+            out = driver.generate(prompt, n, settings, plugins=[recorder])
+            assert out.tokens == long[:n], n
+            _assert_cut_exactly(driver, out, recorder, mode, n)
+        eos = long[5]
+        stop = long.index(eos)
         recorder = Recorder()
-        out = driver.generate(prompt, n, settings, plugins=[recorder])
-        assert out.tokens == long[:n], n
-        _assert_cut_exactly(driver, out, recorder, mode, n)
-    eos = long[5]
-    stop = long.index(eos)
-    recorder = Recorder()
-    out = driver.generate(prompt, N, settings, eos=eos, plugins=[recorder])
-    assert out.tokens == long[: stop + 1] and out.tokens[-1] == eos
-    _assert_cut_exactly(driver, out, recorder, mode, stop + 1)
+        out = driver.generate(prompt, N, settings, eos=eos, plugins=[recorder])
+        assert out.tokens == long[: stop + 1] and out.tokens[-1] == eos
+        _assert_cut_exactly(driver, out, recorder, mode, stop + 1)
     driver.assert_pristine()  # PEARL: no thread left behind
 
 
@@ -137,7 +148,8 @@ def test_lossless_keeps_drafts_uses_every_tier_and_both_paths_of_a_cycle(drivers
 def test_lossy_cuts_full_passes_and_rejections(drivers, request, framework, sampling):
     driver = drivers.modes(request, framework)
     plain, plain_passes = _summed(driver, "none", sampling)
-    lossy, lossy_passes = _summed(driver, "lossy", sampling)
+    with lossy_warning(framework, "lossy", sampling):
+        lossy, lossy_passes = _summed(driver, "lossy", sampling)
     assert (plain.full_passes, lossy.full_passes) == (plain_passes, lossy_passes)  # metrics match a hook count
     assert lossy.full_passes_per_token < plain.full_passes_per_token
     assert lossy.rejection_rate < plain.rejection_rate
@@ -149,22 +161,23 @@ def test_lossy_cuts_full_passes_and_rejections(drivers, request, framework, samp
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_audit_makes_lossys_decisions_and_reports_the_overrules(drivers, request, framework, sampling):
     driver = drivers.modes(request, framework)
-    for seed, prompt in enumerate(driver.prompts[:2]):
-        settings = TierSettings(mode="lossy", gamma=GAMMA)
-        lossy = driver.generate(prompt, N, settings, sampling=sampling, seed=seed)
-        audit = driver.generate(prompt, N, settings.with_(mode="audit"), sampling=sampling, seed=seed)
-        assert audit.tokens == lossy.tokens and audit.tiers == lossy.tiers  # audit only observes
-        m = audit.metrics
-        assert m.drafts_rejected == lossy.metrics.drafts_rejected
-        assert m.full_passes == m.cycles >= lossy.metrics.full_passes  # q in shadow, every cycle
-        assert m.audited > 0 and 0.0 <= m.overrule_rate <= 1.0 and 0.0 <= m.tv_distance <= 1.0
-        if sampling.greedy:  # a token is overruled exactly where lossy leaves the target's greedy path
-            reference = driver.reference(prompt, N)
-            first = next((i for i, (a, b) in enumerate(zip(audit.tokens, reference)) if a != b), None)
-            if first is None:
-                assert m.overruled_positions == [] and m.overrule_rate == 0.0
-            else:
-                assert m.overruled_positions[0] == first and m.overrule_rate > 0.0
+    with lossy_warning(framework, "lossy", sampling):
+        for seed, prompt in enumerate(driver.prompts[:2]):
+            settings = TierSettings(mode="lossy", gamma=GAMMA)
+            lossy = driver.generate(prompt, N, settings, sampling=sampling, seed=seed)
+            audit = driver.generate(prompt, N, settings.with_(mode="audit"), sampling=sampling, seed=seed)
+            assert audit.tokens == lossy.tokens and audit.tiers == lossy.tiers  # audit only observes
+            m = audit.metrics
+            assert m.drafts_rejected == lossy.metrics.drafts_rejected
+            assert m.full_passes == m.cycles >= lossy.metrics.full_passes  # q in shadow, every cycle
+            assert m.audited > 0 and 0.0 <= m.overrule_rate <= 1.0 and 0.0 <= m.tv_distance <= 1.0
+            if sampling.greedy:  # a token is overruled exactly where lossy leaves the target's greedy path
+                reference = driver.reference(prompt, N)
+                first = next((i for i, (a, b) in enumerate(zip(audit.tokens, reference)) if a != b), None)
+                if first is None:
+                    assert m.overruled_positions == [] and m.overrule_rate == 0.0
+                else:
+                    assert m.overruled_positions[0] == first and m.overrule_rate > 0.0
 
 
 class RejectEveryDraft:
@@ -179,7 +192,8 @@ class RejectEveryDraft:
 def test_a_rules_plugin_replaces_the_builtin_gate(drivers, request, framework):
     driver = drivers.modes(request, framework)
     settings = TierSettings(mode="lossy", gamma=GAMMA)
-    baseline = driver.generate(driver.prompts[0], N, settings)
+    with lossy_warning(framework, "lossy"):
+        baseline = driver.generate(driver.prompts[0], N, settings)
     assert baseline.metrics.draft_tokens > 0
     out = driver.generate(driver.prompts[0], N, settings, plugins=[RejectEveryDraft()])
     assert out.metrics.draft_tokens == 0  # gate 1 never passes: nothing is committed as tier 1 ...

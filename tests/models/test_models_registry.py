@@ -61,7 +61,7 @@ def test_demo_pair_is_shipped():
 
 def test_demo_pair_error_names_the_fix(monkeypatch, tmp_path):
     monkeypatch.setattr(registry, "shipped_dir", lambda: tmp_path)
-    with pytest.raises(ViasdError, match="viasd models build --preset demo"):
+    with pytest.raises(ViasdError, match="viasd models build --recipe demo"):
         registry.demo_pair_paths()
 
 

@@ -8,8 +8,9 @@ Modules, one job each (frameworks and model loading live in :mod:`viasd_adapt.fr
 * :mod:`~viasd_adapt.bench.fidelity`: target likelihood, regret, agreement, the next-line task;
 * :mod:`~viasd_adapt.bench.measure`: passes of rows without metrics, and tensor memory (hooks);
 * :mod:`~viasd_adapt.bench.report`: tables, JSON, the plot;
-* :mod:`~viasd_adapt.bench.session`: one invocation end to end (shared by bench and demo);
+* :mod:`~viasd_adapt.bench.session`: one invocation end to end, from its one config
+  (``BenchConfig``, shared by bench and demo);
 * :mod:`~viasd_adapt.bench.demo`: ``viasd demo``.
 
-The issues' goal thresholds are not here: ``benchmarks/goals.py`` checks a bench JSON against them.
+The project's goal thresholds are not here: ``benchmarks/goals.py`` checks a bench JSON against them.
 """

@@ -125,7 +125,7 @@ def run_demo(
 ) -> dict:
     """The whole demo; returns ``{"completions": ..., "bench": <bench JSON>}``. A pair whose tokenizer
     has a chat template (``chat``) is shown a question and benched on Spec-Bench (one question per task)."""
-    from viasd_adapt.bench.session import quiet_transformers, run_bench_session, set_threads
+    from viasd_adapt.bench.session import BenchConfig, quiet_transformers, run_bench_session, set_threads
     from viasd_adapt.models.registry import demo_pair_paths, resolve_pair
 
     budget = budget or budget_from_env()
@@ -150,13 +150,14 @@ def run_demo(
     echo("")
     prompts = "Spec-Bench questions (1 per task)" if chat_model else f"{budget.bench_prompts} held-out prompts"
     echo(click_style(f"small bench: {prompts} x {budget.bench_tokens} tokens x {budget.bench_repeats} repeats", colour))
-    data = run_bench_session(
+    config = BenchConfig(
         paths.target, paths.draft, mask_path=mask_path, num_prompts=budget.bench_prompts,
         prompts_file="spec-bench" if chat_model else None, per_category=1 if chat_model else None, chat=chat,
         max_new_tokens=budget.bench_tokens, repeats=budget.bench_repeats, frameworks=frameworks, json_path=json_path,
-        plot_path=plot_path, echo=echo, label=f"viasd demo ({paths.name} pair)", pair=pair,
-        cost_repeats=budget.cost_repeats, task_prompts=budget.task_prompts, tuned=spec.tuned,
+        plot_path=plot_path, label=f"viasd demo ({paths.name} pair)", cost_repeats=budget.cost_repeats,
+        task_prompts=budget.task_prompts,
     )
+    data = run_bench_session(config, echo=echo, pair=pair, tuned=spec.tuned)
     preview = preview_line(data["run"].get("verdict") or [], data["run"].get("prompts") or budget.bench_prompts)
     echo(click_style(preview, colour))
     return {"completions": completions, "bench": data, "preview": preview}

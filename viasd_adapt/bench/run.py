@@ -14,7 +14,7 @@ prompt, repeats pooled (``per_prompt``: tokens, priced and raw passes, log-likel
 overrules), which the verdict resamples to state its uncertainty (:mod:`viasd_adapt.bench.uncertainty`).
 
 Every row generates exactly ``max_new_tokens`` (EOS does not stop a benchmark run), so all rows do
-the same work and agreement is compared position by position; ``BenchConfig.stop_at_eos`` stops
+the same work and agreement is compared position by position; ``RunPlan.stop_at_eos`` stops
 every row at EOS instead, as Spec-Bench does (a chat model's text after its end-of-turn token is
 not an answer).
 
@@ -64,18 +64,18 @@ ROW_FIELDS = (
 
 
 @dataclass(frozen=True)
-class BenchConfig:
-    """What to run; prompts are passed separately."""
+class RunPlan:
+    """What :func:`run_bench` runs (the rows, their budget and repeats); the prompts are passed
+    separately. A bench invocation builds one from its options
+    (:attr:`viasd_adapt.bench.session.BenchConfig.plan`)."""
 
     frameworks: tuple[str, ...] = ("hf", "pearl")
     modes: tuple[str, ...] = DEFAULT_MODES
     max_new_tokens: int = 64
     repeats: int = 3
     seed: int = 0
-    warmup: bool = True
     cost_repeats: int = 15
-    include_plain: bool = True
-    task_tokens: int = 24
+    task_tokens: int = 24  # tokens generated per next-line example
     stop_at_eos: bool = False
 
     def __post_init__(self) -> None:
@@ -176,13 +176,13 @@ class BenchResult:
     group_sizes: dict[str, int] = field(default_factory=dict)  # group -> number of prompts
 
 
-def plan_rows(pair: LoadedPair, config: BenchConfig) -> tuple[list[PlannedRow], dict[str, str], dict[str, str]]:
+def plan_rows(pair: LoadedPair, plan: RunPlan) -> tuple[list[PlannedRow], dict[str, str], dict[str, str]]:
     """The ``ar`` row plus, per available framework, ``plain`` (if it has one), ``none`` and the
     requested modes. Returns (rows, skipped framework -> reason, framework -> description)."""
     rows = [PlannedRow(AR, AR_ROW_MODE, "ar")]
     skipped: dict[str, str] = {}
     descriptions = {AR: frameworks.get(AR).description}
-    for name in config.frameworks:
+    for name in plan.frameworks:
         framework = frameworks.get(name)
         reason = framework.unavailable(pair)
         if reason:
@@ -192,8 +192,8 @@ def plan_rows(pair: LoadedPair, config: BenchConfig) -> tuple[list[PlannedRow], 
         if not framework.has_tier:  # a baseline (stock prompt lookup): one row, as shipped
             rows.append(PlannedRow(name, frameworks.PLAIN, framework.bound_kind))
             continue
-        modes = ["none"] + [m for m in config.modes if m != "none"]
-        if config.include_plain and framework.has_plain:
+        modes = ["none"] + [m for m in plan.modes if m != "none"]
+        if framework.has_plain:
             modes.insert(0, frameworks.PLAIN)
         for mode in modes:
             if mode not in (frameworks.PLAIN,) and Mode.parse(mode).uses_slim and pair.routing is None:
@@ -221,12 +221,12 @@ def run_bench(
     settings: TierSettings,
     sampling: SamplingConfig,
     prompts: Sequence[str | BenchPrompt],
-    config: BenchConfig,
+    plan: RunPlan,
     task: list[tuple[str, str]] = (),
     progress: Callable[[str], None] | None = None,
     chat: str = "auto",
 ) -> BenchResult:
-    """Runs every row on every prompt ``config.repeats`` times and returns the median rows (overall,
+    """Runs every row on every prompt ``plan.repeats`` times and returns the median rows (overall,
     and per group when the prompts carry groups). Text prompts go through the chat template per ``chat``."""
     say = progress or (lambda message: None)
     started = time.perf_counter()
@@ -235,38 +235,37 @@ def run_bench(
     if not prompt_ids or any(len(ids) == 0 for ids in prompt_ids):
         raise ConfigError("every prompt must tokenize to at least one token")
     groups = list(dict.fromkeys(p.group for p in prompts if p.group != UNGROUPED))  # in first-seen order
-    rows, skipped, descriptions = plan_rows(pair, config)
+    rows, skipped, descriptions = plan_rows(pair, plan)
     for name, reason in skipped.items():
         say(f"skipping framework {name}: {reason}")
-    n = config.max_new_tokens
+    n = plan.max_new_tokens
     runners = {row.key: frameworks.get(row.framework).load() for row in rows}
 
     def generate(row: PlannedRow, ids: list[int], tokens: int, seed: int, run_sampling: SamplingConfig = sampling):
-        return runners[row.key](pair, _request(row, settings, run_sampling, ids, tokens, seed, config.stop_at_eos))
+        return runners[row.key](pair, _request(row, settings, run_sampling, ids, tokens, seed, plan.stop_at_eos))
 
     say(f"greedy reference: {len(prompt_ids)} prompt(s) x {n} tokens")
-    references = [generate(rows[0], ids, n, config.seed, SamplingConfig()).tokens for ids in prompt_ids]
+    references = [generate(rows[0], ids, n, plan.seed, SamplingConfig()).tokens for ids in prompt_ids]
     say("timing single forwards of drafter, slim verifier, resumed and full target")
     slim = SlimVerifier(pair.target, pair.routing) if pair.routing is not None else None
     cost_context = prompt_ids[0] + references[0][: n // 2]
-    costs = measure_forward_costs(pair.target, pair.draft, slim, cost_context, settings.gamma, config.cost_repeats)
+    costs = measure_forward_costs(pair.target, pair.draft, slim, cost_context, settings.gamma, plan.cost_repeats)
 
     stats: dict[tuple[str, str], list[RepeatStats]] = {row.key: [] for row in rows}
     # per row, per prompt, all repeats pooled: what the verdict's bootstrap over prompts resamples
     by_prompt = {row.key: [RepeatStats() for _ in prompt_ids] for row in rows}
     group_stats = {group: {row.key: [] for row in rows} for group in groups}
     with RunMeter(pair.target, pair.draft) as meter:
-        if config.warmup:
-            say("warm-up: one untimed generation per row")
-            for row in rows:
-                generate(row, prompt_ids[0], min(n, 8), config.seed)
-        for repeat in range(config.repeats):
-            say(f"repeat {repeat + 1}/{config.repeats}: {len(rows)} rows x {len(prompt_ids)} prompts")
+        say("warm-up: one untimed generation per row")
+        for row in rows:
+            generate(row, prompt_ids[0], min(n, 8), plan.seed)
+        for repeat in range(plan.repeats):
+            say(f"repeat {repeat + 1}/{plan.repeats}: {len(rows)} rows x {len(prompt_ids)} prompts")
             current = {row.key: RepeatStats() for row in rows}
             by_group = {group: {row.key: RepeatStats() for row in rows} for group in groups}
             for index, ids in enumerate(prompt_ids):
                 shift = (repeat + index) % len(rows)
-                seed = config.seed + 1009 * repeat + index
+                seed = plan.seed + 1009 * repeat + index
                 group = by_group.get(prompts[index].group)
                 for row in rows[shift:] + rows[:shift]:
                     accumulators = [current[row.key], by_prompt[row.key][index]] + ([group[row.key]] if group is not None else [])
@@ -276,7 +275,7 @@ def run_bench(
             for group, values in by_group.items():
                 for key, value in values.items():
                     group_stats[group][key].append(value)
-    task_scores = _task_scores(pair, rows, task, config, generate, say) if task else {}
+    task_scores = _task_scores(pair, rows, task, plan, generate, say) if task else {}
     summary = _summarise(rows, stats, costs, task_scores, by_prompt)
     per_group = {group: _summarise(rows, group_stats[group], costs, {}) for group in groups}
     return BenchResult(summary, costs, skipped, memory_source(pair.device), descriptions,
@@ -306,7 +305,7 @@ def _run_timed(pair: LoadedPair, meter: RunMeter, run, ids: list[int], accumulat
         acc.add(output, seconds, measure, memory, agree, score, reference)
 
 
-def _task_scores(pair, rows, task, config, generate, say) -> dict[tuple[str, str], float]:
+def _task_scores(pair, rows, task, plan, generate, say) -> dict[tuple[str, str], float]:
     """Next-line exact match of every row (untimed), on held-out code the bench prompts never show."""
     say(f"next-line task: {len(task)} held-out prefixes x {len(rows)} rows")
     scores = {}
@@ -316,7 +315,7 @@ def _task_scores(pair, rows, task, config, generate, say) -> dict[tuple[str, str
         hits = 0
         for index, (prefix, line) in enumerate(task):
             ids = list(pair.tokenizer(prefix).input_ids)[-TASK_CONTEXT_TOKENS:]
-            hits += next_line_match(pair.tokenizer, generate(row, ids, config.task_tokens, config.seed + index).tokens, line)
+            hits += next_line_match(pair.tokenizer, generate(row, ids, plan.task_tokens, plan.seed + index).tokens, line)
         scores[row.key] = hits / len(task)
     return scores
 
@@ -433,5 +432,5 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
     return out
 
 
-__all__ = ["AR", "DEFAULT_MODES", "ROW_FIELDS", "BenchConfig", "BenchResult", "PlannedRow", "paired_speedup",
+__all__ = ["AR", "DEFAULT_MODES", "ROW_FIELDS", "BenchResult", "RunPlan", "PlannedRow", "paired_speedup",
            "plan_rows", "prompt_sums", "run_bench"]

@@ -1,6 +1,20 @@
-"""One ``viasd bench`` invocation end to end: options -> pair -> run -> tables, verdict, JSON, plot.
+"""One ``viasd bench`` invocation end to end, as a chain of small steps.
 
-Shared by the ``bench`` and ``demo`` commands so that both print exactly the same report.
+options -> pair -> run -> tables, verdict, JSON, plot:
+
+1. :class:`BenchConfig`: every option of the invocation, checked once, when it is built (before
+   any model loads); ``viasd bench`` and ``viasd demo`` build one;
+2. :func:`resolve_bench_settings` (the settings of the rows and the mask), :func:`read_text_prompts`,
+   :func:`load_bench_pair`, and for Spec-Bench :func:`spec_bench_set` (its second turns need the
+   loaded pair);
+3. :func:`viasd_adapt.bench.run.run_bench` with :attr:`BenchConfig.plan`;
+4. :func:`setup_lines`, :func:`result_lines`, :func:`projection_report` and :func:`run_info`: what
+   is printed and recorded, as pure functions of the values above;
+5. :func:`write_outputs`: the JSON file and the plot.
+
+Only :func:`run_bench_session` loads, runs, prints and writes; the steps that decide or word
+something take values and return values or lines. Shared by the ``bench`` and ``demo`` commands so
+that both print exactly the same report.
 """
 
 from __future__ import annotations
@@ -8,30 +22,33 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
-from viasd_adapt.config.budget import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, Budget
-from viasd_adapt.config.advice import delta_message
-from viasd_adapt.bench.verdict import verdict
-from viasd_adapt.bench.projection import PROJECTION_COLUMNS, load_cost_model, project_rows
-from viasd_adapt.bench.prompt_sets import spec_bench_prompts
+from viasd_adapt.bench.projection import PROJECTION_COLUMNS, CostModel, load_cost_model, project_rows
+from viasd_adapt.bench.prompt_sets import BenchPrompt, spec_bench_prompts
 from viasd_adapt.bench.report import (FIDELITY_COLUMNS, SPEED_COLUMNS, format_costs, format_group_tables, format_table, plot_rows,
                                       result_json, save_json)
-from viasd_adapt.bench.run import DEFAULT_MODES, BenchConfig, run_bench
-from viasd_adapt.io import relative_name
-from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP
-from viasd_adapt.prompts.files import read_prompts_file
-from viasd_adapt.models.pair import LoadedPair, load_pair
+from viasd_adapt.bench.run import DEFAULT_MODES, BenchResult, RunPlan, run_bench
+from viasd_adapt.bench.verdict import verdict
+from viasd_adapt.config.advice import delta_message
+from viasd_adapt.config.budget import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, Budget
+from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.config.resolve import UNREAD, RunSpec, resolve_settings
 from viasd_adapt.core.sampling import SamplingConfig
-from viasd_adapt.config.resolve import UNREAD, resolve_settings
 from viasd_adapt.core.settings import TierSettings
-from viasd_adapt.errors import ConfigError
-from viasd_adapt.prompts.spec_bench import is_spec_bench
+from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP
 from viasd_adapt.engine.tier import check_spec_model
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.io import ensure_writable, relative_name
+from viasd_adapt.models.pair import LoadedPair, load_pair
+from viasd_adapt.prompts.files import read_prompts_file
+from viasd_adapt.prompts.spec_bench import is_spec_bench
 
+DEFAULT_FRAMEWORKS = ("hf", "pearl")
 DEFAULT_PER_CATEGORY = 2  # Spec-Bench questions per task when --per-category is not given
 
 # Benchmarks share the machine; one thread keeps timings comparable and polite. Override with
@@ -41,25 +58,127 @@ DEFAULT_THREADS = 1
 # calibration prompts are separate draws, so tuning never sees what the bench measures.
 BENCH_PROMPT_SEED = 0
 TASK_SEED = 1
+#: Modes that run the slim verifier, and so need a mask.
+MASKED_MODES = ("lossless", "lossy", "audit")
 
 
-def split_list(value: str | tuple[str, ...]) -> tuple[str, ...]:
-    if isinstance(value, tuple):
-        return value
+def split_list(value: str | Sequence[str]) -> tuple[str, ...]:
+    """A comma-separated option (``"hf,pearl"``) as a tuple; a sequence is kept as it is."""
+    if not isinstance(value, str):
+        return tuple(value)
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
-def default_prompts(n: int, seed: int = BENCH_PROMPT_SEED) -> list[str]:
-    """Held-out stdlib snippets (never seen in training by the project's own pairs)."""
-    from viasd_adapt.models.corpus import heldout_prompts
-
-    return heldout_prompts(n, seed=seed, min_chars=200, max_chars=400)
+# ============================================================================ 1. the options
 
 
-def task_examples(n: int, seed: int = TASK_SEED) -> list[tuple[str, str]]:
-    from viasd_adapt.models.corpus import heldout_next_lines
+@dataclass(frozen=True)
+class BenchConfig:
+    """Every option of one bench invocation, checked once, here, before any model loads.
 
-    return heldout_next_lines(n, seed=seed) if n else []
+    The field names are the ``viasd bench`` option names, so the command builds one with
+    ``BenchConfig(target, draft, **options)``; ``frameworks`` and ``modes`` may be given as
+    comma-separated strings. Three values are derived at construction, and their own checks run
+    then: :attr:`plan` (what :func:`~viasd_adapt.bench.run.run_bench` runs: known frameworks and
+    modes, a positive budget and repeat count), :attr:`budget` (the verdict's fidelity budget,
+    :class:`~viasd_adapt.config.budget.Budget`, also ``viasd tune``'s) and :attr:`sampling`.
+
+    ``prompts_file`` may be ``spec-bench[:names]``: Spec-Bench's bench split, ``per_category``
+    questions per task (default 2), every row stopping at EOS as Spec-Bench does, and a table per
+    task after the overall ones. The tier settings come from
+    :func:`viasd_adapt.config.resolve.resolve_settings` (defaults, the tuned.json beside the mask,
+    the tuner's best points for the lenient and tiered rows, ``preset``, the threshold flags);
+    with ``pair_mask`` and no ``mask_path`` it also picks the mask, as ``--pair`` does.
+    """
+
+    target: Path | str
+    draft: Path | str
+    eagle_head: Path | str | None = None
+    # --- the mask and the tier settings
+    mask_path: Path | str | None = None
+    pair_mask: Path | str | None = None  # the pair's own mask.json (--pair), used when mask_path is None
+    preset: str = "default"
+    alpha1: float | None = None
+    alpha2: float | None = None
+    lenience: float | None = None
+    gamma: int | None = None
+    # --- the prompts
+    prompts_file: Path | str | None = None
+    num_prompts: int = 8
+    per_category: int | None = None
+    chat: str = "auto"
+    task_prompts: int = 32
+    # --- what runs
+    frameworks: tuple[str, ...] = DEFAULT_FRAMEWORKS
+    modes: tuple[str, ...] = DEFAULT_MODES
+    max_new_tokens: int = 64
+    repeats: int = 3
+    seed: int = 0
+    temperature: float = 0.0
+    cost_repeats: int = 15
+    device: str = "auto"
+    # --- the verdict
+    max_ll_drop: float = DEFAULT_MAX_LL_DROP
+    max_regret: float = DEFAULT_MAX_REGRET
+    max_overrule: float | None = None
+    costs: str | Path | None = None  # another machine's forward costs: a projected verdict as well
+    # --- the outputs
+    json_path: Path | str | None = None
+    plot_path: Path | str | None = None
+    label: str = ""
+    # --- derived at construction
+    plan: RunPlan = field(init=False, repr=False, compare=False)
+    budget: Budget = field(init=False, repr=False, compare=False)
+    sampling: SamplingConfig = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "frameworks", split_list(self.frameworks))
+        object.__setattr__(self, "modes", split_list(self.modes))
+        if self.num_prompts < 1:
+            raise ConfigError(f"num_prompts must be >= 1, got {self.num_prompts}")
+        if self.task_prompts < 0:
+            raise ConfigError(f"task_prompts must be >= 0, got {self.task_prompts}")
+        if self.per_category is not None and not self.spec_bench:
+            raise ConfigError("--per-category is for --prompts spec-bench[:TASK,...]")
+        object.__setattr__(self, "plan", RunPlan(
+            frameworks=self.frameworks, modes=self.modes, max_new_tokens=self.max_new_tokens, repeats=self.repeats,
+            seed=self.seed, cost_repeats=self.cost_repeats, stop_at_eos=self.spec_bench))
+        object.__setattr__(self, "budget", Budget(self.max_ll_drop, self.max_overrule, self.max_regret))
+        object.__setattr__(self, "sampling", SamplingConfig.from_temperature(self.temperature))
+
+    @property
+    def spec_bench(self) -> bool:
+        """Whether the prompts are Spec-Bench questions (``--prompts spec-bench[:names]``)."""
+        return is_spec_bench(self.prompts_file)
+
+    @property
+    def questions_per_task(self) -> int | None:
+        """Spec-Bench questions per task (None for other prompts)."""
+        return (self.per_category or DEFAULT_PER_CATEGORY) if self.spec_bench else None
+
+    @property
+    def task_examples(self) -> int:
+        """Held-out next-line examples to score: none for Spec-Bench, whose rows are scored by their
+        fidelity columns (the next-line task is stdlib code)."""
+        return 0 if self.spec_bench else self.task_prompts
+
+    @property
+    def needs_mask(self) -> bool:
+        """Whether a requested mode runs the slim verifier."""
+        return any(mode in MASKED_MODES for mode in self.modes)
+
+    @property
+    def threshold_flags(self) -> dict[str, Any]:
+        """The tier settings given as options (None: not given), for the resolver's flag layer."""
+        return {"alpha1": self.alpha1, "alpha2": self.alpha2, "lenience": self.lenience, "gamma": self.gamma}
+
+    @property
+    def prompts_source(self) -> str:
+        """Where the prompts come from, in words (the JSON's ``prompts_source``)."""
+        return str(self.prompts_file) if self.prompts_file else "held-out stdlib snippets"
+
+
+# ============================================================================ 2. settings, prompts, pair
 
 
 def set_threads() -> int:
@@ -76,6 +195,154 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
+def check_outputs(config: BenchConfig) -> None:
+    """``--json`` and ``--plot`` must be writable: checked before the first forward, not after the run."""
+    for output, option in ((config.json_path, "--json"), (config.plot_path, "--plot")):
+        if output:
+            ensure_writable(output, option)
+
+
+def resolve_bench_settings(config: BenchConfig, tuned: Any = UNREAD) -> RunSpec:
+    """The settings of the bench's rows (:func:`~viasd_adapt.config.resolve.resolve_settings` with the
+    tuner's best points) and the mask: ``--mask``, else the one the pair's tuned choice names.
+    ``tuned``: the tuned file beside the mask when the caller has already read it."""
+    return resolve_settings(config.mask_path, pair_mask=config.pair_mask if config.mask_path is None else None,
+                            best_points=True, preset=config.preset, flags=config.threshold_flags, tuned=tuned)
+
+
+def default_prompts(n: int, seed: int = BENCH_PROMPT_SEED) -> list[str]:
+    """Held-out stdlib snippets (never seen in training by the project's own pairs)."""
+    from viasd_adapt.models.corpus import heldout_prompts
+
+    return heldout_prompts(n, seed=seed, min_chars=200, max_chars=400)
+
+
+def task_examples(n: int, seed: int = TASK_SEED) -> list[tuple[str, str]]:
+    """``n`` held-out (code prefix, next line) pairs of the next-line task."""
+    from viasd_adapt.models.corpus import heldout_next_lines
+
+    return heldout_next_lines(n, seed=seed) if n else []
+
+
+def read_text_prompts(config: BenchConfig) -> list[str] | None:
+    """The prompt texts: the prompts file, else held-out snippets. None for Spec-Bench
+    (:func:`spec_bench_set`, after the pair is loaded)."""
+    if config.spec_bench:
+        return None
+    return read_prompts_file(config.prompts_file) if config.prompts_file else default_prompts(config.num_prompts)
+
+
+def load_bench_pair(config: BenchConfig, spec: RunSpec) -> LoadedPair:
+    """The target, drafter, EAGLE head and the resolved mask (each mask file read once: ``spec.masks``)."""
+    return load_pair(config.target, config.draft, spec.mask_path, need_mask=config.needs_mask, device=config.device,
+                     eagle_head=config.eagle_head, ratio=spec.settings.ratio, read_masks=spec.masks)
+
+
+def spec_bench_note(config: BenchConfig) -> str:
+    return (f"  .. Spec-Bench prompts ({config.prompts_file}, {config.questions_per_task} per task, bench split; "
+            f"chat {config.chat}): writing the target's first answers for MT-bench second turns")
+
+
+def spec_bench_set(config: BenchConfig, pair: LoadedPair) -> list[BenchPrompt]:
+    """Spec-Bench's questions as prompts; MT-bench's second turns follow the target's own first answers."""
+    return spec_bench_prompts(pair, str(config.prompts_file), config.questions_per_task, config.chat,
+                              config.max_new_tokens)
+
+
+# ============================================================================ 4. what is printed and recorded
+
+
+def setup_lines(config: BenchConfig, spec: RunSpec, pair: LoadedPair, prompts: int, threads: int) -> list[str]:
+    """What the bench runs, before it runs: the tuned file, the resolver's notes, the mask (with the
+    Delta advice of its search) and the settings line."""
+    lines = []
+    if spec.tuned is not None:
+        lines.append(f"tuned settings ({spec.tuned.choice}) from beside the mask: {spec.tuned.settings.to_dict()}")
+    lines.extend(spec.notes)
+    if pair.mask is not None:
+        mask = pair.mask
+        note = "  <-- FALLBACK, not searched" if mask.is_fallback else ""
+        lines.append(f"mask: skipped layers {list(mask.mask.skipped)} (s1 = {mask.mask.first_skipped}) from {mask.source}{note}")
+        advice = delta_message(mask.artifact.delta, mask.artifact.search) if mask.artifact is not None else None
+        if advice:
+            lines.append(f"NOTE: {advice}")
+    sampling = "greedy" if config.sampling.greedy else f"T={config.temperature}"
+    lines.append(f"settings: {spec.settings.to_dict()} | sampling: {sampling} | {prompts} prompts x {config.max_new_tokens} "
+                 f"tokens x {config.repeats} repeats | device {pair.device}, {threads} thread(s)")
+    return lines
+
+
+def result_lines(result: BenchResult, judgement: list[str]) -> list[str]:
+    """The measured report: what each framework is, what was skipped, the speed and fidelity tables
+    (and one per Spec-Bench task), the forward costs, the memory source and the verdict."""
+    lines = [f"{name}: {description}" for name, description in result.descriptions.items()]
+    lines += [f"{name}: SKIPPED ({reason})" for name, reason in result.skipped.items()]
+    lines += ["\nspeed (cost):", format_table(result.rows, SPEED_COLUMNS),
+              ("\nfidelity (LL_drop = target log-likelihood per token below the target's own output; "
+               f"next_line = exact match on {result.task_prompts} held-out next lines):"),
+              format_table(result.rows, FIDELITY_COLUMNS)]
+    if result.groups:
+        lines += ["\nper Spec-Bench task (tau = committed tokens per target forward; x_ar = tokens/s over AR, same run):",
+                  format_group_tables(result)]
+    lines += ["", format_costs(result), f"peak memory: {result.memory_source}"]
+    if judgement:
+        lines += ["verdict:", *(f"  {line}" for line in judgement)]
+    return lines
+
+
+def projection_report(rows: list[dict], cost_model: CostModel, routing: RoutingMask | None, block_length: int,
+                      budget: Budget) -> tuple[list[str], dict[str, Any]]:
+    """The measured pass counts priced with another machine's forward costs: the lines to print and
+    the JSON's ``projection`` record (the projected rows' costs and the projected verdict)."""
+    projected = project_rows(rows, cost_model, routing, block_length)
+    projected_verdict = verdict(projected, budget=budget)
+    lines = [(f"\nPROJECTION, not a measurement: the pass counts measured above, priced with the forward costs of "
+              f"{cost_model.label} ({cost_model.source or 'cost file'}):"),
+             format_table(projected, PROJECTION_COLUMNS),
+             *(f"  projected: {line}" for line in projected_verdict)]
+    record = {"cost_model": cost_model.__dict__, "rows": [
+        {k: r.get(k) for k in ("framework", "mode", "full_equivalent_per_token", "projected_speedup_vs_ar")} for r in projected],
+        "verdict": projected_verdict}
+    return lines, record
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """The command as typed, argv[0] by name only: a results file must not carry the path of the
+    machine that ran it."""
+    return " ".join(shlex.quote(a) for a in [Path(argv[0]).name, *argv[1:]]) if argv else ""
+
+
+def run_info(config: BenchConfig, spec: RunSpec, pair: LoadedPair, prompts: int, threads: int, judgement: list[str],
+             projection: dict[str, Any] | None, argv: Sequence[str], cwd: Path) -> dict[str, Any]:
+    """The JSON's ``run`` record: what ran, with which settings, and the verdicts. Model paths are named
+    relative to ``cwd`` (else by their last component): results travel, machine paths don't."""
+    return {
+        "command": command_line(argv),
+        "label": config.label,
+        "target": relative_name(config.target, cwd),
+        "draft": str(config.draft) if str(config.draft) == PROMPT_LOOKUP else relative_name(config.draft, cwd),
+        "eagle_head": relative_name(config.eagle_head, cwd) if config.eagle_head else None,
+        "mask": pair.mask.to_dict() if pair.mask is not None else None,
+        "tuned": spec.tuned.to_json() if spec.tuned is not None else None,
+        "settings": spec.settings.to_dict(),
+        "preset": config.preset,
+        "sampling": {"greedy": config.sampling.greedy, "temperature": config.temperature},
+        "prompts": prompts,
+        "prompts_source": config.prompts_source,
+        "per_category": config.questions_per_task,
+        "chat": config.chat,
+        "max_new_tokens": config.max_new_tokens,
+        "repeats": config.repeats,
+        "seed": config.seed,
+        "threads": threads,
+        "max_ll_drop": config.max_ll_drop,
+        "max_regret": config.max_regret,
+        **({"max_overrule": config.max_overrule} if config.max_overrule is not None else {}),
+        "verdict": judgement,
+        "projection": projection,
+    }
+
+
 def plot_title(target_path, settings: TierSettings, prompts: int, tokens: int, repeats: int) -> str:
     target = Path(str(target_path))
     pair = target.parent.name if target.name == "target" else target.name
@@ -83,161 +350,61 @@ def plot_title(target_path, settings: TierSettings, prompts: int, tokens: int, r
             f"gamma={settings.gamma}; {prompts} prompts x {tokens} tokens x {repeats} repeats")
 
 
-def run_bench_session(
-    target_path: Path | str,
-    draft_path: Path | str,
-    *,
-    eagle_head: Path | str | None = None,
-    mask_path: Path | str | None = None,
-    prompts_file: Path | str | None = None,
-    prompts: list[str] | None = None,
-    num_prompts: int = 8,
-    max_new_tokens: int = 64,
-    frameworks: str | tuple[str, ...] = "hf,pearl",
-    modes: str | tuple[str, ...] = DEFAULT_MODES,
-    repeats: int = 3,
-    seed: int = 0,
-    temperature: float = 0.0,
-    preset: str = "default",
-    alpha1: float | None = None,
-    alpha2: float | None = None,
-    lenience: float | None = None,
-    gamma: int | None = None,
-    task_prompts: int = 32,
-    max_ll_drop: float = DEFAULT_MAX_LL_DROP,
-    max_regret: float = DEFAULT_MAX_REGRET,
-    device: str = "auto",
-    json_path: Path | str | None = None,
-    plot_path: Path | str | None = None,
-    echo: Callable[[str], None] = print,
-    label: str = "",
-    pair: LoadedPair | None = None,
-    cost_repeats: int = 15,
-    per_category: int | None = None,
-    chat: str = "auto",
-    costs: str | Path | None = None,
-    max_overrule: float | None = None,
-    pair_mask: Path | str | None = None,
-    tuned: Any = UNREAD,
-) -> dict[str, Any]:
-    """Runs the bench and reports it through ``echo``; returns the JSON document.
+# ============================================================================ 5. the files
 
-    ``prompts_file`` may be ``spec-bench[:names]``: Spec-Bench's bench split, ``per_category``
-    questions per task (default 2), every row stopping at EOS as Spec-Bench does, and a table per
-    task after the overall ones.
 
-    The settings come from :func:`viasd_adapt.config.resolve.resolve_settings` (defaults, the tuned.json
-    beside the mask, the tuner's best points for the lenient and tiered rows, ``preset``, the
-    options); with ``pair_mask`` and no ``mask_path`` it also picks the mask, as ``--pair`` does.
-    ``tuned``: the tuned file beside the mask when the caller has already read it."""
-    from viasd_adapt.io import ensure_writable
+def write_outputs(config: BenchConfig, data: dict[str, Any], rows: list[dict], settings: TierSettings,
+                  prompts: int) -> list[str]:
+    """Writes ``--json`` and ``--plot`` (when given); returns a ``wrote PATH`` line for each."""
+    lines = []
+    if config.json_path:
+        lines.append(f"wrote {save_json(config.json_path, data)}")
+    if config.plot_path:
+        title = config.label or plot_title(config.target, settings, prompts, config.max_new_tokens, config.repeats)
+        lines.append(f"wrote {plot_rows(rows, config.plot_path, title=title)}")
+    return lines
 
-    for output, option in ((json_path, "--json"), (plot_path, "--plot")):  # before the first forward, not after the run
-        if output:
-            ensure_writable(output, option)
+
+# ============================================================================ the invocation
+
+
+def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = print, pair: LoadedPair | None = None,
+                      tuned: Any = UNREAD) -> dict[str, Any]:
+    """Runs the bench ``config`` describes and reports it through ``echo``; returns the JSON document.
+
+    ``pair``: the pair, when the caller has already loaded it (``viasd demo``); ``tuned``: the tuned
+    file beside the mask, when the caller has already read it."""
+    check_outputs(config)
     threads = set_threads()
     quiet_transformers()
-    budget = Budget(max_ll_drop, max_overrule, max_regret)  # the one budget rule, also viasd tune's
-    spec = resolve_settings(mask_path, pair_mask=pair_mask if mask_path is None else None, best_points=True, preset=preset,
-                            flags=dict(alpha1=alpha1, alpha2=alpha2, lenience=lenience, gamma=gamma), tuned=tuned)
-    mask_path, settings, tuned = spec.mask_path, spec.settings, spec.tuned
-    sampling = SamplingConfig.from_temperature(temperature)
-    cost_model = load_cost_model(costs) if costs else None  # a bad file fails before any model loads
-    spec_bench = is_spec_bench(prompts_file)
-    if per_category is not None and not spec_bench:
-        raise ConfigError("--per-category is for --prompts spec-bench[:TASK,...]")
-    config = BenchConfig(frameworks=split_list(frameworks), modes=split_list(modes), max_new_tokens=max_new_tokens,
-                         repeats=repeats, seed=seed, cost_repeats=cost_repeats, stop_at_eos=spec_bench)
-    if prompts is None and not spec_bench:
-        prompts = read_prompts_file(prompts_file) if prompts_file else default_prompts(num_prompts)
-    need_mask = any(m in ("lossless", "lossy", "audit") for m in config.modes)
-    pair = pair or load_pair(target_path, draft_path, mask_path, need_mask=need_mask, device=device,
-                             eagle_head=eagle_head, ratio=settings.ratio, read_masks=spec.masks)
-    if spec_bench:  # needs the loaded pair: MT-bench's second turns follow the target's own first answers
-        echo(f"  .. Spec-Bench prompts ({prompts_file}, {per_category or DEFAULT_PER_CATEGORY} per task, bench split; "
-             f"chat {chat}): writing the target's first answers for MT-bench second turns")
-        prompts = spec_bench_prompts(pair, str(prompts_file), per_category or DEFAULT_PER_CATEGORY, chat, max_new_tokens)
-        task_prompts = 0  # the next-line task is stdlib code; Spec-Bench rows are scored by their fidelity columns
+    spec = resolve_bench_settings(config, tuned)
+    cost_model = load_cost_model(config.costs) if config.costs else None  # a bad file fails before any model loads
+    prompts = read_text_prompts(config)
+    pair = pair or load_bench_pair(config, spec)
+    if config.spec_bench:
+        echo(spec_bench_note(config))
+        prompts = spec_bench_set(config, pair)
     check_spec_model(spec, pair.target)
-    if tuned is not None:
-        echo(f"tuned settings ({tuned.choice}) from beside the mask: {tuned.settings.to_dict()}")
-    for note in spec.notes:
-        echo(note)
-    if pair.mask is not None:
-        mask = pair.mask
-        note = "  <-- FALLBACK, not searched" if mask.is_fallback else ""
-        echo(f"mask: skipped layers {list(mask.mask.skipped)} (s1 = {mask.mask.first_skipped}) from {mask.source}{note}")
-        advice = delta_message(mask.artifact.delta, mask.artifact.search) if mask.artifact is not None else None
-        if advice:
-            echo(f"NOTE: {advice}")
-    echo(f"settings: {settings.to_dict()} | sampling: {'greedy' if sampling.greedy else f'T={temperature}'} | "
-         f"{len(prompts)} prompts x {max_new_tokens} tokens x {repeats} repeats | device {pair.device}, {threads} thread(s)")
-    task = task_examples(task_prompts)
-    result = run_bench(pair, settings, sampling, prompts, config, task, progress=lambda m: echo(f"  .. {m}"), chat=chat)
-    for name, description in result.descriptions.items():
-        echo(f"{name}: {description}")
-    for name, reason in result.skipped.items():
-        echo(f"{name}: SKIPPED ({reason})")
-    echo("\nspeed (cost):")
-    echo(format_table(result.rows, SPEED_COLUMNS))
-    echo("\nfidelity (LL_drop = target log-likelihood per token below the target's own output; "
-         f"next_line = exact match on {result.task_prompts} held-out next lines):")
-    echo(format_table(result.rows, FIDELITY_COLUMNS))
-    if result.groups:
-        echo("\nper Spec-Bench task (tau = committed tokens per target forward; x_ar = tokens/s over AR, same run):")
-        echo(format_group_tables(result))
-    echo("")
-    echo(format_costs(result))
-    echo(f"peak memory: {result.memory_source}")
-    judgement = verdict(result.rows, budget=budget)
-    if judgement:
-        echo("verdict:")
-        for line in judgement:
-            echo(f"  {line}")
+    for line in setup_lines(config, spec, pair, len(prompts), threads):
+        echo(line)
+    result = run_bench(pair, spec.settings, config.sampling, prompts, config.plan, task_examples(config.task_examples),
+                       progress=lambda m: echo(f"  .. {m}"), chat=config.chat)
+    judgement = verdict(result.rows, budget=config.budget)
+    for line in result_lines(result, judgement):
+        echo(line)
     projection = None
     if cost_model is not None:
-        projected = project_rows(result.rows, cost_model, pair.routing, settings.gamma + 1)
-        echo(f"\nPROJECTION, not a measurement: the pass counts measured above, priced with the forward costs of "
-             f"{cost_model.label} ({cost_model.source or 'cost file'}):")
-        echo(format_table(projected, PROJECTION_COLUMNS))
-        projected_verdict = verdict(projected, budget=budget)
-        for line in projected_verdict:
-            echo(f"  projected: {line}")
-        projection = {"cost_model": cost_model.__dict__, "rows": [
-            {k: r.get(k) for k in ("framework", "mode", "full_equivalent_per_token", "projected_speedup_vs_ar")} for r in projected],
-            "verdict": projected_verdict}
+        lines, projection = projection_report(result.rows, cost_model, pair.routing, spec.settings.gamma + 1, config.budget)
+        for line in lines:
+            echo(line)
     echo(f"bench wall time {result.wall_seconds:.1f}s")
-    run_info = {
-        # argv[0] by name only: a results file must not carry the path of the machine that ran it
-        "command": " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else "",
-        "label": label,
-        # names relative to the working folder (else the last component): results travel, machine paths don't
-        "target": relative_name(target_path, Path.cwd()),
-        "draft": str(draft_path) if str(draft_path) == PROMPT_LOOKUP else relative_name(draft_path, Path.cwd()),
-        "eagle_head": relative_name(eagle_head, Path.cwd()) if eagle_head else None,
-        "mask": pair.mask.to_dict() if pair.mask is not None else None,
-        "tuned": tuned.to_json() if tuned is not None else None,
-        "settings": settings.to_dict(),
-        "preset": preset,
-        "sampling": {"greedy": sampling.greedy, "temperature": temperature},
-        "prompts": len(prompts),
-        "prompts_source": str(prompts_file) if prompts_file else "held-out stdlib snippets",
-        "per_category": (per_category or DEFAULT_PER_CATEGORY) if spec_bench else None,
-        "chat": chat,
-        "max_new_tokens": max_new_tokens,
-        "repeats": repeats,
-        "seed": seed,
-        "threads": threads,
-        "max_ll_drop": max_ll_drop,
-        "max_regret": max_regret,
-        **({"max_overrule": max_overrule} if max_overrule is not None else {}),
-        "verdict": judgement,
-        "projection": projection,
-    }
-    data = result_json(result, run_info)
-    if json_path:
-        echo(f"wrote {save_json(json_path, data)}")
-    if plot_path:
-        title = label or plot_title(target_path, settings, len(prompts), max_new_tokens, repeats)
-        echo(f"wrote {plot_rows(result.rows, plot_path, title=title)}")
+    info = run_info(config, spec, pair, len(prompts), threads, judgement, projection, sys.argv, Path.cwd())
+    data = result_json(result, info)
+    for line in write_outputs(config, data, result.rows, spec.settings, len(prompts)):
+        echo(line)
     return data
+
+
+__all__ = ["BenchConfig", "default_prompts", "load_bench_pair", "projection_report", "quiet_transformers",
+           "read_text_prompts", "resolve_bench_settings", "result_lines", "run_bench_session", "run_info", "set_threads",
+           "setup_lines", "spec_bench_set", "task_examples", "write_outputs"]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option
+from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option,
+                                     preset_option)
 from viasd_adapt.prompts.spec_bench import is_spec_bench
 
 
@@ -37,7 +38,8 @@ DEFAULT_MODES = "none,lenient,lossless,lossy,audit"
 
 
 def bench_options(function):
-    """Options shared by ``viasd bench`` (and reused by scripts)."""
+    """The options of ``viasd bench``; their names are the fields of
+    :class:`viasd_adapt.bench.session.BenchConfig`."""
     options = [
         click.option("--mask", "mask_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="DIMR mask artifact [default: mask.json beside the target directory, else a labelled fallback mask]."),
@@ -57,8 +59,7 @@ def bench_options(function):
         click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Interleaved repeats; medians are reported."),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--temperature", type=finite(min=0.0), default=0.0, show_default=True, help="0 = greedy."),
-        click.option("--preset", type=click.Choice(["default", "conservative"]), default="default", show_default=True,
-                     help="Tier thresholds: the tuned/default ones, or CONSERVATIVE (alpha1=0.2, alpha2=0.1)."),
+        preset_option,
         click.option("--alpha1", type=finite(), default=None, help="Override gate-1 tolerance."),
         click.option("--alpha2", type=finite(), default=None, help="Override gate-2 tolerance."),
         click.option("--lenience", type=finite(), default=None, help="Override the lenient baseline's tolerance a."),
@@ -92,12 +93,12 @@ def bench_options(function):
 @bench_options
 def bench(target_path, draft_path, pair, eagle_head, **options) -> None:
     """Benchmark the target alone, each framework untiered, the lenient baseline and each tier mode."""
-    from viasd_adapt.bench.session import run_bench_session
+    from viasd_adapt.bench.session import BenchConfig, run_bench_session
     from viasd_adapt.errors import ConfigError
 
     choice = choose_pair(pair, target_path, draft_path, eagle_head)
     if choice.paths is None and not (choice.target and choice.draft):
         raise ConfigError("give --target and --draft (model directories), or --pair NAME")
     # The pair's mask is resolved with its tuned.json, read once (viasd_adapt.config.resolve.resolve_settings).
-    run_bench_session(choice.target, choice.draft, eagle_head=choice.eagle_head, echo=click.echo, pair_mask=choice.mask,
-                      **options)
+    config = BenchConfig(choice.target, choice.draft, eagle_head=choice.eagle_head, pair_mask=choice.mask, **options)
+    run_bench_session(config, echo=click.echo)

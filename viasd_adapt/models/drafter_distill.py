@@ -1,4 +1,4 @@
-"""Distilling a small drafter from a real target on a CPU (``viasd models build --preset smollm2``).
+"""Distilling a small drafter from a real target on a CPU (``viasd models build --recipe smollm2``).
 
 Design (why each choice):
 

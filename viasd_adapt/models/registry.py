@@ -134,9 +134,9 @@ def resolve_pair(name: str) -> PairPaths:
     known = sorted({pair.name for pair in list_pairs()})
     from viasd_adapt.models.presets import PRESETS
 
-    # Suggest building it only when a preset of that name exists; otherwise say which presets do.
-    how = (f"build it with `viasd models build --preset {name}`" if name in PRESETS else
-           f"it is no preset either: build one of {', '.join(sorted(PRESETS))} with `viasd models build --preset NAME`, "
+    # Suggest building it only when a recipe of that name exists; otherwise say which recipes do.
+    how = (f"build it with `viasd models build --recipe {name}`" if name in PRESETS else
+           f"it is no recipe either: build one of {', '.join(sorted(PRESETS))} with `viasd models build --recipe NAME`, "
            "or pass a pair directory")
     raise ViasdError(f"no model pair named {name!r} (known: {', '.join(known) or 'none'}); {how}")
 
@@ -153,6 +153,6 @@ def demo_pair_paths() -> PairPaths:
     if pair is None:
         raise ViasdError(
             f"the shipped demo pair is missing from {shipped_dir() / DEMO_PAIR}; "
-            "reinstall viasd-adapt or run `viasd models build --preset demo`"
+            "reinstall viasd-adapt or run `viasd models build --recipe demo`"
         )
     return pair

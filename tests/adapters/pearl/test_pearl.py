@@ -17,8 +17,10 @@ import time
 import pytest
 import torch
 
+from tests.support.expected_warnings import junk_drafter_warning
 from tests.support.pairs import greedy_reference, noisy_pair
-from viasd_adapt.adapters.pearl import PearlDecoder, RoleWorkers, pearl_generate, resolve_parallel
+from viasd_adapt.adapters.pearl import pearl_generate
+from viasd_adapt.engine.pearl import PearlDecoder, RoleWorkers, resolve_parallel
 from viasd_adapt.engine.drafters import ModelDrafter
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.hooks import hookimpl
@@ -107,17 +109,18 @@ def test_parallel_and_sequential_agree(pair, mask, mode, sampling):
     """The conformance suite runs PEARL parallel (the default on a CPU); sequential must decide the
     same tokens, tiers and metrics."""
     target, drafter = pair
-    for seed in range(3):
-        runs = [
-            pearl_generate(
-                target, drafter, PROMPTS[seed], 20, settings=TierSettings(mode=mode, gamma=4), mask=mask,
-                sampling=sampling, parallel=parallel, seed=seed,
-            )
-            for parallel in (True, False)
-        ]
-        assert runs[0].tokens == runs[1].tokens
-        assert runs[0].tiers == runs[1].tiers
-        assert runs[0].metrics.to_dict() == runs[1].metrics.to_dict()
+    with junk_drafter_warning("pearl", expected=mode == "lossy" and sampling.greedy):  # the noisy pair's u is nearly flat
+        for seed in range(3):
+            runs = [
+                pearl_generate(
+                    target, drafter, PROMPTS[seed], 20, settings=TierSettings(mode=mode, gamma=4), mask=mask,
+                    sampling=sampling, parallel=parallel, seed=seed,
+                )
+                for parallel in (True, False)
+            ]
+            assert runs[0].tokens == runs[1].tokens
+            assert runs[0].tiers == runs[1].tiers
+            assert runs[0].metrics.to_dict() == runs[1].metrics.to_dict()
 
 
 def test_roles_run_on_their_own_threads_and_overlap(pair):
