@@ -94,7 +94,7 @@ def test_a_rebuild_recognises_an_earlier_build_by_its_report_tagged_or_not(tmp_p
         if tagged:
             BuildReport.load(folder / "build_report.json").save(folder / "build_report.json")
         check_build_destination(folder, "demo")  # an earlier build of the same preset: accepted
-        with pytest.raises(ConfigError, match="not an earlier build of the 'tiny' preset"):
+        with pytest.raises(ConfigError, match="not an earlier build of the 'tiny' recipe"):
             check_build_destination(folder, "tiny")
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "build_report.json").write_text(json.dumps({"preset": {"name": 3}}))
