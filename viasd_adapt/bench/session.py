@@ -24,6 +24,7 @@ from viasd_adapt.bench.run import DEFAULT_MODES, BenchConfig, run_bench
 from viasd_adapt.io import relative_name
 from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP
 from viasd_adapt.prompts.files import read_prompts_file
+from viasd_adapt.prompts.splits import bench_snippets
 from viasd_adapt.models.pair import LoadedPair, load_pair
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.config.resolve import UNREAD, resolve_settings
@@ -37,9 +38,8 @@ DEFAULT_PER_CATEGORY = 2  # Spec-Bench questions per task when --per-category is
 # Benchmarks share the machine; one thread keeps timings comparable and polite. Override with
 # the environment variable VIASD_BENCH_THREADS.
 DEFAULT_THREADS = 1
-# Seeds of the held-out draws: the bench prompts, the next-line task and (viasd tune) the
-# calibration prompts are separate draws, so tuning never sees what the bench measures.
-BENCH_PROMPT_SEED = 0
+# Seed of the next-line task's held-out draw; the prompt splits draw with seeds of their own
+# (viasd_adapt.prompts.splits), so tuning never sees what the bench measures.
 TASK_SEED = 1
 
 
@@ -47,13 +47,6 @@ def split_list(value: str | tuple[str, ...]) -> tuple[str, ...]:
     if isinstance(value, tuple):
         return value
     return tuple(part.strip() for part in value.split(",") if part.strip())
-
-
-def default_prompts(n: int, seed: int = BENCH_PROMPT_SEED) -> list[str]:
-    """Held-out stdlib snippets (never seen in training by the project's own pairs)."""
-    from viasd_adapt.models.corpus import heldout_prompts
-
-    return heldout_prompts(n, seed=seed, min_chars=200, max_chars=400)
 
 
 def task_examples(n: int, seed: int = TASK_SEED) -> list[tuple[str, str]]:
@@ -149,7 +142,7 @@ def run_bench_session(
     config = BenchConfig(frameworks=split_list(frameworks), modes=split_list(modes), max_new_tokens=max_new_tokens,
                          repeats=repeats, seed=seed, cost_repeats=cost_repeats, stop_at_eos=spec_bench)
     if prompts is None and not spec_bench:
-        prompts = read_prompts_file(prompts_file) if prompts_file else default_prompts(num_prompts)
+        prompts = read_prompts_file(prompts_file) if prompts_file else bench_snippets(num_prompts)
     need_mask = any(m in ("lossless", "lossy", "audit") for m in config.modes)
     pair = pair or load_pair(target_path, draft_path, mask_path, need_mask=need_mask, device=device,
                              eagle_head=eagle_head, ratio=settings.ratio, read_masks=spec.masks)
