@@ -133,25 +133,21 @@ def _load(path: Path):
 
 def study(target_pair: str, exits: tuple[int, ...], prompts: int, tokens: int, out: Path | None, plot: Path | None) -> dict:
     """Per drafter: Delta(u), the tier-2 rate, and tuned VIA-SD vs tuned lenient at the default budget."""
-    from viasd_adapt.bench.session import default_prompts
     from viasd_adapt.io import save_figure, write_json
     from viasd_adapt.models.registry import resolve_pair
     from viasd_adapt.models.pair import load_pair
-    from viasd_adapt.search.decoder_windows import (
-        build_calibration,
-        default_prompts as calibration_texts,
-        encode_prompts,
-    )
+    from viasd_adapt.prompts.splits import search_snippets, tune_snippets
+    from viasd_adapt.search.decoder_windows import build_calibration, encode_prompts
     from viasd_adapt.search.objective import MaskObjective
     from viasd_adapt.core.settings import TierSettings
-    from viasd_adapt.tuning.tune import Budget, TuneGrid, calibration_prompts, tune
+    from viasd_adapt.tuning.tune import Budget, TuneGrid, tune
 
     torch.set_num_threads(1)
     paths = resolve_pair(target_pair)
     target_loss = _target_loss(paths.target)
     rows = []
-    calib_texts, _ = calibration_texts(16, 0, seed=0)
-    tune_prompts = calibration_prompts(prompts, default_prompts(8))
+    calib_texts, _ = search_snippets(16, 0, seed=0)
+    tune_prompts = tune_snippets(prompts)
     for name, draft_dir, draft_loss in _drafters():
         started = time.perf_counter()
         pair = load_pair(paths.target, draft_dir, paths.mask, device="cpu")

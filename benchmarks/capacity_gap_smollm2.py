@@ -111,7 +111,7 @@ def _drafters() -> list[tuple[str, Path, float]]:
 
 
 def study(prompts: int, tokens: int, out: Path | None, threads: int) -> dict:
-    from viasd_adapt.bench.prompt_sets import calibration_prompts
+    from viasd_adapt.bench.prompt_sets import tune_spec_bench_prompts
     from viasd_adapt.io import write_json
     from viasd_adapt.models.pair import load_pair
     from viasd_adapt.models.registry import resolve_pair
@@ -123,7 +123,7 @@ def study(prompts: int, tokens: int, out: Path | None, threads: int) -> dict:
         started = time.perf_counter()
         paths = resolve_pair(str(pair_dir))
         pair = load_pair(paths.target, paths.draft, paths.mask, device="cpu")
-        calibration = calibration_prompts(pair, prompts, "auto", tokens)
+        calibration = tune_spec_bench_prompts(pair, prompts, "auto", tokens)
         # masks named relative to the pair folder: results must not hold this machine's paths
         result = tune(pair, calibration, tokens, TuneGrid(**GRID), Budget()).relative_to(pair_dir)
         best = {family: result.best(family) for family in ("sd", "lenient", "lossless", "viasd")}

@@ -31,11 +31,13 @@ def main() -> None:
     from viasd_adapt.models.pair import load_pair
     from viasd_adapt.config.mask import RoutingMask, skip_count
     from viasd_adapt.routing.slim import SlimVerifier
-    from viasd_adapt.search.decoder_windows import build_calibration, build_windows, default_prompts, encode_prompts
+    from viasd_adapt.prompts.splits import search_snippets
+    from viasd_adapt.search.decoder_windows import build_calibration, build_windows, encode_prompts
     from viasd_adapt.search.candidates import BudgetSpace, FixedCountSpace
-    from viasd_adapt.search.dimr import SearchSettings, dimr_search
+    from viasd_adapt.search.config import SearchConfig
+    from viasd_adapt.search.dimr import dimr_search
     from viasd_adapt.search.objective import AgreementProbe, MaskObjective
-    from viasd_adapt.search.pipeline import mask_price
+    from viasd_adapt.search.price import mask_price
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pair", default="demo")
@@ -50,7 +52,7 @@ def main() -> None:
     started = time.perf_counter()
     paths = resolve_pair(args.pair)
     pair = load_pair(paths.target, paths.draft, need_mask=False, device="cpu")
-    calib, heldout = default_prompts(16, 16, seed=0)
+    calib, heldout = search_snippets(16, 16, seed=0)
     calibration = build_calibration(pair.target, pair.draft, encode_prompts(pair.tokenizer, calib), 48)
     objective = MaskObjective(pair.target, calibration)
     probe = AgreementProbe(pair.target, build_windows(pair.target, encode_prompts(pair.tokenizer, heldout), 48))
@@ -67,7 +69,8 @@ def main() -> None:
                 cache[bits] = objective(RoutingMask.from_bits(bits))
             return cache[bits]
 
-        result = dimr_search(cost, space, SearchSettings(steps=args.steps, bo_every=5, patience=0, seed=args.seed))
+        config = SearchConfig(strategy="dimr", steps=args.steps, bo_every=5, patience=0, seed=args.seed)
+        result = dimr_search(cost, space, config)
         mask = RoutingMask.from_bits(result.best.bits)
         costs = measure_forward_costs(pair.target, pair.draft, SlimVerifier(pair.target, mask), context, 5, 9)
         slim = costs.c_slim / costs.c_full_block

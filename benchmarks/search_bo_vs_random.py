@@ -94,25 +94,28 @@ def prompt_ids(tokenizer, args):
             return encode_prompt(tokenizer, q.turns[0])[-args.prompt_tokens:]
 
         return [enc(q) for q in calib], [enc(q) for q in held], "Spec-Bench calibration split, chat template"
-    from viasd_adapt.search.decoder_windows import default_prompts, encode_prompts
+    from viasd_adapt.prompts.splits import search_snippets
+    from viasd_adapt.search.decoder_windows import encode_prompts
 
-    calib, held = default_prompts(args.calib_prompts, args.heldout_prompts, seed=0)
+    calib, held = search_snippets(args.calib_prompts, args.heldout_prompts, seed=0)
     return (encode_prompts(tokenizer, calib, args.prompt_tokens), encode_prompts(tokenizer, held, args.prompt_tokens),
             "held-out stdlib snippets")
 
 
 def run_method(method, cost, space, budget, seed, bo_every):
-    from viasd_adapt.search.dimr import SearchSettings, dimr_search
-    from viasd_adapt.search.guided import GuidedSettings, guided_search
+    from viasd_adapt.search.config import GuidedConfig, SearchConfig
+    from viasd_adapt.search.dimr import dimr_search
+    from viasd_adapt.search.guided import guided_search
 
     if method == "random":
-        return dimr_search(cost, space, SearchSettings(steps=budget, bo_every=0, patience=0, seed=seed))
+        return dimr_search(cost, space, SearchConfig(strategy="dimr", steps=budget, bo_every=0, patience=0, seed=seed))
     if method == "dimr-bo":
-        return dimr_search(cost, space, SearchSettings(steps=budget, bo_every=bo_every, patience=0, seed=seed))
+        return dimr_search(cost, space, SearchConfig(strategy="dimr", steps=budget, bo_every=bo_every, patience=0,
+                                                     seed=seed))
     flags = {"guided": {}, "probe": dict(warm=False, local=False, gp=False),
              "warm": dict(probe=False, local=False, gp=False), "local": dict(probe=False, warm=False, gp=False),
              "gp": dict(probe=False, warm=False, local=False)}[method]
-    return guided_search(cost, space, GuidedSettings(steps=budget, seed=seed, **flags))
+    return guided_search(cost, space, SearchConfig(steps=budget, seed=seed, patience=0, guided=GuidedConfig(**flags)))
 
 
 def main(argv=None) -> int:

@@ -322,7 +322,10 @@ def search(args) -> None:
     from viasd_adapt.config.mask import MaskArtifact, RoutingMask
     from viasd_adapt.routing.mask import model_fingerprint
     from viasd_adapt.routing.slim import SlimVerifier
-    from viasd_adapt.search.dimr import SearchSettings, dimr_search
+    from viasd_adapt.search.candidates import FixedCountSpace
+    from viasd_adapt.search.config import SearchConfig
+    from viasd_adapt.search.dimr import dimr_search
+    from viasd_adapt.search.report import DIMR_STRATEGY, ROUTED_OBJECTIVE
     from viasd_adapt.search.seq2seq_windows import build_seq2seq_calibration, build_seq2seq_windows
     from viasd_adapt.core.settings import TierSettings
 
@@ -345,7 +348,8 @@ def search(args) -> None:
         return float(routed_path_cost(calibration.logp_full, slim_logp(bits), calibration.logp_draft,
                                       tier.alpha1, tier.alpha2, tier.beta).sum())
 
-    result = dimr_search(cost, layers, k, SearchSettings(steps=12 if args.fast else 40, bo_every=5, patience=20, seed=0))
+    config = SearchConfig(strategy="dimr", steps=12 if args.fast else 40, bo_every=5, patience=20, seed=0)
+    result = dimr_search(cost, FixedCountSpace(layers, k), config)
     best = RoutingMask.from_bits(result.best.bits)
     all_masks = [tuple(0 if i in skip else 1 for i in range(layers)) for skip in combinations(range(layers), k)]
     exhaustive = sorted((cost(bits), bits) for bits in all_masks)
@@ -377,10 +381,15 @@ def search(args) -> None:
         },
         "seconds": round(time.perf_counter() - started, 1),
     }
+    # the mask file's search section is typed (viasd_adapt.config.search_record); this study's own
+    # measurements do not fit a search report, so they go to search.json beside it
+    search_section = config.strategy_record() | {
+        "ratio": best.ratio, "alpha1": tier.alpha1, "alpha2": tier.alpha2, "beta": tier.beta,
+        "objective": ROUTED_OBJECTIVE, "strategy": DIMR_STRATEGY,
+        "calibration": {"source": f"{n_calib} train functions, target-greedy windows (source -> target)",
+                        "n_calibration": n_calib, "new_tokens": MAX_TARGET_TOKENS}}
     artifact = MaskArtifact(best, ratio=tier.ratio, score=round(result.best.cost, 6), delta=round(delta, 6),
-                            search={"calibration": "48 train functions, target-greedy windows (source -> target)",
-                                    "alpha1": tier.alpha1, "alpha2": tier.alpha2, "steps": result.evaluations},
-                            fingerprint=model_fingerprint(target), report=report)
+                            search=search_section, fingerprint=model_fingerprint(target))
     artifact.save(root / "mask.json")
     write_json(root / "search.json", report)
     print(json.dumps(report, indent=2))

@@ -15,7 +15,7 @@ from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.config.tuned import TunedForAnotherMaskWarning, TunedSettings
 from viasd_adapt.config.resolve import resolve_settings, tuned_mask_path
 from viasd_adapt.engine.tier import open_tier
-from viasd_adapt.tuning.tune import Budget, Point, TuneGrid, calibration_prompts, pareto
+from viasd_adapt.tuning.tune import Budget, Point, TuneGrid, pareto
 from viasd_adapt.routing.mask import check_tuned_model
 
 torch.set_num_threads(1)
@@ -61,14 +61,6 @@ def test_a_tier_point_must_beat_the_simpler_settings_by_more_than_the_noise_marg
     exact_tie = point("lossless", 0.59, 0.0, mode="lossless")  # the cascade 1.7% under plain SD
     assert choose([sd, exact_tie], budget) is sd
     assert choose([exact_tie], budget) is exact_tie  # nothing simpler within budget
-
-
-def test_calibration_prompts_are_kept_apart_from_the_bench():
-    from viasd_adapt.bench.session import default_prompts
-
-    bench = default_prompts(8)
-    calib = calibration_prompts(6, bench)
-    assert len(calib) == 6 and not set(calib) & set(bench)
 
 
 def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):

@@ -367,8 +367,10 @@ def test_mask_for_wrong_layer_count_is_refused():
 def test_mask_artifact_round_trip_and_model_checks(tmp_path):
     model = tiny_model("llama", seed=0, num_layers=LAYERS)
     mask = RoutingMask.from_skipped(LAYERS, [1, 4])
+    search = {"steps": 10, "seed": 0, "patience": 0, "ratio": 0.33, "alpha1": 0.5, "alpha2": 0.3, "beta": 1.0,
+              "objective": "margin", "strategy": "dimr"}
     artifact = MaskArtifact(
-        mask, ratio=0.33, score=1.25, delta=0.5, search={"steps": 10, "seed": 0}, fingerprint=model_fingerprint(model)
+        mask, ratio=0.33, score=1.25, delta=0.5, search=search, fingerprint=model_fingerprint(model)
     )
     path = artifact.save(tmp_path / "sub" / "mask.json")
     data = json.loads(path.read_text())
@@ -377,7 +379,7 @@ def test_mask_artifact_round_trip_and_model_checks(tmp_path):
 
     loaded = load_mask(path, model)
     assert loaded.mask == mask and (loaded.ratio, loaded.score, loaded.delta) == (0.33, 1.25, 0.5)
-    assert loaded.search == {"steps": 10, "seed": 0} and loaded.fingerprint == artifact.fingerprint
+    assert loaded.search.model_dump() == search and loaded.fingerprint == artifact.fingerprint
     # The same weights in another object (a reload) match; another checkpoint does not.
     load_mask(path, copy.deepcopy(model))
     with pytest.raises(ModelMismatchError, match="sampled entries differ"):

@@ -17,15 +17,21 @@ from viasd_adapt.search.candidates import (
     random_unseen,
     space_size,
 )
-from viasd_adapt.search.candidates import BudgetSpace, FixedCountSpace
-from viasd_adapt.search.dimr import BO, RANDOM, SearchSettings, check_cardinality, dimr_search, random_masks
+from viasd_adapt.search.candidates import BudgetSpace, FixedCountSpace, check_cardinality
+from viasd_adapt.search.config import SearchConfig
+from viasd_adapt.search.dimr import BO, RANDOM, dimr_search, random_masks
 
 torch.set_num_threads(1)
 
 
+def dimr(**changes) -> SearchConfig:
+    """A DIMR search's config (the strategy's schedule: steps, bo_every, patience, seed)."""
+    return SearchConfig(strategy="dimr", **changes)
+
+
 def layered_cost(num_layers: int, seed: int = 0):
     """A constructed cost with a U-shaped layer importance (ends matter most) and pair interactions,
-    like the synthetic benchmark of BO-RECIPE.md. Deterministic in ``bits``."""
+    as real mask costs have. Deterministic in ``bits``."""
     g = torch.Generator().manual_seed(seed)
     positions = torch.linspace(-1, 1, num_layers)
     importance = (positions**2) * 3 + torch.rand(num_layers, generator=g)
@@ -60,7 +66,7 @@ def test_candidates_keep_cardinality_and_dedup():
 
 def test_every_mask_has_k_skips_no_duplicates_and_bo_every_theta():
     cost = layered_cost(12)
-    result = dimr_search(cost, FixedCountSpace(12, 5), SearchSettings(steps=30, bo_every=4, patience=0, seed=3))
+    result = dimr_search(cost, FixedCountSpace(12, 5), dimr(steps=30, bo_every=4, patience=0, seed=3))
     assert result.evaluations == 30 and result.stop_reason == "steps"
     masks = [e.bits for e in result.history]
     assert len(set(masks)) == len(masks)
@@ -75,21 +81,21 @@ def test_every_mask_has_k_skips_no_duplicates_and_bo_every_theta():
 
 def test_same_seed_same_search_different_seed_different_search():
     cost = layered_cost(10)
-    settings = SearchSettings(steps=15, bo_every=3, patience=0, seed=11)
+    settings = dimr(steps=15, bo_every=3, patience=0, seed=11)
     first = dimr_search(cost, FixedCountSpace(10, 4), settings)
     second = dimr_search(cost, FixedCountSpace(10, 4), settings)
-    other = dimr_search(cost, FixedCountSpace(10, 4), SearchSettings(steps=15, bo_every=3, patience=0, seed=12))
+    other = dimr_search(cost, FixedCountSpace(10, 4), dimr(steps=15, bo_every=3, patience=0, seed=12))
     assert [e.bits for e in first.history] == [e.bits for e in second.history]
     assert [e.bits for e in first.history] != [e.bits for e in other.history]
 
 
 def test_random_only_has_no_bo_steps():
-    result = dimr_search(layered_cost(8), FixedCountSpace(8, 3), SearchSettings(steps=10, bo_every=0, patience=0))
+    result = dimr_search(layered_cost(8), FixedCountSpace(8, 3), dimr(steps=10, bo_every=0, patience=0))
     assert {e.kind for e in result.history} == {RANDOM}
 
 
 def test_small_space_is_exhausted_not_repeated():
-    result = dimr_search(layered_cost(5), FixedCountSpace(5, 2), SearchSettings(steps=40, bo_every=3, patience=0))
+    result = dimr_search(layered_cost(5), FixedCountSpace(5, 2), dimr(steps=40, bo_every=3, patience=0))
     assert result.stop_reason == "exhausted"
     assert sorted(e.bits for e in result.history) == sorted(all_masks(5, 2))
     # the exhaustive search must then hold the exact optimum
@@ -103,7 +109,7 @@ def test_patience_stops_early():
         calls.append(bits)
         return 1.0  # never improves after the first mask
 
-    result = dimr_search(flat, FixedCountSpace(10, 4), SearchSettings(steps=50, bo_every=0, patience=6))
+    result = dimr_search(flat, FixedCountSpace(10, 4), dimr(steps=50, bo_every=0, patience=6))
     assert result.stop_reason == "patience"
     assert result.evaluations == 7 == len(calls)
 
@@ -112,7 +118,7 @@ def test_search_beats_median_random_on_constructed_case():
     num_layers, k = 14, 6
     cost = layered_cost(num_layers, seed=5)
     every = sorted(cost(m) for m in all_masks(num_layers, k))
-    result = dimr_search(cost, FixedCountSpace(num_layers, k), SearchSettings(steps=50, bo_every=5, patience=0, seed=0))
+    result = dimr_search(cost, FixedCountSpace(num_layers, k), dimr(steps=50, bo_every=5, patience=0, seed=0))
     random_costs = [cost(m) for m in random_masks(FixedCountSpace(num_layers, k), 20, seed=1)]
     assert result.best.cost <= statistics.median(random_costs)
     # and it is in the best 1% of all 3003 masks, which 50 blind draws reach only ~40% of the time
@@ -130,8 +136,8 @@ def test_bad_cardinalities_are_clear_errors():
         skip_count(6, 0.0)
     with pytest.raises(ConfigError, match="at least one layer must remain"):
         skip_count(6, 0.95)
-    with pytest.raises(ConfigError):
-        SearchSettings(steps=0)
+    with pytest.raises(ConfigError, match="steps must be >= 0"):
+        dimr(steps=-1)
 
 
 def test_all_masks_enumeration_is_complete():
@@ -140,17 +146,17 @@ def test_all_masks_enumeration_is_complete():
 
 def test_bo_leaves_global_rng_alone_and_a_failed_fit_falls_back_to_random(monkeypatch):
     state = torch.get_rng_state()
-    dimr_search(layered_cost(8), FixedCountSpace(8, 3), SearchSettings(steps=6, bo_every=3, patience=0))
+    dimr_search(layered_cost(8), FixedCountSpace(8, 3), dimr(steps=6, bo_every=3, patience=0))
     assert torch.equal(state, torch.get_rng_state())
 
-    import viasd_adapt.search.dimr as dimr
+    import viasd_adapt.search.dimr as dimr_module
 
     def broken(*args, **kwargs):
         raise RuntimeError("cholesky failed")
 
     with monkeypatch.context() as patch:
-        patch.setattr(dimr, "propose_bo", broken)
-        result = dimr_search(layered_cost(8), FixedCountSpace(8, 3), SearchSettings(steps=6, bo_every=3, patience=0))
+        patch.setattr(dimr_module, "propose_bo", broken)
+        result = dimr_search(layered_cost(8), FixedCountSpace(8, 3), dimr(steps=6, bo_every=3, patience=0))
     assert {e.kind for e in result.history} == {RANDOM} and result.evaluations == 6
     assert len(result.extras["bo_failures"]) == 2 and "cholesky" in result.extras["bo_failures"][0]
 
@@ -182,7 +188,7 @@ def test_dimr_searches_the_budget_space_with_bo():
         return 10.0 - s1 + 0.5 * bits.count(0) + 0.1 * sum(i * (1 - b) for i, b in enumerate(bits))
 
     best = min(space.enumerate(), key=cost)
-    result = dimr_search(cost, space, SearchSettings(steps=60, bo_every=3, patience=0, seed=1))
+    result = dimr_search(cost, space, dimr(steps=60, bo_every=3, patience=0, seed=1))
     assert all(space.contains(e.bits) for e in result.history)
     assert len({e.bits for e in result.history}) == result.evaluations  # never twice
     assert BO in {e.kind for e in result.history}

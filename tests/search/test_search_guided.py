@@ -1,5 +1,5 @@
 """Guided DIMR (probes, warm starts, swap trust region, GP) on constructed costs with a known
-optimum, and the calibration window cache (issue 23)."""
+optimum, and the calibration window cache."""
 
 from __future__ import annotations
 
@@ -12,12 +12,18 @@ from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.search.decoder_windows import WindowCache, build_calibration, window_cache_path
 from viasd_adapt.search.candidates import BudgetSpace, FixedCountSpace, bits_from_skipped
-from viasd_adapt.search.dimr import SearchSettings, dimr_search
-from viasd_adapt.search.guided import PROBE, GuidedSettings, default_steps, guided_search, structured_starts
+from viasd_adapt.search.config import GuidedConfig, SearchConfig
+from viasd_adapt.search.dimr import dimr_search
+from viasd_adapt.search.guided import PROBE, default_steps, guided_search, structured_starts
 from viasd_adapt.search.objective import MaskObjective, escalation_rate
 from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
+
+
+def dimr(**changes) -> SearchConfig:
+    """A DIMR search's config (the strategy's schedule: steps, bo_every, patience, seed)."""
+    return SearchConfig(strategy="dimr", **changes)
 
 
 def planted_cost(num_layers: int, optimum: tuple[int, ...], seed: int = 0):
@@ -42,6 +48,11 @@ def planted_cost(num_layers: int, optimum: tuple[int, ...], seed: int = 0):
     return cost
 
 
+def guided_config(steps: int, seed: int, **parts) -> SearchConfig:
+    """A guided search of ``steps`` evaluations without patience, its ingredients and internals ``parts``."""
+    return SearchConfig(steps=steps, seed=seed, patience=0, guided=GuidedConfig(**parts))
+
+
 L, K = 24, 6
 OPTIMUM = (3, 7, 11, 14, 18, 21)  # non-adjacent, scattered: no structured start is it
 
@@ -64,8 +75,8 @@ def test_guided_search_reaches_the_planted_optimum_where_random_search_does_not(
     optimum = cost(bits_from_skipped(L, OPTIMUM))
     budget = 60
     for seed in (0, 1):
-        guided = guided_search(cost, space, GuidedSettings(steps=budget, seed=seed, fit_maxiter=30, refit_every=4))
-        randomised = dimr_search(cost, space, SearchSettings(steps=budget, bo_every=0, patience=0, seed=seed))
+        guided = guided_search(cost, space, guided_config(steps=budget, seed=seed, fit_maxiter=30, refit_every=4))
+        randomised = dimr_search(cost, space, dimr(steps=budget, bo_every=0, patience=0, seed=seed))
         assert guided.evaluations == budget == randomised.evaluations
         assert guided.best.cost == pytest.approx(optimum)  # the exact optimum
         assert randomised.best.cost > 1.5 * optimum  # random search is far from it
@@ -77,12 +88,12 @@ def test_guided_search_reaches_the_planted_optimum_where_random_search_does_not(
 def test_guided_search_is_reproducible_and_every_ingredient_runs_alone():
     cost = planted_cost(12, (2, 5, 8))
     space = FixedCountSpace(12, 3)
-    first = guided_search(cost, space, GuidedSettings(steps=30, seed=4, fit_maxiter=30))
-    second = guided_search(cost, space, GuidedSettings(steps=30, seed=4, fit_maxiter=30))
+    first = guided_search(cost, space, guided_config(steps=30, seed=4, fit_maxiter=30))
+    second = guided_search(cost, space, guided_config(steps=30, seed=4, fit_maxiter=30))
     assert [e.bits for e in first.history] == [e.bits for e in second.history]
     for flags in (dict(warm=False, local=False, gp=False), dict(probe=False, local=False, gp=False),
                   dict(probe=False, warm=False, gp=False), dict(probe=False, warm=False, local=False)):
-        result = guided_search(cost, space, GuidedSettings(steps=18, seed=0, fit_maxiter=20, **flags))
+        result = guided_search(cost, space, guided_config(steps=18, seed=0, fit_maxiter=20, **flags))
         assert result.evaluations == 18 and space.contains(result.best.bits)
         assert (result.extras["probe_evaluations"] == 12) == flags.get("probe", True)
     assert default_steps(30) == 90 and default_steps(16) == 55
@@ -111,7 +122,7 @@ def test_budget_space_cycle_price_includes_escalation():
     assert members == brute and space.size() == len(brute)
     g = torch.Generator().manual_seed(0)
     assert all(space.contains(space.random(g)) for _ in range(100))
-    result = guided_search(lambda b: float(sum(b)) + b.index(0), space, GuidedSettings(steps=25, seed=0, fit_maxiter=30))
+    result = guided_search(lambda b: float(sum(b)) + b.index(0), space, guided_config(steps=25, seed=0, fit_maxiter=30))
     assert all(space.contains(e.bits) for e in result.history if e.in_space) and space.contains(result.best.bits)
 
 

@@ -10,11 +10,13 @@ import torch
 from viasd_adapt.core.cost import block_cost
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.config.mask import MaskArtifact, RoutingMask
-from viasd_adapt.search.decoder_windows import build_calibration, build_windows, check_compatible, load_prompt_file
-from viasd_adapt.search.dimr import SearchSettings
+from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.search.config import CalibrationConfig, SearchConfig
+from viasd_adapt.search.decoder_windows import build_calibration, build_windows, check_compatible
 from viasd_adapt.search.objective import AgreementProbe, MaskObjective
-from viasd_adapt.search.pipeline import search_mask
+from viasd_adapt.search.pipeline import run_stages
+from viasd_adapt.search.prompt_ids import PromptIds
+from viasd_adapt.prompts.splits import search_prompt_file
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.routing.mask import load_mask
 
@@ -111,28 +113,34 @@ def test_agreement_probe(pair):
     assert probe.of_model(draft) == pytest.approx(expected.float().mean().item())
 
 
+def search(target, draft, calib_ids, heldout_ids=(), **changes):
+    """The three stages on token ids: DIMR with the paper's routed cost, 4 new tokens per window."""
+    config = SearchConfig(**{"strategy": "dimr", "objective": "routed", "calibration": CalibrationConfig(new_tokens=4),
+                             **changes})
+    return run_stages(target, draft, PromptIds(list(calib_ids), list(heldout_ids)), config)
+
+
 def test_pipeline_artifact_roundtrip_and_refuses_other_model(pair, tmp_path):
     target, draft = pair
-    settings = SearchSettings(steps=8, bo_every=3, patience=0, seed=4)
-    outcome = search_mask(target, draft, prompts(3, 3), prompts(2, 4), ratio=0.5, settings=settings,
-                          compare_random=4, new_tokens=4)
+    settings = dict(ratio=0.5, steps=8, bo_every=3, patience=0, seed=4)
+    outcome = search(target, draft, prompts(3, 3), prompts(2, 4), compare_random=4, **settings)
     history = outcome.result.history
     assert len(history) == 8 and len({e.bits for e in history}) == 8
     assert all(e.bits.count(0) == 3 for e in history)
     artifact = outcome.artifact
     assert artifact.mask.num_skipped == 3 and artifact.score == pytest.approx(min(e.cost for e in history), rel=1e-5)
     report = artifact.report
-    assert len(report["random_compare"]["costs"]) == 4 and len(report["random_compare"]["heldout_agreement"]) == 4
-    assert 0.0 <= report["heldout_agreement"] <= 1.0 and report["tau"] == 12
+    assert len(report.random_compare.costs) == 4 and len(report.random_compare.heldout_agreement) == 4
+    assert 0.0 <= report.heldout_agreement <= 1.0 and report.tau == 12
     path = artifact.save(tmp_path / "mask.json")
     loaded = load_mask(path, target)
-    assert loaded.mask == artifact.mask and loaded.search["bo_every"] == 3
+    assert loaded.mask == artifact.mask and loaded.search.bo_every == 3
     assert json.loads(path.read_text())["fingerprint"]["num_layers"] == 6
     other = tiny_model(target.config.model_type, seed=9, num_layers=6)
     with pytest.raises(ModelMismatchError):
         load_mask(path, other)
     # same seed, same search
-    again = search_mask(target, draft, prompts(3, 3), (), ratio=0.5, settings=settings, new_tokens=4)
+    again = search(target, draft, prompts(3, 3), **settings)
     assert [e.bits for e in again.result.history] == [e.bits for e in history]
     assert [e.cost for e in again.result.history] == [e.cost for e in history]
 
@@ -143,7 +151,7 @@ def test_mismatched_vocabularies_are_refused():
     with pytest.raises(ModelMismatchError, match="different vocabularies"):
         check_compatible(target, draft)
     with pytest.raises(ModelMismatchError):
-        search_mask(target, draft, prompts(1, 0), ratio=0.5, settings=SearchSettings(steps=2))
+        search(target, draft, prompts(1, 0), ratio=0.5, steps=2)
 
 
 def test_mismatched_tokenizers_are_refused():
@@ -168,27 +176,30 @@ def test_ratio_errors_before_any_forward():
     draft = tiny_model("gpt2", seed=1, num_layers=1)
     for ratio in (0.0, 1.0, -0.2):
         with pytest.raises(ConfigError, match=r"\(0, 1\)"):
-            search_mask(target, draft, prompts(1, 0), ratio=ratio)
+            search(target, draft, prompts(1, 0), ratio=ratio)
     with pytest.raises(ConfigError, match="at least one layer must remain"):
-        search_mask(target, draft, prompts(1, 0), ratio=0.9)  # round(3.6) = 4 of 4 layers
+        search(target, draft, prompts(1, 0), ratio=0.9)  # round(3.6) = 4 of 4 layers
     with pytest.raises(ConfigError, match="no layer|at least one layer"):
-        search_mask(target, draft, prompts(1, 0), ratio=0.1)  # round(0.4) = 0: nothing to route
+        search(target, draft, prompts(1, 0), ratio=0.1)  # round(0.4) = 0: nothing to route
 
 
-def test_prompt_files(tmp_path):
+def test_calibration_files_hold_out_their_tail(tmp_path):
     lines = tmp_path / "lines.txt"
-    lines.write_text("def f():\n\n    return 1\n")
-    assert load_prompt_file(lines) == ["def f():", "    return 1"]
+    lines.write_text("def f():\n\n    return 1\nx = 2\n")
+    assert search_prompt_file(lines, 1) == (["def f():", "    return 1"], ["x = 2"])
+    assert search_prompt_file(lines, 0) == (["def f():", "    return 1", "x = 2"], [])
     listed = tmp_path / "list.json"
     listed.write_text(json.dumps(["a\nb", "c"]))
-    assert load_prompt_file(listed) == ["a\nb", "c"]
+    assert search_prompt_file(listed, 1) == (["a\nb"], ["c"])
+    with pytest.raises(ConfigError, match=r"has 2 prompts; more than --heldout-prompts \(2\) are needed"):
+        search_prompt_file(listed, 2)
     for text in ("", "\n  \n", "[]"):
         empty = tmp_path / "empty.txt"
         empty.write_text(text)
         with pytest.raises(ConfigError, match="empty"):
-            load_prompt_file(empty)
+            search_prompt_file(empty, 0)
     with pytest.raises(ConfigError, match="not found"):
-        load_prompt_file(tmp_path / "missing.txt")
+        search_prompt_file(tmp_path / "missing.txt", 0)
 
 
 def test_prompt_ids_outside_the_vocabulary_are_refused():

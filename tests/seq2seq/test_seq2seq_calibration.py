@@ -1,16 +1,14 @@
-"""DIMR calibration for encoder-decoder targets: source -> target pairs files, teacher-forced decoder
-windows, scored log-probs with the encoder run once, and mask costs on them."""
+"""DIMR calibration for encoder-decoder targets: teacher-forced decoder windows, scored log-probs
+with the encoder run once, and mask costs on them (the pairs files are read by the prompts room)."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 import torch
 
 from tests.support.seq2seq import seq2seq_pair, source_for
 from viasd_adapt.core.cost import routed_path_cost
-from viasd_adapt.errors import ConfigError, ViasdError
+from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.models.tiny_seq2seq import synthetic_features
 from viasd_adapt.routing.encdec import EncoderContext
@@ -22,31 +20,9 @@ from viasd_adapt.search.seq2seq_windows import (
     build_seq2seq_windows,
     encode_pairs,
     greedy_decode,
-    load_pair_file,
 )
 
 torch.set_num_threads(1)
-
-
-def test_pair_files_in_three_formats_and_their_errors(tmp_path):
-    rows = [{"source": "def f(x): return x", "target": "Identity."}, {"source": "def g(): pass"}]
-    (tmp_path / "a.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    (tmp_path / "b.json").write_text(json.dumps(rows))
-    (tmp_path / "c.tsv").write_text("def f(x): return x\tIdentity.\ndef g(): pass\n")
-    expected = [("def f(x): return x", "Identity."), ("def g(): pass", None)]
-    for name in ("a.jsonl", "b.json", "c.tsv"):
-        assert load_pair_file(tmp_path / name) == expected
-    (tmp_path / "empty.tsv").write_text("\n\n")
-    with pytest.raises(ConfigError, match="empty"):
-        load_pair_file(tmp_path / "empty.tsv")
-    (tmp_path / "bad.jsonl").write_text('{"target": "no source"}\n')
-    with pytest.raises(ConfigError, match="no non-empty 'source'"):
-        load_pair_file(tmp_path / "bad.jsonl")
-    (tmp_path / "broken.json").write_text("[{")
-    with pytest.raises(ConfigError, match="does not parse"):
-        load_pair_file(tmp_path / "broken.json")
-    with pytest.raises(ViasdError, match="not found"):
-        load_pair_file(tmp_path / "missing.jsonl")
 
 
 def test_encode_pairs_keeps_targets_only_when_every_pair_has_one():

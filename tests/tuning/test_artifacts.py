@@ -67,8 +67,12 @@ def test_measured_on_is_recorded_and_an_old_file_without_it_still_loads(tmp_path
 
 
 def test_mask_artifact_round_trip():
+    search = {"steps": 4, "seed": 0, "patience": 0, "ratio": 3 / 8, "alpha1": 0.5, "alpha2": 0.3, "beta": 1.0,
+              "objective": "margin", "strategy": "dimr", "s": 1}
+    report = {"tau": 8, "calibration_windows": 2, "num_layers": 8, "skipped_count": 3, "evaluations": 4,
+              "stop_reason": "steps", "calibration_seconds": 0.5, "search_seconds": 1.0, "s": 1}
     artifact = MaskArtifact(RoutingMask.from_skipped(8, [1, 3, 5]), 3 / 8, score=1.5, delta=-2.0,
-                            search={"alpha1": 0.5}, fingerprint={"arch": "x"}, report={"s": 1})
+                            search=search, fingerprint={"arch": "x"}, report=report)
     data = artifact.to_json()
     assert data["format"] == MaskArtifact.FORMAT and data["version"] == MaskArtifact.VERSION
     assert MaskArtifact.from_json(data) == artifact and MaskArtifact.from_json(data).to_json() == data

@@ -60,9 +60,9 @@ def demo_prompt(chat_model: bool = False) -> str:
     a question for a chat model (the same every run)."""
     if chat_model:
         return CHAT_DEMO_PROMPT
-    from viasd_adapt.models.corpus import heldout_prompts
+    from viasd_adapt.prompts.splits import demo_snippet
 
-    return heldout_prompts(1, seed=7, min_chars=120, max_chars=240)[0]
+    return demo_snippet()
 
 
 def tier_string(tiers: list[int]) -> str:

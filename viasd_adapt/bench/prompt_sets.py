@@ -1,8 +1,9 @@
 """What a bench (or tune) run feeds the models: prompt ids, each with the Spec-Bench task it belongs to.
 
-Text prompts (held-out stdlib snippets, a prompts file) go through the chat template per ``--chat``
-(:mod:`viasd_adapt.prompts.chat`). Spec-Bench questions (:mod:`viasd_adapt.prompts.spec_bench`) become one prompt
-per user turn. MT-bench's second turn follows the model's own first answer, as Spec-Bench runs it;
+The texts come from the prompts room (:mod:`viasd_adapt.prompts.splits` names which split each
+command reads); this module does what needs the model. Text prompts (held-out stdlib snippets, a
+prompts file) go through the chat template per ``--chat`` (:mod:`viasd_adapt.prompts.chat`).
+Spec-Bench questions (:mod:`viasd_adapt.prompts.spec_bench`) become one prompt per user turn. MT-bench's second turn follows the model's own first answer, as Spec-Bench runs it;
 here that answer is the *target's* greedy one (its AR output, up to EOS or the token cap), so every
 row sees the same second-turn prompt and rows stay comparable position by position. For a lossless
 row that is the answer it wrote itself; a lossy row's own first answer may differ.
@@ -19,7 +20,8 @@ from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.pair import LoadedPair
 from viasd_adapt.frameworks.requests import RunRequest
 from viasd_adapt.core.settings import TierSettings
-from viasd_adapt.prompts.spec_bench import PREFIX, TASKS, Question, select
+from viasd_adapt.prompts.spec_bench import Question
+from viasd_adapt.prompts.splits import bench_questions, tune_questions
 
 UNGROUPED = ""
 
@@ -62,10 +64,11 @@ def question_prompts(pair: LoadedPair, questions: Sequence[Question], chat: str,
     return prompts
 
 
-def spec_bench_prompts(pair: LoadedPair, spec: str, per_category: int | None, chat: str, max_new_tokens: int,
-                       split: str = "bench") -> list[BenchPrompt]:
-    """The prompts of ``spec-bench[:names]`` from ``split`` (the bench never reads the calibration split)."""
-    return question_prompts(pair, select(spec, per_category, split), chat, max_new_tokens)
+def spec_bench_prompts(pair: LoadedPair, spec: str, per_category: int | None, chat: str,
+                       max_new_tokens: int) -> list[BenchPrompt]:
+    """The prompts of ``viasd bench --prompts spec-bench[:names]``: the bench split
+    (:func:`~viasd_adapt.prompts.splits.bench_questions`; the bench never reads the calibration split)."""
+    return question_prompts(pair, bench_questions(spec, per_category), chat, max_new_tokens)
 
 
 def round_robin(prompts: Sequence[BenchPrompt], n: int) -> list[BenchPrompt]:
@@ -79,12 +82,12 @@ def round_robin(prompts: Sequence[BenchPrompt], n: int) -> list[BenchPrompt]:
     return taken[:n]
 
 
-def calibration_prompts(pair: LoadedPair, n: int, chat: str, max_new_tokens: int) -> list[BenchPrompt]:
+def tune_spec_bench_prompts(pair: LoadedPair, n: int, chat: str, max_new_tokens: int) -> list[BenchPrompt]:
     """``n`` prompts of Spec-Bench's calibration split (``question_id % 5 == 0``, which the bench
-    never reads), spread over the tasks: what ``viasd tune`` calibrates a chat model on."""
-    per_task = -(-n // len(TASKS))
-    return round_robin(question_prompts(pair, select(PREFIX, per_task, "calibration"), chat, max_new_tokens), n)
+    never reads; :func:`~viasd_adapt.prompts.splits.tune_questions`), spread over the tasks: what
+    ``viasd tune`` calibrates a chat model on."""
+    return round_robin(question_prompts(pair, tune_questions(n), chat, max_new_tokens), n)
 
 
-__all__ = ["BenchPrompt", "UNGROUPED", "calibration_prompts", "first_answer", "question_prompts", "round_robin",
-           "spec_bench_prompts", "text_prompts"]
+__all__ = ["BenchPrompt", "UNGROUPED", "first_answer", "question_prompts", "round_robin", "spec_bench_prompts",
+           "text_prompts", "tune_spec_bench_prompts"]

@@ -46,6 +46,7 @@ from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import ensure_writable, relative_name
 from viasd_adapt.models.pair import LoadedPair, load_pair
 from viasd_adapt.prompts.files import read_prompts_file
+from viasd_adapt.prompts.splits import bench_snippets
 from viasd_adapt.prompts.spec_bench import is_spec_bench
 
 DEFAULT_FRAMEWORKS = ("hf", "pearl")
@@ -54,9 +55,8 @@ DEFAULT_PER_CATEGORY = 2  # Spec-Bench questions per task when --per-category is
 # Benchmarks share the machine; one thread keeps timings comparable and polite. Override with
 # the environment variable VIASD_BENCH_THREADS.
 DEFAULT_THREADS = 1
-# Seeds of the held-out draws: the bench prompts, the next-line task and (viasd tune) the
-# calibration prompts are separate draws, so tuning never sees what the bench measures.
-BENCH_PROMPT_SEED = 0
+# Seed of the next-line task's held-out draw; the prompt splits draw with seeds of their own
+# (viasd_adapt.prompts.splits), so tuning never sees what the bench measures.
 TASK_SEED = 1
 #: Modes that run the slim verifier, and so need a mask.
 MASKED_MODES = ("lossless", "lossy", "audit")
@@ -210,13 +210,6 @@ def resolve_bench_settings(config: BenchConfig, tuned: Any = UNREAD) -> RunSpec:
                             best_points=True, preset=config.preset, flags=config.threshold_flags, tuned=tuned)
 
 
-def default_prompts(n: int, seed: int = BENCH_PROMPT_SEED) -> list[str]:
-    """Held-out stdlib snippets (never seen in training by the project's own pairs)."""
-    from viasd_adapt.models.corpus import heldout_prompts
-
-    return heldout_prompts(n, seed=seed, min_chars=200, max_chars=400)
-
-
 def task_examples(n: int, seed: int = TASK_SEED) -> list[tuple[str, str]]:
     """``n`` held-out (code prefix, next line) pairs of the next-line task."""
     from viasd_adapt.models.corpus import heldout_next_lines
@@ -229,7 +222,7 @@ def read_text_prompts(config: BenchConfig) -> list[str] | None:
     (:func:`spec_bench_set`, after the pair is loaded)."""
     if config.spec_bench:
         return None
-    return read_prompts_file(config.prompts_file) if config.prompts_file else default_prompts(config.num_prompts)
+    return read_prompts_file(config.prompts_file) if config.prompts_file else bench_snippets(config.num_prompts)
 
 
 def load_bench_pair(config: BenchConfig, spec: RunSpec) -> LoadedPair:
@@ -405,6 +398,6 @@ def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = prin
     return data
 
 
-__all__ = ["BenchConfig", "default_prompts", "load_bench_pair", "projection_report", "quiet_transformers",
+__all__ = ["BenchConfig", "load_bench_pair", "projection_report", "quiet_transformers",
            "read_text_prompts", "resolve_bench_settings", "result_lines", "run_bench_session", "run_info", "set_threads",
            "setup_lines", "spec_bench_set", "task_examples", "write_outputs"]

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import choose_pair, finite, pair_option
+from viasd_adapt.cli.options import chat_option, choose_pair, finite, pair_option
 
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.registry import PROMPT_LOOKUP
 from viasd_adapt.io import ensure_writable, relative_name
-from viasd_adapt.search.calibration_prompts import CONTINUATIONS
-from viasd_adapt.search.config import DEFAULTS, DIMR_DEFAULT_STEPS, OBJECTIVES, PRICES, SPACES, STRATEGIES
+from viasd_adapt.search.config import CONTINUATIONS, DEFAULTS, DIMR_DEFAULT_STEPS, OBJECTIVES, PRICES, SPACES, STRATEGIES
 
 #: Option defaults come from the one search config (``viasd tune`` starts from the same object).
 _CAL = DEFAULTS.calibration
@@ -91,16 +90,20 @@ def _load_tokenizer(path: Path, role: str, required: bool):
               help="P: stop when the best mask is unchanged for P steps (0 = never).")
 @click.option("--seed", type=int, default=DEFAULTS.seed, show_default=True, help="Seeds the search and the random baseline.")
 @click.option("--calib", "calib_file", type=click.Path(path_type=Path), default=None,
-              help="Calibration prompts: one per line or a JSON list [default: held-out stdlib snippets].")
+              help="Calibration prompts: one per line or a JSON list, its last --heldout-prompts held out for the "
+                   "agreement report; or spec-bench[:TASK,...] [default: Spec-Bench's calibration split for a chat "
+                   "target, else held-out stdlib snippets].")
 @click.option("--calib-pairs", "calib_pairs", type=click.Path(path_type=Path), default=None,
               help="Encoder-decoder targets: source -> target pairs (JSONL/JSON {source, target}, or TSV); "
                    "the last --heldout-prompts pairs are held out for the agreement report.")
 @click.option("--calib-continuation", type=click.Choice(CONTINUATIONS), default=_CAL.continuation,
               show_default=True, help="Encoder-decoder windows: the target's greedy output, or the pairs' targets.")
 @click.option("--calib-prompts", type=click.IntRange(min=1), default=_CAL.n_calibration, show_default=True,
-              help="Corpus prompts used when --calib is not given.")
+              help="Stdlib snippets or Spec-Bench questions calibrated on (a --calib file gives all its prompts but "
+                   "the held-out ones).")
 @click.option("--heldout-prompts", type=click.IntRange(min=0), default=_CAL.n_heldout, show_default=True,
-              help="Held-out prompts for the agreement report.")
+              help="Held-out prompts for the agreement report, of the same kind as the calibration prompts.")
+@chat_option
 @click.option("--new-tokens", type=click.IntRange(min=1), default=_CAL.new_tokens, show_default=True,
               help="Target's greedy tokens per calibration prompt.")
 @click.option("--prompt-tokens", type=click.IntRange(min=1), default=_CAL.max_prompt_tokens, show_default=True,
@@ -116,8 +119,8 @@ def _load_tokenizer(path: Path, role: str, required: bool):
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, steps, price, escalation_rate, cycle_cost,
            window_cache_path, no_window_cache, objective, bo_every, patience, seed, calib_file,
-           calib_pairs, calib_continuation, calib_prompts, heldout_prompts, new_tokens, prompt_tokens, out_path, force,
-           plot_path, compare_random, threads, no_progress) -> None:
+           calib_pairs, calib_continuation, calib_prompts, heldout_prompts, chat, new_tokens, prompt_tokens, out_path,
+           force, plot_path, compare_random, threads, no_progress) -> None:
     """DIMR: search the routing mask of the slim verifier (guided search with BoTorch, or random + BoTorch)."""
     started = time.perf_counter()
     check_ratio(ratio)
@@ -131,17 +134,16 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     ensure_writable(out_path, "--out", force)
     ensure_writable(plot_path, "--plot", force)
 
-    from viasd_adapt.search.calibration_prompts import CalibrationSpec, check_prompt_file
-    from viasd_adapt.search.config import SearchConfig
+    from viasd_adapt.search.config import CalibrationConfig, SearchConfig
+    from viasd_adapt.search.prompt_ids import check_prompt_sources
 
-    spec = CalibrationSpec(calib_file=calib_file, n_calibration=calib_prompts, n_heldout=heldout_prompts,
-                           new_tokens=new_tokens, max_prompt_tokens=prompt_tokens, prompt_seed=seed,
-                           pairs_file=calib_pairs, continuation=calib_continuation)
+    calibration = CalibrationConfig(calib_file=calib_file, n_calibration=calib_prompts, n_heldout=heldout_prompts,
+                                    new_tokens=new_tokens, max_prompt_tokens=prompt_tokens, pairs_file=calib_pairs,
+                                    continuation=calib_continuation, chat=chat)
     config = SearchConfig(ratio=ratio, space=space, slim_cost=slim_cost, price=price, escalation_rate=escalation_rate,
                           cycle_cost=cycle_cost, strategy=strategy, steps=steps, bo_every=bo_every, patience=patience,
-                          seed=seed, objective=objective, compare_random=compare_random, calibration=spec)
-    check_prompt_file(spec)  # fail fast on an empty or unreadable file
-    config.strategy_settings()  # and on settings the strategy refuses
+                          seed=seed, objective=objective, compare_random=compare_random, calibration=calibration)
+    check_prompt_sources(config)  # fail fast on an empty, unreadable or too short prompts file
 
     import torch
 
@@ -150,6 +152,9 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     torch.manual_seed(seed)
     target = _load_model(Path(target_path), "target")
     target_tok = _load_tokenizer(Path(target_path), "target", required=True)
+    from viasd_adapt.prompts.chat import uses_chat
+
+    uses_chat(target_tok, chat)  # --chat on without a template fails before the drafter loads
     prompt_lookup = str(draft_path) == PROMPT_LOOKUP
     if prompt_lookup:
         # a prompt-lookup drafter has no distribution to score; p is the target's first layer + head

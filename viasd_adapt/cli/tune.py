@@ -75,14 +75,15 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     import torch
     from tqdm import tqdm
 
-    from viasd_adapt.bench.session import default_prompts, quiet_transformers
+    from viasd_adapt.bench.session import quiet_transformers
     from viasd_adapt.errors import ConfigError
     from viasd_adapt.io import ensure_writable
     from viasd_adapt.models.pair import load_pair
     from viasd_adapt.core.sampling import SamplingConfig
     from viasd_adapt.config.tune_points import TunePoints
     from viasd_adapt.config.tuned import TUNED_FILENAME
-    from viasd_adapt.tuning.tune import Budget, TuneGrid, artifact_of, calibration_prompts, describe, plot_frontiers
+    from viasd_adapt.prompts.splits import tune_snippets
+    from viasd_adapt.tuning.tune import Budget, TuneGrid, artifact_of, describe, plot_frontiers
     from viasd_adapt.tuning.tune import tune as run_tune
 
     choice = choose_pair(pair, target_path, draft_path)
@@ -124,7 +125,7 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
             from viasd_adapt.tuning.tune import mask_costs
 
             masks = {name: RoutingMask.from_bits(info["bits"]) for name, info in result.masks.items()}
-            prompt = list(loaded.tokenizer(calibration_prompts(1, default_prompts(8))[0]).input_ids)
+            prompt = list(loaded.tokenizer(tune_snippets(1)[0]).input_ids)
             click.echo("  .. timing single forwards per mask again")
             result = result.repriced(mask_costs(loaded, masks, prompt, grid.gamma, 25))
     else:
@@ -132,12 +133,12 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
 
         uses_chat(loaded.tokenizer, chat)  # --chat on without a template fails before any forward
         if calib == "spec-bench" or (calib == "auto" and has_chat_template(loaded.tokenizer)):
-            from viasd_adapt.bench.prompt_sets import calibration_prompts as spec_bench_calibration
+            from viasd_adapt.bench.prompt_sets import tune_spec_bench_prompts
 
             click.echo(f"  .. calibration: {num_prompts} prompts of Spec-Bench's calibration split (chat {chat})")
-            prompts = spec_bench_calibration(loaded, num_prompts, chat, max_new_tokens)
+            prompts = tune_spec_bench_prompts(loaded, num_prompts, chat, max_new_tokens)
         else:
-            prompts = calibration_prompts(num_prompts, default_prompts(8))
+            prompts = tune_snippets(num_prompts)
         result = run_tune(loaded, prompts, max_new_tokens, grid, budget, ratio_values, search_steps, exit_layers,
                           sampling, save_masks_to=base_dir, progress=lambda m: click.echo(f"  .. {m}"),
                           bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False), chat=chat)

@@ -9,6 +9,7 @@ search`` prints :func:`delta_message`; opening a lossy tier on such a mask warns
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from viasd_adapt.core.settings import TierSettings
@@ -18,14 +19,17 @@ class NegativeDeltaWarning(UserWarning):
     """The routing mask's Delta(u) < 0: by the paper's rule this slim verifier should be dropped."""
 
 
-def delta_message(delta: float | None, search: dict[str, Any] | None = None) -> str | None:
-    """A sentence explaining a negative Delta, or None when Delta is unknown or >= 0."""
+def delta_message(delta: float | None, search: Any = None) -> str | None:
+    """A sentence explaining a negative Delta, or None when Delta is unknown or >= 0. ``search``: the
+    mask's search section (a :class:`~viasd_adapt.config.search_record.SearchRecord`, or its JSON
+    object), which names the tolerances the Delta was measured at."""
     if delta is None or delta >= 0:
         return None
-    search = search or {}
+    read = search.get if isinstance(search, Mapping) else lambda name: getattr(search, name, None)
+    alpha1, alpha2 = read("alpha1"), read("alpha2")
     at = ""
-    if "alpha1" in search and "alpha2" in search:
-        at = f" at alpha1/alpha2 = {search['alpha1']}/{search['alpha2']}"
+    if alpha1 is not None and alpha2 is not None:
+        at = f" at alpha1/alpha2 = {alpha1}/{alpha2}"
     return (
         f"Delta(u) = {delta:.1f} < 0{at}: the routed path p -> u -> q costs more than q checking p directly "
         "(VIA-SD drops the slim verifier here). Expect lossy VIA-SD to lose to the lenient baseline at equal fidelity; "

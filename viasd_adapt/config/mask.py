@@ -4,7 +4,9 @@ resolver before any model is loaded).
 A mask ``z`` in {0,1}^L keeps layer l when ``z[l] == 1``; ``round(r * L)`` layers are skipped. A mask
 only makes sense for the model it was searched on, so the artifact carries a fingerprint of that
 model (architecture, sizes, and a sketch of a few weight tensors that holds in any dtype and on any
-device); :mod:`viasd_adapt.routing.mask` computes fingerprints and refuses a mask for another model.
+device; :class:`~viasd_adapt.config.fingerprint.ModelFingerprint`); :mod:`viasd_adapt.routing.mask`
+computes fingerprints and refuses a mask for another model. How the mask was found and what was
+measured are the typed ``search`` and ``report`` sections (:mod:`viasd_adapt.config.search_record`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Sequence
+from typing import Annotated, Any, ClassVar, Optional, Sequence, Union
 
-from pydantic import BeforeValidator, Field, PlainSerializer, ValidationInfo
+from pydantic import BeforeValidator, Field, PlainSerializer, ValidationInfo, WrapValidator
 
+from viasd_adapt.config.fingerprint import ModelFingerprint
 from viasd_adapt.config.schema import Artifact, read_json
+from viasd_adapt.config.search_record import EARLY_EXIT, EarlyExitRecord, SearchMeasurements, SearchRecord
 from viasd_adapt.errors import ConfigError
 
 ARTIFACT_VERSION = 1
@@ -178,12 +182,55 @@ def _an_object(value: Any, info: ValidationInfo) -> Any:
     return value
 
 
+def _search_section(value: Any, handler: Any, info: ValidationInfo) -> SearchRecord | EarlyExitRecord | None:
+    """The ``search`` section: a search record, an early exit (``kind: "early exit"``), or nothing
+    (``{}``, a mask built by hand). A bad field is refused by name (``search.alpha1``)."""
+    if value is None or isinstance(value, (SearchRecord, EarlyExitRecord)):
+        return value
+    if not _an_object(value, info):
+        return None
+    return (EarlyExitRecord if value.get("kind") == EARLY_EXIT else SearchRecord).model_validate(value)
+
+
+def _report_section(value: Any, handler: Any, info: ValidationInfo) -> SearchMeasurements | None:
+    """The ``report`` section: a search's measurements, or nothing (``{}``: a mask not searched)."""
+    if value is None or isinstance(value, SearchMeasurements):
+        return value
+    if not _an_object(value, info):
+        return None
+    return SearchMeasurements.model_validate(value)
+
+
+def _fingerprint_object(value: Any, info: ValidationInfo) -> Any:
+    return value if isinstance(value, ModelFingerprint) else _an_object(value, info)
+
+
+def _section_json(section: Any) -> dict:
+    """A section as the file stores it: its record's fields, ``{}`` for none."""
+    return {} if section is None else section.model_dump(mode="json")
+
+
+#: The typed sections; each is written as a JSON object (``{}`` when there is none), as before.
+SearchSection = Annotated[Union[SearchRecord, EarlyExitRecord, None], WrapValidator(_search_section),
+                          PlainSerializer(_section_json, return_type=dict)]
+ReportSection = Annotated[Optional[SearchMeasurements], WrapValidator(_report_section),
+                          PlainSerializer(_section_json, return_type=dict)]
+FingerprintSection = Annotated[ModelFingerprint, BeforeValidator(_fingerprint_object),
+                               PlainSerializer(lambda fingerprint: fingerprint.as_dict(), return_type=dict)]
+
+
 class MaskArtifact(Artifact):
     """A searched mask with everything needed to trust and reproduce it: ``mask.json``, typed and
     versioned, each field checked against the bits, every error naming the file and the field.
 
     ``MaskArtifact(mask, ratio, score, delta, search=..., fingerprint=..., report=...)``: the bits
     first; ``ratio`` defaults to the mask's own and ``skipped_layers`` is always derived from the bits.
+    ``search`` is a :class:`~viasd_adapt.config.search_record.SearchRecord` (an
+    :class:`~viasd_adapt.config.search_record.EarlyExitRecord` for a mask that was not searched, None
+    for one built by hand), ``report`` the search's
+    :class:`~viasd_adapt.config.search_record.SearchMeasurements` (None without a search), and
+    ``fingerprint`` a :class:`~viasd_adapt.config.fingerprint.ModelFingerprint`; each may be given
+    as its JSON object.
     """
 
     FORMAT: ClassVar[str] = "viasd-adapt/routing-mask"
@@ -195,9 +242,9 @@ class MaskArtifact(Artifact):
     ratio: Annotated[float | None, BeforeValidator(_check_ratio)] = None
     score: Annotated[float | None, BeforeValidator(_number_or_null)] = None
     delta: Annotated[float | None, BeforeValidator(_number_or_null)] = None
-    search: Annotated[dict[str, Any], BeforeValidator(_an_object)] = Field(default_factory=dict)
-    fingerprint: Annotated[dict[str, Any], BeforeValidator(_an_object)] = Field(default_factory=dict)
-    report: Annotated[dict[str, Any], BeforeValidator(_an_object)] = Field(default_factory=dict)
+    search: SearchSection = None
+    fingerprint: FingerprintSection = Field(default_factory=ModelFingerprint)
+    report: ReportSection = None
 
     def __init__(self, mask: Any = None, ratio: float | None = None, score: float | None = None,
                  delta: float | None = None, **fields: Any):
@@ -209,6 +256,11 @@ class MaskArtifact(Artifact):
         if self.ratio is None:
             self.ratio = self.mask.ratio
         self.skipped_layers = list(self.mask.skipped)
+
+    @property
+    def searched(self) -> bool:
+        """Whether the mask was found by a search (its ``search`` and ``report`` are records)."""
+        return isinstance(self.search, SearchRecord)
 
     def save(self, path: str | os.PathLike) -> Path:
         """Writes the artifact atomically (a failed write leaves an existing file as it was)."""

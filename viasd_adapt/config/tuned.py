@@ -32,6 +32,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
 
+from viasd_adapt.config.fingerprint import ModelFingerprint
 from viasd_adapt.config.schema import Artifact, SparseRecord, TierSettingsField, load_artifact
 from viasd_adapt.core.settings import TierSettings
 
@@ -105,7 +106,7 @@ class TunedSettings(Artifact):
     choice: str = ""  # "viasd", "lenient" or "sd" (plain lossless SD)
     settings: TierSettingsField
     mask_bits: list[int] | None = None
-    fingerprint: dict[str, Any] = Field(default_factory=dict)
+    fingerprint: ModelFingerprint = Field(default_factory=ModelFingerprint)  # the same record a mask carries
     budget: TunedBudget = Field(default_factory=TunedBudget)
     measured: dict[str, Any] = Field(default_factory=dict)
     report: TunedReport = Field(default_factory=TunedReport)
@@ -114,7 +115,7 @@ class TunedSettings(Artifact):
     _stated: frozenset = PrivateAttr(default=SETTING_NAMES)
 
     def __init__(self, settings: TierSettings | dict | None = None, choice: str = "", mask_bits: list[int] | None = None,
-                 fingerprint: dict | None = None, budget: Any = None, measured: dict | None = None,
+                 fingerprint: ModelFingerprint | dict | None = None, budget: Any = None, measured: dict | None = None,
                  report: Any = None, **data: Any) -> None:
         # Positional construction, as the dataclass this replaced allowed: TunedSettings(settings, "lenient", None, fp).
         given = dict(settings=settings, choice=choice, mask_bits=mask_bits, fingerprint=fingerprint, budget=budget,

@@ -5,85 +5,32 @@ megabytes of real, varied, well-written code in its standard library. It is larg
 small models that produce plausible code, and it is the same everywhere for a given CPython
 version (the demo weights were trained on CPython 3.11.7).
 
-Choices that keep the corpus reproducible across machines:
-
-* only ``*.py`` files under ``sysconfig.get_paths()["stdlib"]``;
-* ``site-packages`` is excluded (it differs per environment);
-* test directories (``test``, ``tests``, ``idle_test``) are excluded, because many distributions
-  strip them (Debian's python3 does), and the test suite is repetitive boiler-plate anyway;
-* files are visited in sorted order of their path relative to the stdlib root;
-* the train/held-out split is decided per WHOLE FILE by a hash of its relative path, so a file
-  never leaks half into training and half into evaluation, and adding or removing one file (a
-  different patch release) never moves the others between splits.
+The files, their train/held-out split (per whole file, by a hash of its path) and the held-out
+snippets drawn as prompts are :mod:`viasd_adapt.prompts.stdlib`'s (the prompts room may not import
+models); this module adds what training and evaluation read: the corpus fingerprint, the next-line
+task and the held-out text.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-import sysconfig
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TypeVar
 
 from viasd_adapt.errors import ConfigError, ViasdError
-
-T = TypeVar("T")
-
-# Directory names that are never part of the corpus (see module docstring).
-EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"})
-
-# Percentage of files (by path hash) held out for evaluation and prompts.
-HELDOUT_PERCENT = 5
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    """One corpus file: its path relative to the stdlib root (the stable key) and where it lies."""
-
-    relative_path: str
-    path: Path
-
-    def read(self) -> str:
-        """The file's text; undecodable bytes are replaced so one odd file cannot stop a build."""
-        return self.path.read_text(encoding="utf-8", errors="replace")
-
-
-def stdlib_root() -> Path:
-    """The standard-library directory of the running interpreter."""
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def is_heldout(relative_path: str) -> bool:
-    """Whether a file belongs to the held-out split; a pure function of its relative path."""
-    digest = hashlib.sha256(relative_path.encode("utf-8")).digest()
-    return int.from_bytes(digest[:4], "big") % 100 < HELDOUT_PERCENT
-
-
-def corpus_files(root: Path | None = None) -> list[SourceFile]:
-    """All corpus files in deterministic (sorted relative-path) order."""
-    root = Path(root) if root is not None else stdlib_root()
-    if not root.is_dir():
-        raise ViasdError(f"standard-library directory not found: {root}")
-    files = []
-    for path in root.rglob("*.py"):
-        relative = path.relative_to(root)
-        if any(part in EXCLUDED_DIRS for part in relative.parts[:-1]):
-            continue
-        if path.is_file():
-            files.append(SourceFile(relative.as_posix(), path))
-    files.sort(key=lambda f: f.relative_path)
-    if not files:
-        raise ViasdError(f"no Python source files found under {root}")
-    return files
-
-
-def split_files(root: Path | None = None) -> tuple[list[SourceFile], list[SourceFile]]:
-    """(train, held-out) lists of whole files, each in sorted order."""
-    files = corpus_files(root)
-    train = [f for f in files if not is_heldout(f.relative_path)]
-    heldout = [f for f in files if is_heldout(f.relative_path)]
-    return train, heldout
+# The files, their train/held-out split and the held-out snippet draw live with the prompts (torch-free,
+# and the prompts room may not import models); the corpus re-exports them for its own readers.
+from viasd_adapt.prompts.stdlib import (  # noqa: F401
+    EXCLUDED_DIRS,
+    HELDOUT_PERCENT,
+    SourceFile,
+    corpus_files,
+    draw_until,
+    heldout_prompts,
+    is_heldout,
+    split_files,
+    stdlib_root,
+)
 
 
 def corpus_fingerprint(files: list[SourceFile]) -> str:
@@ -96,57 +43,6 @@ def corpus_fingerprint(files: list[SourceFile]) -> str:
         digest.update(source.relative_path.encode("utf-8") + b"\0")
         digest.update(source.read().encode("utf-8") + b"\0")
     return digest.hexdigest()[:16]
-
-
-def heldout_prompts(
-    n: int,
-    seed: int = 0,
-    min_chars: int = 200,
-    max_chars: int = 400,
-    root: Path | None = None,
-) -> list[str]:
-    """``n`` code snippets taken from held-out files, for calibration and benchmarks.
-
-    Each snippet is a run of whole lines starting at a random line of a random held-out file, cut
-    to at most ``max_chars`` characters and at least ``min_chars`` (shorter candidates are
-    redrawn). The same ``(n, seed, ...)`` and the same stdlib always give the same list, and the
-    list for a larger ``n`` starts with the list for a smaller one.
-    """
-    if n < 0:
-        raise ConfigError(f"number of prompts must be >= 0, got {n}")
-    if not 0 < min_chars <= max_chars:
-        raise ConfigError(f"need 0 < min_chars <= max_chars, got {min_chars}, {max_chars}")
-    _, heldout = split_files(root)
-    texts = [lines for lines in (f.read().splitlines(keepends=True) for f in heldout) if lines]
-    if not texts:
-        raise ViasdError("the held-out split is empty")
-    rng = random.Random(seed)
-
-    def draw() -> str | None:
-        lines = rng.choice(texts)
-        snippet = ""
-        for line in lines[rng.randrange(len(lines)):]:
-            if len(snippet) + len(line) > max_chars:
-                break
-            snippet += line
-        return snippet if len(snippet) >= min_chars and snippet.strip() else None
-
-    return _draw_until(n, draw, f"held-out snippets of {min_chars}-{max_chars} characters")
-
-
-def _draw_until(n: int, draw: Callable[[], T | None], what: str) -> list[T]:
-    """``n`` accepted draws (``draw`` returns None to reject); gives up with a clear error after
-    1000 attempts per wanted item, so an impossible request cannot loop forever."""
-    found: list[T] = []
-    attempts = 0
-    while len(found) < n:
-        attempts += 1
-        if attempts > 1000 * (n + 1):
-            raise ViasdError(f"could not find {n} {what}")
-        item = draw()
-        if item is not None:
-            found.append(item)
-    return found
 
 
 def heldout_next_lines(
@@ -184,10 +80,14 @@ def heldout_next_lines(
         prefix = "\n".join(lines[index - context_lines : index])
         return (prefix, line) if prefix.strip() else None
 
-    return _draw_until(n, draw, "held-out next-line examples")
+    return draw_until(n, draw, "held-out next-line examples")
 
 
 def heldout_text(root: Path | None = None) -> list[str]:
     """The full text of every held-out file, in sorted order (for held-out loss)."""
     _, heldout = split_files(root)
     return [f.read() for f in heldout]
+
+
+__all__ = ["EXCLUDED_DIRS", "HELDOUT_PERCENT", "SourceFile", "corpus_files", "corpus_fingerprint", "heldout_next_lines",
+           "heldout_prompts", "heldout_text", "is_heldout", "split_files", "stdlib_root"]

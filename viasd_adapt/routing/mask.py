@@ -15,6 +15,7 @@ from typing import Any, Union
 import torch
 from torch import nn
 
+from viasd_adapt.config.fingerprint import SIZE_KEYS, ModelFingerprint, WeightsSketch
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask, skip_count
 from viasd_adapt.core.settings import Mode
 from viasd_adapt.errors import ConfigError, ModelMismatchError
@@ -158,83 +159,99 @@ def legacy_weights_sha256(model: nn.Module) -> str | None:
     return digest.hexdigest()
 
 
-_SIZE_KEYS = ("architecture", "num_layers", "hidden_size", "vocab_size")
 _RERUN = "re-run `viasd search` for this model to record a fingerprint that holds in any dtype and on any device"
 
+#: A fingerprint as the comparisons take it: the typed record, or its JSON object.
+FingerprintLike = Union[ModelFingerprint, dict]
 
-def _compare_sketches(expected: dict, actual: dict) -> tuple[list[str], int]:
-    """``(problems, number of tensors compared)`` between two ``weights_sketch`` entries."""
+
+def _typed(fingerprint: FingerprintLike | None) -> tuple[ModelFingerprint | None, str | None]:
+    """``(record, None)``, or ``(None, why)`` for a recorded fingerprint that is not one (a file
+    edited by hand): that is a mismatch to report, not a crash in the middle of a check."""
+    try:
+        return ModelFingerprint.of(fingerprint), None
+    except ConfigError as err:
+        return None, f"fingerprint: the recorded fingerprint is malformed ({err}); {_RERUN}"
+
+
+def _compare_sketches(expected: WeightsSketch, actual: WeightsSketch | None) -> tuple[list[str], int]:
+    """``(problems, number of tensors compared)`` between two weight sketches."""
     problems, compared = [], 0
-    if not isinstance(expected, dict) or not isinstance(expected.get("tensors"), dict):
-        return [f"weights_sketch: the recorded sketch is malformed; {_RERUN}"], 0
-    if expected.get("scheme") != SKETCH_SCHEME:
-        return [f"weights_sketch: recorded with scheme {expected.get('scheme')!r}, this version reads "
+    if expected.scheme != SKETCH_SCHEME:
+        return [f"weights_sketch: recorded with scheme {expected.scheme!r}, this version reads "
                 f"{SKETCH_SCHEME!r}; {_RERUN}"], 0
-    rtol, atol = float(expected.get("rtol", SKETCH_RTOL)), float(expected.get("atol", SKETCH_ATOL))
-    live = actual.get("tensors", {})
-    for component, recorded in expected["tensors"].items():
+    rtol = expected.rtol if expected.rtol is not None else SKETCH_RTOL
+    atol = expected.atol if expected.atol is not None else SKETCH_ATOL
+    live = actual.tensors if actual is not None else {}
+    for component, recorded in expected.tensors.items():
         mine = live.get(component)
-        if not isinstance(recorded, dict) or mine is None or recorded.get("values") is None or mine["values"] is None:
+        if mine is None or recorded.values is None or mine.values is None:
             continue  # quantized or offloaded on one side: not comparable
-        if recorded.get("parameter") != mine["parameter"]:
+        if recorded.parameter != mine.parameter:
             continue  # a different tensor was sampled (its layer is quantized on one side)
-        if list(recorded.get("shape", [])) != mine["shape"]:
-            problems.append(f"weights ({component} {mine['parameter']}): mask was searched on shape "
-                            f"{recorded.get('shape')}, this model has {mine['shape']}")
+        if recorded.shape != mine.shape:
+            problems.append(f"weights ({component} {mine.parameter}): mask was searched on shape "
+                            f"{recorded.shape}, this model has {mine.shape}")
             continue
-        ref, now = recorded["values"], mine["values"]
-        if not isinstance(ref, list) or len(ref) != len(now):
+        ref, now = recorded.values, mine.values
+        if len(ref) != len(now):
             problems.append(f"weights_sketch ({component}): the recorded sketch is malformed; {_RERUN}")
             continue
         compared += 1
         off = [(a, b) for a, b in zip(ref, now) if not abs(a - b) <= rtol * max(abs(a), abs(b)) + atol]
         if off:
             problems.append(
-                f"weights ({component} {mine['parameter']}): {len(off)} of {len(ref)} sampled entries differ by more "
+                f"weights ({component} {mine.parameter}): {len(off)} of {len(ref)} sampled entries differ by more "
                 f"than dtype rounding (e.g. {off[0][0]:.6g} recorded, {off[0][1]:.6g} here): another checkpoint"
             )
     return problems, compared
 
 
-def _mismatches(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[list[str], int]:
+def _mismatches(expected: ModelFingerprint, actual: ModelFingerprint) -> tuple[list[str], int]:
     """``(problems, number of weight tensors compared)``; see :func:`fingerprint_mismatches`."""
     problems = [
-        f"{key}: mask was searched on {expected.get(key)!r}, this model has {actual.get(key)!r}"
-        for key in _SIZE_KEYS
-        if expected.get(key) != actual.get(key)
+        f"{key}: mask was searched on {getattr(expected, key)!r}, this model has {getattr(actual, key)!r}"
+        for key in SIZE_KEYS
+        if getattr(expected, key) != getattr(actual, key)
     ]
     if problems:
         return problems, 0
-    if "weights_sketch" in expected:
-        return _compare_sketches(expected["weights_sketch"], actual.get("weights_sketch") or {})
-    if "weights_sha256" in expected:
-        if expected["weights_sha256"] == actual.get("weights_sha256"):
+    if expected.weights_sketch is not None:
+        return _compare_sketches(expected.weights_sketch, actual.weights_sketch)
+    if expected.weights_sha256 is not None:
+        if expected.weights_sha256 == actual.weights_sha256:
             return [], 1
         return [f"weights_sha256: recorded by an older viasd-adapt as an exact hash of the weights in the dtype "
                 f"they were searched in, which does not match here; {_RERUN}"], 0
     return [f"weights: the fingerprint records no weights; {_RERUN}"], 0
 
 
-def fingerprint_mismatches(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
+def fingerprint_mismatches(expected: FingerprintLike, actual: FingerprintLike) -> list[str]:
     """Why a model with fingerprint ``actual`` is not the one ``expected`` was recorded on (empty:
     it is). Sizes must be equal; the weight sketches must agree within dtype rounding
     (:func:`model_fingerprint`). A first-format fingerprint (``weights_sha256`` only) cannot be
     compared with a sketch: :func:`model_mismatches` can still check it against a live model."""
-    return _mismatches(expected, actual)[0]
+    recorded, malformed = _typed(expected)
+    if recorded is None:
+        return [malformed]
+    return _mismatches(recorded, ModelFingerprint.of(actual))[0]
 
 
-def model_mismatches(expected: dict[str, Any], model: nn.Module) -> list[str]:
+def model_mismatches(expected: FingerprintLike | None, model: nn.Module) -> list[str]:
     """:func:`fingerprint_mismatches` against a live model. Also reads first-format fingerprints:
     accepted where their exact hash still matches (same values, same or wider dtype), refused
     with the advice to re-run the search otherwise. Warns (:class:`FingerprintWarning`) when the
     sizes match but no weight could be compared (quantized or offloaded weights)."""
-    if not isinstance(expected, dict) or not expected:
+    recorded, malformed = _typed(expected)
+    if recorded is None:
+        return [malformed]
+    if recorded.empty:
         return [f"fingerprint: the file records none; {_RERUN}"]
     actual = model_fingerprint(model)
-    legacy = "weights_sketch" not in expected and "weights_sha256" in expected
+    legacy = recorded.weights_sketch is None and recorded.weights_sha256 is not None
     if legacy:
         actual["weights_sha256"] = legacy_weights_sha256(model)
-    problems, compared = _mismatches(expected, actual)
+    problems, compared = _mismatches(recorded, ModelFingerprint.of(actual))
     if legacy:
         problems = [p + f" (this model is loaded as {_model_dtype(model)})" if p.startswith("weights_sha256") else p
                     for p in problems]

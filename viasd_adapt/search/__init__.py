@@ -1,8 +1,13 @@
-"""DIMR: finding the routing mask of the slim verifier (VIA-SD.md section 3).
+"""DIMR: finding the routing mask of the slim verifier (the paper's section 3).
 
-A search runs in three stages (``pipeline.py``): ``calibrate.py`` (prompts -> calibration
-windows), ``run.py`` (windows + plan -> best mask and trace) and ``report.py`` (trace -> typed
-report in ``records.py`` and the mask artifact), configured by ``config.py``.
+One :class:`~viasd_adapt.search.config.SearchConfig` says what a search does. It runs in three
+stages (``pipeline.py``): ``prepare.py`` (prompt ids from ``prompt_ids.py`` -> calibration
+windows), ``run.py`` (windows + config -> best mask and trace) and ``report.py`` (trace -> the mask
+artifact, whose sections are typed in :mod:`viasd_adapt.config.search_record`). The strategies are
+``dimr.py`` and ``guided.py`` (sharing the GP of ``gp.py``), the cost ``objective.py``.
+
+The search never imports the decoding engine (``viasd_adapt.engine``, ``viasd_adapt.frameworks``):
+it scores masks with teacher-forced forwards only.
 
 The names below are imported on first use, so that ``viasd`` starts without loading torch (the
 CLI reads :data:`viasd_adapt.search.config.DEFAULTS` at start-up).
@@ -14,15 +19,16 @@ import importlib
 
 _NAMES = {
     "AgreementProbe": "objective",
-    "CalibrationSet": "calibration",
+    "CalibrationSet": "windows",
     "MaskObjective": "objective",
     "MaskScore": "objective",
+    "SearchConfig": "config",
     "SearchResult": "dimr",
-    "SearchSettings": "dimr",
-    "build_calibration": "calibration",
-    "check_compatible": "calibration",
+    "build_calibration": "decoder_windows",
+    "check_compatible": "decoder_windows",
     "dimr_search": "dimr",
-    "load_prompt_file": "calibration",
+    "guided_search": "guided",
+    "search_pair": "pipeline",
 }
 
 __all__ = sorted(_NAMES)

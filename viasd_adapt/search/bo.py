@@ -1,8 +1,7 @@
-"""One BoTorch proposal over fixed-cardinality binary masks (BO-RECIPE.md).
+"""One BoTorch proposal over fixed-cardinality binary masks.
 
-* Surrogate: ``SingleTaskGP`` on the 0/1 keep-bits in float64, fitted to log(cost) (see
-  ``gp_target``) with a ``Standardize`` outcome transform; its RBF kernel on binary inputs is a weighted Hamming kernel. The fit is capped at
-  100 L-BFGS iterations (uncapped fits grew to seconds per step with no better fit).
+* Surrogate: the search's ``SingleTaskGP`` (:func:`viasd_adapt.search.gp.fit_gp`), fitted to
+  log(cost) (see ``gp_target``).
 * Acquisition: ``qLogNoisyExpectedImprovement`` with ``X_baseline`` = every evaluated mask. Our
   costs are deterministic, but the surface is rugged at the scale a GP sees it; the noisy variant
   lets the GP treat that roughness as noise instead of chasing it.
@@ -16,25 +15,12 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 
 import torch
 
 from viasd_adapt.search.candidates import Bits, MaskSpace, neighbours, random_neighbours, random_unseen_in, unique_unseen
-
-
-@dataclass(frozen=True)
-class BOSettings:
-    """Knobs of one proposal; the defaults were sized for L <= 32 on a shared CPU."""
-
-    fit_maxiter: int = 100
-    pool_random: int = 256
-    top_by_mean: int = 4
-    two_swaps_per_top: int = 48
-    hill_starts: int = 3
-    hill_rounds: int = 4
-    mc_samples: int = 64
-    chunk: int = 512
+from viasd_adapt.search.config import BOConfig
+from viasd_adapt.search.gp import fit_gp
 
 
 def gp_target(costs: torch.Tensor) -> torch.Tensor:
@@ -50,21 +36,14 @@ def gp_target(costs: torch.Tensor) -> torch.Tensor:
     return costs
 
 
-def _fit_gp(train_x: torch.Tensor, train_y: torch.Tensor, maxiter: int):
-    from botorch.fit import fit_gpytorch_mll
-    from botorch.models import SingleTaskGP
-    from botorch.models.transforms.outcome import Standardize
-    from gpytorch.mlls import ExactMarginalLogLikelihood
-
-    model = SingleTaskGP(train_x, train_y, outcome_transform=Standardize(m=1))
-    mll = ExactMarginalLogLikelihood(model.likelihood, model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # optimisation-warning chatter from capped fits
-        fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": maxiter}})
-    return model
-
-
 def _score(acqf, masks: list[Bits], chunk: int) -> torch.Tensor:
+    """The acquisition value of every mask in ``masks`` (q = 1), in chunks of ``chunk``.
+
+    Not ``botorch.optim.optimize_acqf_discrete``: with q = 1 it returns only the best choice and
+    its value, and with q > 1 it picks by sequential conditioning on pending points (other
+    values). The proposal needs every value: the best ``hill_starts`` pool members start the
+    hill-climb, and the values are kept so that a mask scored once is compared, never re-scored,
+    across climbs."""
     values = []
     for start in range(0, len(masks), chunk):
         x = torch.tensor(masks[start : start + chunk], dtype=torch.float64).unsqueeze(-2)
@@ -84,43 +63,43 @@ def propose_bo(
     space: MaskSpace,
     generator: torch.Generator,
     seed: int,
-    settings: BOSettings = BOSettings(),
+    bo: BOConfig = BOConfig(),
 ) -> Bits | None:
     """The unseen mask with the highest qLogNEI, or None when no unseen mask is left.
 
     BoTorch maximises, so the GP is fitted to the negated costs. ``seed`` fixes the global torch
     RNG for the fit and the QMC sampler, which together with ``generator`` (pool draws) makes the
-    proposal reproducible.
+    proposal reproducible. ``bo``: the proposal's internals (pool sizes, hill-climb, samples).
     """
     # the fit and the QMC sampler draw from the global RNG: seed it, scoped, so callers' streams
     # are left as they were
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return _propose(evaluated, costs, space, generator, seed, settings)
+        return _propose(evaluated, costs, space, generator, seed, bo)
 
 
-def _propose(evaluated, costs, space: MaskSpace, generator, seed, settings) -> Bits | None:
+def _propose(evaluated, costs, space: MaskSpace, generator, seed, bo: BOConfig) -> Bits | None:
     from botorch.acquisition.logei import qLogNoisyExpectedImprovement
     from botorch.sampling.normal import SobolQMCNormalSampler
 
     seen = set(evaluated)
     train_x = torch.tensor(evaluated, dtype=torch.float64)
     train_y = -gp_target(torch.tensor(costs, dtype=torch.float64)).unsqueeze(-1)
-    model = _fit_gp(train_x, train_y, settings.fit_maxiter)
-    sampler = SobolQMCNormalSampler(sample_shape=torch.Size([settings.mc_samples]), seed=seed)
+    model = fit_gp(train_x, train_y, bo.fit_maxiter)
+    sampler = SobolQMCNormalSampler(sample_shape=torch.Size([bo.mc_samples]), seed=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         acqf = qLogNoisyExpectedImprovement(model, X_baseline=train_x, sampler=sampler, prune_baseline=True)
 
     # pool: neighbours of the best few masks by posterior mean, plus random k-subsets
     means = _posterior_mean(model, evaluated)
-    top = [evaluated[i] for i in torch.argsort(means, descending=True)[: settings.top_by_mean].tolist()]
+    top = [evaluated[i] for i in torch.argsort(means, descending=True)[: bo.top_by_mean].tolist()]
     pool: list[Bits] = []
     for bits in top:
         pool.extend(neighbours(bits, space))
-        pool.extend(random_neighbours(bits, space, 2, settings.two_swaps_per_top, generator))
+        pool.extend(random_neighbours(bits, space, 2, bo.two_swaps_per_top, generator))
     taken = set(seen)
-    for _ in range(settings.pool_random):
+    for _ in range(bo.pool_random):
         bits = random_unseen_in(space, taken, generator, tries=20)
         if bits is None:
             break
@@ -132,18 +111,18 @@ def _propose(evaluated, costs, space: MaskSpace, generator, seed, settings) -> B
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        values = _score(acqf, pool, settings.chunk)
+        values = _score(acqf, pool, bo.chunk)
         scored = dict(zip(pool, values.tolist()))
         # short hill-climb over one-swaps from the best pool members
-        starts = [pool[i] for i in torch.argsort(values, descending=True)[: settings.hill_starts].tolist()]
+        starts = [pool[i] for i in torch.argsort(values, descending=True)[: bo.hill_starts].tolist()]
         for current in starts:
-            for _ in range(settings.hill_rounds):
+            for _ in range(bo.hill_rounds):
                 around = unique_unseen(neighbours(current, space), seen)
                 fresh = [b for b in around if b not in scored]
                 if not around:
                     break
                 if fresh:
-                    scored.update(zip(fresh, _score(acqf, fresh, settings.chunk).tolist()))
+                    scored.update(zip(fresh, _score(acqf, fresh, bo.chunk).tolist()))
                 best_neighbour = max(around, key=scored.__getitem__)
                 if scored[best_neighbour] <= scored[current]:
                     break

@@ -16,6 +16,8 @@ from typing import Iterable, Iterator, Union
 
 import torch
 
+from viasd_adapt.errors import ConfigError
+
 Bits = tuple[int, ...]
 
 # Below this many masks in the whole space, picking an unseen one enumerates the space instead of
@@ -118,6 +120,18 @@ def marginal_layers(bits: Bits) -> int:
     """Retained layers at or after s1: the slim verifier's work the target cannot reuse when it
     resumes at s1 (everything below s1 is shared, see viasd_adapt.routing.shared)."""
     return sum(bits[first_skipped(bits):])
+
+
+def check_cardinality(num_layers: int, k: int) -> None:
+    """Refuses a fixed-count space with no mask: fewer than 2 layers, nothing or everything skipped."""
+    if not isinstance(num_layers, int) or num_layers < 2:
+        raise ConfigError(f"mask search needs a model with at least 2 decoder layers, got {num_layers}")
+    if k < 1:
+        raise ConfigError(
+            f"the ratio skips 0 of {num_layers} layers; a slim verifier must skip at least one layer (raise --ratio)"
+        )
+    if k >= num_layers:
+        raise ConfigError(f"cannot skip {k} of {num_layers} layers; at least one layer must remain")
 
 
 class FixedCountSpace:

@@ -1,4 +1,4 @@
-"""The calibration window DIMR scores masks on (VIA-SD.md section 3).
+"""The calibration window DIMR scores masks on (the paper's calibration window, section 3).
 
 A window is a prompt followed by the target's own greedy continuation, run teacher-forced. Only the
 positions that predict continuation tokens are scored: they are the positions a verifier actually
@@ -24,39 +24,10 @@ from torch import nn
 
 from viasd_adapt.search.windows import CalibrationSet  # also importable from here, as before
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
-from viasd_adapt.prompts.files import read_prompts_file
 from viasd_adapt.routing.runner import CachedRunner
-from viasd_adapt.search.defaults import (  # noqa: F401 (re-exported: the calibration defaults)
-    DEFAULT_CALIB_PROMPTS,
-    DEFAULT_HELDOUT_PROMPTS,
-    DEFAULT_NEW_TOKENS,
-    DEFAULT_PROMPT_TOKENS,
-)
+from viasd_adapt.search.config import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS
 
 BATCH_TOKENS = 16_384  # tokens per teacher-forced forward (all windows of a default calibration)
-
-
-# ---------------------------------------------------------------------------- prompts
-
-
-def load_prompt_file(path: str | Path) -> list[str]:
-    """Calibration prompts from ``path`` (:func:`viasd_adapt.prompts.files.read_prompts_file`'s format).
-
-    An empty file is an error: searching a mask on no data would silently return an arbitrary mask.
-    """
-    return read_prompts_file(path, "calibration file")
-
-
-def default_prompts(n_calibration: int, n_heldout: int, seed: int = 0) -> tuple[list[str], list[str]]:
-    """Calibration and evaluation prompts from held-out stdlib files (``models.corpus``).
-
-    One draw of ``n_calibration + n_heldout`` snippets is split in two, so the evaluation prompts
-    are never the calibration prompts (the corpus draws are reproducible for a given seed).
-    """
-    from viasd_adapt.models.corpus import heldout_prompts
-
-    prompts = heldout_prompts(n_calibration + n_heldout, seed=seed)
-    return prompts[:n_calibration], prompts[n_calibration:]
 
 
 # ---------------------------------------------------------------------------- compatibility

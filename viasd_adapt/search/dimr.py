@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
-from viasd_adapt.errors import ConfigError
-from viasd_adapt.search.bo import BOSettings, propose_bo
-from viasd_adapt.search.candidates import Bits, FixedCountSpace, MaskSpace, random_unseen_in
+from viasd_adapt.search.bo import propose_bo
+from viasd_adapt.search.candidates import Bits, FixedCountSpace, MaskSpace, check_cardinality, random_unseen_in
+from viasd_adapt.search.config import DEFAULTS, DIMR_MIN_OBSERVATIONS, SearchConfig
 
 RANDOM, BO = "random", "bo"
 
@@ -34,38 +34,6 @@ def _bo_failure_types() -> tuple[type[BaseException], ...]:
 
 
 _BO_FAILURES = _bo_failure_types()
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """Budget and schedule of one search.
-
-    Attributes:
-        steps: S, the most masks evaluated.
-        bo_every: theta; steps theta, 2 theta, ... are BO proposals (0 = random search only). A BO
-            step needs at least ``min_observations`` evaluated masks, otherwise it draws at random.
-        patience: P; stop once the best cost has not improved for P steps (0 = never).
-        seed: seeds every random choice of the search.
-    """
-
-    steps: int = 120
-    bo_every: int = 5
-    patience: int = 40
-    seed: int = 0
-    min_observations: int = 2
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "bo_every", "patience", "seed", "min_observations"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"{name} must be an integer, got {value!r}")
-        if self.steps < 1:
-            raise ConfigError(f"steps must be >= 1, got {self.steps}")
-        if self.bo_every < 0 or self.patience < 0:
-            raise ConfigError("bo_every and patience must be >= 0 (0 disables them)")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -84,10 +52,12 @@ class Evaluation:
 
 @dataclass
 class SearchResult:
+    """A strategy's evaluations in order, why it stopped, and the config it ran with."""
+
     history: list[Evaluation]
     stop_reason: str
     wall_seconds: float
-    settings: SearchSettings
+    config: SearchConfig
     bo_seconds: float = 0.0
     extras: dict = field(default_factory=dict)
 
@@ -110,25 +80,15 @@ class SearchResult:
         return len(self.history)
 
 
-def check_cardinality(num_layers: int, k: int) -> None:
-    if not isinstance(num_layers, int) or num_layers < 2:
-        raise ConfigError(f"mask search needs a model with at least 2 decoder layers, got {num_layers}")
-    if k < 1:
-        raise ConfigError(
-            f"the ratio skips 0 of {num_layers} layers; a slim verifier must skip at least one layer (raise --ratio)"
-        )
-    if k >= num_layers:
-        raise ConfigError(f"cannot skip {k} of {num_layers} layers; at least one layer must remain")
-
-
 def dimr_search(
     cost: Callable[[Bits], float],
     space: MaskSpace,
-    settings: SearchSettings = SearchSettings(),
-    bo_settings: BOSettings = BOSettings(),
+    config: SearchConfig = DEFAULTS,
     on_step: Callable[[Evaluation, float], None] | None = None,
 ) -> SearchResult:
-    """Minimise ``cost`` over the masks of ``space``.
+    """Minimise ``cost`` over the masks of ``space`` with DIMR's schedule of ``config``: at most
+    ``config.steps_for(L)`` evaluations, a BoTorch proposal (``config.bo``) every ``bo_every``
+    steps, stopping after ``patience`` steps without improvement, seeded by ``seed``.
 
     ``on_step(evaluation, best_cost)`` is called after every evaluation (the CLI's progress bar).
     Costs are treated as exact (our calibration is fixed), so the result's best is the observed
@@ -136,8 +96,9 @@ def dimr_search(
     """
     if isinstance(space, FixedCountSpace):
         check_cardinality(space.num_layers, space.k)
-    random_gen = torch.Generator().manual_seed(settings.seed)
-    pool_gen = torch.Generator().manual_seed(settings.seed + 1)
+    steps = config.steps_for(space.num_layers, strategy="dimr")
+    random_gen = torch.Generator().manual_seed(config.seed)
+    pool_gen = torch.Generator().manual_seed(config.seed + 1)
     history: list[Evaluation] = []
     seen: set[Bits] = set()
     best, since_best = float("inf"), 0
@@ -146,18 +107,18 @@ def dimr_search(
     stop_reason = "steps"
     started = time.perf_counter()
     total = space.size()
-    for step in range(1, settings.steps + 1):
+    for step in range(1, steps + 1):
         if len(seen) >= total:
             stop_reason = "exhausted"
             break
         t0 = time.perf_counter()
-        is_bo_step = settings.bo_every > 0 and step % settings.bo_every == 0 and len(history) >= settings.min_observations
+        is_bo_step = config.bo_every > 0 and step % config.bo_every == 0 and len(history) >= DIMR_MIN_OBSERVATIONS
         bits = None
         if is_bo_step:
             try:
                 bits = propose_bo(
                     [e.bits for e in history], [e.cost for e in history], space, pool_gen,
-                    seed=settings.seed * 100_003 + step, settings=bo_settings,
+                    seed=config.seed * 100_003 + step, bo=config.bo,
                 )
             except _BO_FAILURES as err:  # a failed GP fit costs one random step, not the search
                 bo_failures.append(f"step {step}: {type(err).__name__}: {err}"[:200])
@@ -180,10 +141,10 @@ def dimr_search(
             since_best += 1
         if on_step is not None:
             on_step(evaluation, best)
-        if settings.patience and since_best >= settings.patience:
+        if config.patience and since_best >= config.patience:
             stop_reason = "patience"
             break
-    return SearchResult(history, stop_reason, time.perf_counter() - started, settings, bo_seconds,
+    return SearchResult(history, stop_reason, time.perf_counter() - started, config, bo_seconds,
                         extras={"bo_failures": bo_failures})
 
 

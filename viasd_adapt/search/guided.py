@@ -1,4 +1,4 @@
-"""Guided DIMR: a mask search that uses its evaluations (issue 23).
+"""Guided DIMR: a mask search that uses its evaluations.
 
 Random search with an occasional BoTorch proposal barely beat random search on the real cost
 (``benchmarks/search_bo_vs_random.py``): with C(30, 6) = 593,775 masks, 60 blind draws see almost
@@ -20,12 +20,21 @@ This search spends its budget where the cost is informative:
 4. **GP ranking** (``gp``): inside the region, candidates are ranked by a lower confidence bound of
    ``log cost``: a least-squares fit ``alpha + beta a(z)`` of the additive surrogate (when probed)
    plus a BoTorch ``SingleTaskGP`` on the 0/1 mask fitted to what the surrogate leaves unexplained
-   (capped L-BFGS, BO-RECIPE.md). Without ``gp`` the surrogate alone ranks them; without either
-   the choice inside the region is random.
+   (capped L-BFGS, :mod:`viasd_adapt.search.gp`). Without ``gp`` the surrogate alone ranks them;
+   without either the choice inside the region is random.
 
 Each ingredient can be switched off alone; ``benchmarks/search_bo_vs_random.py`` measures each
 against random search and the previous strategy (random + BO every theta steps, ``dimr.py``) at
 equal evaluation budgets. Probes count as evaluations there: every cost call is one.
+
+:func:`guided_search` is a short loop over the steps below, each a documented function of what it
+is given: :func:`probe_layers` and :func:`warm_start` (phases 1 and 2), then per proposal
+:func:`stop_reason`, :func:`candidates` (the region's or a global pool, with the region's next
+state), :func:`choose_candidate` (the surrogate's pick) and :func:`after_proposal` (the region
+after the result). The trust region is an immutable :class:`Region` whose transitions
+(:func:`centred`, :func:`after_proposal`) are pure; what was evaluated is an :class:`Evaluations`
+record, the one place that calls the cost. The ingredients and internals are
+:class:`~viasd_adapt.search.config.GuidedConfig`.
 
 Reproducibility: pool draws use a ``torch.Generator`` seeded with ``seed``; the GP fit reseeds the
 global RNG inside ``fork_rng``; with a fixed ``torch.set_num_threads`` a seed gives one sequence.
@@ -36,7 +45,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -47,73 +56,19 @@ from viasd_adapt.search.candidates import (
     FixedCountSpace,
     MaskSpace,
     bits_from_skipped,
+    check_cardinality,
     neighbours,
     random_neighbours,
     random_unseen_in,
     unique_unseen,
 )
+from viasd_adapt.search.config import DEFAULTS, GuidedConfig, SearchConfig, default_steps
+from viasd_adapt.search.dimr import Evaluation, SearchResult
+from viasd_adapt.search.gp import fit_gp, fitted_state, rebuild_gp
 
 PROBE, WARM, LOCAL, GLOBAL = "probe", "warm", "local", "global"
-
-
-def default_steps(num_layers: int) -> int:
-    """Evaluations for a layer count: the L probes, then 1.5 L + 15 searched masks (60 at L = 16,
-    90 at L = 30). Measured on the shipped pairs and SmolLM2-135M (README, "Mask search")."""
-    return num_layers + int(1.5 * num_layers) + 15
-
-
-@dataclass(frozen=True)
-class GuidedSettings:
-    """Budget and ingredients of one guided search.
-
-    Attributes:
-        steps: total evaluations, probes included (0 = :func:`default_steps`).
-        probe, warm, local, gp: the ingredients (module docstring).
-        warm_starts: most structured masks evaluated before the local phase.
-        fail_tolerance: non-improving proposals before the trust region widens by one move.
-        max_radius: widest region; past it the region restarts around the next-best centre.
-        kappa: lower-confidence-bound weight on the GP's standard deviation.
-        pool_walks: random multi-move walks sampled when the radius is above 1.
-        global_pool: random masks scored per proposal when ``local`` is off.
-        patience: stop when the best mask is unchanged for this many searched masks (0 = never).
-        fit_maxiter: L-BFGS iterations of each GP fit.
-        refit_every: the GP's hyperparameters are fitted on every this many proposals; between fits
-            the GP is rebuilt on all data with the last fitted kernel (exact, no optimisation), which
-            cut the search's overhead by about 3x with no measured loss (1 = fit every proposal).
-    """
-
-    steps: int = 0
-    seed: int = 0
-    probe: bool = True
-    warm: bool = True
-    local: bool = True
-    gp: bool = True
-    warm_starts: int = 4
-    fail_tolerance: int = 4
-    max_radius: int = 3
-    kappa: float = 1.0
-    pool_walks: int = 160
-    global_pool: int = 384
-    patience: int = 0
-    fit_maxiter: int = 100
-    min_gp_points: int = 4
-    refit_every: int = 3
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "seed", "warm_starts", "fail_tolerance", "max_radius", "pool_walks", "global_pool",
-                     "patience", "fit_maxiter", "min_gp_points", "refit_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
-        if self.max_radius < 1 or self.fail_tolerance < 1:
-            raise ConfigError("max_radius and fail_tolerance must be at least 1")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def label(self) -> str:
-        parts = [name for name in ("probe", "warm", "local", "gp") if getattr(self, name)]
-        return "+".join(parts) or "random"
+#: :func:`candidates`' kind when the region held no unseen mask and was widened instead.
+WIDENED = "widened"
 
 
 # ----------------------------------------------------------------------------- structured starts
@@ -191,12 +146,11 @@ class Surrogate:
                 with torch.random.fork_rng(devices=[]):
                     torch.manual_seed(seed)
                     if self._hyper is not None and self._since_fit < self.refit_every - 1:
-                        self.model = _rebuild_gp(x, residual.unsqueeze(-1), self._hyper)
+                        self.model = rebuild_gp(x, residual.unsqueeze(-1), self._hyper)
                         self._since_fit += 1
                     else:
-                        self.model = _fit_gp(x, residual.unsqueeze(-1), self.fit_maxiter)
-                        self._hyper = {name: getattr(self.model, name).state_dict()
-                                       for name in ("covar_module", "likelihood", "mean_module")}
+                        self.model = fit_gp(x, residual.unsqueeze(-1), self.fit_maxiter)
+                        self._hyper = fitted_state(self.model)
                         self._since_fit = 0
                         self.fits += 1
             except Exception as err:  # a failed fit falls back to the surrogate, never stops the search
@@ -217,23 +171,159 @@ class Surrogate:
         return value
 
 
-def _fit_gp(train_x: torch.Tensor, train_y: torch.Tensor, maxiter: int):
-    from viasd_adapt.search.bo import _fit_gp as fit
-
-    return fit(train_x, train_y, maxiter)
+# ----------------------------------------------------------------------------- evaluations
 
 
-def _rebuild_gp(train_x: torch.Tensor, train_y: torch.Tensor, hyper: dict):
-    """A SingleTaskGP on all data with previously fitted kernel, noise and mean (no optimisation)."""
-    from botorch.models import SingleTaskGP
-    from botorch.models.transforms.outcome import Standardize
+@dataclass
+class Evaluations:
+    """Every mask the search has evaluated: the history, the masks seen, the costs of the masks of
+    the space, and the best of them (with how many evaluations ago it last improved). The only
+    part of the search that calls the cost and reports progress."""
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = SingleTaskGP(train_x, train_y, outcome_transform=Standardize(m=1))
-        for name, state in hyper.items():
-            getattr(model, name).load_state_dict(state)
-    return model.eval()
+    cost: Callable[[Bits], float]
+    space: MaskSpace
+    on_step: Callable | None = None
+    history: list[Evaluation] = field(default_factory=list)
+    seen: set[Bits] = field(default_factory=set)
+    in_space: dict[Bits, float] = field(default_factory=dict)
+    best: float = math.inf
+    since_best: int = 0
+
+    def evaluate(self, bits: Bits, kind: str) -> float:
+        """Scores ``bits`` (a probe outside the space is recorded, never a result)."""
+        t0 = time.perf_counter()
+        value = float(self.cost(bits))
+        self.seen.add(bits)
+        member = self.space.contains(bits)
+        record = Evaluation(len(self.history) + 1, bits, value, kind, time.perf_counter() - t0, member)
+        self.history.append(record)
+        if member:
+            self.in_space[bits] = value
+            if value < self.best:
+                self.best, self.since_best = value, 0
+            else:
+                self.since_best += 1
+        if self.on_step is not None:
+            self.on_step(record, self.best)
+        return value
+
+    def best_bits(self) -> Bits | None:
+        """The cheapest mask of the space so far (ties: the smaller bits), None before the first."""
+        return min(self.in_space, key=lambda b: (self.in_space[b], b)) if self.in_space else None
+
+
+# ----------------------------------------------------------------------------- phases 1 and 2
+
+
+def probe_layers(evaluations: Evaluations, steps: int, guided: GuidedConfig, notes: list[str]) -> list[float] | None:
+    """Phase 1: the per-layer skip sensitivities (one evaluation per layer), or None when probes
+    are off or ``steps`` leaves too little after them (a note says so)."""
+    layers = evaluations.space.num_layers
+    if not guided.probe:
+        return None
+    if steps < layers + 5:
+        notes.append(f"probes skipped: {steps} steps leave too little after {layers} probes")
+        return None
+    return [evaluations.evaluate(bits_from_skipped(layers, [i]), PROBE) for i in range(layers)]
+
+
+def warm_start(evaluations: Evaluations, sensitivity: list[float] | None, steps: int, guided: GuidedConfig) -> None:
+    """Phase 2: the first ``warm_starts`` structured masks (:func:`structured_starts`) not yet seen,
+    within the budget."""
+    if not guided.warm:
+        return
+    for bits in structured_starts(evaluations.space, sensitivity)[: guided.warm_starts]:
+        if len(evaluations.history) >= steps:
+            break
+        if bits not in evaluations.seen:
+            evaluations.evaluate(bits, WARM)
+
+
+# ----------------------------------------------------------------------------- phases 3 and 4
+
+
+@dataclass(frozen=True)
+class Region:
+    """The swap trust region (module docstring, step 3): its centre (None until the first mask of
+    the space), radius in moves, non-improving proposals at this radius, the centres already used,
+    and how many widenings in a row found the region empty."""
+
+    centre: Bits | None = None
+    radius: int = 1
+    failures: int = 0
+    used_centres: frozenset[Bits] = frozenset()
+    empty_regions: int = 0
+
+
+def stop_reason(evaluations: Evaluations, patience: int, total: int) -> str | None:
+    """Why the search stops before its next proposal (``"patience"``: the best mask unchanged for
+    ``patience`` evaluations of the space; ``"exhausted"``: all ``total`` masks seen), or None."""
+    if patience and evaluations.in_space and evaluations.since_best >= patience:
+        return "patience"
+    if len(evaluations.in_space) >= total:
+        return "exhausted"
+    return None
+
+
+def centred(region: Region, evaluations: Evaluations, max_radius: int) -> tuple[Region, bool]:
+    """The region with a centre: the best mask when it has none; past ``max_radius``, restarted
+    (radius 1) around the best mask not yet used as a centre. Also whether it restarted."""
+    best = evaluations.best_bits()
+    if region.centre is None:
+        region = replace(region, centre=best)
+    if region.radius <= max_radius:
+        return region, False
+    used = region.used_centres | {region.centre}
+    in_space = evaluations.in_space
+    fresh = sorted((b for b in in_space if b not in used), key=lambda b: (in_space[b], b))
+    return Region(fresh[0] if fresh else best, 1, 0, used, region.empty_regions), True
+
+
+def candidates(region: Region, evaluations: Evaluations, guided: GuidedConfig, generator: torch.Generator,
+               notes: list[str]) -> tuple[list[Bits], str, Region]:
+    """The masks the next proposal chooses from, their kind and the region's next state.
+
+    Inside the trust region (``local``, once a mask of the space is known, unless the region came
+    up empty more than ``max_radius + 1`` times in a row): its unseen masks, kind ``LOCAL``; an
+    empty region is widened by one move and returned with kind :data:`WIDENED` and no masks.
+    Otherwise ``global_pool`` unseen random masks of the space, kind ``GLOBAL`` (none left: the
+    space is exhausted)."""
+    if guided.local and evaluations.in_space and region.empty_regions <= guided.max_radius + 1:
+        region, restarted = centred(region, evaluations, guided.max_radius)
+        if restarted:
+            notes.append(f"step {len(evaluations.history) + 1}: region restarted")
+        pool = _region(region.centre, evaluations.space, region.radius, evaluations.seen, guided.pool_walks, generator)
+        if not pool:  # the region is exhausted: widen at once
+            return [], WIDENED, replace(region, radius=region.radius + 1, empty_regions=region.empty_regions + 1)
+        return pool, LOCAL, replace(region, empty_regions=0)
+    pool = _global_pool(evaluations.space, evaluations.seen, guided.global_pool, generator)
+    return pool, GLOBAL, replace(region, empty_regions=0)
+
+
+def choose_candidate(pool: list[Bits], surrogate: Surrogate, evaluations: Evaluations,
+                     sensitivity: list[float] | None, seed: int, generator: torch.Generator) -> Bits:
+    """Phase 4: the pool's mask with the lowest lower confidence bound of the surrogate, refitted
+    on every mask of the space so far; a random one when the surrogate has nothing to go on."""
+    if surrogate.informative and (evaluations.in_space or sensitivity is not None):
+        if evaluations.in_space:
+            masks, costs = zip(*sorted(evaluations.in_space.items()))
+            surrogate.fit(list(masks), list(costs), seed=seed * 100_003 + len(evaluations.history))
+        return pool[int(torch.argmin(surrogate.lower_bound(pool)))]
+    return pool[int(torch.randint(len(pool), (1,), generator=generator))]
+
+
+def after_proposal(region: Region, choice: Bits, value: float, kind: str, evaluations: Evaluations,
+                   fail_tolerance: int) -> Region:
+    """The region after ``choice`` cost ``value``: moved to it (radius 1) when it beats the centre;
+    after ``fail_tolerance`` local proposals that did not, one move wider."""
+    centre = region.centre
+    if centre is not None and evaluations.space.contains(choice) and value < evaluations.in_space[centre]:
+        return replace(region, centre=choice, radius=1, failures=0)
+    if kind != LOCAL:
+        return region
+    if region.failures + 1 >= fail_tolerance:
+        return replace(region, radius=region.radius + 1, failures=0)
+    return replace(region, failures=region.failures + 1)
 
 
 # ----------------------------------------------------------------------------- the search
@@ -242,129 +332,61 @@ def _rebuild_gp(train_x: torch.Tensor, train_y: torch.Tensor, hyper: dict):
 def guided_search(
     cost: Callable[[Bits], float],
     space: MaskSpace,
-    settings: GuidedSettings = GuidedSettings(),
+    config: SearchConfig = DEFAULTS,
     on_step: Callable | None = None,
-):
-    """Minimise ``cost`` over ``space`` with the ingredients of ``settings``; returns a
+) -> SearchResult:
+    """Minimise ``cost`` over ``space`` with the ingredients of ``config.guided``, at most
+    ``config.steps_for(L)`` evaluations (probes included), seeded by ``config.seed``; returns a
     :class:`~viasd_adapt.search.dimr.SearchResult` whose ``best`` is the best mask *of the space*
     (probes skip a single layer and are never a result unless the space holds them)."""
-    from viasd_adapt.search.dimr import Evaluation, SearchResult, check_cardinality
-
     if isinstance(space, FixedCountSpace):
         check_cardinality(space.num_layers, space.k)
-    L = space.num_layers
-    steps = settings.steps or default_steps(L)
-    generator = torch.Generator().manual_seed(settings.seed)
-    history: list[Evaluation] = []
-    seen: set[Bits] = set()
-    in_space: dict[Bits, float] = {}
-    started = time.perf_counter()
+    guided = config.guided
+    steps = config.steps_for(space.num_layers, strategy="guided")
+    generator = torch.Generator().manual_seed(config.seed)
+    evaluations = Evaluations(cost, space, on_step)
     notes: list[str] = []
     phase_seconds = {"probe": 0.0, "warm": 0.0, "local": 0.0, "proposal": 0.0}
-    state = {"best": math.inf, "since": 0}
+    started = time.perf_counter()
 
-    def evaluate(bits: Bits, kind: str) -> float:
-        t0 = time.perf_counter()
-        value = float(cost(bits))
-        seen.add(bits)
-        member = space.contains(bits)
-        record = Evaluation(len(history) + 1, bits, value, kind, time.perf_counter() - t0, member)
-        history.append(record)
-        if member:
-            in_space[bits] = value
-            if value < state["best"]:
-                state["best"], state["since"] = value, 0
-            else:
-                state["since"] += 1
-        if on_step is not None:
-            on_step(record, state["best"])
-        return value
+    sensitivity = probe_layers(evaluations, steps, guided, notes)
+    phase_seconds["probe"] = time.perf_counter() - started if sensitivity is not None else 0.0
+    t0 = time.perf_counter()
+    warm_start(evaluations, sensitivity, steps, guided)
+    phase_seconds["warm"] = time.perf_counter() - t0 if guided.warm else 0.0
 
-    # 1. probes
-    sensitivity = None
-    do_probe = settings.probe and steps >= L + 5
-    if settings.probe and not do_probe:
-        notes.append(f"probes skipped: {steps} steps leave too little after {L} probes")
-    if do_probe:
-        t0 = time.perf_counter()
-        sensitivity = [evaluate(bits_from_skipped(L, [i]), PROBE) for i in range(L)]
-        phase_seconds["probe"] = time.perf_counter() - t0
-
-    # 2. warm starts
-    if settings.warm:
-        t0 = time.perf_counter()
-        for bits in structured_starts(space, sensitivity)[: settings.warm_starts]:
-            if len(history) >= steps:
-                break
-            if bits not in seen:
-                evaluate(bits, WARM)
-        phase_seconds["warm"] = time.perf_counter() - t0
-
-    # 3./4. proposals
-    surrogate = Surrogate(sensitivity, settings.gp, settings.kappa, settings.fit_maxiter, settings.min_gp_points,
-                          settings.refit_every)
-    radius, failures, centre, used_centres, empty_regions = 1, 0, None, set(), 0
-    stop_reason = "steps"
-    total = space.size()
+    surrogate = Surrogate(sensitivity, guided.gp, guided.kappa, guided.fit_maxiter, guided.min_gp_points,
+                          guided.refit_every)
+    region, reason, total = Region(), "steps", space.size()
     t_loop = time.perf_counter()
-    while len(history) < steps:
-        if settings.patience and in_space and state["since"] >= settings.patience:
-            stop_reason = "patience"
-            break
-        if len(in_space) >= total:
-            stop_reason = "exhausted"
+    while len(evaluations.history) < steps:
+        stop = stop_reason(evaluations, config.patience, total)
+        if stop is not None:
+            reason = stop
             break
         t0 = time.perf_counter()
-        best_bits = min(in_space, key=lambda b: (in_space[b], b)) if in_space else None
-        pool, kind = [], GLOBAL
-        if settings.local and best_bits is not None and empty_regions <= settings.max_radius + 1:
-            if centre is None:
-                centre = best_bits
-            if radius > settings.max_radius:  # restart around the best mask not yet used as a centre
-                used_centres.add(centre)
-                fresh = sorted((b for b in in_space if b not in used_centres), key=lambda b: (in_space[b], b))
-                centre = fresh[0] if fresh else best_bits
-                radius, failures = 1, 0
-                notes.append(f"step {len(history) + 1}: region restarted")
-            pool = _region(centre, space, radius, seen, settings.pool_walks, generator)
-            kind = LOCAL
-            if not pool:  # the region is exhausted: widen at once
-                radius, empty_regions = radius + 1, empty_regions + 1
-                continue
-            empty_regions = 0
+        pool, kind, region = candidates(region, evaluations, guided, generator, notes)
+        if kind == WIDENED:
+            continue
         if not pool:
-            pool = _global_pool(space, seen, settings.global_pool, generator)
-            kind, empty_regions = GLOBAL, 0
-            if not pool:
-                stop_reason = "exhausted"
-                break
-        if surrogate.informative and (in_space or sensitivity is not None):
-            if in_space:
-                masks, costs = zip(*sorted(in_space.items()))
-                surrogate.fit(list(masks), list(costs), seed=settings.seed * 100_003 + len(history))
-            scores = surrogate.lower_bound(pool)
-            choice = pool[int(torch.argmin(scores))]
-        else:
-            choice = pool[int(torch.randint(len(pool), (1,), generator=generator))]
+            reason = "exhausted"
+            break
+        choice = choose_candidate(pool, surrogate, evaluations, sensitivity, config.seed, generator)
         phase_seconds["proposal"] += time.perf_counter() - t0
-        value = evaluate(choice, kind)
-        if centre is not None and space.contains(choice) and value < in_space[centre]:
-            centre, radius, failures = choice, 1, 0  # move the region to the better mask
-        elif kind == LOCAL:
-            failures += 1
-            if failures >= settings.fail_tolerance:
-                radius, failures = radius + 1, 0
+        value = evaluations.evaluate(choice, kind)
+        region = after_proposal(region, choice, value, kind, evaluations, guided.fail_tolerance)
     phase_seconds["local"] = time.perf_counter() - t_loop
-    if not in_space:
+    if not evaluations.in_space:
         raise ConfigError(f"the search evaluated no mask of the space in {steps} steps; raise --steps")
+    history = evaluations.history
     extras = {
-        "strategy": "guided", "ingredients": settings.label(), "notes": notes, "sensitivity": sensitivity,
+        "strategy": "guided", "ingredients": guided.label(), "notes": notes, "sensitivity": sensitivity,
         "gp_fits": surrogate.fits, "gp_fit_seconds": round(surrogate.fit_seconds, 3),
         "phase_seconds": {k: round(v, 3) for k, v in phase_seconds.items()},
         "probe_evaluations": sum(1 for e in history if e.kind == PROBE),
         "bo_failures": [],
     }
-    return SearchResult(history, stop_reason, time.perf_counter() - started, settings, surrogate.fit_seconds, extras=extras)
+    return SearchResult(history, reason, time.perf_counter() - started, config, surrogate.fit_seconds, extras=extras)
 
 
 def _region(centre: Bits, space: MaskSpace, radius: int, seen: set[Bits], walks: int,
@@ -388,4 +410,6 @@ def _global_pool(space: MaskSpace, seen: set[Bits], count: int, generator: torch
     return pool
 
 
-__all__ = ["GLOBAL", "LOCAL", "PROBE", "WARM", "GuidedSettings", "default_steps", "guided_search", "structured_starts"]
+__all__ = ["GLOBAL", "LOCAL", "PROBE", "WARM", "WIDENED", "Evaluations", "Region", "Surrogate", "after_proposal",
+           "candidates", "centred", "choose_candidate", "default_steps", "guided_search", "probe_layers", "stop_reason",
+           "structured_starts", "warm_start"]

@@ -1,69 +1,30 @@
-"""Stage 2 of a mask search: calibration windows + a plan -> the best mask and the evaluation trace.
+"""Stage 2 of a mask search: the prepared windows + the config -> the best mask and the trace.
 
-The strategy (DIMR or the guided search) minimises the routed-path cost of
-:class:`~viasd_adapt.search.objective.MaskObjective` over the plan's mask space; the random
-baseline is scored on the same objective, and the held-out agreement of the best mask, the
-drafter and the random masks is measured on the held-out windows of stage 1. Nothing is generated
-here and nothing is formatted: :mod:`viasd_adapt.search.report` turns the trace into the report.
+The strategy (DIMR or the guided search) minimises the config's objective
+(:class:`~viasd_adapt.search.objective.MaskObjective`) over the config's mask space for this
+target; the random baseline is scored on the same objective, and the held-out agreement of the
+best mask, the drafter and the random masks is measured on the held-out windows of stage 1.
+Nothing is generated here and nothing is formatted: :mod:`viasd_adapt.search.report` turns the
+trace into the report.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Union
+from typing import Callable
 
 from torch import nn
 
-from viasd_adapt.errors import ConfigError
-from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.routing.mask import model_fingerprint
-from viasd_adapt.search.bo import BOSettings
-from viasd_adapt.search.calibrate import Calibrated
 from viasd_adapt.search.candidates import Bits, MaskSpace
-from viasd_adapt.search.dimr import SearchResult, SearchSettings, dimr_search, random_masks
-from viasd_adapt.search.guided import GuidedSettings, guided_search
-from viasd_adapt.search.objective import OBJECTIVE_KINDS, AgreementProbe, MaskObjective, MaskScore
-from viasd_adapt.core.settings import TierSettings
-
-StrategySettings = Union[SearchSettings, GuidedSettings]
-#: The random baseline draws with the search's seed plus this offset (a stream of its own).
-RANDOM_SEED_OFFSET = 7919
-
-
-@dataclass(frozen=True)
-class SearchPlan:
-    """What stage 2 runs: the masks to search, the strategy, the tier they are scored at, and the
-    size of the random baseline. ``objective``: what a mask is scored by
-    (:data:`~viasd_adapt.search.objective.OBJECTIVE_KINDS`; ``"q-only"`` for a prompt-lookup
-    drafter, which has no distribution)."""
-
-    space: MaskSpace
-    settings: StrategySettings = SearchSettings()
-    tier: TierSettings = TierSettings()
-    bo: BOSettings = BOSettings()
-    compare_random: int = 0
-    objective: str = "routed"
-
-    @property
-    def drafter_term(self) -> bool:
-        """Whether the objective scores the drafter's segment C(u||p)."""
-        return self.objective == "routed"
-
-    def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVE_KINDS:
-            raise ConfigError(f"unknown mask objective {self.objective!r}; choose from {', '.join(OBJECTIVE_KINDS)}")
-        if isinstance(self.compare_random, bool) or not isinstance(self.compare_random, int) or self.compare_random < 0:
-            raise ConfigError(f"compare_random must be an integer >= 0, got {self.compare_random!r}")
-
-    @property
-    def guided(self) -> bool:
-        return isinstance(self.settings, GuidedSettings)
-
-    @property
-    def random_seed(self) -> int:
-        return self.settings.seed + RANDOM_SEED_OFFSET
+from viasd_adapt.search.config import DEFAULTS, SearchConfig
+from viasd_adapt.search.dimr import SearchResult, dimr_search, random_masks
+from viasd_adapt.search.guided import guided_search
+from viasd_adapt.search.objective import AgreementProbe, MaskObjective, MaskScore
+from viasd_adapt.search.prepare import Prepared
 
 
 @dataclass
@@ -84,6 +45,9 @@ class SearchTrace:
     """Everything the search measured (stage 2's output).
 
     Attributes:
+        config: what the search was asked to do.
+        space: the masks it searched (the config's space for this target's layer count).
+        objective: what the masks were scored by (the config's, ``"auto"`` resolved).
         result: the strategy's history, stop reason and timings.
         best_mask, best_score: the cheapest mask of the space and its score.
         direct_cost: C_alpha2(q||p), the direct path a mask's Delta is read against.
@@ -93,7 +57,9 @@ class SearchTrace:
         seconds: the whole stage, random baseline and held-out agreement included.
     """
 
-    plan: SearchPlan
+    config: SearchConfig
+    space: MaskSpace
+    objective: str
     result: SearchResult
     best_mask: RoutingMask
     best_score: MaskScore
@@ -111,44 +77,37 @@ class SearchTrace:
     extras: dict = field(default_factory=dict)
 
 
-def check_space(target: nn.Module, space: MaskSpace) -> int:
-    """The target's layer count, refusing a space built for another (before any forward)."""
-    num_layers = find_decoder_stack(target).num_layers
-    if space.num_layers != num_layers:
-        raise ConfigError(f"the search space is for {space.num_layers} layers, the target has {num_layers}")
-    return num_layers
-
-
-def run_search(target: nn.Module, draft: nn.Module, calibrated: Calibrated, plan: SearchPlan,
+def run_search(target: nn.Module, draft: nn.Module, prepared: Prepared, config: SearchConfig = DEFAULTS,
                on_step: Callable | None = None) -> SearchTrace:
-    """Searches ``plan.space`` on the calibration of stage 1 and scores the random baseline.
+    """Searches ``config``'s mask space of ``target`` on the windows of stage 1 and scores the
+    random baseline (a space with no mask is refused before the first forward).
 
     ``on_step(evaluation, best_cost)`` is called after every evaluation (a progress bar).
     """
-    num_layers = check_space(target, plan.space)
+    num_layers = find_decoder_stack(target).num_layers
+    space = config.mask_space(num_layers)
+    objective_kind = config.objective_kind()
     started = time.perf_counter()
-    objective = MaskObjective(target, calibrated.calibration, plan.tier, objective=plan.objective)
+    objective = MaskObjective(target, prepared.calibration, config.tier(), objective=objective_kind)
     setup_seconds = time.perf_counter() - started
 
     def cost(bits) -> float:
         return objective(RoutingMask.from_bits(bits))
 
-    if plan.guided:
-        result = guided_search(cost, plan.space, plan.settings, on_step)
-    else:
-        result = dimr_search(cost, plan.space, plan.settings, plan.bo, on_step)
+    strategy = guided_search if config.strategy == "guided" else dimr_search
+    result = strategy(cost, space, config, on_step)
     eval_seconds = objective.seconds
     best_mask = RoutingMask.from_bits(result.best.bits)
     best_score = objective.score(best_mask)
-    probe = AgreementProbe(target, calibrated.heldout) if calibrated.heldout is not None else None
+    probe = AgreementProbe(target, prepared.heldout) if prepared.heldout is not None else None
 
     random = None
-    if plan.compare_random:
-        masks = random_masks(plan.space, plan.compare_random, seed=plan.random_seed)
+    if config.compare_random:
+        masks = random_masks(space, config.compare_random, seed=config.random_seed)
         scores = [objective.score(RoutingMask.from_bits(b)) for b in masks]
         agreements = [probe.of_mask(RoutingMask.from_bits(b)) for b in masks] if probe is not None else None
         random = RandomScores(masks, scores, agreements)
-    trace = SearchTrace(plan, result, best_mask, best_score, objective.direct_cost, num_layers,
+    trace = SearchTrace(config, space, objective_kind, result, best_mask, best_score, objective.direct_cost, num_layers,
                         model_fingerprint(target), setup_seconds, eval_seconds, 0.0, objective.prefix is not None,
                         random)
     if probe is not None:
@@ -159,5 +118,4 @@ def run_search(target: nn.Module, draft: nn.Module, calibrated: Calibrated, plan
     return trace
 
 
-__all__ = ["RANDOM_SEED_OFFSET", "RandomScores", "SearchPlan", "SearchTrace", "StrategySettings", "check_space",
-           "run_search"]
+__all__ = ["RandomScores", "SearchTrace", "run_search"]

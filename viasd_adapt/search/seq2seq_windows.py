@@ -4,7 +4,7 @@ The decoder-only window (:mod:`viasd_adapt.search.decoder_windows`) is a prompt 
 greedy continuation. For an encoder-decoder model the prompt is split in two: the **source** goes
 to the encoder, and the decoder window is ``[decoder start] + continuation``. The continuation is,
 by default, the target's own greedy output (what q verifies when decoding greedily, the reading of
-VIA-SD.md section 3); with ``continuation="reference"`` the calibration pairs' target texts are
+the paper's section 3); with ``continuation="reference"`` the calibration pairs' target texts are
 teacher-forced instead (cheaper, and useful when the target is weak). A greedy continuation stops
 at EOS, inclusive: the decoder never verifies a position after EOS, unlike a decoder-only window
 cut from running text.
@@ -28,9 +28,7 @@ The result plugs into :class:`viasd_adapt.search.windows.CalibrationSet` (``wind
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -38,7 +36,6 @@ from torch import nn
 
 from viasd_adapt.checks import check_drafter_reads_source, check_same_vocabulary, vocab_size_of
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
-from viasd_adapt.io import read_text
 from viasd_adapt.model_kind import OWN_ENCODER, is_encoder_decoder, source_reader
 from viasd_adapt.routing.encdec import EncoderContext
 from viasd_adapt.routing.seq2seq import Seq2SeqRunner
@@ -49,49 +46,7 @@ GREEDY = "target-model"
 REFERENCE = "reference"
 
 
-# ---------------------------------------------------------------------------- pairs files
-
-
-def load_pair_file(path: str | Path) -> list[tuple[str, str | None]]:
-    """(source, target) text pairs: JSON Lines or a JSON list of ``{"source": ..., "target": ...}``
-    objects (``target`` optional), or tab-separated ``source<TAB>target`` lines.
-
-    Sources are required and must be non-empty; an empty file is an error (a search on no data
-    would return an arbitrary mask).
-    """
-    text = read_text(path, "calibration pairs file")
-    stripped = text.strip()
-    records: list = []
-    if stripped.startswith("["):
-        try:
-            records = json.loads(stripped)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"calibration pairs file {path} looks like JSON but does not parse: {err}") from None
-        if not isinstance(records, list):
-            raise ConfigError(f"calibration pairs file {path} must hold a JSON list of objects")
-    elif stripped.startswith("{"):
-        for number, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise ConfigError(f"{path}:{number} is not a JSON object: {err}") from None
-    else:
-        for line in text.splitlines():
-            if line.strip():
-                source, _, target = line.partition("\t")
-                records.append({"source": source, "target": target if target.strip() else None})
-    pairs = []
-    for number, record in enumerate(records, 1):
-        if not isinstance(record, dict) or not isinstance(record.get("source"), str) or not record["source"].strip():
-            raise ConfigError(f"calibration pair {number} of {path} has no non-empty 'source' string")
-        target = record.get("target")
-        if target is not None and not isinstance(target, str):
-            raise ConfigError(f"calibration pair {number} of {path} has a non-string 'target'")
-        pairs.append((record["source"], target))
-    if not pairs:
-        raise ConfigError(f"calibration pairs file {path} is empty: give one source (and target) per line")
-    return pairs
+# ---------------------------------------------------------------------------- pairs
 
 
 def encode_pairs(tokenizer, pairs: Sequence[tuple[str, str | None]], max_source_tokens: int = 256
@@ -314,5 +269,4 @@ __all__ = [
     "build_seq2seq_windows",
     "encode_pairs",
     "greedy_decode",
-    "load_pair_file",
 ]

@@ -48,7 +48,6 @@ from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.config.tuned import MEASURED_ON_DEFAULT, TunedSettings
 
-TUNE_PROMPT_SEED = 2  # the bench draws with seed 0, the next-line task with seed 1
 #: The framework whose loop every candidate runs on (recorded in tuned.json as ``measured_on``):
 #: the tier's own SD loop, the loop the HF adapter's tiered modes run. Other frameworks apply the
 #: same settings; ``viasd generate --explain`` says when a setting rests on another framework's run.
@@ -246,15 +245,6 @@ def load_result(data: dict, source: str = "the tune JSON") -> TuneResult:
         raise ConfigError(f"{source} is not a viasd tune --json file: {err}") from None
 
 
-def calibration_prompts(n: int, bench_prompts: list[str] | None = None) -> list[str]:
-    """Held-out snippets drawn apart from the bench's (a different seed; any overlap dropped)."""
-    from viasd_adapt.models.corpus import heldout_prompts
-
-    excluded = set(bench_prompts or [])
-    prompts = [p for p in heldout_prompts(n + len(excluded), seed=TUNE_PROMPT_SEED) if p not in excluded]
-    return prompts[:n]
-
-
 def _masks_for_ratios(pair: LoadedPair, ratios: tuple[float, ...], search_steps: int, save_dir: Path | None,
                       say: Callable[[str], None], exits: tuple[int, ...] = ()) -> dict[str, RoutingMask]:
     """The pair's own mask, one DIMR mask per ratio it does not already cover, and the early-exit
@@ -286,10 +276,10 @@ def _masks_for_ratios(pair: LoadedPair, ratios: tuple[float, ...], search_steps:
         mask = RoutingMask.from_skipped(num_layers, range(k, num_layers))
         name = f"early exit at layer {k}"
         if save_dir is not None:
-            from viasd_adapt.search.records import EarlyExitRecord
+            from viasd_adapt.config.search_record import EarlyExitRecord
 
             name = str(MaskArtifact(mask, mask.ratio, fingerprint=model_fingerprint(pair.target),
-                                    search=EarlyExitRecord(exit_layer=k).model_dump()).save(save_dir / f"mask-exit{k}.json"))
+                                    search=EarlyExitRecord(exit_layer=k)).save(save_dir / f"mask-exit{k}.json"))
         masks[name] = mask
     return masks
 
@@ -297,11 +287,13 @@ def _masks_for_ratios(pair: LoadedPair, ratios: tuple[float, ...], search_steps:
 def _search(pair: LoadedPair, ratio: float, steps: int) -> MaskArtifact:
     """A quick DIMR mask for one ratio: ``viasd search``'s config (:data:`~viasd_adapt.search.config.DEFAULTS`)
     with the tuner's overrides, named here: DIMR with the tuner's step budget and patience, and 8
-    short stdlib prompts with no held-out set (the tune measures the mask itself afterwards)."""
+    short stdlib snippets as plain text (no chat template, also on a chat target) with no
+    held-out set (the tune measures the mask itself afterwards)."""
     from viasd_adapt.search.config import DEFAULTS
     from viasd_adapt.search.pipeline import search_pair
 
-    calibration = replace(DEFAULTS.calibration, n_calibration=8, n_heldout=0, new_tokens=32, spec_bench_for_chat=False)
+    calibration = replace(DEFAULTS.calibration, n_calibration=8, n_heldout=0, new_tokens=32, chat="off",
+                          spec_bench_for_chat=False)
     config = DEFAULTS.with_(strategy="dimr", ratio=ratio, steps=steps, patience=max(10, steps // 3), calibration=calibration)
     return search_pair(pair.target, pair.draft, pair.tokenizer, config).artifact
 
@@ -348,8 +340,8 @@ def tune(
     """Measures every candidate and chooses the cheapest within ``budget`` (module docstring).
 
     ``prompts``: encoded prompts (Spec-Bench's calibration split,
-    :func:`viasd_adapt.bench.prompt_sets.calibration_prompts`), or texts put through the chat
-    template per ``chat``."""
+    :func:`viasd_adapt.bench.prompt_sets.tune_spec_bench_prompts`), or texts (held-out snippets,
+    :func:`viasd_adapt.prompts.splits.tune_snippets`) put through the chat template per ``chat``."""
     say = progress or (lambda message: None)
     started = time.perf_counter()
     if not prompts:
@@ -617,5 +609,5 @@ def plot_frontiers(result: TuneResult, path: str | Path, title: str = "") -> Pat
         plt.close(fig)
 
 
-__all__ = ["Budget", "MEASURED_ON", "Point", "TUNE_PROMPT_SEED", "TuneGrid", "TuneResult", "artifact_of", "calibration_prompts",
-           "choice_uncertainty", "choose", "point_names", "describe", "load_result", "mask_costs", "pareto", "plot_frontiers", "portable_name", "tune"]
+__all__ = ["Budget", "MEASURED_ON", "Point", "TuneGrid", "TuneResult", "artifact_of", "choice_uncertainty", "choose",
+           "point_names", "describe", "load_result", "mask_costs", "pareto", "plot_frontiers", "portable_name", "tune"]

@@ -1,45 +1,33 @@
-"""Stage 1 of a mask search: prompts -> the calibration windows every mask is scored on.
+"""Stage 1 of a mask search: prompt ids -> the windows every mask is scored on.
 
-The target writes its greedy continuation of each prompt (the slow part; a
+The target writes its greedy continuation of each calibration prompt (the slow part; a
 :class:`~viasd_adapt.search.decoder_windows.WindowCache` keeps it between runs), then p's and q's
 log-probabilities over the scored positions are computed once. The held-out windows of the
 agreement report are built here too, so the search stage runs no generation at all.
 Encoder-decoder targets take their windows from :mod:`viasd_adapt.search.seq2seq_windows`; this is
-the one place the stage branches on the architecture.
+the one place the stage branches on the architecture. Which prompts, and their ids, are
+:mod:`viasd_adapt.search.prompt_ids`' business.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
 
 from torch import nn
 
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.search import decoder_windows as cal
+from viasd_adapt.search.config import DEFAULTS, SearchConfig
+from viasd_adapt.search.prompt_ids import PromptIds
 
-
-@dataclass(frozen=True)
-class CalibrationInput:
-    """Token ids and window lengths for one calibration.
-
-    ``calib_ids`` are prompts (decoder-only) or sources (encoder-decoder, whose decoder windows
-    come from the target); ``references`` are the sources' target ids, read when ``continuation``
-    is ``"reference"``.
-    """
-
-    calib_ids: Sequence[Sequence[int]]
-    heldout_ids: Sequence[Sequence[int]] = ()
-    new_tokens: int = cal.DEFAULT_NEW_TOKENS
-    pad_id: int = 0
-    references: Sequence[Sequence[int]] | None = None
-    continuation: str = "target-model"
+#: Windows are right-padded with this id (exact for causal decoders: see decoder_windows).
+PAD_ID = 0
 
 
 @dataclass
-class Calibrated:
-    """The calibration windows and what building them cost.
+class Prepared:
+    """The calibration windows, the held-out windows, and what building them cost.
 
     Attributes:
         calibration: windows plus p's and q's scored log-probs (the search's fixed data).
@@ -66,36 +54,36 @@ class Calibrated:
         return int(self.calibration.windows.input_ids.size(0))
 
 
-def calibrate(target: nn.Module, draft: nn.Module, inputs: CalibrationInput,
-              window_cache: cal.WindowCache | None = None) -> Calibrated:
-    """Builds the calibration set (and held-out windows) of ``inputs`` on ``target`` and ``draft``.
+def prepare(target: nn.Module, draft: nn.Module, ids: PromptIds, config: SearchConfig = DEFAULTS,
+            window_cache: cal.WindowCache | None = None) -> Prepared:
+    """The calibration set of ``ids`` (and its held-out windows) on ``target`` and ``draft``, with
+    ``config.calibration.new_tokens`` scored tokens per window (and, encoder-decoder, its
+    ``continuation``).
 
     ``window_cache`` reuses the target's greedy windows of a decoder-only target between runs.
     A drafter over another vocabulary is refused before any forward (:class:`ModelMismatchError`).
     """
     cal.check_compatible(target, draft)
     started = time.perf_counter()
-    encoder_decoder = find_decoder_stack(target).encoder_decoder
-    if encoder_decoder:  # calib_ids / heldout_ids are SOURCES; decoder windows come from the target
+    calibration = config.calibration
+    new_tokens = calibration.new_tokens
+    if find_decoder_stack(target).encoder_decoder:  # ids are SOURCES; decoder windows come from the target
         from viasd_adapt.search.seq2seq_windows import build_seq2seq_calibration, build_seq2seq_windows
 
-        calibration = build_seq2seq_calibration(target, draft, inputs.calib_ids, inputs.new_tokens,
-                                                references=inputs.references, continuation=inputs.continuation,
-                                                pad_id=inputs.pad_id)
+        fixed = build_seq2seq_calibration(target, draft, ids.calib_ids, new_tokens, references=ids.references,
+                                          continuation=calibration.continuation, pad_id=PAD_ID)
         build_heldout = build_seq2seq_windows
     else:
-        windows = (window_cache.windows(target, inputs.calib_ids, inputs.new_tokens, inputs.pad_id)
+        windows = (window_cache.windows(target, ids.calib_ids, new_tokens, PAD_ID)
                    if window_cache is not None else None)
-        calibration = cal.build_calibration(target, draft, inputs.calib_ids, inputs.new_tokens, inputs.pad_id,
-                                            windows=windows)
+        fixed = cal.build_calibration(target, draft, ids.calib_ids, new_tokens, PAD_ID, windows=windows)
         build_heldout = window_cache.windows if window_cache is not None else cal.build_windows
     seconds = time.perf_counter() - started
     windows_seconds = window_cache.generate_seconds if window_cache is not None else None
-    heldout = (build_heldout(target, inputs.heldout_ids, inputs.new_tokens, pad_id=inputs.pad_id)
-               if inputs.heldout_ids else None)
+    heldout = build_heldout(target, ids.heldout_ids, new_tokens, pad_id=PAD_ID) if ids.heldout_ids else None
     heldout_seconds = time.perf_counter() - started - seconds
-    return Calibrated(calibration, heldout, seconds, heldout_seconds, windows_seconds,
-                      window_cache.report() if window_cache is not None else None)
+    return Prepared(fixed, heldout, seconds, heldout_seconds, windows_seconds,
+                    window_cache.report() if window_cache is not None else None)
 
 
-__all__ = ["CalibrationInput", "Calibrated", "calibrate"]
+__all__ = ["PAD_ID", "Prepared", "prepare"]
