@@ -109,7 +109,7 @@ def parse_request(additional_config: Mapping[str, Any] | None) -> ServingRule | 
     audit = request.get("audit")
     if audit is not None and not isinstance(audit, (str, os.PathLike)):
         raise ConfigError(f"additional_config[{CONFIG_KEY!r}]['audit'] must be a file path, got {audit!r}")
-    return ServingRule(lenience, path, choice, dict(tuned.fingerprint), dict(tuned.measured),
+    return ServingRule(lenience, path, choice, tuned.fingerprint.as_dict(), dict(tuned.measured),
                        str(audit) if audit is not None else None)
 
 
