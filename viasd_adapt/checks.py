@@ -13,7 +13,6 @@ read to these checks; a mask or tuned file checked against a model lives with th
 
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable, Sequence
 
 import torch
@@ -28,18 +27,6 @@ def check_max_new_tokens(max_new_tokens: Any) -> int:
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ConfigError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
     return max_new_tokens
-
-
-def check_real(name: str, value: Any, low: float | None = None, high: float | None = None,
-               low_open: bool = False, high_open: bool = False) -> float:
-    """A finite real number within the given bounds (NaN and infinities are refused by name)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{name} must be a finite number, got {value!r}")
-    if low is not None and (value <= low if low_open else value < low):
-        raise ConfigError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
-    if high is not None and (value >= high if high_open else value > high):
-        raise ConfigError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
-    return float(value)
 
 
 def check_prompt_ids(prompt_ids: Sequence[int]) -> list[int]:
@@ -298,9 +285,4 @@ def check_fits_decoder(model: nn.Module, prompt_length: int, max_new_tokens: int
                          "decoder prompt")
 
 
-__all__ = ["as_prompt_list", "check_decoder_cache_layers", "check_draft_block", "check_drafter_pair",
-           "check_drafter_reads_source", "check_encoder_source", "check_fits_context", "check_fits_decoder",
-           "check_fits_encoder", "check_fits_positions", "check_max_new_tokens", "check_prompt_batch",
-           "check_prompt_ids", "check_real", "check_same_tokenizer", "check_same_vocabulary",
-           "check_token_ids_in_vocabulary", "decoder_position_limit", "encoder_position_limit", "eos_ids",
-           "max_positions", "vocab_size_of"]
+__all__ = ["as_prompt_list", "check_decoder_cache_layers", "check_draft_block", "check_drafter_pair", "check_drafter_reads_source", "check_encoder_source", "check_fits_context", "check_fits_decoder", "check_fits_encoder", "check_fits_positions", "check_max_new_tokens", "check_prompt_batch", "check_prompt_ids", "check_same_tokenizer", "check_same_vocabulary", "check_token_ids_in_vocabulary", "decoder_position_limit", "encoder_position_limit", "eos_ids", "max_positions", "vocab_size_of"]

@@ -14,7 +14,8 @@ from torch import nn
 from viasd_adapt.adapters.eagle.options import EagleOptions
 from viasd_adapt.adapters.eagle.session import tiered
 from viasd_adapt.core.cycle import StopRule
-from viasd_adapt.checks import check_fits_context, check_max_new_tokens, check_real, check_token_ids_in_vocabulary
+from viasd_adapt.checks import check_fits_context, check_max_new_tokens, check_token_ids_in_vocabulary
+from viasd_adapt.core.settings import check_real
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask

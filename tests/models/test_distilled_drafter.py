@@ -14,7 +14,8 @@ import torch
 from click.testing import CliRunner
 
 from viasd_adapt.errors import ConfigError, ModelMismatchError
-from viasd_adapt.models import distill_build, distill_prompts
+from viasd_adapt.models import distill_build
+from viasd_adapt.prompts import distill as distill_prompts
 from viasd_adapt.models.distill_build import TINY, build_distilled
 from viasd_adapt.models.shared_drafter import MARKER, assemble_drafter
 from viasd_adapt.models.loading import load_model, load_tokenizer

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Sequence, TypeVar
 
-from viasd_adapt.checks import check_real
+from viasd_adapt.core.settings import check_real
 from viasd_adapt.errors import ConfigError
 
 DEFAULT_MAX_LL_DROP = 0.02  # nats per token: the default fidelity budget of tune and the verdict

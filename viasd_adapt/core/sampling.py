@@ -12,7 +12,7 @@ from typing import Protocol
 
 import torch
 
-from viasd_adapt.checks import check_real
+from viasd_adapt.core.settings import check_real
 from viasd_adapt.errors import ConfigError
 
 

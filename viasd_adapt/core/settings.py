@@ -151,3 +151,17 @@ def _is_real(value: Any) -> bool:
 def _check_unit_interval(name: str, value: Any, role: str) -> None:
     if not _is_real(value) or not 0.0 <= value < 1.0:
         raise ConfigError(f"{name} ({role}) must be in [0, 1), got {value!r}")
+
+
+def check_real(name: str, value: Any, low: float | None = None, high: float | None = None,
+               low_open: bool = False, high_open: bool = False) -> float:
+    """A finite real number within the given bounds (NaN and infinities are refused by name). Here,
+    beside the settings, because it is the value check everything shares, torch-free: the search
+    config and the artifacts use it before torch is loaded."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    if low is not None and (value <= low if low_open else value < low):
+        raise ConfigError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
+    if high is not None and (value >= high if high_open else value > high):
+        raise ConfigError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
+    return float(value)

@@ -87,7 +87,7 @@ def distill(
     ``target_path`` into ``staging``; returns the report."""
     from viasd_adapt.io import write_directory
     from viasd_adapt.models.distill_data import cached_target_answers
-    from viasd_adapt.models.distill_prompts import training_prompts
+    from viasd_adapt.prompts.distill import training_prompts
     from viasd_adapt.models.drafter_distill import train_drafter
     from viasd_adapt.models.shared_drafter import save_drafter
     from viasd_adapt.models.loading import load_model, load_tokenizer

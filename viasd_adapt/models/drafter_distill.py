@@ -3,7 +3,7 @@
 Design (why each choice):
 
 * **Data:** the target's own greedy answers to generated chat prompts
-  (:mod:`~viasd_adapt.models.distill_prompts`, never Spec-Bench) with its top-k logits
+  (:mod:`~viasd_adapt.prompts.distill`, never Spec-Bench) with its top-k logits
   (:mod:`~viasd_adapt.models.distill_data`): exactly the contexts a drafter drafts in.
 * **Model:** ``num_layers`` Llama decoder layers of the target's width that share the target's
   token embedding and tied LM head (:mod:`~viasd_adapt.models.shared_drafter`), so the shipped

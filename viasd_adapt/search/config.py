@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.prompts.chat import CHAT_CHOICES
+from viasd_adapt.core.settings import check_real
 
 if TYPE_CHECKING:
     from viasd_adapt.core.settings import TierSettings
@@ -281,18 +282,6 @@ def _check_integer(name: str, value: Any, low: int | None = None) -> None:
         raise ConfigError(f"search {name} must be >= {low}, got {value}")
 
 
-def _check_real(name: str, value: Any, low: float, high: float, low_open: bool = False,
-                high_open: bool = False) -> None:
-    """A finite real within bounds, worded as :func:`viasd_adapt.checks.check_real` (which imports
-    torch with its module; this config is read at the CLI's start-up, before torch)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{name} must be a finite number, got {value!r}")
-    if value <= low if low_open else value < low:
-        raise ConfigError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
-    if value >= high if high_open else value > high:
-        raise ConfigError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
-
-
 def _check_flag(name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise ConfigError(f"search {name} must be True or False, got {value!r}")
@@ -308,9 +297,9 @@ def _check(config: SearchConfig) -> None:
     if isinstance(config.ratio, bool) or not isinstance(config.ratio, (int, float)) or not 0.0 < config.ratio < 1.0:
         raise ConfigError(f"search ratio (the fraction of decoder layers skipped) must be in (0, 1), "
                           f"got {config.ratio!r}")
-    _check_real("slim_cost", config.slim_cost, 0.0, 1.0, high_open=True)
-    _check_real("escalation_rate", config.escalation_rate, 0.0, 1.0)
-    _check_real("cycle_cost", config.cycle_cost, 0.0, 2.0, low_open=True)
+    check_real("slim_cost", config.slim_cost, 0.0, 1.0, high_open=True)
+    check_real("escalation_rate", config.escalation_rate, 0.0, 1.0)
+    check_real("cycle_cost", config.cycle_cost, 0.0, 2.0, low_open=True)
 
     calibration = config.calibration
     if not isinstance(calibration, CalibrationConfig):
@@ -330,7 +319,7 @@ def _check(config: SearchConfig) -> None:
         _check_integer(f"guided {name}", getattr(guided, name), low=0)
     for name in ("fail_tolerance", "max_radius"):
         _check_integer(f"guided {name}", getattr(guided, name), low=1)
-    _check_real("guided kappa", guided.kappa, 0.0, math.inf, high_open=True)
+    check_real("guided kappa", guided.kappa, 0.0, math.inf, high_open=True)
 
     bo = config.bo
     if not isinstance(bo, BOConfig):

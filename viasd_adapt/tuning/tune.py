@@ -34,7 +34,7 @@ from viasd_adapt.bench.fidelity import score_output
 from viasd_adapt.bench.projection import CostModel, project_costs_per_mask, repriced_prompt_sums
 from viasd_adapt.bench.prompt_sets import BenchPrompt
 from viasd_adapt.prompts.chat import encode_prompt
-from viasd_adapt.checks import check_real
+from viasd_adapt.core.settings import check_real
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import save_figure
 from viasd_adapt.core.metrics import TierMetrics
