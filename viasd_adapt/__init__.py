@@ -1,3 +1,31 @@
-"""viasd-adapt: a slim-verifier tier (VIA-SD) for existing speculative-decoding frameworks."""
+"""viasd-adapt: a slim-verifier tier (VIA-SD) for existing speculative-decoding frameworks.
 
-__version__ = "0.1.0"
+The names most programs start from are handed out here, imported on first use so that importing
+the package (the ``viasd`` command does, at start-up) loads neither torch nor transformers::
+
+    from viasd_adapt import load_pair, TierSettings
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.2.0"
+
+#: name -> the module that defines it
+_LAZY = {
+    "load_pair": "viasd_adapt.models.pair",
+    "LoadedPair": "viasd_adapt.models.pair",
+    "TierSettings": "viasd_adapt.core.settings",
+    "Mode": "viasd_adapt.core.settings",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'viasd_adapt' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value

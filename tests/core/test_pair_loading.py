@@ -77,3 +77,45 @@ def test_tokenizer_errors_name_the_problem(saved, tmp_path):
     (path / "tokenizer_config.json").unlink()
     with pytest.raises(ViasdError, match="cannot load a tokenizer"):
         load_tokenizer(path)
+
+
+# ------------------------------------------------------------------------------ a pair by name
+
+
+def test_a_pair_loads_by_name_with_its_mask_and_tuned_settings():
+    from viasd_adapt import load_pair
+    from viasd_adapt.config.resolve import resolve_settings, tuned_mask_path
+    from viasd_adapt.config.tuned import TunedSettings
+
+    paths = demo_pair_paths()
+    pair = load_pair("demo")
+    tuned = TunedSettings.load(paths.root / "tuned.json")
+    assert pair.name == "demo" and pair.draft is not None and pair.tokenizer is not None
+    assert pair.settings == tuned.settings == resolve_settings(pair_mask=paths.mask).settings
+    expected_mask = tuned_mask_path(paths.mask) or paths.mask  # the mask the tuned choice was measured with
+    assert pair.mask_path == expected_mask and pair.routing == pair.mask.artifact.mask
+    assert pair.eagle_head is not None  # the demo pair ships an EAGLE head
+    ids = pair.tokenizer("def add(a, b):", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert pair.draft(ids).logits.shape[-1] == pair.target(ids).logits.shape[-1]
+
+
+def test_a_named_pair_takes_no_other_mask_and_unknown_names_are_refused():
+    from viasd_adapt import load_pair
+    from viasd_adapt.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="pair's own mask"):
+        load_pair("demo", mask_path=demo_pair_paths().mask)
+    with pytest.raises(ViasdError, match="no model pair named 'nonexistent'"):
+        load_pair("nonexistent")
+
+
+def test_the_package_hands_out_its_names_without_loading_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, viasd_adapt; assert 'torch' not in sys.modules; "
+            "from viasd_adapt import TierSettings; print(viasd_adapt.__version__)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-1500:]
+    assert result.stdout.strip() == __import__("viasd_adapt").__version__

@@ -1,11 +1,14 @@
-"""A loaded model pair, and the request/response types every framework runner speaks.
+"""A loaded model pair: target, drafter, tokenizer, routing mask and the tuned settings.
 
-``viasd generate``, ``viasd bench`` and ``viasd tune`` all load a pair once (target, drafter,
-tokenizer, routing mask, device) and hand it with a :class:`RunRequest` to a framework's runner
-(:mod:`viasd_adapt.frameworks`). Models load through ``AutoModelForCausalLM.from_pretrained`` from a
-local directory (or a hub id where a hub is reachable), so any HF decoder-only pair works, not
-only the pairs this project trains. On CPU weights are upcast to float32 (fp16 matmuls are slow
-and inexact there); on CUDA they keep their stored dtype.
+``load_pair("smollm2")`` loads a pair by name (shipped, built with ``viasd models build``, or a
+real model such as SmolLM2 from its GGUF file): everything an adapter needs, in one call. With
+paths (``load_pair(target, drafter, mask)``) it loads any pair. ``viasd generate``, ``viasd bench``
+and ``viasd tune`` load a pair once and hand it with a
+:class:`~viasd_adapt.frameworks.requests.RunRequest` to a framework's runner.
+
+Models load through ``from_pretrained`` from a local directory, a ``.gguf`` file or a hub id where
+a hub is reachable, so any HF pair works, not only the pairs this project trains. On CPU weights
+are upcast to float32 (fp16 matmuls are slow and inexact there); on CUDA they keep their stored dtype.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import torch
 from torch import nn
 
 from viasd_adapt.checks import check_drafter_reads_source, check_same_tokenizer, check_same_vocabulary
+from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import relative_name
 from viasd_adapt.models.loading import TOKENIZER_FILES, is_local_path, load_model, load_tokenizer, pick_device  # noqa: F401  (their old home)
 from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP, PromptLookupSpec
@@ -67,10 +71,28 @@ class LoadedPair:
     lookup: PromptLookupSpec | None = None
     # Objects a framework loads once and reuses across runs (e.g. EAGLE's EaModel).
     loaded: dict = field(default_factory=dict)
+    #: the pair's name when it was loaded by name
+    name: str | None = None
+    #: the settings the pair runs with by default (``viasd tune``'s choice beside the mask, with
+    #: where each value came from: ``spec.explain()``); set when loaded by name
+    spec: Any = None
 
     @property
     def routing(self) -> RoutingMask | None:
         return self.mask.mask if self.mask is not None else None
+
+    @property
+    def mask_path(self) -> Path | None:
+        """The mask file in use (None for the fallback mask or none): what adapters take as ``mask=``,
+        so that the tuned settings measured with it apply."""
+        if self.mask is None or self.mask.is_fallback:
+            return None
+        return Path(self.mask.source)
+
+    @property
+    def settings(self) -> TierSettings:
+        """The settings the pair runs with by default (:attr:`spec`), else :class:`TierSettings` defaults."""
+        return self.spec.settings if self.spec is not None else TierSettings()
 
     @property
     def eos_token_ids(self) -> list[int]:
@@ -123,9 +145,13 @@ def resolve_mask_info(target: nn.Module, mask_path: str | Path | None, ratio: fl
     return MaskInfo(fallback_mask(layers, ratio), FALLBACK_MASK_LABEL, True)
 
 
+#: ``load_pair(name)``: no drafter given, so the named pair's own
+_PAIRS_OWN: Any = object()
+
+
 def load_pair(
     target_path: str | Path,
-    draft_path: str | Path | None,
+    draft_path: str | Path | None = _PAIRS_OWN,
     mask_path: str | Path | None = None,
     need_mask: bool = True,
     device: str = "auto",
@@ -133,11 +159,18 @@ def load_pair(
     ratio: float = TierSettings().ratio,
     read_masks: Mapping[Path, MaskArtifact] | None = None,
 ) -> LoadedPair:
-    """Loads the pair and the mask; checks that drafter and target share a vocabulary.
+    """Loads a pair and its mask; checks that drafter and target share a vocabulary.
 
-    ``draft_path`` is a model folder or ``.gguf`` file, ``"prompt-lookup"`` (no model: the drafter
-    copies n-grams of the text, :mod:`viasd_adapt.engine.prompt_lookup`), or None (no drafter).
-    ``read_masks``: mask files the run already read (the resolver's ``RunSpec.masks``)."""
+    ``load_pair("demo")`` (a name, no drafter): the pair of that name (:func:`load_named_pair`),
+    with its tuned settings. Otherwise ``target_path`` is a model folder, a ``.gguf`` file or a
+    hub id, and ``draft_path`` a model folder or ``.gguf`` file, ``"prompt-lookup"`` (no model:
+    the drafter copies n-grams of the text, :mod:`viasd_adapt.engine.prompt_lookup`), or None
+    (no drafter). ``read_masks``: mask files the run already read (the resolver's ``RunSpec.masks``)."""
+    if draft_path is _PAIRS_OWN:
+        if mask_path is not None or eagle_head is not None or read_masks is not None:
+            raise ConfigError("load_pair(name) takes the pair's own mask and head; pass paths to choose others "
+                              "(load_pair(target, drafter, mask))")
+        return load_named_pair(str(target_path), device=device)
     dev = pick_device(device)
     target = load_model(target_path, dev, "target")
     lookup = PromptLookupSpec() if str(draft_path) == PROMPT_LOOKUP else None
@@ -153,11 +186,33 @@ def load_pair(
                       str(eagle_head) if eagle_head else None, lookup=lookup)
 
 
+def load_named_pair(name: str, device: str = "auto") -> LoadedPair:
+    """The pair called ``name`` (:func:`viasd_adapt.models.registry.resolve_pair`: shipped, built,
+    or declared by ``pair.json`` like smollm2; a pair directory works too), loaded with its mask and
+    the settings it runs with by default: ``viasd tune``'s choice when the pair has a ``tuned.json``,
+    with the mask that choice was measured with (:func:`viasd_adapt.config.resolve.resolve_settings`)."""
+    from viasd_adapt.config.resolve import resolve_settings
+    from viasd_adapt.models.registry import resolve_pair
+
+    paths = resolve_pair(name)
+    spec = resolve_settings(pair_mask=paths.mask) if paths.mask is not None else None
+    pair = load_pair(paths.target, paths.draft, spec.mask_path if spec is not None else None,
+                     need_mask=paths.mask is not None, device=device, eagle_head=paths.eagle_head,
+                     read_masks=spec.masks if spec is not None else None)
+    if spec is not None:
+        from viasd_adapt.engine.tier import check_spec_model
+
+        check_spec_model(spec, pair.target)
+    pair.name, pair.spec = paths.name, spec
+    return pair
+
+
 __all__ = [
     "FALLBACK_MASK_LABEL",
     "LoadedPair",
     "MaskInfo",
     "fallback_mask",
+    "load_named_pair",
     "load_model",
     "load_pair",
     "load_tokenizer",
