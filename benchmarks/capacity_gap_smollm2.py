@@ -1,4 +1,4 @@
-"""Capacity-gap study on the real target (issue 24, item 5): does the slim tier pay more when the
+"""Capacity-gap study on the real target: does the slim tier pay more when the
 drafter is much weaker than SmolLM2-135M-Instruct?
 
 The drafters are checkpoints of the shipped drafter's own recipe (``viasd models build --recipe

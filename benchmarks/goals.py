@@ -1,17 +1,17 @@
-"""The issues' goals, checked against a bench JSON (and a tune JSON): MET, MISSED, or n/a.
+"""The project's speed targets, checked against a bench JSON (and a tune JSON): MET, MISSED, or n/a.
 
-Goals are fixed here and never tuned to a result; a missed goal is reported as missed. They live in
-benchmarks/, not in the installed package: they are this project's targets, not the library's.
+Targets are fixed here and never tuned to a result; a missed target is reported as missed. They live
+in benchmarks/, not in the installed package: they are this project's targets, not the library's.
 
     python benchmarks/goals.py benchmarks/results/bench_demo.json [--tune benchmarks/results/tune_demo.json]
 
-Goals (issue numbers in brackets):
-* [11] tuned VIA-SD costs >= 15% fewer full-equivalent passes per token than the best lenient point
-  within the same fidelity budget (from the tune JSON);
-* [11] the tuned lossy row runs >= 1.2x the tokens/s of untiered lossless SD (same framework);
-* [13] lossless mode is no longer a cost: >= 1.0x the tokens/s of untiered SD (hf and pearl);
-* [13] lossy mode at the tuner's setting: >= 1.3x untiered SD tokens/s;
-* [15] (GPU runs) tier-off overhead (none vs plain) <= 3% and every row at >= 80% of its bound.
+Targets (their short names in brackets):
+* [vs-lenient] tuned VIA-SD costs >= 15% fewer full-equivalent passes per token than the best
+  lenient point within the same fidelity budget (from the tune JSON);
+* [lossy-1.2x] the tuned lossy row runs >= 1.2x the tokens/s of untiered lossless SD (same framework);
+* [lossless-1.0x] lossless mode is no cost: >= 1.0x the tokens/s of untiered SD (hf and pearl);
+* [lossy-1.3x] lossy mode at the tuner's setting: >= 1.3x untiered SD tokens/s;
+* [gpu] (GPU runs) tier-off overhead (none vs plain) <= 3% and every row at >= 80% of its bound.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FEQ_GAIN_MIN = 0.15
-LOSSY_VS_SD_MIN_11 = 1.2
+LOSSY_VS_SD_MIN = 1.2
 LOSSLESS_VS_SD_MIN = 1.0
-LOSSY_VS_SD_MIN_13 = 1.3
+LOSSY_VS_SD_TUNED_MIN = 1.3
 TIER_OFF_OVERHEAD_MAX = 0.03
 BOUND_FRACTION_MIN = 0.80
 
 
 @dataclass(frozen=True)
 class Goal:
-    issue: int
+    target: str  # its short name
     goal: str
     framework: str
     value: float | None
@@ -41,7 +41,7 @@ class Goal:
     def line(self) -> str:
         status = {True: "MET", False: "MISSED", None: "n/a"}[self.met]
         value = "-" if self.value is None else f"{self.value:.3f}"
-        return f"[{status:6s}] #{self.issue} {self.framework}: {self.goal} = {value} (goal {self.threshold})"
+        return f"[{status:6s}] {self.target} {self.framework}: {self.goal} = {value} (goal {self.threshold})"
 
 
 def _row(rows: list[dict], framework: str, mode: str) -> dict | None:
@@ -59,26 +59,26 @@ def check(bench: dict, tune: dict | None = None) -> list[Goal]:
             gain = 1 - viasd["full_equivalent"] / lenient["full_equivalent"]
         elif viasd and not lenient:
             gain = float("inf")
-        goals.append(Goal(11, "tuned VIA-SD vs best lenient within budget, fewer feq/token", "tune", gain,
+        goals.append(Goal("vs-lenient", "tuned VIA-SD vs best lenient within budget, fewer feq/token", "tune", gain,
                           f">= {FEQ_GAIN_MIN:.0%}", None if gain is None else gain >= FEQ_GAIN_MIN))
     gpu = "cuda" in bench.get("environment", {}).get("device", "")
     for framework in dict.fromkeys(r["framework"] for r in rows if r["framework"] != "ar"):
-        for mode, issue, minimum, label in (("lossy", 11, LOSSY_VS_SD_MIN_11, "lossy tokens/s vs untiered SD"),
-                                            ("lossless", 13, LOSSLESS_VS_SD_MIN, "lossless tokens/s vs untiered SD"),
-                                            ("lossy", 13, LOSSY_VS_SD_MIN_13, "lossy tokens/s vs untiered SD")):
+        for mode, target, minimum, label in (("lossy", "lossy-1.2x", LOSSY_VS_SD_MIN, "lossy tokens/s vs untiered SD"),
+                                             ("lossless", "lossless-1.0x", LOSSLESS_VS_SD_MIN, "lossless tokens/s vs untiered SD"),
+                                             ("lossy", "lossy-1.3x", LOSSY_VS_SD_TUNED_MIN, "lossy tokens/s vs untiered SD")):
             row = _row(rows, framework, mode)
             if row is not None:
                 value = row.get("speedup_vs_untiered")
-                goals.append(Goal(issue, label, framework, value, f">= {minimum:.2f}x",
+                goals.append(Goal(target, label, framework, value, f">= {minimum:.2f}x",
                                   None if value is None else value >= minimum))
         plain = _row(rows, framework, "plain")
         if gpu and plain is not None and plain.get("speedup_vs_untiered"):
             overhead = 1 - 1 / plain["speedup_vs_untiered"]
-            goals.append(Goal(15, "tier-off overhead (none vs plain)", framework, overhead,
+            goals.append(Goal("gpu", "tier-off overhead (none vs plain)", framework, overhead,
                               f"<= {TIER_OFF_OVERHEAD_MAX:.0%}", overhead <= TIER_OFF_OVERHEAD_MAX))
         if gpu:
             for row in (r for r in rows if r["framework"] == framework and r.get("fraction_of_bound") is not None):
-                goals.append(Goal(15, f"{row['mode']} share of its analytic bound", framework, row["fraction_of_bound"],
+                goals.append(Goal("gpu", f"{row['mode']} share of its analytic bound", framework, row["fraction_of_bound"],
                                   f">= {BOUND_FRACTION_MIN:.0%}", row["fraction_of_bound"] >= BOUND_FRACTION_MIN))
     return goals
 

@@ -1,4 +1,4 @@
-"""Why is PEARL slow on CUDA? Measurements that confirm or refute each hypothesis (issue 15).
+"""Why is PEARL slow on CUDA? Measurements that confirm or refute each hypothesis.
 
 Observed on one H200 (demo pair, 48 tokens, greedy): float16 2.8 s with the roles on two threads,
 1.2 s sequential; float32 0.4 s either way; plain decoding about 79 tok/s. Hypotheses, and the

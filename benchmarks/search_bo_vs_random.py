@@ -1,4 +1,4 @@
-"""Mask-search strategies at equal evaluation budgets, over several seeds (issue 23).
+"""Mask-search strategies at equal evaluation budgets, over several seeds.
 
 Usage::
 

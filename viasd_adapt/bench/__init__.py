@@ -12,5 +12,5 @@ Modules, one job each (frameworks and model loading live in :mod:`viasd_adapt.fr
   (``BenchConfig``, shared by bench and demo);
 * :mod:`~viasd_adapt.bench.demo`: ``viasd demo``.
 
-The project's goal thresholds are not here: ``benchmarks/goals.py`` checks a bench JSON against them.
+The project's speed targets are not here: ``benchmarks/goals.py`` checks a bench JSON against them.
 """
