@@ -54,8 +54,8 @@ DEFAULT_MODES = ("none", "lenient", "lossless", "lossy", "audit")
 TASK_CONTEXT_TOKENS = 192
 
 ROW_FIELDS = (
-    "framework", "mode", "rejection_rate", "mean_accepted_length", "tau", "full_passes_per_token", "resumed_passes_per_token",
-    "slim_passes_per_token", "draft_passes_per_token", "full_equivalent_per_token", "tokens_per_s", "speedup_vs_ar",
+    "framework", "mode", "rejection_rate", "mean_accepted_length", "tau", "full_passes_per_token", "single_passes_per_token",
+    "resumed_passes_per_token", "slim_passes_per_token", "draft_passes_per_token", "full_equivalent_per_token", "tokens_per_s", "speedup_vs_ar",
     "speedup_vs_untiered", "target_ll", "ll_drop", "regret", "greedy_agreement", "identical_outputs", "target_argmax_agreement",
     "overrule_rate",
     "overrule_tier1", "overrule_tier2", "overrule_tier3", "tv_distance", "next_line_match", "peak_mem_mb",
@@ -128,6 +128,7 @@ class RepeatStats:
     tokens: int = 0
     seconds: float = 0.0
     meter_full: int = 0
+    meter_single: int = 0  # of meter_full, the target forwards that fed one new token
     meter_draft: int = 0
     peak_mem_mb: float = 0.0
     agree: int = 0
@@ -150,6 +151,7 @@ class RepeatStats:
         self.seconds += seconds
         self.per_prompt_tps.append(len(tokens) / seconds if seconds > 0 else 0.0)
         self.meter_full += measure.full_passes
+        self.meter_single += measure.single_passes
         self.meter_draft += measure.draft_passes
         self.peak_mem_mb = max(self.peak_mem_mb, memory_mb)
         self.agree += agree
@@ -331,13 +333,13 @@ def paired_speedup(runs: list[RepeatStats], reference: list[RepeatStats]) -> flo
 
 
 def _passes(row: PlannedRow, run: RepeatStats) -> PassCounts:
+    """The row's passes per token, each priced by what it ran (:mod:`viasd_adapt.bench.costs`): the
+    meter's one-token target forwards are one-token passes in every row kind."""
     if not run.tokens:
         return PassCounts()
-    if row.bound_kind == "ar":
-        return PassCounts(single=run.meter_full / run.tokens)
-    if run.metrics is not None:
-        return PassCounts.of_metrics(run.metrics, run.tokens)
-    return PassCounts(draft=run.meter_draft / run.tokens, full=run.meter_full / run.tokens)
+    if run.metrics is not None and row.bound_kind != "ar":
+        return PassCounts.of_metrics(run.metrics, run.tokens, run.meter_single)
+    return PassCounts.of_forwards(run.meter_full, run.meter_single, run.meter_draft, run.tokens)
 
 
 def prompt_sums(row: PlannedRow, per_prompt: list[RepeatStats], costs: ForwardCosts) -> dict | None:
@@ -390,6 +392,7 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
             # Spec-Bench's "mean accepted tokens": committed tokens per target forward (1 for AR).
             "tau": _median([1.0 / (p.full + p.single) if p.full + p.single > 0 else None for p in passes]) if has_passes else None,
             "full_passes_per_token": _median([p.full + p.single for p in passes]) if has_passes else None,
+            "single_passes_per_token": _median([p.single for p in passes]) if has_passes else None,
             "resumed_passes_per_token": _median([p.resumed for p in passes]) if has_passes else None,
             "slim_passes_per_token": _median([p.slim for p in passes]) if has_passes else None,
             "draft_passes_per_token": _median([p.draft for p in passes]) if has_passes else None,
