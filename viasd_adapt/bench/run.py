@@ -77,6 +77,7 @@ class RunPlan:
     cost_repeats: int = 15
     task_tokens: int = 24  # tokens generated per next-line example
     stop_at_eos: bool = False
+    plain_rows: bool = True  # the frameworks' stock (viasd-adapt-free) rows; ``viasd demo`` leaves them out
 
     def __post_init__(self) -> None:
         check_max_new_tokens(self.max_new_tokens)
@@ -195,7 +196,7 @@ def plan_rows(pair: LoadedPair, plan: RunPlan) -> tuple[list[PlannedRow], dict[s
             rows.append(PlannedRow(name, frameworks.PLAIN, framework.bound_kind))
             continue
         modes = ["none"] + [m for m in plan.modes if m != "none"]
-        if framework.has_plain:
+        if framework.has_plain and plan.plain_rows:
             modes.insert(0, frameworks.PLAIN)
         for mode in modes:
             if mode not in (frameworks.PLAIN,) and Mode.parse(mode).uses_slim and pair.routing is None:
@@ -227,10 +228,15 @@ def run_bench(
     task: list[tuple[str, str]] = (),
     progress: Callable[[str], None] | None = None,
     chat: str = "auto",
+    on_run: Callable[[str], None] | None = None,
 ) -> BenchResult:
     """Runs every row on every prompt ``plan.repeats`` times and returns the median rows (overall,
-    and per group when the prompts carry groups). Text prompts go through the chat template per ``chat``."""
+    and per group when the prompts carry groups). Text prompts go through the chat template per ``chat``.
+    ``on_run`` is called after every generation with its row's label (a progress bar's tick): the
+    greedy references first (one per prompt), then one warm-up per row, then the timed runs (and the
+    next-line task's, when asked)."""
     say = progress or (lambda message: None)
+    tick = on_run or (lambda label: None)
     started = time.perf_counter()
     prompts = [p if isinstance(p, BenchPrompt) else text_prompts(pair.tokenizer, [p], chat)[0] for p in prompts]
     prompt_ids = [p.ids for p in prompts]
@@ -244,7 +250,9 @@ def run_bench(
     runners = {row.key: frameworks.get(row.framework).load() for row in rows}
 
     def generate(row: PlannedRow, ids: list[int], tokens: int, seed: int, run_sampling: SamplingConfig = sampling):
-        return runners[row.key](pair, _request(row, settings, run_sampling, ids, tokens, seed, plan.stop_at_eos))
+        output = runners[row.key](pair, _request(row, settings, run_sampling, ids, tokens, seed, plan.stop_at_eos))
+        tick(row.label)
+        return output
 
     say(f"greedy reference: {len(prompt_ids)} prompt(s) x {n} tokens")
     references = [generate(rows[0], ids, n, plan.seed, SamplingConfig()).tokens for ids in prompt_ids]
