@@ -154,3 +154,32 @@ def test_no_framework_provokes_a_deprecation_from_transformers_generation(framew
     logged = [r.getMessage() for r in handler.records
               if r.name.startswith("transformers.generation") and "deprecat" in r.getMessage().lower()]
     assert not logged
+
+
+def test_the_token_stream_writes_whole_characters_stops_at_the_budget_and_at_eos_and_styles_by_tier():
+    from viasd_adapt.bench.display import PLAIN_MARKERS, TokenStream
+    from viasd_adapt.core.tiers import Tier
+    from viasd_adapt.models.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(["def f(x):\n    return x\n", "print('caf\u00e9 na\u00efve \u2603')\n"] * 20, 300)
+    ids = tokenizer("print('caf\u00e9 \U0001F600 \u00fc') and more")["input_ids"][1:]  # unseen: split into bytes
+    full = tokenizer.decode(ids, skip_special_tokens=False)
+    pieces: list[str] = []
+    stream = TokenStream(tokenizer, pieces.append, show_tiers=False)
+    for token in ids:  # one token at a time, as a stream gets them
+        stream.push([token], [int(Tier.DRAFT)])
+    stream.close()
+    assert "".join(pieces) == full and not any("\ufffd" in piece for piece in pieces)
+    assert any(len(tokenizer.decode([t])) and "\ufffd" in tokenizer.decode([t]) for t in ids)  # bytes split characters
+
+    eos = tokenizer.eos_token_id
+    pieces.clear()
+    stream = TokenStream(tokenizer, pieces.append, show_tiers=False, limit=len(ids) + 5, eos=[eos])
+    stream.push(ids[:3] + [eos] + ids[3:])  # EOS ends the answer; it is not written; later tokens are not either
+    assert "".join(pieces) == tokenizer.decode(ids[:3]) and stream.count == 4
+
+    pieces.clear()
+    stream = TokenStream(tokenizer, pieces.append, show_tiers=True, colour=False, limit=2)
+    stream.push(ids, [int(Tier.FULL)] * len(ids))  # the budget stops it
+    opening, closing = PLAIN_MARKERS[Tier.FULL]
+    assert stream.count == 2 and all(p.startswith(opening) and p.endswith(closing) for p in pieces)
