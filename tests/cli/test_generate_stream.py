@@ -183,3 +183,8 @@ def test_the_token_stream_writes_whole_characters_stops_at_the_budget_and_at_eos
     stream.push(ids, [int(Tier.FULL)] * len(ids))  # the budget stops it
     opening, closing = PLAIN_MARKERS[Tier.FULL]
     assert stream.count == 2 and all(p.startswith(opening) and p.endswith(closing) for p in pieces)
+
+
+def test_stock_prompt_lookup_has_no_tier_mode():
+    result = CliRunner().invoke(cli, ["generate", "--framework", "lookup", "--mode", "lossy", "--prompt", "x"])
+    assert result.exit_code == 2 and "--framework lookup is stock prompt lookup: it has no tier" in result.output
