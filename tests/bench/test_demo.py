@@ -77,7 +77,8 @@ def test_the_command_prints_the_demo_on_stdout_and_its_progress_bars_on_stderr(c
     for part in ("question (", "answer of the target alone", "answer of the tuned setting", "hf/lossy", "verdict",
                  "PROJECTION, not a measurement"):
         assert part in res.stdout, part
-    assert "bench" in res.stderr and "loading" in res.stderr and "hf/lossy" not in res.stderr
+    assert "bench" in res.stderr and "loading" in res.stderr and "timing forwards (cost probes)" in res.stderr
+    assert "hf/lossy" not in res.stderr
 
 
 def test_without_the_real_model_the_demo_runs_the_shipped_pair_and_says_how_to_get_it():

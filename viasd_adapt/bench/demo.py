@@ -274,22 +274,19 @@ def run_demo(
     echo(bold(f"small bench: {len(prompts)} prompt(s) x up to {budget.tokens} tokens x {budget.repeats} repeat(s), "
               f"rows {', '.join(row.label for row in rows)}", colour))
     ticker = bars.counted(total, "bench", enabled=progress)
-    probing: list = []
+    probes = bars.waiting("timing forwards (cost probes)", enabled=progress)
 
     def on_run(label: str) -> None:
         ticker.update(1)
-        if probing:  # the forward-cost probes ran between the references and this first warm-up
-            probing.pop().__exit__(None, None, None)
-        elif ticker.n == len(prompts):  # references done: the cost probes come next
-            bar = bars.waiting("timing forwards (cost probes)", enabled=progress)
-            bar.__enter__()
-            probing.append(bar)
+        if ticker.n == len(prompts):  # the greedy references are done: the forward-cost probes come next
+            probes.start()
+        elif ticker.n == len(prompts) + 1:  # the first warm-up: the probes are done
+            probes.stop()
 
     try:
         result = run_bench(loaded, spec.settings, config.sampling, prompts, plan, (), chat=chat, on_run=on_run)
     finally:
-        while probing:
-            probing.pop().__exit__(None, None, None)
+        probes.stop()
         ticker.close()
     judgement = verdict(result.rows, budget=config.budget)
     echo(format_table(result.rows, DEMO_COLUMNS))

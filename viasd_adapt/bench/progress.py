@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from contextlib import contextmanager
-from typing import Iterator
-
 from tqdm import tqdm
 
 #: How often a :func:`waiting` bar redraws its elapsed time (seconds).
@@ -26,28 +23,45 @@ def counted(total: int, description: str, unit: str = "run", enabled: bool = Tru
                 dynamic_ncols=True)
 
 
-@contextmanager
-def waiting(description: str, enabled: bool = True) -> Iterator[None]:
-    """A bar showing the seconds spent in the ``with`` block (for a call that reports nothing)."""
-    if not enabled:
-        yield
-        return
-    bar = tqdm(total=None, desc=description, file=sys.stderr, leave=False, dynamic_ncols=True,
-               bar_format="{desc}: {elapsed}")
-    done = threading.Event()
+class Waiting:
+    """A bar showing the seconds spent between :meth:`start` and :meth:`stop` (also a context
+    manager), for a call that reports nothing; a thread redraws it until it stops."""
 
-    def redraw() -> None:
-        while not done.wait(REFRESH_SECONDS):
-            bar.refresh()
+    def __init__(self, description: str, enabled: bool = True):
+        self.description, self.enabled = description, enabled
+        self._bar: tqdm | None = None
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    thread = threading.Thread(target=redraw, name="viasd-progress", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-        bar.close()
+    def start(self) -> "Waiting":
+        if self.enabled and self._bar is None:
+            self._bar = tqdm(total=None, desc=self.description, file=sys.stderr, leave=False, dynamic_ncols=True,
+                             bar_format="{desc}: {elapsed}")
+            self._thread = threading.Thread(target=self._redraw, name="viasd-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def _redraw(self) -> None:
+        while not self._done.wait(REFRESH_SECONDS):
+            self._bar.refresh()
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._done.set()
+            self._thread.join()
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> "Waiting":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
 
-__all__ = ["REFRESH_SECONDS", "counted", "waiting"]
+def waiting(description: str, enabled: bool = True) -> Waiting:
+    """A :class:`Waiting` bar, for ``with waiting("loading"): ...``."""
+    return Waiting(description, enabled)
+
+
+__all__ = ["REFRESH_SECONDS", "Waiting", "counted", "waiting"]
