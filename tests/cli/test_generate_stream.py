@@ -28,8 +28,7 @@ pytest.importorskip("gguf")
 ROOT = Path(__file__).resolve().parents[2]
 # The tiny GGUF vocabulary: letters, digits and " .,:;!?"
 CHAT_PROMPT = "Hello Ada. Count to three, please!"
-STREAMED = [("ar", None), ("lookup", None), ("engine", "none"), ("hf", "none"), ("hf", "lossless"), ("pearl", "none"),
-            ("eagle", "none")]
+STREAMED = [("ar", None), ("lookup", None), ("engine", "none"), ("hf", "none"), ("pearl", "none"), ("eagle", "none")]
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +62,7 @@ def test_piped_stdout_holds_the_answer_alone(chat_gguf, tmp_path):
     assert f"{len(tokens)} tokens in" in stderr  # the summary line
 
 
-@pytest.mark.parametrize("framework,mode", STREAMED)
+@pytest.mark.parametrize("framework,mode", STREAMED + [("hf", "lenient")])  # hf: its stock loop observed, and the tier's loop
 def test_tokens_reach_stdout_while_the_run_is_still_going(framework, mode, monkeypatch):
     """Each answer piece is recorded with the number of module forwards run when it was written: the
     first piece is written before the last forward (not all at once at the end), and the pieces put
@@ -88,7 +87,7 @@ def test_tokens_reach_stdout_while_the_run_is_still_going(framework, mode, monke
     try:
         result = CliRunner().invoke(cli, ["generate", "--pair", str(demo_pair_paths().root), "--framework", framework,
                                           *(["--mode", mode] if mode else []), "--prompt", demo_snippet(),
-                                          "--max-new-tokens", "24", "--no-show-tiers", "--no-color"])
+                                          "--max-new-tokens", "12", "--no-show-tiers", "--no-color"])
     finally:
         handle.remove()
     assert result.exit_code == 0, result.output

@@ -298,9 +298,7 @@ def run_demo(
     lines, projection = projection_report(result.rows, cost_model, loaded.routing, spec.settings.gamma + 1, config.budget)
     for line in lines:
         echo(line)
-    bench = f"viasd bench --pair {paths.name}" + (" --prompts spec-bench" if plan.stop_at_eos else "")
-    echo(bold(f"a preview on {len(prompts)} prompt(s); for a verdict that holds: {bench} (more prompts, the same rows)",
-              colour))
+    echo(bold(preview_line(judgement, len(prompts)), colour))
     echo(f"demo wall time {time.perf_counter() - started:.0f} s")
     info = run_info(config, spec, loaded, len(prompts), threads, judgement, projection, sys.argv, Path.cwd())
     data = result_json(result, info)
@@ -311,5 +309,17 @@ def run_demo(
     return {"answers": answers, "bench": data, "hint": hint}
 
 
+def preview_line(verdict: list[str], prompts: int) -> str:
+    """What the demo's small bench can and cannot say: on a few prompts the verdict above is a
+    preview, undetermined wherever its bootstrap over prompts does not separate the rows
+    (:mod:`viasd_adapt.bench.uncertainty`); ``viasd bench`` on Spec-Bench gives one that holds."""
+    from viasd_adapt.bench.uncertainty import prompts_words
+
+    undetermined = [line.split(":", 1)[0] for line in verdict if "undetermined at" in line.lower()]
+    state = f"undetermined for {', '.join(undetermined)}" if undetermined else "determined for every framework"
+    return (f"preview on {prompts_words(prompts)}: {state}. For a verdict that holds, run "
+            "`viasd bench --prompts spec-bench` (more prompts, the same rows).")
+
+
 __all__ = ["BUDGETS", "BUDGET_ENV_VAR", "DEMO_COLUMNS", "DemoBudget", "budget_from_env", "demo_pair", "demo_prompts",
-           "run_demo", "tier_string"]
+           "preview_line", "run_demo", "tier_string"]
