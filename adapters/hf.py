@@ -679,7 +679,7 @@ def run(pair, request):
     with no viasd-adapt at all (``plain``) or inside :func:`tiered` in the requested mode (the
     session is opened per call, as a user would, so its set-up is part of the measured time)."""
     from viasd_adapt.frameworks.registry import PLAIN
-    from viasd_adapt.frameworks.baselines import generation_config_for
+    from viasd_adapt.frameworks.baselines import assistant_config_notice_dropped, generation_config_for
     from viasd_adapt.frameworks.requests import RunOutput
 
     ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=pair.device)
@@ -692,13 +692,13 @@ def run(pair, request):
 
     def generate():
         torch.manual_seed(request.seed)
-        with torch.no_grad():
+        with torch.no_grad(), assistant_config_notice_dropped():
             return pair.target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,
                                         assistant_model=drafter.get("assistant_model"))
 
     if request.mode == PLAIN:
         return RunOutput(generate()[0, ids.shape[1]:].tolist())
-    with tiered(pair.target, mask=pair.routing, settings=request.settings) as session:
+    with tiered(pair.target, mask=pair.routing, settings=request.settings, plugins=request.stream_plugins) as session:
         out = generate()
     if session.fallbacks:
         raise ViasdError(f"the hf adapter fell back to the stock path: {session.fallbacks[-1]}")

@@ -104,7 +104,7 @@ def run(pair, request):
     out = pearl_generate(
         pair.target, pair.draft, request.prompt_ids, request.max_new_tokens, settings=request.settings,
         mask=pair.routing, sampling=request.sampling, parallel="auto", seed=request.seed,
-        eos_token_id=pair.eos_token_ids if request.stop_at_eos else None,
+        eos_token_id=pair.eos_token_ids if request.stop_at_eos else None, plugins=request.stream_plugins,
     )
     stats, runs = out.stats, out.stats.accepted_runs
     notes = [

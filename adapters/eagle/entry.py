@@ -176,7 +176,8 @@ def run(pair: LoadedPair, request: RunRequest) -> RunOutput:
     settings = request.settings
     mask = pair.routing if settings.mode.uses_slim else None
     result = generate(ea_model, ids, request.max_new_tokens, mask=mask, settings=settings, temperature=temperature,
-                      top_p=sampling.top_p, top_k=sampling.top_k or 0, stop_at_eos=request.stop_at_eos)
+                      top_p=sampling.top_p, top_k=sampling.top_k or 0, stop_at_eos=request.stop_at_eos,
+                      plugins=request.stream_plugins)
     if settings.mode is Mode.NONE and not sampling.greedy:
         notes.append("mode none is eagle-llm unchanged: its bonus token after a fully accepted path ignores temperature/top-p")
     return RunOutput(result.tokens, result.metrics, _trim_note(result.raw_new_tokens, result.tokens, notes),

@@ -104,7 +104,10 @@ def test_pass_counts_and_full_equivalents_reflect_what_each_row_ran(result):
     assert ar["slim_passes_per_token"] == 0 and ar["draft_passes_per_token"] == 0
     assert ar["rejection_rate"] is None
     c = result.costs
-    assert ar["full_equivalent_per_token"] == pytest.approx(c.c_full / c.c_full_block)  # one-token passes
+    # each pass priced by what it fed: the prefill (the prompt) is a block pass, every later step a one-token pass
+    n = 10
+    assert ar["single_passes_per_token"] == pytest.approx((n - 1) / n)
+    assert ar["full_equivalent_per_token"] == pytest.approx(((n - 1) * c.c_full + c.c_full_block) / (n * c.c_full_block))
     for fw in ("hf", "pearl"):
         for mode in ("none", "lenient"):
             assert _row(result.rows, fw, mode)["slim_passes_per_token"] == 0

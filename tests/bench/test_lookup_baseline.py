@@ -56,3 +56,42 @@ def test_verdict_recommends_stock_prompt_lookup_when_it_is_cheapest():
     assert "is lookup (0.500" in line and "use lookup" in line
     (line,) = verdict([row("lookup", "plain", 0.70)] + rows[2:])  # a cheaper tier row beats it by more than the margin
     assert "is lossy" in line and "The slim tier pays here." in line
+
+
+def test_every_prompt_lookup_row_prices_its_one_token_forwards_as_one_token_passes(char_pair):
+    """Prompt lookup that finds no n-gram has the target check one token; the bench prices such a
+    forward as a one-token pass (``c_full``), not a block pass. Counted here with a hook of the
+    test's own, on the stock lookup run, and compared with the rows of a bench run."""
+    import pytest
+
+    from viasd_adapt.bench.prompt_sets import BenchPrompt
+    from viasd_adapt.bench.run import run_bench
+    from viasd_adapt.core.sampling import SamplingConfig
+
+    pair = load_pair(char_pair / "target", "prompt-lookup", char_pair / "mask.json", device="cpu")
+    ids = pair.tokenizer("for i in range(10):\n    print(i)\n")["input_ids"]
+    n, settings = 24, TierSettings(gamma=3, lenience=0.5)
+    fed: list[int] = []
+    handle = pair.target.register_forward_hook(lambda module, args, kwargs, out: fed.append(kwargs["input_ids"].shape[1]),
+                                               with_kwargs=True)
+    try:
+        tokens = frameworks.run("lookup", pair, RunRequest.stock_run(ids, n, settings, stop_at_eos=False)).tokens
+    finally:
+        handle.remove()
+    single, block = sum(1 for k in fed if k == 1), sum(1 for k in fed if k > 1)
+    assert len(tokens) == n and single > 0 and block > 0  # the run has both kinds of pass
+
+    plan = RunPlan(frameworks=("lookup", "hf"), modes=("none", "lenient"), max_new_tokens=n, repeats=1, cost_repeats=2)
+    result = run_bench(pair, settings, SamplingConfig(), [BenchPrompt(ids)], plan)
+    rows = {(r["framework"], r["mode"]): r for r in result.rows}
+    c = result.costs
+    lookup = rows[("lookup", "plain")]
+    assert lookup["single_passes_per_token"] == pytest.approx(single / n)
+    assert lookup["full_passes_per_token"] == pytest.approx((single + block) / n)
+    assert lookup["full_equivalent_per_token"] == pytest.approx((single * c.c_full + block * c.c_full_block) / (n * c.c_full_block))
+    for key in (("hf", "plain"), ("hf", "none")):  # the same lookups, stock and through the tier's observed loop
+        assert rows[key]["single_passes_per_token"] == pytest.approx(single / n), key
+        assert rows[key]["full_equivalent_per_token"] == pytest.approx(lookup["full_equivalent_per_token"]), key
+    assert rows[("hf", "lenient")]["single_passes_per_token"] > 0  # the tier's own loop, lookups with no match
+    ar = rows[("ar", "-")]
+    assert ar["single_passes_per_token"] == pytest.approx((n - 1) / n)  # every step after the prefill

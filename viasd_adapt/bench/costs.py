@@ -9,9 +9,12 @@ of one full target pass over a block of ``gamma + 1`` tokens::
     feq = (d * c_draft + s * c_slim + (f - r) * c_full_block + r * c_resume + a * c_full) / c_full_block
 
 per generated token, with ``d``, ``s``, ``f``, ``r`` the drafter, slim, full and resumed-full passes
-of the row's :class:`~viasd_adapt.core.metrics.TierMetrics`, and ``a`` one-token target passes
-(autoregressive decoding). Costs are measured in the same run as the rows, so rows compare across
-machines.
+of the row's :class:`~viasd_adapt.core.metrics.TierMetrics` (or, for a row without viasd-adapt, of
+the bench's forward hooks), and ``a`` the target passes that fed **one** new token. Each pass is
+priced by what it ran: an autoregressive step, or a prompt-lookup step that found no n-gram to
+propose, is a one-token pass in every framework (``c_full``), not a block pass; ``f`` counts the
+others (draft blocks, prompts). Costs are measured in the same run as the rows, so rows compare
+across machines.
 
 The analytic bound answers "how fast could this row be if nothing but the forwards cost time?":
 ``bound = c_full / (per-token time)``, where the per-token time is the numerator above (or, for
@@ -61,14 +64,28 @@ class PassCounts:
     slim: float = 0.0
     full: float = 0.0  # every full-target pass over a block, resumed ones included
     resumed: float = 0.0
-    single: float = 0.0  # one-token target passes (autoregressive decoding)
+    single: float = 0.0  # target passes that fed one new token (autoregressive steps, lookups with no match)
 
     @classmethod
-    def of_metrics(cls, metrics, tokens: int) -> "PassCounts":
+    def of_metrics(cls, metrics, tokens: int, single_passes: int = 0) -> "PassCounts":
+        """Per token, from a row's :class:`~viasd_adapt.core.metrics.TierMetrics`. ``single_passes``:
+        how many of its full passes fed the target one new token (the metrics do not know; the
+        bench's meter counts them, :class:`~viasd_adapt.bench.measure.RunMeasure`); they are priced
+        as one-token passes. A resumed pass is never one of them (it runs through a view)."""
         if not tokens:
             return cls()
-        return cls(metrics.draft_passes / tokens, metrics.slim_passes / tokens, metrics.full_passes / tokens,
-                   metrics.resumed_full_passes / tokens)
+        single = max(0, min(single_passes, metrics.full_passes - metrics.resumed_full_passes))
+        return cls(metrics.draft_passes / tokens, metrics.slim_passes / tokens, (metrics.full_passes - single) / tokens,
+                   metrics.resumed_full_passes / tokens, single / tokens)
+
+    @classmethod
+    def of_forwards(cls, full_passes: int, single_passes: int, draft_passes: int, tokens: int) -> "PassCounts":
+        """Per token, from forwards counted by hooks (a row without metrics of its own: ``ar``, a
+        stock framework): the target's one-token forwards priced as such, its others as blocks."""
+        if not tokens:
+            return cls()
+        single = max(0, min(single_passes, full_passes))
+        return cls(draft=draft_passes / tokens, full=(full_passes - single) / tokens, single=single / tokens)
 
 
 def _sync(device: torch.device) -> None:

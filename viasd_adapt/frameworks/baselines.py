@@ -7,14 +7,77 @@
   and transformers' own.
 
 They are registered by name in :mod:`viasd_adapt.frameworks.registry`, like every framework.
+
+Each streams its tokens to ``request.on_tokens`` as they are committed (``viasd generate``): ``ar``
+and ``lookup`` through a transformers streamer, ``engine`` through its verify step's observer hook
+(:attr:`~viasd_adapt.frameworks.requests.RunRequest.stream_plugins`), as the adapters do.
 """
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
+from typing import Iterator
+
 import torch
 
+from viasd_adapt.core.tiers import Tier
 from viasd_adapt.models.pair import LoadedPair
-from viasd_adapt.frameworks.requests import RunOutput, RunRequest
+from viasd_adapt.frameworks.requests import RunOutput, RunRequest, TokenCallback
+
+#: The text of the notice transformers 5 logs when ``generate`` gets a ``generation_config`` and
+#: generation arguments beside it (:func:`assistant_config_notice_dropped`).
+ASSISTANT_CONFIG_NOTICE = "Passing `generation_config` together with generation-related"
+
+
+class _DropAssistantConfigNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(ASSISTANT_CONFIG_NOTICE)
+
+
+@contextmanager
+def assistant_config_notice_dropped() -> Iterator[None]:
+    """Drops, for the duration, transformers' deprecation notice about ``generation_config`` passed
+    with generation arguments beside it.
+
+    Why: the project's own calls pass a :func:`generation_config_for` config and model inputs only.
+    The notice comes from transformers' *own* assisted decoding: its ``AssistedCandidateGenerator``
+    calls the assistant's ``generate`` with its copy of the config plus ``min_new_tokens`` and
+    ``max_new_tokens`` on every round (transformers 5.x), whoever called ``generate``. No caller can
+    avoid it, so it only buries the output of ``viasd generate``. Scoped: the filter sits on
+    transformers' generation logger while a run of ours is inside ``generate`` and is removed after.
+    """
+    logger = logging.getLogger("transformers.generation.utils")
+    notice = _DropAssistantConfigNotice()
+    logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice)
+
+
+class _CallbackStreamer:
+    """A transformers streamer (``generate(streamer=...)``: ``put`` then ``end``) that hands each
+    batch of new tokens to ``on_tokens``, with ``tier`` for every token (None: the run keeps no tiers).
+    The first ``put`` is the prompt, which is skipped."""
+
+    def __init__(self, on_tokens: TokenCallback, tier: int | None):
+        self.on_tokens, self.tier, self.prompt_seen = on_tokens, tier, False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        tokens = [int(t) for t in value.reshape(-1).tolist()]
+        self.on_tokens(tokens, None if self.tier is None else [self.tier] * len(tokens))
+
+    def end(self) -> None:
+        pass
+
+
+def streamer_for(request: RunRequest, tier: int | None):
+    """The ``streamer`` argument of a stock ``generate`` call: None when nobody listens."""
+    return _CallbackStreamer(request.on_tokens, tier) if request.on_tokens is not None else None
 
 
 def generation_config_for(pair: LoadedPair, request: RunRequest, **extra):
@@ -44,7 +107,8 @@ def run_ar(pair: LoadedPair, request: RunRequest) -> RunOutput:
     torch.manual_seed(request.seed)
     ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=pair.device)
     with torch.no_grad():
-        out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=generation_config_for(pair, request))
+        out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=generation_config_for(pair, request),
+                                   streamer=streamer_for(request, int(Tier.FULL)))
     tokens = out[0, len(request.prompt_ids):].tolist()
     return RunOutput(tokens, plain_decoding_metrics(tokens))
 
@@ -61,13 +125,15 @@ def run_prompt_lookup(pair: LoadedPair, request: RunRequest) -> RunOutput:
     config = generation_config_for(pair, request, prompt_lookup_num_tokens=request.settings.gamma,
                                    max_matching_ngram_size=DEFAULT_MAX_NGRAM)
     with torch.no_grad():
-        out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+        out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config,
+                                   streamer=streamer_for(request, None))  # stock: no tiers to show
     return RunOutput(out[0, len(request.prompt_ids):].tolist())
 
 
 def run_engine(pair: LoadedPair, request: RunRequest) -> RunOutput:
     """Classic SD through :mod:`viasd_adapt.engine` (mode none is the untiered loop)."""
     from viasd_adapt.checks import vocab_size_of
+    from viasd_adapt.core.hooks import make_plugin_manager
     from viasd_adapt.engine.drafters import ModelDrafter
     from viasd_adapt.engine.verifier import TieredVerifier
     from viasd_adapt.engine.loop import speculative_generate
@@ -76,7 +142,8 @@ def run_engine(pair: LoadedPair, request: RunRequest) -> RunOutput:
     settings = request.settings
     slim = SlimVerifier(pair.target, pair.routing) if settings.mode.uses_slim else None
     generator = torch.Generator(device="cpu").manual_seed(request.seed)
-    verifier = TieredVerifier(pair.target, settings, request.sampling, slim=slim, framework="engine")
+    verifier = TieredVerifier(pair.target, settings, request.sampling, slim=slim, framework="engine",
+                              plugin_manager=make_plugin_manager(request.stream_plugins))
     eos = pair.eos_token_ids if request.stop_at_eos else ()
     drafter = (ModelDrafter(pair.draft, request.sampling) if pair.lookup is None
                else pair.lookup.drafter(vocab_size_of(pair.target), eos, pair.device))
@@ -84,4 +151,5 @@ def run_engine(pair: LoadedPair, request: RunRequest) -> RunOutput:
     return RunOutput(out.tokens, out.metrics)
 
 
-__all__ = ["generation_config_for", "run_ar", "run_engine", "run_prompt_lookup"]
+__all__ = ["ASSISTANT_CONFIG_NOTICE", "assistant_config_notice_dropped", "generation_config_for", "run_ar", "run_engine",
+           "run_prompt_lookup", "streamer_for"]

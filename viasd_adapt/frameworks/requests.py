@@ -8,8 +8,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
+from viasd_adapt.core.markers import hookimpl
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
@@ -17,6 +18,23 @@ from viasd_adapt.core.settings import TierSettings
 
 #: ``RunRequest.mode`` of a stock run: the framework without viasd-adapt at all (where such a path exists).
 STOCK_MODE = "plain"
+
+#: What :attr:`RunRequest.on_tokens` is called with: tokens just committed, and their tiers (None
+#: for a run that keeps no tiers, such as stock prompt lookup).
+TokenCallback = Callable[[list[int], "list[int] | None"], None]
+
+
+class TokenStreamPlugin:
+    """An observer plugin (:mod:`viasd_adapt.core.hooks`) that hands every committed token and its
+    tier to a callback, as the verify step decides it: how a tiered run streams its output without
+    any framework knowing about streaming."""
+
+    def __init__(self, on_tokens: TokenCallback):
+        self.on_tokens = on_tokens
+
+    @hookimpl
+    def viasd_token_decided(self, event) -> None:
+        self.on_tokens([event.token], [event.tier])
 
 
 @dataclass(frozen=True)
@@ -48,6 +66,15 @@ class RunRequest:
     # decoder_start_token_id); a target that reads features (Whisper) takes them here instead,
     # ``(1, mel, frames)`` (:func:`viasd_adapt.frameworks.seq2seq.load_input_features`).
     input_features: Any = None
+    # Called as tokens are committed (:data:`TokenCallback`): ``viasd generate`` streams through it.
+    # Tiered runs reach it through :attr:`stream_plugins`; a runner that cannot stream ignores it.
+    on_tokens: TokenCallback | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def stream_plugins(self) -> tuple:
+        """The observer plugins a tiered runner adds to its verify step so that :attr:`on_tokens`
+        sees each token as it is committed (empty without a callback)."""
+        return (TokenStreamPlugin(self.on_tokens),) if self.on_tokens is not None else ()
 
     @property
     def stock(self) -> bool:
@@ -79,4 +106,4 @@ class RunOutput:
         return None if self.metrics is None else self.metrics.token_tiers[: len(self.tokens)]
 
 
-__all__ = ["RunOutput", "RunRequest", "STOCK_MODE"]
+__all__ = ["RunOutput", "RunRequest", "STOCK_MODE", "TokenCallback", "TokenStreamPlugin"]
