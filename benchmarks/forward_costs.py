@@ -1,6 +1,6 @@
 """Per-forward costs at real model shapes, random weights: what one pass of each kind costs.
 
-VIA-SD's speed claims are made in full-equivalent passes (VIA-SD.md section 8), which need the
+VIA-SD's speed claims are made in full-equivalent passes (docs/method.md section 11), which need the
 cost of each kind of forward relative to the full target's block pass. This script builds a
 randomly initialised Llama of a given shape (weights do not change the cost of a forward), fills
 a KV cache with a ``--context``-token prompt, and times, over a block of ``gamma + 1`` new tokens:

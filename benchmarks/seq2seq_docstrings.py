@@ -9,7 +9,7 @@ Pair (mBART layout: pre-norm, learned positions; built from configs, trained her
 
 * target: 3 encoder layers, 8 decoder layers, width 128, trained with decoder LayerDrop (on half of
   the steps up to half of decoder layers 1..7 are bypassed), so a slim verifier has layers it can
-  afford to skip (VIA-SD.md section 7);
+  afford to skip (docs/results.md, "Where the slim tier could pay");
 * drafter: 1 encoder layer, 1 decoder layer, width 128, trained first; the target's shared token
   embedding starts from the drafter's (the demo pair's head start).
 

@@ -1,4 +1,4 @@
-"""Memory of the slim verifier: full-only vs full + slim decoding (VIA-SD.md section 1).
+"""Memory of the slim verifier: full-only vs full + slim decoding (docs/method.md section 2).
 
 The slim verifier u is a routed *view* of the target q: it owns no weights, so the only extra
 memory it can cost is the KV cache of its retained layers. Below its first skipped layer s1 it

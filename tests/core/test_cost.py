@@ -1,4 +1,4 @@
-"""The KL-style verification cost R, the block cost C and Delta (VIA-SD.md section 2).
+"""The KL-style verification cost R, the block cost C and Delta (docs/method.md section 6).
 
 Expected values are computed here straight from the formula with ``math.log`` on tiny
 vocabularies, never by calling the code under test.

@@ -1,4 +1,4 @@
-"""Per-cycle tier decisions (VIA-SD.md sections 4 and 5) on constructed distributions.
+"""Per-cycle tier decisions (docs/method.md sections 4 and 5) on constructed distributions.
 
 Statistical tests use the suite's chi-square goodness-of-fit test (tests/support/stats.py) at
 significance 1e-3 (a correct sampler fails one such test with probability 0.001; the seeds are

@@ -40,21 +40,8 @@ README_CHECKED = False
 #: strict expected failure: once a file is fixed its test fails, and its entry here must go.
 PENDING_CITATIONS: dict[str, str] = {
     "adapters/eagle/__init__.py": "VIA-SD.md section 8",
-    "benchmarks/forward_costs.py": "VIA-SD.md section 8",
-    "benchmarks/seq2seq_docstrings.py": "VIA-SD.md section 7",
-    "benchmarks/slim_memory.py": "VIA-SD.md section 1",
     "tests/adapters/hf/test_hf_demo.py": "VIA-SD.md section 5",
     "tests/adapters/pearl/test_pearl_demo.py": "VIA-SD.md section 5",
-    "tests/core/test_cost.py": "VIA-SD.md section 2",
-    "tests/core/test_tiers.py": "VIA-SD.md sections 4 and 5",
-    "viasd_adapt/assets/costs/h200-llama2-13b.json": "VIA-SD.md section 8 (its source field)",
-    "viasd_adapt/assets/costs/h200-llama2-7b.json": "VIA-SD.md section 8 (its source field)",
-    "viasd_adapt/core/cost.py": "VIA-SD.md section 2",
-    "viasd_adapt/models/evaluate.py": "VIA-SD.md section 7",
-    "viasd_adapt/models/layer_skip.py": "VIA-SD.md section 7",
-    "viasd_adapt/routing/encdec.py": "VIA-SD.md section 1",
-    "viasd_adapt/routing/slim.py": "VIA-SD.md section 1",
-    "viasd_adapt/search/objective.py": "BO-RECIPE.md",
 }
 
 #: Pages of docs/ that do not pass the work-log check yet, and why (strict expected failures too).

@@ -1,4 +1,4 @@
-"""The KL-style log-margin verification cost of VIA-SD (paper Eq. 11; VIA-SD.md section 2).
+"""The KL-style log-margin verification cost of VIA-SD (paper Eq. 11; docs/method.md section 6).
 
 For a verifier ``a`` checking a proposer ``b`` at one position, with log-probabilities ``lb`` and
 ``la`` over the vocabulary::

@@ -5,7 +5,7 @@ Definitions (also stated in the README):
 * **held-out loss**: mean next-token cross-entropy (nats) on rows of held-out files.
 * **argmax agreement** of a model with the target: on the same held-out rows, under teacher
   forcing, the fraction of positions where the model's most likely next token equals the full
-  target's. This is what a verifier tier must reproduce to be useful (VIA-SD.md section 7).
+  target's. This is what a verifier tier must reproduce to be useful (docs/method.md section 2).
 * **greedy acceptance** of the drafter: for each held-out prompt the target writes a greedy
   continuation; the drafter is then run teacher-forced on prompt + continuation. Because every
   accepted token equals the target's, this replays greedy speculative decoding exactly. We report

@@ -58,7 +58,7 @@ def random_mask(num_layers: int, ratio: float, rng: random.Random, keep_first: b
     """Indices of ``round(ratio * num_layers)`` layers to skip, drawn at random.
 
     With ``keep_first`` layer 0 is never drawn: it turns raw embeddings into the representation
-    every later layer expects, and skipping it collapses small models (see VIA-SD.md section 7).
+    every later layer expects, and skipping it collapses small models (docs/method.md section 2).
     """
     if not 0.0 <= ratio < 1.0:
         raise ConfigError(f"skip ratio must be in [0, 1), got {ratio}")

@@ -1,6 +1,6 @@
 """Encoder-decoder plumbing for routing: the encoder's output per prompt, and the decoder's caches.
 
-Why these choices (VIA-SD.md section 1, for T5/BART/Whisper-style models):
+Why these choices (docs/method.md section 2, for T5/BART/Whisper-style models):
 
 * **Only decoder layers are routed.** The encoder runs once per prompt; its output
   (:class:`EncoderContext`) is computed once and handed to every decoder pass of the same model, as

@@ -1,6 +1,6 @@
 """The slim verifier u = q'_z: the target run with the masked-out decoder layers bypassed.
 
-Design (VIA-SD.md section 1):
+Design (docs/method.md section 2):
 
 * **No weight copies, no mutation of the target.** :class:`SlimVerifier` builds a *view* of the
   model: shallow copies of the modules on the path from the top model down to the layer list, with a

@@ -4,7 +4,7 @@
 
 Calibration is fixed and the forward pass is deterministic, so J is a deterministic function of z:
 the observed minimum of a search is the exact minimum of what was evaluated, and no re-evaluation
-of the top masks is needed (BO-RECIPE.md's advice to re-evaluate applies to noisy costs).
+of the top masks is needed (re-evaluating the best points pays only when the cost is noisy).
 
 Delta is reported with the direct path p -> q checked at tolerance alpha2, i.e. the tolerance q
 applies when it checks p's tokens itself in lossy escalation:
