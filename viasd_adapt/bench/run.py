@@ -33,13 +33,15 @@ from typing import Callable, Sequence
 import torch
 
 from viasd_adapt.frameworks import registry as frameworks
-from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent, measure_forward_costs
+from viasd_adapt.bench.costs import (ForwardCosts, PassCounts, analytic_bound, full_equivalent, measure_forward_costs,
+                                    probe_context)
 from viasd_adapt.bench.fidelity import next_line_match, positional_agreement, score_output
 from viasd_adapt.bench.measure import RunMeter, memory_source
 from viasd_adapt.bench.prompt_sets import UNGROUPED, BenchPrompt, text_prompts
 from viasd_adapt.bench.uncertainty import prompt_key
 from viasd_adapt.checks import check_max_new_tokens
 from viasd_adapt.errors import ConfigError
+from viasd_adapt.model_kind import model_kind
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.models.pair import LoadedPair
 from viasd_adapt.frameworks.requests import RunRequest
@@ -240,7 +242,8 @@ def run_bench(
     for name, reason in skipped.items():
         say(f"skipping framework {name}: {reason}")
     n = plan.max_new_tokens
-    runners = {row.key: frameworks.get(row.framework).load() for row in rows}
+    kind = model_kind(pair.target)  # an encoder-decoder target runs each framework's seq2seq runner
+    runners = {row.key: frameworks.get(row.framework).load(kind) for row in rows}
 
     def generate(row: PlannedRow, ids: list[int], tokens: int, seed: int, run_sampling: SamplingConfig = sampling):
         return runners[row.key](pair, _request(row, settings, run_sampling, ids, tokens, seed, plan.stop_at_eos))
@@ -249,8 +252,8 @@ def run_bench(
     references = [generate(rows[0], ids, n, plan.seed, SamplingConfig()).tokens for ids in prompt_ids]
     say("timing single forwards of drafter, slim verifier, resumed and full target")
     slim = SlimVerifier(pair.target, pair.routing) if pair.routing is not None else None
-    cost_context = prompt_ids[0] + references[0][: n // 2]
-    costs = measure_forward_costs(pair.target, pair.draft, slim, cost_context, settings.gamma, plan.cost_repeats)
+    cost_context, source = probe_context(pair.target, prompt_ids[0], references[0][: n // 2])
+    costs = measure_forward_costs(pair.target, pair.draft, slim, cost_context, settings.gamma, plan.cost_repeats, source)
 
     stats: dict[tuple[str, str], list[RepeatStats]] = {row.key: [] for row in rows}
     # per row, per prompt, all repeats pooled: what the verdict's bootstrap over prompts resamples
