@@ -38,7 +38,9 @@ def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: P
 
     choice = choose_pair(pair, target, draft, eagle_head, demo_default=True,
                          lookup=lambda name: _registered_pair(name))
-    if framework not in ("ar", "eagle") and choice.draft is None:
+    from viasd_adapt.frameworks.registry import DRAFTER, get
+
+    if get(framework).honours(DRAFTER) and choice.draft is None:
         raise ConfigError(f"--framework {framework} needs --draft")
     spec = resolve_settings(mask, pair_mask=choice.mask if mask is None else None, framework=framework, preset=preset,
                             flags=flags)
@@ -92,6 +94,12 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     from viasd_adapt.core.sampling import SamplingConfig
 
     check_max_new_tokens(max_new_tokens)
+    from viasd_adapt.cli.run_options import given_inputs
+
+    # an option the framework cannot honour is refused by name (the framework declares which: registry.Framework.ignores)
+    frameworks.refuse_unhonoured([framework], given_inputs(mode=mode, alpha1=alpha1, alpha2=alpha2, lenience=lenience,
+                                                           preset=preset, mask=mask, gamma=gamma, draft=draft,
+                                                           eagle_head=eagle_head))
     if json_path is not None:
         from viasd_adapt.io import ensure_writable
 
@@ -104,7 +112,9 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     if explain:
         for line in spec.explain():
             click.echo(line)
-    pair = load_pair(target, draft if framework != "ar" else None, mask, need_mask=settings.mode.uses_slim,
+    if not frameworks.get(framework).honours(frameworks.DRAFTER):
+        draft = None  # the pair's drafter (--pair, the demo pair) is not loaded, nor recorded, where it is not used
+    pair = load_pair(target, draft, mask, need_mask=settings.mode.uses_slim,
                      device="cpu", eagle_head=eagle_head, ratio=settings.ratio, read_masks=spec.masks)
     check_spec_model(spec, pair.target)  # its settings were applied above: refused for another model, like bench
     from viasd_adapt.model_kind import model_kind
