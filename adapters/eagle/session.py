@@ -32,7 +32,7 @@ from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.core.sampling import sample_or_argmax
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import verified_cycle
-from viasd_adapt.engine.tier import OpenTier, open_tier
+from viasd_adapt.engine.tier import EAGLE_HEAD, OpenTier, check_tier_drafter, open_tier
 
 
 class RecordingHead:
@@ -248,6 +248,8 @@ def tiered(
     check_head_embeddings(ea_model)
     # stacklevel 3: through this generator and contextlib's __enter__ to the ``with`` that opened the scope
     tier = open_tier(ea_model.base_model, mask, settings, plugins, build_slim=False, stacklevel=3)
+    # EAGLE drafts with its head: tuned settings measured with a drafter model are not this pair's
+    tier = check_tier_drafter(tier, ea_model.base_model, mask, EAGLE_HEAD, build_slim=False, stacklevel=3)
     session = EagleTierSession(ea_model, tier, options)
     open_scope(session)
     try:

@@ -17,7 +17,7 @@ from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPa
                                      preset_option, registered_pair)
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.settings import Mode
-from viasd_adapt.engine.tier import check_spec_model
+from viasd_adapt.engine.tier import EAGLE_HEAD, check_spec_model
 
 if TYPE_CHECKING:
     from viasd_adapt.cli.options import PairChoice
@@ -47,6 +47,18 @@ def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: P
     if spec.settings.mode.uses_slim and spec.mask_path is None:
         raise ConfigError(f"--mode {spec.settings.mode.value} needs --mask (a mask.json searched for this target)")
     return spec, choice
+
+
+def drafter_of(framework: str, pair):
+    """What ``framework`` drafts with on ``pair`` (checked against the tuned file's drafter): its EAGLE
+    head, prompt lookup, the drafter model, or None for the target alone."""
+    from viasd_adapt.frameworks.registry import DRAFTER, EAGLE_HEAD as HEAD_INPUT, get
+
+    if get(framework).honours(HEAD_INPUT):
+        return EAGLE_HEAD
+    if not get(framework).honours(DRAFTER):
+        return None
+    return pair.lookup if pair.lookup is not None else pair.draft
 
 
 _PATH = click.Path(exists=True, path_type=Path)
@@ -108,15 +120,20 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset, mode=mode, gamma=gamma, alpha1=alpha1,
                                alpha2=alpha2, lenience=lenience)
     target, draft, mask, eagle_head = choice.target, choice.draft, spec.mask_path, choice.eagle_head
+    if not frameworks.get(framework).honours(frameworks.DRAFTER):
+        draft = None  # the pair's drafter (--pair, the demo pair) is not loaded, nor recorded, where it is not used
+    pair = load_pair(target, draft, mask, need_mask=spec.settings.mode.uses_slim,
+                     device="cpu", eagle_head=eagle_head, ratio=spec.settings.ratio, read_masks=spec.masks)
+    # its settings were applied above: refused for another model, like bench; not applied for another drafter
+    spec = check_spec_model(spec, pair.target, drafter_of(framework, pair))
     settings = spec.settings
+    if settings.mode.uses_slim and pair.mask is None:  # the tuned choice needed no mask, the defaults do
+        from viasd_adapt.models.pair import resolve_mask_info
+
+        pair.mask = resolve_mask_info(pair.target, mask, settings.ratio, read_masks=spec.masks)
     if explain:
         for line in spec.explain():
             click.echo(line)
-    if not frameworks.get(framework).honours(frameworks.DRAFTER):
-        draft = None  # the pair's drafter (--pair, the demo pair) is not loaded, nor recorded, where it is not used
-    pair = load_pair(target, draft, mask, need_mask=settings.mode.uses_slim,
-                     device="cpu", eagle_head=eagle_head, ratio=settings.ratio, read_masks=spec.masks)
-    check_spec_model(spec, pair.target)  # its settings were applied above: refused for another model, like bench
     from viasd_adapt.model_kind import model_kind
 
     kind = model_kind(pair.target)

@@ -47,7 +47,7 @@ from viasd_adapt.routing.mask import model_fingerprint
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import Mode, TierSettings
-from viasd_adapt.config.tuned import MEASURED_ON_DEFAULT, TunedSettings
+from viasd_adapt.config.tuned import MEASURED_ON_DEFAULT, PROMPT_LOOKUP_DRAFTER, TunedSettings
 
 #: The framework whose loop every candidate runs on (recorded in tuned.json as ``measured_on``):
 #: the tier's own SD loop, the loop the HF adapter's tiered modes run. Other frameworks apply the
@@ -482,6 +482,7 @@ def artifact_of(result: TuneResult, pair: LoadedPair, masks_dir: Path | None = N
         choice=chosen.family,
         mask_bits=mask_bits,
         fingerprint=model_fingerprint(pair.target),
+        drafter=drafter_record(pair),
         budget=asdict(result.budget),
         measured=chosen.to_dict(),
         measured_on=MEASURED_ON,
@@ -489,6 +490,14 @@ def artifact_of(result: TuneResult, pair: LoadedPair, masks_dir: Path | None = N
                 "mask_file": mask_file,
                 "points": len(result.points)},
     )
+
+
+def drafter_record(pair: LoadedPair):
+    """What tuned.json records as the drafter the settings were measured with: the drafter model's
+    fingerprint, or the prompt-lookup drafter by name (:mod:`viasd_adapt.config.tuned`)."""
+    if pair.draft is not None:
+        return model_fingerprint(pair.draft)
+    return PROMPT_LOOKUP_DRAFTER if pair.lookup is not None else None
 
 
 def describe(result: TuneResult) -> list[str]:
