@@ -23,11 +23,14 @@ rule on the recorded trajectories, cycle by cycle as the monitor sees them, and 
 its false-alarm rate (share of good generations it warns on) and detection rate (share of junk
 generations it warns on).
 
-    python benchmarks/junk_drafter_monitor.py measure --json benchmarks/results/junk_drafter_monitor_raw.json
-    python benchmarks/junk_drafter_monitor.py report benchmarks/results/junk_drafter_monitor_raw.json \
+    python benchmarks/junk_drafter_monitor.py measure --pairs demo,demo-ee --eagle demo --json raw_code.json
+    python benchmarks/junk_drafter_monitor.py measure --pairs smollm2 --prompts 12 --json raw_smollm2.json
+    python benchmarks/junk_drafter_monitor.py report raw_code.json raw_smollm2.json \
         --json benchmarks/results/junk_drafter_monitor.json > benchmarks/results/junk_drafter_monitor.txt
 
-About 40 minutes on 2 CPU cores (SmolLM2 dominates).
+About 70 minutes on 2 CPU cores (SmolLM2: 12 Spec-Bench questions, two per task, 45 minutes).
+The raw trajectories are kept in ``benchmarks/results/junk_drafter_monitor_raw.json`` (``report``
+reads them back; every rule of :data:`RULES` is a replay, nothing is generated again).
 """
 
 from __future__ import annotations
@@ -38,13 +41,13 @@ import json
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from viasd_adapt.core.markers import hookimpl
-from viasd_adapt.core.monitor import JunkThresholds, ViasdQualityWarning, wilson_upper
+from viasd_adapt.core.monitor import DrafterEvidence, JunkThresholds, ViasdQualityWarning, looks_like_junk
 from viasd_adapt.core.tiers import Tier
 
 NEW_TOKENS = 64
@@ -99,18 +102,19 @@ def _permuted(drafter: torch.nn.Module, seed: int) -> torch.nn.Module:
     same size would be."""
     clone = copy.deepcopy(drafter)
     vocab = clone.get_input_embeddings().weight.shape[0]
-    order = torch.randperm(vocab, generator=torch.Generator().manual_seed(seed))
+    order = torch.randperm(vocab, generator=torch.Generator().manual_seed(seed))  # id v now means what order[v] meant
+    inverse = torch.argsort(order)
+    head = clone.get_output_embeddings()
     with torch.no_grad():
         embeddings = clone.get_input_embeddings().weight
-        head = clone.get_output_embeddings().weight
-        if head.data_ptr() == embeddings.data_ptr():
-            embeddings.copy_(embeddings[order])
-        else:
-            embeddings.copy_(embeddings[order])
-            head.copy_(head[order])
-        bias = getattr(clone.get_output_embeddings(), "bias", None)
-        if bias is not None:
-            bias.copy_(bias[order])
+        tied = isinstance(getattr(head, "weight", None), torch.Tensor) and head.weight.data_ptr() == embeddings.data_ptr()
+        embeddings.copy_(embeddings[order])
+        if hasattr(head, "token_ids"):  # a drafting-vocabulary head (the smollm2 drafter): its rows keep their scores
+            head.token_ids.copy_(inverse[head.token_ids])
+        elif not tied:
+            head.weight.copy_(head.weight[order])
+            if getattr(head, "bias", None) is not None:
+                head.bias.copy_(head.bias[order])
     return clone
 
 
@@ -179,43 +183,73 @@ def measure(pairs: list[str], prompts: int, say) -> list[dict]:
     return records
 
 
+def measure_eagle(name: str, prompts: int, say) -> list[dict]:
+    """The same records for EAGLE (the pair's shipped head, and the head with random weights): the
+    monitor sees the drafts of the path the verifier picked in each cycle's tree."""
+    from viasd_adapt.adapters import eagle
+    from viasd_adapt.core.settings import TierSettings
+    from viasd_adapt.models.pair import load_pair
+    from viasd_adapt.models.registry import resolve_pair
+
+    paths = resolve_pair(name)
+    pair = load_pair(paths.target, paths.draft, paths.mask, device="cpu")
+    ids = _prompts(name, pair, prompts)
+    records = []
+    for head_name, good in (("eagle-head", True), ("eagle-random-head", False)):
+        ea_model = eagle.load_ea_model(paths.target, paths.eagle_head)
+        if not good:
+            torch.manual_seed(0)
+            with torch.no_grad():
+                for param_name, param in ea_model.ea_layer.named_parameters():
+                    if "embed_tokens" not in param_name:  # the head's own weights; the embedding is the target's
+                        param.normal_(0.0, 0.02)
+        for sampling_name, temperature in (("greedy", 0.0), ("T=1", 1.0)):
+            started = time.perf_counter()
+            for index, prompt in enumerate(ids):
+                recorder = CycleRecorder()
+                torch.manual_seed(index)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", ViasdQualityWarning)
+                    out = eagle.generate(ea_model, torch.tensor([prompt]), NEW_TOKENS, mask=pair.routing,
+                                         settings=TierSettings(mode="lossy"), temperature=temperature,
+                                         plugins=[recorder], stop_at_eos=False)
+                warned = any(issubclass(w.category, ViasdQualityWarning) for w in caught)
+                records.append({"pair": name, "drafter": head_name, "good": good, "sampling": sampling_name,
+                                "prompt": index, "tokens": len(out.tokens), "monitor_warned": warned,
+                                "tiers": "".join(str(int(t)) for t in out.tiers), "cycles": recorder.cycles,
+                                "eagle": True})
+            say(f"{name} / {head_name} / {sampling_name}: {len(ids)} prompts in {time.perf_counter() - started:.0f}s")
+    return records
+
+
 # ----------------------------------------------------------------------------- replaying rules
 
 
 @dataclass(frozen=True)
 class Rule:
-    """A candidate rule: the committed-drafts rule of the monitor's thresholds, plus (when
-    ``judged_min`` is set) a judged-drafts rule: from ``judged_min`` judged drafts of a drafter that
-    is not a point mass, greedy warns when the upper 95% Wilson bound of their agreement with u is
-    below ``judged_agreement``, sampling when their mean surprise excess is at most ``judged_excess``."""
+    """A candidate rule: the monitor's thresholds for drafter models and for EAGLE heads."""
 
     name: str
     thresholds: JunkThresholds = JunkThresholds()
-    judged_min: int | None = None
-    judged_agreement: float = 0.0
-    judged_excess: float = float("-inf")
+    eagle: JunkThresholds = JunkThresholds()
 
 
-def first_warning(rule: Rule, cycles: list[list], greedy: bool) -> int | None:
-    """The cycle (0-based) after which ``rule`` first warns on this trajectory, or None."""
-    t = rule.thresholds
-    judged = agree = committed = committed_agree = 0
-    excess = committed_excess = 0.0
-    point_mass = True
+def first_warning(thresholds: JunkThresholds, cycles: list[list], greedy: bool) -> int | None:
+    """The cycle (0-based) after which the monitor's rule (:func:`viasd_adapt.core.monitor.looks_like_junk`)
+    with ``thresholds`` first warns on this recorded trajectory, or None."""
+    evidence = DrafterEvidence()
     for number, (n, a, e, c, ca, ce, pm) in enumerate(cycles):
-        judged, agree, excess = judged + n, agree + a, excess + e
-        committed, committed_agree, committed_excess = committed + c, committed_agree + ca, committed_excess + ce
-        point_mass = point_mass and (pm == 1 or n == 0)
-        if committed >= t.min_committed:
-            if (committed_agree / committed <= t.max_agreement) if greedy else (committed_excess / committed <= t.max_surprise_excess):
-                return number
-        elif committed >= t.min_committed_strong:
-            if (wilson_upper(committed_agree, committed) < t.max_agreement) if greedy \
-                    else (committed_excess / committed <= 2 * t.max_surprise_excess):
-                return number
-        if rule.judged_min is not None and not point_mass and judged >= rule.judged_min:
-            if (wilson_upper(agree, judged) < rule.judged_agreement) if greedy else (excess / judged <= rule.judged_excess):
-                return number
+        if n == 0:
+            continue
+        evidence.judged += n
+        evidence.judged_agreeing += a
+        evidence.judged_surprise_excess += e
+        evidence.committed += c
+        evidence.agreeing += ca
+        evidence.surprise_excess += ce
+        evidence.point_mass = evidence.point_mass and pm == 1
+        if looks_like_junk(evidence, thresholds, greedy) is not None:
+            return number
     return None
 
 
@@ -226,7 +260,8 @@ def evaluate(records: list[dict], rules: list[Rule]) -> dict:
         for record in records:
             key = f"{record['pair']} / {record['drafter']} / {record['sampling']}"
             row = rows.setdefault(key, {"good": record["good"], "generations": 0, "warned": 0, "first_cycle": []})
-            hit = first_warning(rule, record["cycles"], record["sampling"] == "greedy")
+            thresholds = rule.eagle if record.get("eagle") else rule.thresholds
+            hit = first_warning(thresholds, record["cycles"], record["sampling"] == "greedy")
             row["generations"] += 1
             if hit is not None:
                 row["warned"] += 1
@@ -263,18 +298,34 @@ def evidence_summary(records: list[dict]) -> dict:
     return summary
 
 
-#: The rules compared; the last is the monitor's (its docstring states its rates from this report).
-RULES = [
-    Rule("committed only (the monitor before)"),
-    Rule("judged: >=10, agreement < 0.2 / excess <= -3.0", judged_min=10, judged_agreement=0.2, judged_excess=-3.0),
-    Rule("judged: >=10, agreement < 0.3 / excess <= -2.5", judged_min=10, judged_agreement=0.3, judged_excess=-2.5),
-    Rule("judged: >=15, agreement < 0.25 / excess <= -3.0", judged_min=15, judged_agreement=0.25, judged_excess=-3.0),
-    Rule("judged: >=20, agreement < 0.3 / excess <= -3.0", judged_min=20, judged_agreement=0.3, judged_excess=-3.0),
+def _rule(name: str, **judged) -> Rule:
+    """The monitor's committed-drafts thresholds (drafter models and EAGLE heads) with ``judged`` ones."""
+    from viasd_adapt.adapters.eagle.session import EAGLE_THRESHOLDS
+
+    base = JunkThresholds(min_judged=None)
+    eagle = replace(EAGLE_THRESHOLDS, min_judged=None)
+    eagle_judged = dict(judged, min_judged=max(judged["min_judged"], 40)) if judged else {}
+    return Rule(name, replace(base, **judged), replace(eagle, **eagle_judged))
+
+
+#: The rules compared: the committed drafts only (the monitor before), then the judged drafts'
+#: mean surprise excess (greedy and sampling alike), from ``min_judged`` judged drafts (at least 40
+#: for EAGLE, whose cycles judge a whole path), at or below a threshold.
+RULES = [_rule("committed only (the monitor before)")] + [
+    _rule(f"judged >= {count}: mean excess <= {excess}", min_judged=count, max_judged_surprise_excess=excess)
+    for count in (10, 20, 30) for excess in (-4.5, -5.0, -5.5, -6.0)
 ]
 
 
+def monitor_rule() -> Rule:
+    """The monitor's own thresholds, as shipped (its defaults; EAGLE's from the EAGLE adapter)."""
+    from viasd_adapt.adapters.eagle.session import EAGLE_THRESHOLDS
+
+    return Rule("the monitor as shipped", JunkThresholds(), EAGLE_THRESHOLDS)
+
+
 def report(records: list[dict], out=sys.stdout) -> dict:
-    table = evaluate(records, RULES)
+    table = evaluate(records, RULES + [monitor_rule()])
     summary = evidence_summary(records)
     print(f"{len(records)} generations of {NEW_TOKENS} tokens, lossy mode, default settings\n", file=out)
     print("evidence per generation (min..max over prompts): judged agreement, judged mean surprise excess (nats), "
@@ -300,17 +351,21 @@ def main() -> None:
     run = sub.add_parser("measure")
     run.add_argument("--pairs", default="demo,demo-ee,smollm2")
     run.add_argument("--prompts", type=int, default=24)
+    run.add_argument("--eagle", default="", help="pairs whose shipped EAGLE head is measured too (e.g. demo)")
     run.add_argument("--json", type=Path, required=True)
     summarise = sub.add_parser("report")
-    summarise.add_argument("raw", type=Path)
+    summarise.add_argument("raw", type=Path, nargs="+")
     summarise.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.command == "measure":
-        records = measure(args.pairs.split(","), args.prompts, lambda m: print(m, file=sys.stderr, flush=True))
+        say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+        records = measure([p for p in args.pairs.split(",") if p], args.prompts, say)
+        for name in [p for p in args.eagle.split(",") if p]:
+            records += measure_eagle(name, args.prompts, say)
         args.json.write_text(json.dumps(records) + "\n")
         return
-    records = json.loads(args.raw.read_text())
+    records = [record for path in args.raw for record in json.loads(path.read_text())]
     data = report(records)
     if args.json is not None:
         args.json.write_text(json.dumps(data, indent=1) + "\n")
