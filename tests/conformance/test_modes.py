@@ -195,9 +195,7 @@ def test_a_rules_plugin_replaces_the_builtin_gate(drivers, request, framework):
     with lossy_warning(framework, "lossy"):
         baseline = driver.generate(driver.prompts[0], N, settings)
     assert baseline.metrics.draft_tokens > 0
-    # every draft is still judged: the tiny EAGLE head's drafts are ones u never picks (0 of 40 or more)
-    with junk_drafter_warning("eagle", expected=framework == "eagle"):
-        out = driver.generate(driver.prompts[0], N, settings, plugins=[RejectEveryDraft()])
+    out = driver.generate(driver.prompts[0], N, settings, plugins=[RejectEveryDraft()])
     assert out.metrics.draft_tokens == 0  # gate 1 never passes: nothing is committed as tier 1 ...
     assert out.metrics.slim_tokens + out.metrics.full_tokens == out.metrics.committed == N  # ... u or q decides
 

@@ -15,7 +15,6 @@ import torch
 from viasd_adapt.engine.drafters import ModelDrafter
 from viasd_adapt.engine.verifier import TieredVerifier
 from viasd_adapt.engine.loop import speculative_generate
-from tests.support.expected_warnings import junk_drafter_warning
 from tests.support.frameworks import Recorder
 from tests.support.pairs import sharpened_model
 from viasd_adapt.errors import ConfigError, ModelMismatchError
@@ -115,9 +114,7 @@ def test_pass_counts_follow_each_modes_cycle_structure(target, mode):
     per cycle except in lossy (only on escalation), and only lossless lets u commit several tokens."""
     log = Recorder()
     drafter, verifier = make(target, mode, plugins=[log])
-    # the tiny gemma2 target without layers 2-4 drafts what its slim verifier rarely picks (18% of 56 judged drafts)
-    with junk_drafter_warning("hf", expected=mode == "lossy" and target.config.model_type == "gemma2"):
-        out = speculative_generate(drafter, verifier, PROMPT, 40)
+    out = speculative_generate(drafter, verifier, PROMPT, 40)
     m = out.metrics
     assert m.committed == 40 and len(m.accepted_lengths) == m.cycles == len(log.results)
     assert m.draft_passes == drafter.passes == m.drafted  # one drafter forward per drafted token
