@@ -88,7 +88,8 @@ from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.core.sampling import ProcessorWarper
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import verified_cycle
-from viasd_adapt.engine.tier import open_tier
+from viasd_adapt.config.tuned import PROMPT_LOOKUP_DRAFTER
+from viasd_adapt.engine.tier import TunedDrafterCheck, open_tier
 from viasd_adapt.core.verify_step import VerifyStep
 
 FRAMEWORK = "hf"
@@ -130,6 +131,8 @@ class TierSession:
     plugin_manager: Any = field(default=None, repr=False)
     share_prefix: bool = True
     _call: "_StockObserver | None" = field(default=None, repr=False)
+    # settings=None: the tuned settings, checked against each call's drafter (engine.tier.TunedDrafterCheck)
+    drafter_check: Any = field(default=None, repr=False)
 
     @property
     def mode(self) -> Mode:
@@ -217,7 +220,10 @@ def patch(
             :class:`MaskArtifact`, or the path of a ``mask.json`` (checked against ``target``'s
             fingerprint). Not needed for ``mode="none"``.
         settings: thresholds and mode; None runs ``viasd tune``'s choice beside a mask path when it
-            was measured with that mask, else :class:`TierSettings` defaults (lossy).
+            was measured with that mask, else :class:`TierSettings` defaults (lossy). The choice is
+            checked against each call's drafter: a call whose ``assistant_model`` (or prompt lookup)
+            is not the drafter it was measured with runs the defaults, with a
+            ``TunedForAnotherDrafterWarning`` (once per drafter).
         plugins: pluggy plugins (rules and observers, see :mod:`viasd_adapt.core.hooks`).
         tokenizer, assistant_tokenizer: when given, their vocabularies must be identical.
         share_prefix: let q resume from the slim verifier's hidden states at its first skipped
@@ -232,7 +238,8 @@ def patch(
     tier = open_tier(target, mask, settings, plugins)
     check_same_tokenizer(tokenizer, assistant_tokenizer, role="assistant")
     session = TierSession(target, tier.settings, tier.slim, tier.plugins, tokenizer, assistant_tokenizer,
-                          plugin_manager=tier.plugin_manager, share_prefix=share_prefix)
+                          plugin_manager=tier.plugin_manager, share_prefix=share_prefix,
+                          drafter_check=TunedDrafterCheck(tier, target, mask))
     with _REGISTRY_LOCK:
         record = _PATCHES.get(id(target))
         if record is None or record.model is not target:
@@ -428,8 +435,41 @@ def _fall_back(session: TierSession, reason: str, run):
     return run()
 
 
+def _call_drafter(session: TierSession, original, args: tuple, kwargs: dict):
+    """What this call drafts with (its assistant model, or prompt lookup); None when it names neither
+    or its arguments cannot be read (the call itself then says what is wrong)."""
+    try:
+        call = _normalise_call(original, args, kwargs)
+    except ConfigError:
+        return None
+    if call.get("assistant_model") is not None:
+        return call["assistant_model"]
+    config = call.get("generation_config") or session.target.generation_config
+    lookup = call.get("prompt_lookup_num_tokens") or getattr(config, "prompt_lookup_num_tokens", None)
+    return PROMPT_LOOKUP_DRAFTER if lookup is not None else None
+
+
+@contextlib.contextmanager
+def _running_untuned(session: TierSession, tier):
+    """For one call: the session runs ``tier`` (the defaults: its tuned settings were measured with
+    another drafter); its metrics still go to the session."""
+    saved = session.settings, session.slim, session.drafter_check
+    session.settings, session.slim, session.drafter_check = tier.settings, tier.slim, None
+    try:
+        yield
+    finally:
+        session.settings, session.slim, session.drafter_check = saved
+
+
 def _tiered_generate(session: TierSession, original, args: tuple, kwargs: dict):
     target = session.target
+    check = session.drafter_check
+    if check is not None and check.needed:  # settings=None ran the tuned choice: was it measured with this drafter?
+        drafter = _call_drafter(session, original, args, kwargs)
+        tier = check.tier_for(drafter, stacklevel=5) if drafter is not None else check.tier
+        if tier is not check.tier:
+            with _running_untuned(session, tier):
+                return _tiered_generate(session, original, args, kwargs)
     if getattr(original, "__func__", None) is not getattr(type(target), "generate", None):
         return _fall_back(session, "generate() was replaced on this instance before patching; calling that replacement",
                           lambda: original(*args, **kwargs))

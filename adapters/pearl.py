@@ -30,7 +30,7 @@ from viasd_adapt.errors import ConfigError
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
-from viasd_adapt.engine.tier import open_tier
+from viasd_adapt.engine.tier import check_tier_drafter, open_tier
 
 
 # =============================================================================== public entry point
@@ -59,7 +59,8 @@ def pearl_generate(
         drafter: the draft LM (an HF causal LM on the same vocabulary), or any object with the
             :class:`~viasd_adapt.engine.drafters.Drafter` interface (``propose`` and ``passes``).
         settings: the tier settings; None, as in every adapter, runs ``viasd tune``'s choice beside a
-            mask path when it was measured with that mask, else :class:`TierSettings` defaults.
+            mask path when it was measured with that mask and this drafter, else :class:`TierSettings`
+            defaults (another drafter: with a ``TunedForAnotherDrafterWarning``).
             ``settings.mode`` picks the mode and ``settings.gamma`` is PEARL's draft block length.
         mask: the routing mask of the slim verifier (needed by lossless, lossy and audit): a
             :class:`RoutingMask`, a :class:`MaskArtifact` or the path of a mask JSON; artifacts are
@@ -79,6 +80,7 @@ def pearl_generate(
     prompt = as_prompt_list(prompt_ids, "PEARL")
     check_max_new_tokens(max_new_tokens)
     tier = open_tier(target, mask, settings, plugins, plugin_manager=plugin_manager)
+    tier = check_tier_drafter(tier, target, mask, drafter)  # tuned settings (settings=None) belong to their drafter
     check_token_ids_in_vocabulary(prompt, target)
     # No speculative margin: PEARL drafts at most what the budget has left after its pending
     # drafts, so no forward reaches past prompt + max_new_tokens positions.

@@ -32,7 +32,7 @@ from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.core.sampling import sample_or_argmax
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import verified_cycle
-from viasd_adapt.engine.tier import OpenTier, open_tier
+from viasd_adapt.engine.tier import EAGLE_HEAD, OpenTier, check_tier_drafter, open_tier
 
 
 class RecordingHead:
@@ -56,8 +56,11 @@ class RecordingHead:
 #: weaker on its own than a drafter LM: with the shipped demo head the running evidence dips to 33%
 #: greedy agreement and -2.6 nats of surprise excess early in a generation (the defaults would warn),
 #: and settles at 55-97% and -1.7 to +0.3 nats over 48 tokens; a head with random weights stays at
-#: 0% and -5.1 to -5.4 nats.
-EAGLE_THRESHOLDS = JunkThresholds(max_agreement=0.25, max_surprise_excess=-4.0)
+#: 0% and -5.1 to -5.4 nats. Every draft of the path gate 1 judges counts from 40 on (a cycle judges a
+#: whole path: 4 to 6 drafts): over 64 tokens the demo head's judged drafts never fall to a mean
+#: surprise excess of -5.0 (at worst -3.6), a random head's always do, by the 8th to 11th cycle
+#: (benchmarks/results/junk_drafter_monitor.txt).
+EAGLE_THRESHOLDS = JunkThresholds(max_agreement=0.25, max_surprise_excess=-4.0, max_agreement_strong=0.25, min_judged=40)
 
 
 def _check_batch_of_one(input_ids: torch.Tensor) -> None:
@@ -248,6 +251,8 @@ def tiered(
     check_head_embeddings(ea_model)
     # stacklevel 3: through this generator and contextlib's __enter__ to the ``with`` that opened the scope
     tier = open_tier(ea_model.base_model, mask, settings, plugins, build_slim=False, stacklevel=3)
+    # EAGLE drafts with its head: tuned settings measured with a drafter model are not this pair's
+    tier = check_tier_drafter(tier, ea_model.base_model, mask, EAGLE_HEAD, build_slim=False, stacklevel=3)
     session = EagleTierSession(ea_model, tier, options)
     open_scope(session)
     try:

@@ -26,8 +26,9 @@ def pair_dir(tmp_path_factory):
 
 
 def generate(root, out_json, framework, mode, *extra):
-    args = ["generate", "--framework", framework, "--target", root / "target", "--draft", root / "draft",
-            "--mask", root / "mask.json", "--mode", mode, "--prompt", "the cat", "--max-new-tokens", 12,
+    drafter = [] if framework == "ar" else ["--draft", root / "draft", "--mask", root / "mask.json"]  # ar uses neither
+    args = ["generate", "--framework", framework, "--target", root / "target", *drafter,
+            "--mode", mode, "--prompt", "the cat", "--max-new-tokens", 12,
             "--json", out_json, "--no-color", *extra]
     result = CliRunner().invoke(cli, [str(a) for a in args])
     assert result.exit_code == 0, result.output

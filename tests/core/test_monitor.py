@@ -119,3 +119,93 @@ def test_every_framework_runs_the_monitor_through_the_cli(demo, tmp_path):
                                               "--prompt", PROMPT, "--max-new-tokens", "12", "--no-color"])
         assert result.exit_code == 0, result.output
         assert any(issubclass(w.category, ViasdQualityWarning) for w in caught), framework
+
+
+# ----------------------------------------------------------------------------- drafts gate 1 rejected
+
+
+def _permuted(drafter, seed: int = 0):
+    """The drafter with its token ids permuted: a trained LM whose ids mean other strings (a drafter
+    for another model of the same vocabulary size). Gate 1 rejects nearly all of its drafts."""
+    import copy
+
+    clone = copy.deepcopy(drafter)
+    order = torch.randperm(clone.get_input_embeddings().weight.shape[0], generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        clone.get_input_embeddings().weight.copy_(clone.get_input_embeddings().weight[order])
+        if clone.get_output_embeddings().weight.data_ptr() != clone.get_input_embeddings().weight.data_ptr():
+            clone.get_output_embeddings().weight.copy_(clone.get_output_embeddings().weight[order])
+    return clone
+
+
+def test_a_junk_drafter_whose_drafts_are_rejected_is_caught_on_the_drafts_gate_1_judged(demo):
+    """Before, the monitor looked at committed drafts only: a drafter gate 1 rejects almost always
+    (here: none of its drafts committed in 40 tokens) changed the output, tier 2 and 3 writing it,
+    with no warning. The slim verifier's view of every judged draft says junk."""
+    junk = _permuted(demo[2])
+    for sampling in (SamplingConfig(), SamplingConfig(do_sample=True)):
+        found, verifier = _run(demo, junk, sampling=sampling)
+        evidence = verifier.monitor.evidence
+        assert evidence.committed < 12 and evidence.judged >= 20
+        assert len(found) == 1, sampling
+        message = str(found[0].message)
+        assert "drafts gate 1 judged" in message
+        assert "unrelated to the target" in message
+
+
+def test_prompt_lookup_drafts_are_not_judged_as_a_drafter_model(demo):
+    """Prompt lookup proposes copies (a point mass): u's disagreement with a copied n-gram says
+    nothing about a drafter model, and gate 1 commits a point mass only where u is confident."""
+    from viasd_adapt.engine.prompt_lookup import PromptLookupSpec
+
+    tokenizer, target, _, _, mask = demo
+    ids = tokenizer(PROMPT)["input_ids"]
+    for sampling in (SamplingConfig(), SamplingConfig(do_sample=True)):
+        verifier = TieredVerifier(target, TierSettings(mode="lossy"), sampling, slim=SlimVerifier(target, mask))
+        drafter = PromptLookupSpec().drafter(target.config.vocab_size, (), torch.device("cpu"))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            speculative_generate(drafter, verifier, ids, 40, generator=torch.Generator().manual_seed(0))
+        evidence = verifier.monitor.evidence
+        assert evidence.point_mass and evidence.judged >= 20
+        assert [w for w in caught if issubclass(w.category, ViasdQualityWarning)] == []
+
+
+def test_the_judged_rule_on_evidence():
+    """From 20 judged drafts, greedy and sampling alike: warns when their mean surprise excess
+    (log u(x) + H(u)) is at most -5.0 nats. A point mass is never judged this way; committed drafts
+    keep their own rule."""
+    from viasd_adapt.core.monitor import DrafterEvidence, JunkThresholds, looks_like_junk
+
+    rule = JunkThresholds()
+    for greedy in (True, False):
+        assert looks_like_junk(DrafterEvidence(judged=20, judged_surprise_excess=-100.0, point_mass=False), rule,
+                               greedy) == "judged"
+        assert looks_like_junk(DrafterEvidence(judged=20, judged_surprise_excess=-99.0, point_mass=False), rule,
+                               greedy) is None
+        assert looks_like_junk(DrafterEvidence(judged=19, judged_surprise_excess=-190.0, point_mass=False), rule,
+                               greedy) is None
+        assert looks_like_junk(DrafterEvidence(judged=20, judged_surprise_excess=-200.0, point_mass=True), rule,
+                               greedy) is None
+    # greedy agreement of the judged drafts does not count: SmolLM2's own drafter agrees with u on 19-45% of them
+    assert looks_like_junk(DrafterEvidence(judged=40, judged_agreeing=0, judged_surprise_excess=0.0, point_mass=False),
+                           rule, True) is None
+    assert looks_like_junk(DrafterEvidence(judged=99, judged_surprise_excess=-999.0, point_mass=False),
+                           JunkThresholds(min_judged=None), True) is None
+
+
+def test_the_cli_warns_for_a_rejected_junk_drafter(demo, tmp_path):
+    from click.testing import CliRunner
+
+    from viasd_adapt.cli.main import cli
+
+    junk = tmp_path / "permuted"
+    _permuted(demo[2]).save_pretrained(junk)
+    demo[0].save_pretrained(junk)
+    from viasd_adapt.config.tuned import TunedForAnotherDrafterWarning
+
+    with pytest.warns(ViasdQualityWarning, match=r"drafts gate 1 judged .* the drafter looks unrelated to the target"), \
+            pytest.warns(TunedForAnotherDrafterWarning):  # the demo pair's tuned.json was measured with its own drafter
+        result = CliRunner().invoke(cli, ["generate", "--framework", "hf", "--draft", str(junk), "--mode", "lossy",
+                                          "--prompt", PROMPT, "--max-new-tokens", "32", "--no-color"])
+    assert result.exit_code == 0, result.output

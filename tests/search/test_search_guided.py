@@ -10,6 +10,7 @@ import torch
 
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.cache_check import CacheEntryWarning
 from viasd_adapt.search.decoder_windows import WindowCache, build_calibration, window_cache_path
 from viasd_adapt.search.candidates import BudgetSpace, FixedCountSpace, bits_from_skipped
 from viasd_adapt.search.config import GuidedConfig, SearchConfig
@@ -241,5 +242,6 @@ def test_window_cache_hits_and_is_invalidated_by_target_prompts_and_settings(tmp
         next(p for n, p in changed.named_parameters() if "mlp" in n).view(-1)[7] += 1e-3
     assert misses(changed, prompts, 4) == 1
     assert misses(target, prompts, 4) == 0  # and the original still hits
-    path.write_bytes(b"not a torch file")  # a damaged cache is a miss, not an error
-    assert misses(target, prompts, 4) == 1
+    path.write_bytes(b"not a torch file")  # a damaged cache is a miss, not an error, and says so
+    with pytest.warns(CacheEntryWarning, match=r"window cache .* is unusable \(it cannot be read .*\); regenerating it"):
+        assert misses(target, prompts, 4) == 1

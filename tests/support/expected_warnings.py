@@ -5,7 +5,9 @@ the suite (pyproject.toml turns them into errors).
 * :func:`junk_drafter_warning`: the drafter-quality monitor
   (:class:`~viasd_adapt.core.monitor.ViasdQualityWarning`) on a lossy run whose drafter looks
   unrelated to the target. The tiny test pairs are such pairs: their slim verifiers are nearly
-  flat, so the drafts gate 1 commits are their argmax about half the time or less.
+  flat, so the drafts gate 1 commits are their argmax about half the time or less; and the monitor
+  also judges every draft gate 1 judged (20 or more, 40 for EAGLE), which the tiny EAGLE heads and
+  some tiny layer-skipped drafters fail.
 * :func:`negative_delta_warning`: a lossy or audit tier opened on a mask whose searched Delta(u) is
   negative (:class:`~viasd_adapt.config.advice.NegativeDeltaWarning`), as the shipped demo mask's is.
 """

@@ -102,11 +102,15 @@ def _timed(fn, device: torch.device) -> float:
 
 
 class _Probe:
-    """One model prefilled with ``context``; each call feeds ``n_new`` tokens after it."""
+    """One model's runner prefilled with ``context``; each call feeds ``n_new`` tokens after it.
 
-    def __init__(self, model: nn.Module, context: list[int], n_new: int, cache_factory=None):
-        self.runner = CachedRunner(model, cache_factory)
-        self.device = next(model.parameters()).device
+    ``runner`` is a :class:`~viasd_adapt.routing.runner.CachedRunner` (decoder-only) or a
+    :class:`~viasd_adapt.routing.seq2seq.Seq2SeqRunner` (an encoder-decoder model's decoder, against an
+    encoder output computed once): either way a timed call is one decoder pass."""
+
+    def __init__(self, runner, device: torch.device, context: list[int], n_new: int):
+        self.runner = runner
+        self.device = device
         self.context = context
         self.block = [context[(i * 7) % len(context)] for i in range(n_new)]
         self.runner.logits_for(context, 1)
@@ -144,6 +148,67 @@ class _SharedProbe:
         return seconds
 
 
+def probe_context(target: nn.Module, prompt_ids: list[int], generated: list[int]) -> tuple[list[int], list[int] | None]:
+    """``(context, source)``: what :func:`measure_forward_costs` times forwards after, for a prompt
+    and tokens generated after it. Decoder-only: the prompt and the generated tokens, no source.
+    Encoder-decoder: the prompt is the source the encoder reads, and the decoder's context is its
+    start token followed by the generated tokens (what a decoder pass sees while generating)."""
+    from viasd_adapt.model_kind import is_encoder_decoder
+
+    if not is_encoder_decoder(target):
+        return list(prompt_ids) + list(generated), None
+    from viasd_adapt.routing.seq2seq import default_decoder_prompt
+
+    return default_decoder_prompt(target) + list(generated), list(prompt_ids)
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _decoder_only_probes(target, draft, slim, context, block) -> dict:
+    probes = {
+        "c_full_block": _Probe(CachedRunner(target), _device(target), context, block),
+        "c_full": _Probe(CachedRunner(target), _device(target), context, 1),
+    }
+    if draft is not None:  # None: a token-only drafter (prompt lookup) runs no model; its cost is 0
+        probes["c_draft"] = _Probe(CachedRunner(draft), _device(draft), context, 1)
+    if slim is not None:
+        if slim.mask.first_skipped > 0:
+            shared = _SharedProbe(target, slim, context, block)
+            probes["c_slim"] = shared.slim
+            probes["c_resume"] = shared.resume
+        else:
+            probes["c_slim"] = _Probe(CachedRunner(slim.model, slim.new_cache), _device(target), context, block)
+    return probes
+
+
+def _encoder_decoder_probes(target, draft, slim, context, block, source) -> dict:
+    """Decoder passes of an encoder-decoder pair, as the engine runs them
+    (:mod:`viasd_adapt.engine.seq2seq`): the target's encoder runs once on ``source``, and q and u
+    read its output; a drafter with its own encoder runs it once too. No pass resumes (the
+    encoder-decoder runners share no decoder prefix), so ``c_resume`` is None."""
+    from viasd_adapt.engine.seq2seq import drafter_context
+    from viasd_adapt.routing.encdec import EncoderContext, decoder_cache_config, seq2seq_cache
+    from viasd_adapt.routing.seq2seq import Seq2SeqRunner
+
+    device = _device(target)
+    source_ids = torch.tensor([source], dtype=torch.long, device=device)
+    encoder = EncoderContext.encode(target, source_ids)
+    probes = {
+        "c_full_block": _Probe(Seq2SeqRunner(target, encoder), device, context, block),
+        "c_full": _Probe(Seq2SeqRunner(target, encoder), device, context, 1),
+    }
+    if draft is not None:
+        own = drafter_context(draft, encoder, source_ids.to(_device(draft)))
+        probes["c_draft"] = _Probe(Seq2SeqRunner(draft, own), _device(draft), context, 1)
+    if slim is not None:
+        config = decoder_cache_config(target)
+        runner = Seq2SeqRunner(slim.model, encoder, lambda: seq2seq_cache(config, slim.mask.retained))
+        probes["c_slim"] = _Probe(runner, device, context, block)
+    return probes
+
+
 def measure_forward_costs(
     target: nn.Module,
     draft: nn.Module | None,
@@ -151,25 +216,22 @@ def measure_forward_costs(
     context: list[int] | None = None,
     gamma: int = 5,
     repeats: int = 15,
+    source: list[int] | None = None,
 ) -> ForwardCosts:
     """Times single forwards of each kind, round-robin (one of each per round, so load from other
-    processes hits them alike); each cost is the median over rounds."""
+    processes hits them alike); each cost is the median over rounds.
+
+    For an encoder-decoder target every timed forward is a decoder pass: the encoder runs once on
+    ``source`` (default: ``context``) before any timing, as in generation, and ``context`` is the
+    decoder's sequence (:func:`probe_context` builds both from a prompt)."""
+    from viasd_adapt.model_kind import is_encoder_decoder
+
     context = context or list(range(1, 65))
     block = gamma + 1
-    probes = {
-        "c_full_block": _Probe(target, context, block),
-        "c_full": _Probe(target, context, 1),
-    }
-    if draft is not None:  # None: a token-only drafter (prompt lookup) runs no model; its cost is 0
-        probes["c_draft"] = _Probe(draft, context, 1)
-    shared = None
-    if slim is not None:
-        if slim.mask.first_skipped > 0:
-            shared = _SharedProbe(target, slim, context, block)
-            probes["c_slim"] = shared.slim
-            probes["c_resume"] = shared.resume
-        else:
-            probes["c_slim"] = _Probe(slim.model, context, block, slim.new_cache)
+    if is_encoder_decoder(target):
+        probes = _encoder_decoder_probes(target, draft, slim, context, block, source or context)
+    else:
+        probes = _decoder_only_probes(target, draft, slim, context, block)
     samples: dict[str, list[float]] = {name: [] for name in probes}
     for _ in range(repeats):
         for name, probe in probes.items():  # c_slim runs before c_resume in every round
@@ -211,4 +273,5 @@ def analytic_bound(costs: ForwardCosts, passes: PassCounts, overlapped_drafting:
     return costs.c_full / per_token if per_token > 0 else None
 
 
-__all__ = ["ForwardCosts", "PassCounts", "analytic_bound", "full_equivalent", "measure_forward_costs", "seconds_per_token"]
+__all__ = ["ForwardCosts", "PassCounts", "analytic_bound", "full_equivalent", "measure_forward_costs", "probe_context",
+           "seconds_per_token"]

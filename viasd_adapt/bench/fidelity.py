@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from viasd_adapt.model_kind import is_encoder_decoder
+
 
 @dataclass(frozen=True)
 class OutputScore:
@@ -38,12 +40,22 @@ class OutputScore:
 
 @torch.no_grad()
 def score_output(target: nn.Module, prompt_ids: list[int], tokens: list[int]) -> OutputScore:
-    """One forward of ``prompt + tokens`` through the target."""
+    """One forward of ``prompt + tokens`` through the target (an encoder-decoder target reads the
+    prompt as its source and ``tokens`` after its decoder start token)."""
     if not tokens:
         return OutputScore(0.0, 0, 0)
     device = next(target.parameters()).device
-    ids = torch.tensor([prompt_ids + tokens], dtype=torch.long, device=device)
-    logits = target(input_ids=ids, use_cache=False).logits[0, len(prompt_ids) - 1 : -1].float()
+    if is_encoder_decoder(target):  # the prompt is the source; the output is scored by the decoder after its start token
+        from viasd_adapt.routing.seq2seq import default_decoder_prompt
+
+        start = default_decoder_prompt(target)
+        source = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+        decoder_ids = torch.tensor([start + tokens], dtype=torch.long, device=device)
+        logits = target(input_ids=source, decoder_input_ids=decoder_ids, use_cache=False).logits[0, len(start) - 1 : -1]
+        logits = logits.float()
+    else:
+        ids = torch.tensor([prompt_ids + tokens], dtype=torch.long, device=device)
+        logits = target(input_ids=ids, use_cache=False).logits[0, len(prompt_ids) - 1 : -1].float()
     log_probs = torch.log_softmax(logits, dim=-1)
     chosen = torch.tensor(tokens, device=log_probs.device)
     picked = log_probs.gather(-1, chosen[:, None]).squeeze(-1)

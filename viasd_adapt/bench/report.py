@@ -30,6 +30,7 @@ class PromptSumsRecord(SparseRecord):
     regret: list[float] | None = None
     overruled: list[float] | None = None
     audited: list[float] | None = None
+    keys: list[str] | None = None  # each prompt's identity: copies are counted once (older reports: none)
 
 
 class BenchRow(SparseRecord):

@@ -33,12 +33,15 @@ from typing import Callable, Sequence
 import torch
 
 from viasd_adapt.frameworks import registry as frameworks
-from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent, measure_forward_costs
+from viasd_adapt.bench.costs import (ForwardCosts, PassCounts, analytic_bound, full_equivalent, measure_forward_costs,
+                                    probe_context)
 from viasd_adapt.bench.fidelity import next_line_match, positional_agreement, score_output
 from viasd_adapt.bench.measure import RunMeter, memory_source
 from viasd_adapt.bench.prompt_sets import UNGROUPED, BenchPrompt, text_prompts
+from viasd_adapt.bench.uncertainty import prompt_key
 from viasd_adapt.checks import check_max_new_tokens
 from viasd_adapt.errors import ConfigError
+from viasd_adapt.model_kind import model_kind
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.models.pair import LoadedPair
 from viasd_adapt.frameworks.requests import RunRequest
@@ -247,7 +250,8 @@ def run_bench(
     for name, reason in skipped.items():
         say(f"skipping framework {name}: {reason}")
     n = plan.max_new_tokens
-    runners = {row.key: frameworks.get(row.framework).load() for row in rows}
+    kind = model_kind(pair.target)  # an encoder-decoder target runs each framework's seq2seq runner
+    runners = {row.key: frameworks.get(row.framework).load(kind) for row in rows}
 
     def generate(row: PlannedRow, ids: list[int], tokens: int, seed: int, run_sampling: SamplingConfig = sampling):
         output = runners[row.key](pair, _request(row, settings, run_sampling, ids, tokens, seed, plan.stop_at_eos))
@@ -258,8 +262,8 @@ def run_bench(
     references = [generate(rows[0], ids, n, plan.seed, SamplingConfig()).tokens for ids in prompt_ids]
     say("timing single forwards of drafter, slim verifier, resumed and full target")
     slim = SlimVerifier(pair.target, pair.routing) if pair.routing is not None else None
-    cost_context = prompt_ids[0] + references[0][: n // 2]
-    costs = measure_forward_costs(pair.target, pair.draft, slim, cost_context, settings.gamma, plan.cost_repeats)
+    cost_context, source = probe_context(pair.target, prompt_ids[0], references[0][: n // 2])
+    costs = measure_forward_costs(pair.target, pair.draft, slim, cost_context, settings.gamma, plan.cost_repeats, source)
 
     stats: dict[tuple[str, str], list[RepeatStats]] = {row.key: [] for row in rows}
     # per row, per prompt, all repeats pooled: what the verdict's bootstrap over prompts resamples
@@ -286,7 +290,7 @@ def run_bench(
                 for key, value in values.items():
                     group_stats[group][key].append(value)
     task_scores = _task_scores(pair, rows, task, plan, generate, say) if task else {}
-    summary = _summarise(rows, stats, costs, task_scores, by_prompt)
+    summary = _summarise(rows, stats, costs, task_scores, by_prompt, [prompt_key(ids) for ids in prompt_ids])
     per_group = {group: _summarise(rows, group_stats[group], costs, {}) for group in groups}
     return BenchResult(summary, costs, skipped, memory_source(pair.device), descriptions,
                        time.perf_counter() - started, [len(ids) for ids in prompt_ids], len(task), per_group,
@@ -350,11 +354,14 @@ def _passes(row: PlannedRow, run: RepeatStats) -> PassCounts:
     return PassCounts.of_forwards(run.meter_full, run.meter_single, run.meter_draft, run.tokens)
 
 
-def prompt_sums(row: PlannedRow, per_prompt: list[RepeatStats], costs: ForwardCosts) -> dict | None:
+def prompt_sums(row: PlannedRow, per_prompt: list[RepeatStats], costs: ForwardCosts,
+                keys: Sequence[str] | None = None) -> dict | None:
     """One row's sums per prompt (repeats pooled), as the bench JSON keeps them (``per_prompt``):
     tokens, full-equivalent passes (``cost``), the raw pass counts (``passes``, so that a projection
     can price them again), log-likelihood, regret and, where every prompt was audited, the summed
-    overrule probabilities and audited tokens. None for a row without pass counts."""
+    overrule probabilities and audited tokens; ``keys``, each prompt's
+    :func:`~viasd_adapt.bench.uncertainty.prompt_key`, so that the verdict counts copies of a
+    prompt once. None for a row without pass counts."""
     if not per_prompt or not sum(s.tokens for s in per_prompt):
         return None
     if row.bound_kind != "ar" and not any(s.metrics is not None or s.meter_full for s in per_prompt):
@@ -370,11 +377,12 @@ def prompt_sums(row: PlannedRow, per_prompt: list[RepeatStats], costs: ForwardCo
         "regret": [s.regret for s in per_prompt],
         "overruled": [float(sum(s.metrics.audit_overrule)) for s in per_prompt] if audited else None,
         "audited": [s.metrics.audited for s in per_prompt] if audited else None,
-    }
+    } | ({"keys": list(keys)} if keys is not None else {})
 
 
 def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: dict,
-               by_prompt: dict[tuple[str, str], list[RepeatStats]] | None = None) -> list[dict]:
+               by_prompt: dict[tuple[str, str], list[RepeatStats]] | None = None,
+               keys: Sequence[str] | None = None) -> list[dict]:
     ar_runs = stats[(AR, AR_ROW_MODE)]
     ar_ll = _median([r.log_likelihood / r.tokens if r.tokens else None for r in ar_runs])
     out = []
@@ -438,7 +446,7 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
             "per_prompt_tokens_per_s": [r.per_prompt_tps for r in runs],
         }
         if by_prompt is not None:
-            record["per_prompt"] = prompt_sums(row, by_prompt[row.key], costs)
+            record["per_prompt"] = prompt_sums(row, by_prompt[row.key], costs, keys)
         out.append(record)
     return out
 

@@ -41,7 +41,7 @@ from viasd_adapt.config.resolve import UNREAD, RunSpec, resolve_settings
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP
-from viasd_adapt.engine.tier import check_spec_model
+from viasd_adapt.engine.tier import EAGLE_HEAD, check_spec_model
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import ensure_writable, relative_name
 from viasd_adapt.models.pair import LoadedPair, load_pair
@@ -231,6 +231,14 @@ def load_bench_pair(config: BenchConfig, spec: RunSpec) -> LoadedPair:
                      eagle_head=config.eagle_head, ratio=spec.settings.ratio, read_masks=spec.masks)
 
 
+def bench_drafter(config: BenchConfig, pair: LoadedPair):
+    """What the bench's rows draft with, checked against the tuned file's drafter: the EAGLE head when
+    every framework of the bench is EAGLE, else the pair's drafter (prompt lookup or the model)."""
+    if config.frameworks and all(name == "eagle" for name in config.frameworks):
+        return EAGLE_HEAD
+    return pair.lookup if pair.lookup is not None else pair.draft
+
+
 def spec_bench_note(config: BenchConfig) -> str:
     return (f"  .. Spec-Bench prompts ({config.prompts_file}, {config.questions_per_task} per task, bench split; "
             f"chat {config.chat}): writing the target's first answers for MT-bench second turns")
@@ -249,7 +257,9 @@ def setup_lines(config: BenchConfig, spec: RunSpec, pair: LoadedPair, prompts: i
     """What the bench runs, before it runs: the tuned file, the resolver's notes, the mask (with the
     Delta advice of its search) and the settings line."""
     lines = []
-    if spec.tuned is not None:
+    if spec.tuned is not None and spec.not_applied:
+        lines.append(f"tuned settings ({spec.tuned.choice}) beside the mask NOT applied: {spec.not_applied}")
+    elif spec.tuned is not None:
         lines.append(f"tuned settings ({spec.tuned.choice}) from beside the mask: {spec.tuned.settings.to_dict()}")
     lines.extend(spec.notes)
     if pair.mask is not None:
@@ -377,7 +387,7 @@ def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = prin
     if config.spec_bench:
         echo(spec_bench_note(config))
         prompts = spec_bench_set(config, pair)
-    check_spec_model(spec, pair.target)
+    spec = check_spec_model(spec, pair.target, bench_drafter(config, pair))
     for line in setup_lines(config, spec, pair, len(prompts), threads):
         echo(line)
     result = run_bench(pair, spec.settings, config.sampling, prompts, config.plan, task_examples(config.task_examples),

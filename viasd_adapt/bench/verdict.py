@@ -116,7 +116,8 @@ def _uncertainty(candidates: list[dict], use: dict, budget: Budget):
                       simple=_is_baseline(r) or r["mode"] in SIMPLE_MODES) for r, s in zip(candidates, sums)]
     if reference is None:  # no ar row: the drop is measured from untiered SD, which is exact
         reference = next((s for r, s in zip(candidates, sums) if r["mode"] == "none"), None)
-    reference = PromptSums(reference.tokens, reference.cost, reference.log_likelihood) if reference is not None else None
+    reference = (PromptSums(reference.tokens, reference.cost, reference.log_likelihood, keys=reference.keys)
+                 if reference is not None else None)
     return bootstrap_verdict(pool, budget, reference, unmeasured_ok=("regret",), stated=_mode_label(use))
 
 

@@ -96,6 +96,14 @@ def bench(target_path, draft_path, pair, eagle_head, **options) -> None:
     from viasd_adapt.bench.session import BenchConfig, run_bench_session
     from viasd_adapt.errors import ConfigError
 
+    from viasd_adapt.bench.session import split_list
+    from viasd_adapt.cli.run_options import given_inputs
+    from viasd_adapt.frameworks.registry import refuse_unhonoured
+
+    # an option that none of --frameworks can honour is refused by name (the ar row runs whatever is given)
+    refuse_unhonoured(split_list(options["frameworks"]), given_inputs(
+        eagle_head=eagle_head, mask=options["mask_path"], alpha1=options["alpha1"], alpha2=options["alpha2"],
+        lenience=options["lenience"], preset=options["preset"], gamma=options["gamma"]), chosen_by="--frameworks")
     choice = choose_pair(pair, target_path, draft_path, eagle_head)
     if choice.paths is None and not (choice.target and choice.draft):
         raise ConfigError("give --target and --draft (model directories), or --pair NAME")

@@ -24,7 +24,7 @@ from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPa
                                      preset_option, registered_pair)
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.settings import Mode, TierSettings
-from viasd_adapt.engine.tier import check_spec_model
+from viasd_adapt.engine.tier import EAGLE_HEAD, check_spec_model
 
 _DEFAULTS = TierSettings()
 
@@ -47,7 +47,9 @@ def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: P
 
     choice = choose_pair(pair, target, draft, eagle_head, demo_default=True,
                          lookup=lambda name: _registered_pair(name))
-    if framework not in NO_DRAFTER and framework != "eagle" and choice.draft is None:
+    from viasd_adapt.frameworks.registry import DRAFTER, get
+
+    if get(framework).honours(DRAFTER) and choice.draft is None:
         raise ConfigError(f"--framework {framework} needs --draft")
     spec = resolve_settings(mask, pair_mask=choice.mask if mask is None else None, framework=framework, preset=preset,
                             flags=flags)
@@ -56,9 +58,19 @@ def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: P
     return spec, choice
 
 
+def drafter_of(framework: str, pair):
+    """What ``framework`` drafts with on ``pair`` (checked against the tuned file's drafter): its EAGLE
+    head, prompt lookup, the drafter model, or None for the target alone."""
+    from viasd_adapt.frameworks.registry import DRAFTER, EAGLE_HEAD as HEAD_INPUT, get
+
+    if get(framework).honours(HEAD_INPUT):
+        return EAGLE_HEAD
+    if not get(framework).honours(DRAFTER):
+        return None
+    return pair.lookup if pair.lookup is not None else pair.draft
+
+
 _PATH = click.Path(exists=True, path_type=Path)
-#: Frameworks that run the target without a drafter model: plain decoding, and stock prompt lookup.
-NO_DRAFTER = ("ar", "lookup")
 FRAMEWORK_CHOICES = ("ar", "engine", "hf", "pearl", "eagle", "lookup")
 
 
@@ -114,6 +126,12 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     from viasd_adapt.core.sampling import SamplingConfig
 
     check_max_new_tokens(max_new_tokens)
+    from viasd_adapt.cli.run_options import given_inputs
+
+    # an option the framework cannot honour is refused by name (the framework declares which: registry.Framework.ignores)
+    frameworks.refuse_unhonoured([framework], given_inputs(mode=mode, alpha1=alpha1, alpha2=alpha2, lenience=lenience,
+                                                           preset=preset, mask=mask, gamma=gamma, draft=draft,
+                                                           eagle_head=eagle_head))
     if json_path is not None:
         from viasd_adapt.io import ensure_writable
 
@@ -125,18 +143,25 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
                                mode=Mode.NONE.value if framework == "lookup" else mode, gamma=gamma, alpha1=alpha1,
                                alpha2=alpha2, lenience=lenience)
     target, draft, mask, eagle_head = choice.target, choice.draft, spec.mask_path, choice.eagle_head
+    if not frameworks.get(framework).honours(frameworks.DRAFTER):
+        draft = None  # the pair's drafter (--pair, the demo pair) is not loaded, nor recorded, where it is not used
+    pair = load_pair(target, draft, mask, need_mask=spec.settings.mode.uses_slim,
+                     device="cpu", eagle_head=eagle_head, ratio=spec.settings.ratio, read_masks=spec.masks)
+    # its settings were applied above: refused for another model, like bench; not applied for another drafter
+    spec = check_spec_model(spec, pair.target, drafter_of(framework, pair))
     settings = spec.settings
     colour = sys.stdout.isatty() if colour is None else colour
 
     def note(line: str) -> None:
         click.echo(line, err=True)
 
+    if settings.mode.uses_slim and pair.mask is None:  # the tuned choice needed no mask, the defaults do
+        from viasd_adapt.models.pair import resolve_mask_info
+
+        pair.mask = resolve_mask_info(pair.target, mask, settings.ratio, read_masks=spec.masks)
     if explain:
         for line in spec.explain():
             note(line)
-    pair = load_pair(target, draft if framework not in NO_DRAFTER else None, mask, need_mask=settings.mode.uses_slim,
-                     device="cpu", eagle_head=eagle_head, ratio=settings.ratio, read_masks=spec.masks)
-    check_spec_model(spec, pair.target)  # its settings were applied above: refused for another model, like bench
     from viasd_adapt.model_kind import model_kind
     from viasd_adapt.prompts.chat import uses_chat
 

@@ -133,6 +133,10 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     plot_path = plot_path or out_path.with_name(out_path.stem + "-convergence.png")
     ensure_writable(out_path, "--out", force)
     ensure_writable(plot_path, "--plot", force)
+    if not no_window_cache:  # read, then rewritten after the search: a folder or a read-only place fails now
+        from viasd_adapt.search.decoder_windows import window_cache_path as default_cache_path
+
+        window_cache_path = ensure_writable(window_cache_path or default_cache_path(out_path), "--window-cache")
 
     from viasd_adapt.search.config import CalibrationConfig, SearchConfig
     from viasd_adapt.search.prompt_ids import check_prompt_sources
@@ -172,18 +176,14 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     from tqdm import tqdm
 
     from viasd_adapt.routing.layers import find_decoder_stack
-    from viasd_adapt.search.decoder_windows import (
-        WindowCache,
-        check_compatible,
-        window_cache_path as default_cache_path,
-    )
+    from viasd_adapt.search.decoder_windows import WindowCache, check_compatible
     from viasd_adapt.search.pipeline import search_pair
     from viasd_adapt.search.plot import plot_convergence
     from viasd_adapt.search.report import ReportInput, describe
 
     check_compatible(target, draft, target_tok, draft_tok)
     total_steps = config.total_steps(find_decoder_stack(target).num_layers)
-    window_cache = None if no_window_cache else WindowCache(window_cache_path or default_cache_path(out_path))
+    window_cache = None if no_window_cache else WindowCache(window_cache_path, say=lambda m: click.echo(m, err=True))
     bars = []  # created at the first step, so that calibration time does not count as a step
 
     def on_step(evaluation, best):
@@ -202,11 +202,11 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     finally:
         for bar in bars:
             bar.close()
-    if window_cache is not None:
-        window_cache.save()
     described = f"r={ratio}" if space == "ratio" else f"slim cost <= {slim_cost}"
     plot_convergence(outcome.result, plot_path, outcome.random_costs,
                      title=f"DIMR on {Path(target_path).parent.name}/{Path(target_path).name}: {described}, seed {seed}")
     for line in describe(outcome):
         click.echo(line)
     click.echo(f"mask -> {out_path}; plot -> {plot_path}")
+    if window_cache is not None:
+        window_cache.save()  # last: the mask and the plot are written whatever happens to the cache

@@ -55,11 +55,28 @@ class RunSpec:
     framework: str | None = None
     #: sentences for people (the bench echoes them), e.g. which VIA-SD point the tiered rows run
     notes: list[str] = field(default_factory=list)
-    #: whether tuned.json's choice was applied (False when it was measured with another mask)
+    #: whether tuned.json's choice was applied (False when it was measured with another mask or drafter)
     tuned_applied: bool = False
     #: the mask files read while resolving (path -> artifact, not yet checked against a model):
     #: handed to :func:`viasd_adapt.models.pair.load_pair` so that a run reads each mask once
     masks: dict[Path, MaskArtifact] = field(default_factory=dict)
+    #: why tuned.json's choice was not applied ("measured with another mask" / "... drafter"), "" when it was
+    not_applied: str = ""
+    #: what the run knows of the drafter the tuned settings were measured with (``--explain``), "" when unchecked
+    drafter_note: str = ""
+
+    def without_tuned(self, reason: str) -> "RunSpec":
+        """The same resolution without the tuned file's layers (its choice and its best points): every
+        setting they set goes back to the default (no later layer had set it), the mask stays.
+        ``reason`` is what ``--explain`` says instead of "applied"."""
+        from dataclasses import replace
+
+        tuned = {name for name, source in self.sources.items() if source.startswith("tuned.json")}
+        defaults = TierSettings()
+        settings = self.settings.with_(**{name: getattr(defaults, name) for name in tuned}) if tuned else self.settings
+        sources = {name: (DEFAULT if name in tuned else source) for name, source in self.sources.items()}
+        notes = [note for note in self.notes if not note.startswith("tiered rows: the tuner's best VIA-SD point")]
+        return replace(self, settings=settings, sources=sources, notes=notes, tuned_applied=False, not_applied=reason)
 
     @property
     def measured_on(self) -> str | None:
@@ -79,9 +96,11 @@ class RunSpec:
         else:
             lines.append("mask: none given" + (f" ({self.mask_source})" if self.mask_source else ""))
         if self.tuned is not None:
-            state = "applied" if self.tuned_applied else "not applied (measured with another mask)"
+            state = "applied" if self.tuned_applied else f"not applied: {self.not_applied or 'measured with another mask'}"
             lines.append(f"tuned settings: {self.tuned_path} (choice {self.tuned.choice}, {state}), "
                          f"measured on the {self.measured_on} framework")
+            if self.drafter_note:
+                lines.append(f"tuned settings' drafter: {self.drafter_note}")
             if self.tuned_applied and self.framework is not None and self.framework != self.measured_on:
                 lines.append(f"note: --framework {self.framework} runs settings measured on the {self.measured_on} "
                              f"framework's loop (viasd tune measures only {self.measured_on}); the same settings "
@@ -174,6 +193,7 @@ def resolve_settings(
     sources = {name: DEFAULT for name in SETTING_FIELDS}
     notes: list[str] = []
     applied = False
+    not_applied = ""
 
     def apply(values: Mapping[str, Any], source: str) -> None:
         nonlocal settings
@@ -187,6 +207,7 @@ def resolve_settings(
             apply(tuned.stated_settings, f"tuned.json {tuned_path} (choice {tuned.choice})")
             applied = True
         else:
+            not_applied = "measured with another mask"
             # Settings tuned for one mask are not a choice for another; say so rather than run the
             # defaults silently (the usual cause: the tuner picked a mask saved beside mask.json).
             measured_with = tuned.report.mask_file or "another mask"
@@ -221,7 +242,7 @@ def resolve_settings(
     for name, value in flags.items():
         apply({name: value}, f"flag --{name.replace('_', '-')}")
     return RunSpec(settings, sources, mask_path, mask_source, tuned, tuned_path if tuned is not None else None, framework,
-                   notes, applied, dict(mask_bits.read))
+                   notes, applied, dict(mask_bits.read), not_applied)
 
 
 def _pair_mask(pair_mask: Path, tuned: TunedSettings | None, tuned_path: Path | None,

@@ -21,7 +21,22 @@ gamma, ...) is read as its default; and a lenient choice at tolerance 0 would be
 the tuner records as the choice ``sd``, so reading a missing tolerance as 0 would silently turn a
 lenient choice into another one. ``viasd generate --explain`` credits such a value to the
 default, not to the file (:attr:`TunedSettings.stated_settings`).
+
+Settings belong to a pair, not to a target: how often gate 1 accepts, what the lenient tolerance
+costs in regret, which setting is cheapest, all depend on the drafter as much as on the target.
+So the file also records the drafter it was measured with (``drafter``): the drafter model's
+fingerprint (:class:`~viasd_adapt.config.fingerprint.ModelFingerprint`, the record a mask carries
+for its target), or :data:`PROMPT_LOOKUP_DRAFTER` for the prompt-lookup drafter. A run whose
+drafter is another one does not apply the tuned settings (it runs the defaults, with a
+:class:`TunedForAnotherDrafterWarning`; ``--explain`` says "not applied: measured with another
+drafter"), and neither does an EAGLE run (EAGLE drafts with its head) of settings that record a
+drafter model or prompt lookup, unless they were measured on EAGLE (``measured_on``). A file
+written before the record existed (no ``drafter``) names no drafter: it cannot be checked, so it
+is applied as before, with whatever drafter the run has (EAGLE's head included), and ``--explain``
+says that its drafter was not recorded. Run ``viasd tune`` again to record it; the shipped
+``tuned.json`` files record their pair's drafter.
 """
+
 
 from __future__ import annotations
 
@@ -31,6 +46,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
+from typing import Literal, Union
 
 from viasd_adapt.config.fingerprint import ModelFingerprint
 from viasd_adapt.config.schema import Artifact, SparseRecord, TierSettingsField, load_artifact
@@ -47,6 +63,20 @@ MEASURED_ON_DEFAULT = "engine"
 #: Named here, not imported, so that reading tuned.json loads no framework code.
 TIERED_FRAMEWORKS = ("eagle", "engine", "hf", "pearl")
 SETTING_NAMES = frozenset(f.name for f in dataclass_fields(TierSettings))
+#: ``drafter`` of settings measured with the prompt-lookup drafter (the ``--draft`` name; no model to fingerprint).
+PROMPT_LOOKUP_DRAFTER = "prompt-lookup"
+
+
+def _drafter_record(value: Any) -> Any:
+    """``drafter``: a fingerprint (a JSON object) or :data:`PROMPT_LOOKUP_DRAFTER`, said in one sentence."""
+    if value is None or isinstance(value, (dict, ModelFingerprint)) or value == PROMPT_LOOKUP_DRAFTER:
+        return value
+    raise ValueError(f"'drafter' must be the drafter model's fingerprint (an object) or {PROMPT_LOOKUP_DRAFTER!r}; "
+                     f"got {value!r}")
+
+
+#: What ``drafter`` records: the drafter model's fingerprint, or the prompt-lookup drafter by name.
+DrafterRecord = Annotated[Union[ModelFingerprint, Literal["prompt-lookup"]], BeforeValidator(_drafter_record)]
 
 
 def _known_framework(value: Any) -> Any:
@@ -107,6 +137,8 @@ class TunedSettings(Artifact):
     settings: TierSettingsField
     mask_bits: list[int] | None = None
     fingerprint: ModelFingerprint = Field(default_factory=ModelFingerprint)  # the same record a mask carries
+    #: the drafter the settings were measured with (module docstring); None in files written before it was recorded
+    drafter: DrafterRecord | None = None
     budget: TunedBudget = Field(default_factory=TunedBudget)
     measured: dict[str, Any] = Field(default_factory=dict)
     report: TunedReport = Field(default_factory=TunedReport)
@@ -131,6 +163,12 @@ class TunedSettings(Artifact):
         raw = data.get("settings") if isinstance(data, dict) else None
         tuned._stated = frozenset(raw) & SETTING_NAMES if isinstance(raw, dict) else SETTING_NAMES
         return tuned
+
+    def to_json(self) -> dict[str, Any]:
+        data = super().to_json()
+        if self.drafter is None:  # an older file keeps its shape: no drafter record is written as none
+            data.pop("drafter", None)
+        return data
 
     @property
     def stated_settings(self) -> dict[str, Any]:
@@ -184,5 +222,10 @@ class TunedForAnotherMaskWarning(UserWarning):
     """``tuned.json`` sits beside the given mask but was measured with another one."""
 
 
-__all__ = ["FORMAT", "MEASURED_ON_DEFAULT", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "TunedBudget", "TunedForAnotherMaskWarning", "TunedPoint",
-           "TunedReport", "TunedSettings", "find_tuned", "recorded_mask", "tuned_path_beside"]
+class TunedForAnotherDrafterWarning(UserWarning):
+    """``tuned.json`` was measured with another drafter than the run's: its settings are not applied."""
+
+
+__all__ = ["FORMAT", "MEASURED_ON_DEFAULT", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
+           "TunedBudget", "TunedForAnotherDrafterWarning", "TunedForAnotherMaskWarning", "TunedPoint", "TunedReport",
+           "TunedSettings", "find_tuned", "recorded_mask", "tuned_path_beside"]

@@ -13,12 +13,20 @@ the same words:
   (:func:`viasd_adapt.config.resolve.resolve_settings`), refused when it was tuned on another model;
 * a lossy tier opened on a mask whose recorded Delta(u) < 0 warns
   (:class:`~viasd_adapt.config.advice.NegativeDeltaWarning`), from the artifact already read.
+
+Tuned settings belong to a pair (:mod:`viasd_adapt.config.tuned`): where the drafter is known they
+are checked against the drafter they were measured with (:func:`tuned_drafter_mismatch`). The
+commands check after loading the pair (:func:`check_spec_model`), :func:`~viasd_adapt.adapters.pearl.pearl_generate`
+and the EAGLE adapter when the tier opens (:func:`check_tier_drafter`), the HF adapter per call,
+when the assistant model arrives (:class:`TunedDrafterCheck`). Another drafter: the tuned settings
+are not applied (the defaults run), with a :class:`~viasd_adapt.config.tuned.TunedForAnotherDrafterWarning`.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -31,8 +39,15 @@ from viasd_adapt.config.resolve import RunSpec, resolve_settings
 from viasd_adapt.core.hooks import make_plugin_manager
 from viasd_adapt.core.settings import Mode, TierSettings, check_settings
 from viasd_adapt.core.verify_step import VerifyStep
-from viasd_adapt.routing.mask import MaskLike, check_tuned_model, resolve_mask
+from viasd_adapt.config.tuned import PROMPT_LOOKUP_DRAFTER, TunedForAnotherDrafterWarning, TunedSettings
+from viasd_adapt.routing.mask import MaskLike, check_tuned_model, model_mismatches, resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
+
+#: The drafter of an EAGLE run: its head (no drafter model, no prompt lookup).
+EAGLE_HEAD = "eagle-head"
+#: What a run drafts with, for the check: a drafter model, :data:`PROMPT_LOOKUP_DRAFTER`, :data:`EAGLE_HEAD`,
+#: or another object with a ``propose`` method (a drafter the check cannot identify).
+DrafterLike = Any
 
 @dataclass(frozen=True)
 class OpenTier:
@@ -70,10 +85,129 @@ class OpenTier:
         return VerifyStep(self.settings, framework, self.plugin_manager, **options)
 
 
-def check_spec_model(spec: RunSpec, model: nn.Module) -> None:
-    """Refuses a run whose tuned file was made for another model (naming the file), as a mask is refused."""
-    if spec.tuned is not None:
-        check_tuned_model(spec.tuned, model, source=f"tuned settings {spec.tuned_path}")
+def drafter_identity(drafter: DrafterLike) -> DrafterLike:
+    """What a run drafts with, as :func:`tuned_drafter_mismatch` compares it: a model as is, the
+    prompt-lookup drafter (its name, or a drafter object of the prompt-lookup kind) as
+    :data:`PROMPT_LOOKUP_DRAFTER`, an EAGLE head as :data:`EAGLE_HEAD`."""
+    from viasd_adapt.engine.prompt_lookup import PromptLookupDrafter, PromptLookupSpec
+
+    if isinstance(drafter, (PromptLookupDrafter, PromptLookupSpec)) or drafter == PROMPT_LOOKUP_DRAFTER:
+        return PROMPT_LOOKUP_DRAFTER
+    return drafter
+
+
+def tuned_drafter_mismatch(tuned: TunedSettings, drafter: DrafterLike) -> str | None:
+    """Why ``tuned`` was not measured with ``drafter`` ("measured with another drafter: ..."), or
+    None when it was, or when the file records no drafter (an older file: not checked;
+    :mod:`viasd_adapt.config.tuned`). An EAGLE run (:data:`EAGLE_HEAD`) drafts with its head: a file
+    that records a drafter model or prompt lookup is another drafter's unless it was measured on EAGLE."""
+    drafter = drafter_identity(drafter)
+    recorded = tuned.drafter
+    if recorded is None:
+        return None
+    if drafter is EAGLE_HEAD or drafter == EAGLE_HEAD:
+        if tuned.measured_on == "eagle":
+            return None
+        return (f"measured with another drafter: {_described(recorded)} on the {tuned.measured_on} framework; "
+                "this run drafts with its EAGLE head")
+    if recorded == PROMPT_LOOKUP_DRAFTER or drafter == PROMPT_LOOKUP_DRAFTER:
+        if recorded == drafter:
+            return None
+        return f"measured with another drafter: {_described(recorded)}; this run drafts with {_described(drafter)}"
+    if not isinstance(drafter, nn.Module):
+        return f"measured with another drafter: {_described(recorded)}; this run drafts with a {type(drafter).__name__}"
+    problems = model_mismatches(recorded, drafter)
+    if problems:
+        return f"measured with another drafter: this run's drafter model is not the one recorded ({problems[0]})"
+    return None
+
+
+def _described(drafter: DrafterLike) -> str:
+    if drafter == PROMPT_LOOKUP_DRAFTER:
+        return "prompt lookup"
+    architecture = getattr(drafter, "architecture", None)
+    return f"a drafter model ({architecture})" if architecture else "a drafter model"
+
+
+def check_spec_model(spec: RunSpec, model: nn.Module, drafter: DrafterLike = None, *, stacklevel: int = 2) -> RunSpec:
+    """Refuses a run whose tuned file was made for another model (naming the file), as a mask is
+    refused; returns ``spec``. With ``drafter`` (what the run drafts with: :func:`drafter_identity`),
+    tuned settings measured with another drafter are not applied: the spec without them is returned
+    (:meth:`~viasd_adapt.config.resolve.RunSpec.without_tuned`), with a
+    :class:`~viasd_adapt.config.tuned.TunedForAnotherDrafterWarning`."""
+    if spec.tuned is None:
+        return spec
+    check_tuned_model(spec.tuned, model, source=f"tuned settings {spec.tuned_path}")
+    if drafter is None:
+        return spec
+    mismatch = tuned_drafter_mismatch(spec.tuned, drafter)
+    if mismatch is None:
+        note = ("not recorded (a file written before drafters were recorded): not checked"
+                if spec.tuned.drafter is None else "the run's drafter")
+        return replace(spec, drafter_note=note)
+    note = mismatch.split(": ", 1)[-1]
+    if not (spec.tuned_applied or any(source.startswith("tuned.json") for source in spec.sources.values())):
+        return replace(spec, drafter_note=note)  # nothing of it was applied (another mask): nothing to take back
+    warn_other_drafter(spec.tuned_path, mismatch, stacklevel=stacklevel + 1)
+    return spec.without_tuned(mismatch)  # --explain says why in its "not applied" clause
+
+
+def warn_other_drafter(tuned_path: Path | None, mismatch: str, stacklevel: int = 2) -> None:
+    """The one warning for tuned settings that are not applied because of the drafter."""
+    warnings.warn(f"viasd-adapt: {tuned_path} was {mismatch}; its settings are not applied (running the "
+                  "TierSettings() defaults). Run viasd tune with this drafter to tune this pair.",
+                  TunedForAnotherDrafterWarning, stacklevel=stacklevel + 1)
+
+
+def check_tier_drafter(tier: OpenTier, target: nn.Module, mask: MaskLike | None, drafter: DrafterLike, *,
+                       build_slim: bool = True, stacklevel: int = 2) -> OpenTier:
+    """``tier`` as is, unless its settings are a tuned file's (``settings=None``) measured with another
+    drafter than ``drafter``: then the warning, and the tier opened again without them (the
+    defaults, the same plugin manager)."""
+    spec = tier.spec
+    if spec is None or spec.tuned is None or not spec.tuned_applied:
+        return tier
+    mismatch = tuned_drafter_mismatch(spec.tuned, drafter)
+    if mismatch is None:
+        return tier
+    warn_other_drafter(spec.tuned_path, mismatch, stacklevel=stacklevel + 1)
+    untuned = spec.without_tuned(mismatch)
+    reopened = open_tier(target, mask, untuned.settings, tier.plugins, plugin_manager=tier.plugin_manager,
+                         build_slim=build_slim, stacklevel=stacklevel + 1)
+    return replace(reopened, spec=untuned)
+
+
+class TunedDrafterCheck:
+    """For an adapter whose drafter arrives per call (HF's ``assistant_model``): the tier to run
+    with each drafter, the tuned one or, for another drafter, the one without the tuned settings
+    (opened once, warned once per drafter). The check is by object for a model (``id``): a model
+    object is fingerprinted once per session."""
+
+    def __init__(self, tier: OpenTier, target: nn.Module, mask: MaskLike | None):
+        self.tier, self.target, self.mask = tier, target, mask
+        self._untuned: OpenTier | None = None
+        self._checked: dict[int, bool] = {}
+
+    @property
+    def needed(self) -> bool:
+        """Whether there is anything to check (the settings came from a tuned file)."""
+        return self.tier.spec is not None and self.tier.spec.tuned is not None and self.tier.spec.tuned_applied
+
+    def tier_for(self, drafter: DrafterLike, stacklevel: int = 2) -> OpenTier:
+        if not self.needed:
+            return self.tier
+        key = id(drafter) if isinstance(drafter, nn.Module) else hash(drafter_identity(drafter))
+        if key not in self._checked:
+            mismatch = tuned_drafter_mismatch(self.tier.spec.tuned, drafter)
+            self._checked[key] = mismatch is None
+            if mismatch is not None:
+                warn_other_drafter(self.tier.spec.tuned_path, mismatch, stacklevel=stacklevel + 1)
+                if self._untuned is None:
+                    untuned = self.tier.spec.without_tuned(mismatch)
+                    self._untuned = replace(open_tier(self.target, self.mask, untuned.settings, self.tier.plugins,
+                                                      plugin_manager=self.tier.plugin_manager,
+                                                      stacklevel=stacklevel + 1), spec=untuned)
+        return self.tier if self._checked[key] else self._untuned
 
 
 def open_tier(
@@ -125,4 +259,5 @@ def open_tier(
     return OpenTier(settings, routing, slim, manager, plugins, spec, artifact)
 
 
-__all__ = ["OpenTier", "check_spec_model", "open_tier"]
+__all__ = ["EAGLE_HEAD", "OpenTier", "TunedDrafterCheck", "check_spec_model", "check_tier_drafter", "drafter_identity",
+           "open_tier", "tuned_drafter_mismatch", "warn_other_drafter"]

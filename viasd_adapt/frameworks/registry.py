@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Sequence
 
 
 from viasd_adapt.checks import check_fits_context, check_max_new_tokens, check_prompt_ids, check_token_ids_in_vocabulary
@@ -31,6 +31,22 @@ from viasd_adapt.core.settings import Mode
 Runner = Callable[[LoadedPair, RunRequest], RunOutput]
 TIER_MODES = tuple(m.value for m in Mode)
 PLAIN = "plain"
+
+#: What a command can hand a framework besides the target and the prompt (the options that set
+#: them, e.g. ``--draft``, ``--alpha1``, are the command's business): each framework declares the
+#: ones it cannot honour (:attr:`Framework.ignores`), and :func:`refuse_unhonoured` refuses them by
+#: option name, so that no option is silently dropped (``--framework eagle --draft X`` once ran the
+#: EAGLE head and recorded the unused drafter).
+DRAFTER = "drafter"  # a drafter model, or prompt-lookup (--draft)
+EAGLE_HEAD = "eagle head"  # --eagle-head
+MASK = "routing mask"  # --mask
+TIER = "tier settings"  # --mode (other than none), --alpha1, --alpha2, --lenience, --preset
+BLOCK_LENGTH = "draft block length"  # --gamma
+SAMPLING = "sampling"  # --temperature, --top-p (every framework samples)
+RUN_INPUTS = (DRAFTER, EAGLE_HEAD, MASK, TIER, BLOCK_LENGTH, SAMPLING)
+
+_NO_TIER = "has no tier (no slim verifier, no thresholds): it decodes as shipped"
+_NO_HEAD = "drafts with a drafter model; only eagle reads an EAGLE head"
 
 
 @dataclass(frozen=True)
@@ -50,6 +66,8 @@ class Framework:
             EAGLE's tree), ``"ar"`` (one target pass per token).
         needs_eagle_head: the pair must ship an EAGLE head.
         needs_modules: Python modules that must be importable (eagle-llm).
+        ignores: the run inputs (:data:`RUN_INPUTS`) this framework cannot honour, each with the
+            reason, which :func:`refuse_unhonoured` gives when an option sets one.
     """
 
     name: str
@@ -62,6 +80,16 @@ class Framework:
     needs_modules: tuple[str, ...] = ()
     takes_lookup: bool = False
     seq2seq_runner: str | None = None  # "module:function" for encoder-decoder pairs; None = unsupported
+    ignores: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.ignores) - set(RUN_INPUTS))
+        if unknown:
+            raise ValueError(f"framework {self.name!r} ignores unknown run inputs {unknown}; known: {RUN_INPUTS}")
+
+    def honours(self, run_input: str) -> bool:
+        """Whether a run of this framework uses ``run_input`` (one of :data:`RUN_INPUTS`)."""
+        return run_input not in self.ignores
 
     def load(self, kind: ModelKind | bool = DECODER_ONLY) -> Runner:
         """The runner for a target of ``kind`` (:func:`viasd_adapt.model_kind.model_kind`; a bool
@@ -91,6 +119,26 @@ class Framework:
 
 
 FRAMEWORKS: dict[str, Framework] = {}
+
+
+def refuse_unhonoured(names: Sequence[str], given: Iterable[tuple[str, str]], chosen_by: str = "--framework") -> None:
+    """Refuses every option that none of the frameworks ``names`` can honour, by its name.
+
+    ``given``: ``(run input, option as typed)`` for every option the user gave (not the ones a
+    ``--pair`` or a default filled in), e.g. ``(DRAFTER, "--draft prompt-lookup")``. One framework
+    (``viasd generate``) must honour each; for several (``viasd bench``'s ``--frameworks``), at least
+    one of them must. The error names the option and says why each framework cannot use it;
+    ``chosen_by`` is the option that named the frameworks."""
+    chosen = [get(name) for name in names]
+    for run_input, option in given:
+        if run_input not in RUN_INPUTS:
+            raise ValueError(f"unknown run input {run_input!r}; known: {RUN_INPUTS}")
+        if chosen and not any(f.honours(run_input) for f in chosen):
+            why = "; ".join(f"{f.name} {f.ignores[run_input]}" for f in chosen)
+            frameworks = ", ".join(f.name for f in chosen)
+            article = "an" if run_input[0] in "aeiou" else "a"
+            raise ConfigError(f"{option}: {chosen_by} {frameworks} cannot use {article} "
+                              f"{run_input} ({why}); leave the option out")
 
 
 def register(framework: Framework) -> Framework:
@@ -139,19 +187,27 @@ def check_request_fits(pair: LoadedPair, request: RunRequest) -> None:
 
 
 register(Framework("ar", "autoregressive target decoding (HF generate, no assistant)", "viasd_adapt.frameworks.baselines:run_ar",
-                   has_tier=False, bound_kind="ar", seq2seq_runner="viasd_adapt.frameworks.seq2seq:run_ar"))
+                   has_tier=False, bound_kind="ar", seq2seq_runner="viasd_adapt.frameworks.seq2seq:run_ar",
+                   ignores={DRAFTER: "runs the target alone (no drafter)", EAGLE_HEAD: "runs the target alone (no drafter)",
+                            MASK: _NO_TIER, TIER: _NO_TIER, BLOCK_LENGTH: "decodes one token per target pass (no drafts)"}))
 register(Framework("lookup", "stock HF prompt lookup (generate(prompt_lookup_num_tokens=gamma); no drafter model, "
-                   "no viasd-adapt): a baseline", "viasd_adapt.frameworks.baselines:run_prompt_lookup", has_plain=True, has_tier=False))
+                   "no viasd-adapt): a baseline", "viasd_adapt.frameworks.baselines:run_prompt_lookup", has_plain=True, has_tier=False,
+                   ignores={DRAFTER: "drafts n-grams of the text (no drafter model)",
+                            EAGLE_HEAD: "drafts n-grams of the text (no drafter model)", MASK: _NO_TIER, TIER: _NO_TIER}))
 register(Framework("engine", "classic SD through viasd_adapt.engine (the loop the hf adapter's tiered modes run)",
-                   "viasd_adapt.frameworks.baselines:run_engine", takes_lookup=True, seq2seq_runner="viasd_adapt.frameworks.seq2seq:run_engine"))
+                   "viasd_adapt.frameworks.baselines:run_engine", takes_lookup=True, seq2seq_runner="viasd_adapt.frameworks.seq2seq:run_engine",
+                   ignores={EAGLE_HEAD: _NO_HEAD}))
 register(Framework("hf", "HF assisted generation: target.generate(assistant_model=draft), patched by viasd_adapt.adapters.hf",
-                   "viasd_adapt.adapters.hf:run", has_plain=True, takes_lookup=True, seq2seq_runner="viasd_adapt.adapters.hf_seq2seq:run"))
+                   "viasd_adapt.adapters.hf:run", has_plain=True, takes_lookup=True, seq2seq_runner="viasd_adapt.adapters.hf_seq2seq:run",
+                   ignores={EAGLE_HEAD: _NO_HEAD}))
 register(Framework("pearl", "PEARL (viasd_adapt.adapters.pearl.pearl_generate, parallel drafter/target threads)",
-                   "viasd_adapt.adapters.pearl:run", bound_kind="overlapped"))
+                   "viasd_adapt.adapters.pearl:run", bound_kind="overlapped", ignores={EAGLE_HEAD: _NO_HEAD}))
 register(Framework("eagle", "EAGLE (eagle-llm EaModel.eagenerate through viasd_adapt.adapters.eagle; its own base-model copy)",
                    "viasd_adapt.adapters.eagle:run", has_plain=True, bound_kind="none", needs_eagle_head=True,
-                   needs_modules=("eagle.model.ea_model",)))
+                   needs_modules=("eagle.model.ea_model",),
+                   ignores={DRAFTER: "drafts with its EAGLE head (--eagle-head), not a drafter model or prompt lookup",
+                            BLOCK_LENGTH: "drafts a tree of a fixed shape (eagle's mc_sim_7b_63), not blocks of --gamma tokens"}))
 
 
-__all__ = ["FRAMEWORKS", "PLAIN", "TIER_MODES", "Framework", "check_request_fits", "get", "register", "run",
-           ]
+__all__ = ["BLOCK_LENGTH", "DRAFTER", "EAGLE_HEAD", "FRAMEWORKS", "MASK", "PLAIN", "RUN_INPUTS", "SAMPLING", "TIER",
+           "TIER_MODES", "Framework", "check_request_fits", "get", "refuse_unhonoured", "register", "run"]

@@ -125,7 +125,10 @@ def token_frequencies(examples: Sequence[DistillExample], vocab_size: int) -> to
 # ----------------------------------------------------------------------------- cache
 
 SHARD_PROMPTS = 64  # prompts per cached shard: an interrupted generation loses at most one shard
-DATA_FORMAT = 1  # bump when what a shard holds or how it is generated changes
+DATA_FORMAT = 1  # bump when what a shard holds or how it is generated changes (it is part of the shard's key)
+#: How a shard file is laid out: 2 stores a content digest beside the examples (1, a bare list, had none).
+SHARD_LAYOUT = 2
+_TENSORS = ("ids", "topk_ids", "topk_logits")
 
 
 def _shard_key(target_sketch: dict, prompts: Sequence[str], settings: dict) -> str:
@@ -138,6 +141,46 @@ def _shard_key(target_sketch: dict, prompts: Sequence[str], settings: dict) -> s
     for prompt in prompts:
         digest.update(prompt.encode("utf-8") + b"\0")
     return digest.hexdigest()[:32]
+
+
+def shard_digest(items: Sequence[dict]) -> str:
+    """The digest a shard stores with its examples: every tensor and every answer start."""
+    from viasd_adapt.cache_check import tensors_digest
+
+    tensors = {f"{i}.{name}": item[name] for i, item in enumerate(items) for name in _TENSORS}
+    tensors.update({f"{i}.answer_start": torch.tensor(int(item["answer_start"])) for i, item in enumerate(items)})
+    return tensors_digest(tensors)
+
+
+def shard_problem(data: Any, prompts: int, top_k: int, vocab: int) -> str | None:
+    """Why a shard read back cannot be the target's answers to its ``prompts`` prompts (None: it can).
+
+    Checked before training reads it: the digest stored with it (a shard of the first layout, a
+    bare list, has none and is checked on its structure alone), at most one example per prompt,
+    int64 ids and top-k ids inside the vocabulary, ``(answer length, top_k)`` top-k tensors with
+    finite float16 logits, and an answer that starts inside the sequence."""
+    items = data.get("items") if isinstance(data, dict) else data
+    if not isinstance(items, list) or len(items) > prompts:
+        return "it does not hold one example per prompt"
+    for number, item in enumerate(items):
+        if not isinstance(item, dict) or any(not isinstance(item.get(name), torch.Tensor) for name in _TENSORS) \
+                or not isinstance(item.get("answer_start"), int):
+            return f"example {number} is not a distillation example"
+        ids, topk_ids, logits, start = item["ids"], item["topk_ids"], item["topk_logits"], item["answer_start"]
+        if ids.dtype != torch.long or topk_ids.dtype != torch.long or logits.dtype != torch.float16:
+            return f"example {number} has tensors of other dtypes (ids {ids.dtype}, top-k logits {logits.dtype})"
+        if ids.dim() != 1 or not 0 < start < ids.numel():
+            return f"example {number} has no answer inside its {ids.numel()} tokens"
+        if topk_ids.shape != (ids.numel() - start, top_k) or logits.shape != topk_ids.shape:
+            return f"example {number} has top-k tensors of shape {tuple(topk_ids.shape)}, not {(ids.numel() - start, top_k)}"
+        for name, tensor in (("token", ids), ("top-k", topk_ids)):
+            if int(tensor.min()) < 0 or int(tensor.max()) >= vocab:
+                return f"example {number} has a {name} id outside the vocabulary of {vocab}"
+        if not bool(torch.isfinite(logits).all()):
+            return f"example {number} has non-finite top-k logits"
+    if isinstance(data, dict) and data.get("digest") != shard_digest(items):
+        return "its content does not match the digest stored with it (damaged or edited)"
+    return None
 
 
 def cached_target_answers(
@@ -155,35 +198,56 @@ def cached_target_answers(
     :data:`SHARD_PROMPTS` prompts, each keyed by the target's weight sketch, the generation
     settings and its prompts. A rebuild, or the EAGLE head built on the same data, reads the shards
     instead of generating again; an interrupted generation keeps every finished shard (each is
-    written whole by a rename, :func:`viasd_adapt.io.write_atomic`)."""
+    written whole by a rename, :func:`viasd_adapt.io.write_atomic`).
+
+    A shard is checked before it is used (:func:`shard_problem`: its digest, dtypes, shapes and
+    ids); one that fails is said to be unusable (:class:`~viasd_adapt.cache_check.CacheEntryWarning`)
+    and generated again. A shard of the first layout (no digest) that passes the other checks is
+    used and written again with its digest."""
     from pathlib import Path
 
+    from viasd_adapt.cache_check import report_unusable
     from viasd_adapt.io import write_atomic
     from viasd_adapt.models.registry import cache_dir
     from viasd_adapt.routing.mask import model_fingerprint
 
     root = Path(cache_root) if cache_root is not None else cache_dir() / "distill"
     sketch = model_fingerprint(target)
+    vocab = len(tokenizer)
     settings = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "top_k": top_k,
-                "max_prompt_tokens": max_prompt_tokens, "vocab": len(tokenizer)}
+                "max_prompt_tokens": max_prompt_tokens, "vocab": vocab}
+    vocab = max(vocab, int(getattr(getattr(target, "config", None), "vocab_size", 0) or 0))
     examples: list[DistillExample] = []
+
+    def save(path: Path, items: list[dict]) -> None:
+        data = {"layout": SHARD_LAYOUT, "digest": shard_digest(items), "items": items}
+        write_atomic(path, lambda tmp: torch.save(data, tmp), "distillation data shard")
+
     for first in range(0, len(prompts), SHARD_PROMPTS):
         chunk = list(prompts[first:first + SHARD_PROMPTS])
         path = root / f"{_shard_key(sketch, chunk, settings)}.pt"
         shard = None
         if path.is_file():
             try:
-                shard = [DistillExample(**item) for item in torch.load(path, map_location="cpu")]
+                data = torch.load(path, map_location="cpu", weights_only=True)
+                problem = shard_problem(data, len(chunk), top_k, vocab)
             except Exception:  # noqa: BLE001 - an unreadable shard is regenerated, never trusted
-                shard = None
+                problem = "it cannot be read as a torch file of tensors"
+            if problem is None:
+                items = data["items"] if isinstance(data, dict) else data
+                shard = [DistillExample(**item) for item in items]
+                if not isinstance(data, dict):  # the first layout: add the digest
+                    save(path, items)
+            else:
+                report_unusable(f"the distillation data shard {path}", problem, stacklevel=3)
         if shard is None:
             shard = target_answers(target, tokenizer, chunk, max_new_tokens, batch_size, top_k, max_prompt_tokens)
-            items = [example.__dict__ for example in shard]
-            write_atomic(path, lambda tmp: torch.save(items, tmp), "distillation data shard")
+            save(path, [dict(example.__dict__) for example in shard])
         examples.extend(shard)
         if progress is not None:
             tokens = sum(e.answer_length for e in examples)
             progress(f"target answers: {min(first + SHARD_PROMPTS, len(prompts))}/{len(prompts)} prompts, {tokens} tokens")
     return examples
 
-__all__ = ["DATA_FORMAT", "SHARD_PROMPTS", "DistillExample", "cached_target_answers", "target_answers", "token_frequencies"]
+__all__ = ["DATA_FORMAT", "SHARD_LAYOUT", "SHARD_PROMPTS", "DistillExample", "cached_target_answers", "shard_digest", "shard_problem",
+           "target_answers", "token_frequencies"]

@@ -176,7 +176,7 @@ def complete_head(head_path: str | Path, base_model_path: str | Path) -> Path:
     embedding put back. Made once per head and base model, written whole or not at all."""
     from safetensors import safe_open
 
-    from viasd_adapt.io import write_directory
+    from viasd_adapt.io import file_digest, write_directory
     from viasd_adapt.models.registry import cache_dir
 
     head_path, base_model_path = Path(head_path), Path(base_model_path)
@@ -193,8 +193,13 @@ def complete_head(head_path: str | Path, base_model_path: str | Path) -> Path:
     for path in files:
         digest.update(path.name.encode() + str(path.stat().st_size).encode())
     folder = cache_dir() / "eagle_heads" / digest.hexdigest()[:32]
-    if (folder / "pytorch_model.bin").is_file() and (folder / "config.json").is_file():
+    problem = completed_head_problem(folder)
+    if problem is None:
         return folder
+    if problem != "missing":
+        from viasd_adapt.cache_check import report_unusable
+
+        report_unusable(f"the completed EAGLE head {folder}", problem, stacklevel=3)
     embedding = None
     for path in files:
         with safe_open(str(path), framework="pt") as handle:
@@ -213,9 +218,39 @@ def complete_head(head_path: str | Path, base_model_path: str | Path) -> Path:
     def write(directory: Path) -> None:
         torch.save(state, directory / "pytorch_model.bin")
         (directory / "config.json").write_text(json.dumps(fields, indent=2) + "\n", encoding="utf-8")
+        record = {name: file_digest(directory / name) for name in COMPLETED_FILES}
+        (directory / DIGESTS_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
     write_directory(folder, write, "completed EAGLE head")
+    _CHECKED.add(folder)
     return folder
 
 
-__all__ = ["complete_head", "needs_embedding", "train_head_on_examples"]
+#: The files of a completed head, and the record of their sha256 written beside them.
+COMPLETED_FILES = ("config.json", "pytorch_model.bin")
+DIGESTS_FILE = "viasd_digests.json"
+_CHECKED: set[Path] = set()  # folders whose digests matched in this process (read once, not per load)
+
+
+def completed_head_problem(folder: Path) -> str | None:
+    """Why the cached completed head in ``folder`` cannot be used (None: it can): ``"missing"``
+    when there is none yet; a folder written before digests were recorded is rebuilt (cheap: one
+    head file); a file whose sha256 is not the recorded one is damaged."""
+    from viasd_adapt.io import file_digest
+
+    if folder in _CHECKED and all((folder / name).is_file() for name in COMPLETED_FILES):
+        return None
+    if not all((folder / name).is_file() for name in COMPLETED_FILES):
+        return "missing"
+    try:
+        record = json.loads((folder / DIGESTS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "missing"  # written before digests were recorded: made again, silently
+    for name in COMPLETED_FILES:
+        if not isinstance(record, dict) or record.get(name) != file_digest(folder / name):
+            return f"{name} does not match the digest recorded when it was written (damaged or edited)"
+    _CHECKED.add(folder)
+    return None
+
+
+__all__ = ["complete_head", "completed_head_problem", "needs_embedding", "train_head_on_examples"]

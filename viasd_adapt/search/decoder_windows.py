@@ -227,7 +227,8 @@ def build_calibration(
 
 # ---------------------------------------------------------------------------- the window cache
 
-WINDOW_CACHE_FORMAT = 1
+#: 2: every entry carries a digest of its content (files of format 1 are read as unusable and regenerated).
+WINDOW_CACHE_FORMAT = 2
 
 
 def weights_digest(model: nn.Module) -> str:
@@ -264,6 +265,53 @@ def window_key(weights: str, prompt_ids: Sequence[Sequence[int]], new_tokens: in
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def windows_digest(input_ids: torch.Tensor, scored: torch.Tensor) -> str:
+    """The digest a cache entry stores with its windows (:func:`viasd_adapt.cache_check.tensors_digest`)."""
+    from viasd_adapt.cache_check import tensors_digest
+
+    return tensors_digest({"input_ids": input_ids, "scored": scored})
+
+
+def window_entry_problem(entry: object, prompt_ids: Sequence[Sequence[int]], new_tokens: int, vocab: int) -> str | None:
+    """Why a cached entry cannot be the windows of ``prompt_ids`` (None: it can).
+
+    Checked before use, so that a damaged or hand-edited entry is regenerated instead of scored on
+    (or crashing an index inside torch): both tensors present with the dtypes :func:`build_windows`
+    writes (int64 ids, bool scored) and one ``(W, T)`` shape, one row per prompt; the content
+    matching the digest stored with it; every id inside the target's vocabulary; and each row being
+    its prompt (possibly cut to fit the positions) followed by exactly ``new_tokens`` scored
+    continuation positions."""
+    if not isinstance(entry, dict):
+        return "not a windows entry"
+    ids, scored, digest = entry.get("input_ids"), entry.get("scored"), entry.get("digest")
+    if not isinstance(ids, torch.Tensor) or not isinstance(scored, torch.Tensor):
+        return "its token ids or scored positions are missing"
+    if ids.dtype != torch.long:
+        return f"its token ids are {str(ids.dtype).replace('torch.', '')}, not int64"
+    if scored.dtype != torch.bool:
+        return f"its scored positions are {str(scored.dtype).replace('torch.', '')}, not bool"
+    if ids.dim() != 2 or ids.shape != scored.shape or ids.shape[0] != len(prompt_ids):
+        return (f"its windows have shape {tuple(ids.shape)} (scored {tuple(scored.shape)}), not one row per prompt "
+                f"({len(prompt_ids)})")
+    if not isinstance(digest, str) or digest != windows_digest(ids, scored):
+        return "its content does not match the digest stored with it (damaged or edited)"
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        bad = int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())
+        return f"token id {bad} is outside the target's vocabulary of {vocab}"
+    ends = []
+    for row, prompt in enumerate(prompt_ids):
+        positions = scored[row].nonzero().flatten().tolist()
+        if len(positions) != new_tokens or positions != list(range(positions[0], positions[0] + new_tokens)):
+            return f"window {row} does not score {new_tokens} consecutive continuation positions"
+        kept = positions[0] + 1  # the prompt's tokens in the window (it may have been cut to fit)
+        if kept > len(prompt) or ids[row, :kept].tolist() != [int(t) for t in prompt[:kept]]:
+            return f"window {row} does not start with its prompt"
+        ends.append(kept + new_tokens)
+    if ids.shape[1] != max(ends):
+        return f"its windows are {ids.shape[1]} positions wide, not the {max(ends)} of its prompts and new tokens"
+    return None
+
+
 class WindowCache:
     """The target's greedy calibration (and held-out) windows, kept in one file beside the mask.
 
@@ -273,25 +321,46 @@ class WindowCache:
     prompt, template, cut or length gives another key: a miss, regenerated. :meth:`save` keeps
     only the entries this run used, so stale windows do not accumulate.
 
+    What is read back is checked before it is used (:func:`window_entry_problem`): each entry
+    carries a digest of its content, and an entry with another digest, shape or dtype, or with ids
+    outside the vocabulary, is unusable: said in one line (``say``, else a
+    :class:`~viasd_adapt.cache_check.CacheEntryWarning`) and regenerated. So is a file that cannot be
+    read, or one written in an older format.
+
     Attributes:
-        hits, misses: lookups answered from the file / generated.
+        hits, misses: lookups answered from the file / generated (unusable entries included).
+        unusable: lookups whose stored entry failed its check.
         generate_seconds: time spent generating on misses.
     """
 
-    def __init__(self, path: str | Path | None):
+    def __init__(self, path: str | Path | None, say: Callable[[str], None] | None = None):
         self.path = Path(path) if path is not None else None
+        self.say = say
         self.entries: dict[str, dict] = {}
         self.used: set[str] = set()
-        self.hits = self.misses = 0
+        self.hits = self.misses = self.unusable = 0
         self.generate_seconds = 0.0
         self._weights: dict[int, str] = {}
         if self.path is not None and self.path.is_file():
-            try:
-                data = torch.load(self.path, map_location="cpu", weights_only=True)
-                if isinstance(data, dict) and data.get("format") == WINDOW_CACHE_FORMAT:
-                    self.entries = dict(data.get("entries", {}))
-            except Exception:  # an unreadable cache is a miss, never an error
-                self.entries = {}
+            self.entries = self._read(self.path)
+
+    def _read(self, path: Path) -> dict[str, dict]:
+        from viasd_adapt.cache_check import report_unusable
+
+        what = f"the calibration window cache {path}"
+        try:
+            data = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception:  # noqa: BLE001 - a cache that cannot be read is regenerated, never an error
+            report_unusable(what, "it cannot be read as a torch file of tensors", self.say, stacklevel=4)
+            return {}
+        if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
+            report_unusable(what, "it is not a window cache", self.say, stacklevel=4)
+            return {}
+        if data.get("format") != WINDOW_CACHE_FORMAT:
+            report_unusable(what, f"written in format {data.get('format')!r}, this version reads {WINDOW_CACHE_FORMAT} "
+                            "(entries with content digests)", self.say, stacklevel=4)
+            return {}
+        return dict(data["entries"])
 
     def _digest(self, target: nn.Module) -> str:
         if id(target) not in self._weights:
@@ -306,13 +375,21 @@ class WindowCache:
         self.used.add(key)
         entry = self.entries.get(key)
         if entry is not None:
-            self.hits += 1
-            return TokenWindows(entry["input_ids"], entry["scored"])
+            problem = window_entry_problem(entry, prompt_ids, new_tokens, vocab_size_of(target))
+            if problem is None:
+                self.hits += 1
+                return TokenWindows(entry["input_ids"], entry["scored"])
+            from viasd_adapt.cache_check import report_unusable
+
+            self.unusable += 1
+            report_unusable(f"a calibration window entry of {self.path.name if self.path else 'the cache'}", problem,
+                            self.say, stacklevel=3)
         self.misses += 1
         started = time.perf_counter()
         windows = build_windows(target, prompt_ids, new_tokens, pad_id)
         self.generate_seconds += time.perf_counter() - started
-        self.entries[key] = {"input_ids": windows.input_ids, "scored": windows.scored}
+        self.entries[key] = {"input_ids": windows.input_ids, "scored": windows.scored,
+                             "digest": windows_digest(windows.input_ids, windows.scored)}
         return windows
 
     def save(self) -> Path | None:

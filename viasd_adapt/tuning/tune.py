@@ -33,6 +33,7 @@ from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent, m
 from viasd_adapt.bench.fidelity import score_output
 from viasd_adapt.bench.projection import CostModel, project_costs_per_mask, repriced_prompt_sums
 from viasd_adapt.bench.prompt_sets import BenchPrompt
+from viasd_adapt.bench.uncertainty import prompt_key
 from viasd_adapt.prompts.chat import encode_prompt
 from viasd_adapt.core.settings import check_real
 from viasd_adapt.errors import ConfigError
@@ -46,7 +47,7 @@ from viasd_adapt.routing.mask import model_fingerprint
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import Mode, TierSettings
-from viasd_adapt.config.tuned import MEASURED_ON_DEFAULT, TunedSettings
+from viasd_adapt.config.tuned import MEASURED_ON_DEFAULT, PROMPT_LOOKUP_DRAFTER, TunedSettings
 
 #: The framework whose loop every candidate runs on (recorded in tuned.json as ``measured_on``):
 #: the tier's own SD loop, the loop the HF adapter's tiered modes run. Other frameworks apply the
@@ -210,8 +211,8 @@ def choice_uncertainty(result: TuneResult):
     if not sums or any(s is None for s in sums) or len({len(s) for s in sums}) != 1:
         return None
     first = result.points[0].per_prompt
-    reference = PromptSums(first["reference_tokens"], first["reference_tokens"], first["reference_ll"]) \
-        if first.get("reference_ll") is not None else None
+    reference = PromptSums(first["reference_tokens"], first["reference_tokens"], first["reference_ll"],
+                           keys=first.get("keys")) if first.get("reference_ll") is not None else None
     names = point_names(result.points)
     candidates = [Candidate(name, s, exact=p.exact, simple=p.family in ("sd", "lenient"))
                   for name, p, s in zip(names, result.points, sums)]
@@ -388,6 +389,7 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
         reference_each["reference_tokens"].append(score.tokens)
     reference_ll /= max(1, reference_tokens)
 
+    keys = [prompt_key(ids) for ids in prompt_ids]  # copies of a calibration prompt are counted once
     say("timing single forwards per mask")
     costs = mask_costs(pair, masks, prompt_ids[0], grid.gamma, cost_repeats)
     candidates = list(_candidates(masks, grid, base, sampling.greedy))
@@ -412,7 +414,8 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
             overrule = audited.overrule_rate
         counts = PassCounts.of_metrics(metrics, metrics.committed)
         feq = full_equivalent(costs[mask_name], counts)
-        per_prompt = _prompt_sums(scores, each, audit_each, settings.mode.is_exact, costs[mask_name]) | reference_each
+        per_prompt = _prompt_sums(scores, each, audit_each, settings.mode.is_exact, costs[mask_name]) | reference_each \
+            | {"keys": keys}
         points.append(Point(family, settings, mask_name, feq, reference_ll - ll / max(1, tokens), overrule, tokens,
                             {"rejection_rate": metrics.rejection_rate, "mean_accepted_length": metrics.mean_accepted_length,
                              "slim_tokens": metrics.slim_tokens, "escalated_cycles": metrics.escalated_cycles,
@@ -479,6 +482,7 @@ def artifact_of(result: TuneResult, pair: LoadedPair, masks_dir: Path | None = N
         choice=chosen.family,
         mask_bits=mask_bits,
         fingerprint=model_fingerprint(pair.target),
+        drafter=drafter_record(pair),
         budget=asdict(result.budget),
         measured=chosen.to_dict(),
         measured_on=MEASURED_ON,
@@ -486,6 +490,14 @@ def artifact_of(result: TuneResult, pair: LoadedPair, masks_dir: Path | None = N
                 "mask_file": mask_file,
                 "points": len(result.points)},
     )
+
+
+def drafter_record(pair: LoadedPair):
+    """What tuned.json records as the drafter the settings were measured with: the drafter model's
+    fingerprint, or the prompt-lookup drafter by name (:mod:`viasd_adapt.config.tuned`)."""
+    if pair.draft is not None:
+        return model_fingerprint(pair.draft)
+    return PROMPT_LOOKUP_DRAFTER if pair.lookup is not None else None
 
 
 def describe(result: TuneResult) -> list[str]:
@@ -537,7 +549,8 @@ def _uncertainty_lines(result: TuneResult, lines: list[str]) -> list[str]:
 
     for i, line in enumerate(lines):
         if line.startswith("VERDICT: "):
-            lines[i] = f"VERDICT (a preview, undetermined at {prompts_words(uncertainty.prompts)}): " + line[len("VERDICT: "):]
+            counted = prompts_words(uncertainty.prompts) + (" (distinct)" if uncertainty.copies else "")
+            lines[i] = f"VERDICT (a preview, undetermined at {counted}): " + line[len("VERDICT: "):]
     advice = ""
     if result.pooled is not None:
         advice = (f"; tuned.json records the simpler {uncertainty.recommended}, not the pooled choice "
