@@ -4,6 +4,7 @@ transformers' generation code caused by the project's calls."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ from click.testing import CliRunner
 
 from tests.support.gguf import write_tiny_gguf
 from viasd_adapt.cli.main import cli
+from viasd_adapt.config.tuned import TunedForAnotherDrafterWarning
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.models.registry import demo_pair_paths
 from viasd_adapt.models.tiny import tiny_model
@@ -84,10 +86,14 @@ def test_tokens_reach_stdout_while_the_run_is_still_going(framework, mode, monke
 
     monkeypatch.setattr(click, "echo", recording_echo)
     handle = torch.nn.modules.module.register_module_forward_hook(count)
+    # EAGLE drafts with its head, not with the drafter the pair's tuned.json was measured with: said, not applied
+    expected = (pytest.warns(TunedForAnotherDrafterWarning, match="measured with") if framework == "eagle"
+                else contextlib.nullcontext())
     try:
-        result = CliRunner().invoke(cli, ["generate", "--pair", str(demo_pair_paths().root), "--framework", framework,
-                                          *(["--mode", mode] if mode else []), "--prompt", demo_snippet(),
-                                          "--max-new-tokens", "12", "--no-show-tiers", "--no-color"])
+        with expected:
+            result = CliRunner().invoke(cli, ["generate", "--pair", str(demo_pair_paths().root), "--framework", framework,
+                                              *(["--mode", mode] if mode else []), "--prompt", demo_snippet(),
+                                              "--max-new-tokens", "12", "--no-show-tiers", "--no-color"])
     finally:
         handle.remove()
     assert result.exit_code == 0, result.output
@@ -186,4 +192,5 @@ def test_the_token_stream_writes_whole_characters_stops_at_the_budget_and_at_eos
 
 def test_stock_prompt_lookup_has_no_tier_mode():
     result = CliRunner().invoke(cli, ["generate", "--framework", "lookup", "--mode", "lossy", "--prompt", "x"])
-    assert result.exit_code == 2 and "--framework lookup is stock prompt lookup: it has no tier" in result.output
+    assert result.exit_code == 2 and "--mode lossy: --framework lookup cannot use tier settings (lookup has no tier" \
+        in result.output

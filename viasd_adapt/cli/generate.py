@@ -136,8 +136,6 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
         from viasd_adapt.io import ensure_writable
 
         ensure_writable(json_path, "--json")  # before any model loads
-    if framework == "lookup" and mode not in (None, Mode.NONE.value):
-        raise ConfigError("--framework lookup is stock prompt lookup: it has no tier (use --mode none)")
     sampling = SamplingConfig.from_temperature(temperature, top_p)
     spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset,
                                mode=Mode.NONE.value if framework == "lookup" else mode, gamma=gamma, alpha1=alpha1,

@@ -136,8 +136,8 @@ def refuse_unhonoured(names: Sequence[str], given: Iterable[tuple[str, str]], ch
         if chosen and not any(f.honours(run_input) for f in chosen):
             why = "; ".join(f"{f.name} {f.ignores[run_input]}" for f in chosen)
             frameworks = ", ".join(f.name for f in chosen)
-            article = "an" if run_input[0] in "aeiou" else "a"
-            raise ConfigError(f"{option}: {chosen_by} {frameworks} cannot use {article} "
+            article = "" if run_input.endswith("s") else ("an " if run_input[0] in "aeiou" else "a ")
+            raise ConfigError(f"{option}: {chosen_by} {frameworks} cannot use {article}"
                               f"{run_input} ({why}); leave the option out")
 
 
