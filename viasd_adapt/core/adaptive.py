@@ -53,7 +53,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Mapping
 
+from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.errors import ConfigError
 
 
@@ -307,4 +309,39 @@ class TierController:
         return sum(1 for arm in self.history if arm is Arm.TIER)
 
 
-__all__ = ["AdaptiveSettings", "Arm", "ArmPrior", "PassPrices", "RelativePrior", "TierController"]
+@dataclass(frozen=True)
+class AdaptivePlan:
+    """What every controller of a run starts from: the prices, the priors, the knobs.
+
+    One per run (an adapter's set-up call, :func:`viasd_adapt.engine.tier.open_tier`, builds it
+    from ``tuned.json``'s measurements or the mask's layer counts); each generation gets a fresh
+    :class:`TierController` from it (:meth:`controller`), so no sequence's evidence leaks into
+    another's choices. ``sources`` says in words where the prices and priors came from.
+    """
+
+    prices: PassPrices = field(default_factory=PassPrices)
+    priors: Mapping[Arm, ArmPrior] = field(default_factory=dict)
+    relative: RelativePrior | None = None
+    most_tokens: int = 6
+    settings: AdaptiveSettings = field(default_factory=AdaptiveSettings)
+    sources: tuple[str, ...] = ()
+
+    def controller(self) -> TierController:
+        """A fresh controller for one generation."""
+        return TierController(self.settings, dict(self.priors), self.most_tokens, self.relative)
+
+    @classmethod
+    def fallback(cls, settings: TierSettings) -> "AdaptivePlan":
+        """The plan of a verify step built without one (a ``TieredVerifier`` or ``VerifyStep`` made
+        directly, with no tier opened): the slim pass priced by the skip ratio (it runs about
+        ``1 - ratio`` of the layers), a resumed pass as a full one (the first skipped layer is not
+        known here), drafting free; lossless states the tier against the untiered arm
+        (:class:`RelativePrior`), lossy starts with no prior."""
+        prices = PassPrices(slim=1.0 - settings.ratio)
+        relative = RelativePrior(extra_cost=prices.slim) if settings.mode is Mode.LOSSLESS else None
+        return cls(prices, {}, relative, settings.gamma + 1,
+                   sources=("prices: by the skip ratio (no tier opened)", "priors: none" if relative is None else
+                            "priors: the tier stated against the untiered arm (nothing measured)"))
+
+
+__all__ = ["AdaptivePlan", "AdaptiveSettings", "Arm", "ArmPrior", "PassPrices", "RelativePrior", "TierController"]

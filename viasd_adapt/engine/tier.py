@@ -12,7 +12,10 @@ the same words:
 * ``settings=None`` runs the tuned choice measured with this mask
   (:func:`viasd_adapt.config.resolve.resolve_settings`), refused when it was tuned on another model;
 * a lossy tier opened on a mask whose recorded Delta(u) < 0 warns
-  (:class:`~viasd_adapt.config.advice.NegativeDeltaWarning`), from the artifact already read.
+  (:class:`~viasd_adapt.config.advice.NegativeDeltaWarning`), from the artifact already read;
+* when the settings adapt, the measurements the adaptive tier prices passes and starts from
+  (:mod:`viasd_adapt.engine.priors`) are those of ``tuned.json`` beside a mask path (the resolver's
+  read reused), or of a tuned file the caller passes.
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ from torch import nn
 
 from viasd_adapt.config.advice import warn_if_negative_delta
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
-from viasd_adapt.config.resolve import RunSpec, resolve_settings
+from viasd_adapt.config.resolve import UNREAD, RunSpec, resolve_settings
+from viasd_adapt.config.tuned import TunedSettings, find_tuned
+from viasd_adapt.core.adaptive import AdaptivePlan
 from viasd_adapt.core.hooks import make_plugin_manager
 from viasd_adapt.core.settings import Mode, TierSettings, check_settings
 from viasd_adapt.core.verify_step import VerifyStep
+from viasd_adapt.engine.priors import adaptive_plan
 from viasd_adapt.routing.mask import MaskLike, check_tuned_model, resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
 
@@ -50,6 +56,9 @@ class OpenTier:
             settings were given or the mask was not a path.
         artifact: the mask artifact read or given (its Delta, search and fingerprint); None for a
             bare :class:`RoutingMask`, or a path a mode without a slim verifier never needed to read.
+        target: the model the tier was opened on (the adaptive tier prices passes against it).
+        tuned: the tuned file whose measurements price the adaptive tier's passes and give its
+            priors (:mod:`viasd_adapt.engine.priors`); None when there is none or it was not needed.
     """
 
     settings: TierSettings
@@ -59,15 +68,27 @@ class OpenTier:
     plugins: tuple = ()
     spec: RunSpec | None = None
     artifact: MaskArtifact | None = None
+    target: nn.Module | None = None
+    tuned: TunedSettings | None = None
 
     @property
     def mode(self) -> Mode:
         return self.settings.mode
 
-    def verify_step(self, framework: str, **options: Any) -> VerifyStep:
-        """A :class:`VerifyStep` with this tier's settings and plugin manager; ``options`` are
-        VerifyStep's own (``greedy``, ``bonus_after_block``, ``thresholds``)."""
-        return VerifyStep(self.settings, framework, self.plugin_manager, **options)
+    def adaptive_plan(self, drafter: nn.Module | None = None, settings: TierSettings | None = None,
+                      use_measured: bool = True) -> AdaptivePlan | None:
+        """The adaptive tier's prices and priors for a run drafting with ``drafter`` (a model, or
+        None: no drafter model), with ``settings`` (default: the tier's); None when they do not
+        adapt. ``use_measured=False``: a framework whose cycles the tuned points do not describe."""
+        return adaptive_plan(settings or self.settings, self.target, self.routing, self.tuned, drafter, use_measured)
+
+    def verify_step(self, framework: str, drafter: nn.Module | None = None, use_measured: bool = True,
+                    **options: Any) -> VerifyStep:
+        """A :class:`VerifyStep` with this tier's settings, plugin manager and adaptive plan
+        (:meth:`adaptive_plan` with ``drafter``); ``options`` are VerifyStep's own (``greedy``,
+        ``bonus_after_block``, ``thresholds``)."""
+        return VerifyStep(self.settings, framework, self.plugin_manager,
+                          adaptive=self.adaptive_plan(drafter, use_measured=use_measured), **options)
 
 
 def check_spec_model(spec: RunSpec, model: nn.Module) -> None:
@@ -85,6 +106,7 @@ def open_tier(
     plugin_manager: pluggy.PluginManager | None = None,
     build_slim: bool = True,
     stacklevel: int = 2,
+    tuned: Any = UNREAD,
 ) -> OpenTier:
     """Resolves and checks what a tier on ``target`` runs with; every adapter's one set-up call.
 
@@ -100,6 +122,9 @@ def open_tier(
         build_slim: False when the adapter builds its own slim verifier from ``routing``.
         stacklevel: which frame the warnings name, counted from the caller of this function
             (1: the caller itself; 2, the default: the caller's caller, i.e. the user of an adapter).
+        tuned: the tuned file whose measurements the adaptive tier starts from (None: none). By
+            default, when the settings adapt, the ``tuned.json`` beside a mask path (read once:
+            the resolver's read is reused).
 
     Raises ConfigError for bad settings, a bad or missing mask file, or a slim mode without a
     mask; ModelMismatchError for a mask or tuned file made for another model.
@@ -122,7 +147,11 @@ def open_tier(
     plugins = tuple(plugins)
     # Built once: fails now on a malformed plugin, and entry-point discovery is not paid per call.
     manager = plugin_manager if plugin_manager is not None else make_plugin_manager(plugins)
-    return OpenTier(settings, routing, slim, manager, plugins, spec, artifact)
+    if tuned is UNREAD:
+        tuned = None
+        if settings.adapts and path is not None:
+            tuned = spec.tuned if spec is not None else find_tuned(path)
+    return OpenTier(settings, routing, slim, manager, plugins, spec, artifact, target, tuned if settings.adapts else None)
 
 
 __all__ = ["OpenTier", "check_spec_model", "open_tier"]
