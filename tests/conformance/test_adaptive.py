@@ -24,7 +24,7 @@ import torch
 
 from tests.support.adaptive import AnticipatingStep, both_arms_ran, switching
 from tests.support.expected_warnings import junk_drafter_warning
-from tests.support.frameworks import GREEDY, Recorder
+from tests.support.frameworks import Recorder
 from tests.support.stats import ALPHA, chi_square_pvalue, exact_joint, joint_counts, outside_support
 from viasd_adapt.core.adaptive import Arm
 from viasd_adapt.core.metrics import TierMetrics

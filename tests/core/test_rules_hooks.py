@@ -221,9 +221,10 @@ def sharp_target():
 
 
 def generate(target, plugins, mode="lossy", max_new_tokens=30, eos=(), sampling=SamplingConfig(), seed=None):
+    """The engine with the tier on every cycle (``adaptive=False``): the rules decide every cycle."""
     drafter = ModelDrafter(SlimVerifier(target, RoutingMask.from_skipped(6, [2, 3, 4])).model, sampling)
     verifier = TieredVerifier(
-        target, TierSettings(mode=mode, gamma=4), sampling, slim=SlimVerifier(target, RoutingMask.from_skipped(6, [3, 4])),
+        target, TierSettings(mode=mode, gamma=4, adaptive=False), sampling, slim=SlimVerifier(target, RoutingMask.from_skipped(6, [3, 4])),
         plugin_manager=make_plugin_manager(plugins, load_entrypoints=False),
     )
     gen = torch.Generator().manual_seed(seed) if seed is not None else None

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option,
-                                     preset_option, registered_pair)
+from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
+                                     finite, pair_option, preset_option, registered_pair)
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.settings import Mode
 from viasd_adapt.engine.tier import check_spec_model
@@ -47,6 +47,14 @@ def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: P
     return spec, choice
 
 
+def _tier_cycles(settings, metrics) -> str:
+    """``, tier on 12 of 40 cycles (adaptive)``: how many cycles a tiered mode ran its slim tier (all
+    but the prefill's when it does not adapt; those the controller gave it when it does)."""
+    if metrics is None or not settings.mode.uses_slim:
+        return ""
+    return f", tier on {metrics.tier_cycles} of {metrics.cycles} cycles" + (" (adaptive)" if settings.adapts else "")
+
+
 _PATH = click.Path(exists=True, path_type=Path)
 
 
@@ -72,6 +80,8 @@ _PATH = click.Path(exists=True, path_type=Path)
 @click.option("--alpha1", type=finite(), default=None, help="Gate-1 tolerance (lossy/audit).")
 @click.option("--alpha2", type=finite(), default=None, help="Gate-2 tolerance (lossy/audit).")
 @click.option("--lenience", type=finite(), default=None, help="q's tolerance in the lenient baseline mode.")
+@adaptive_option("Lossless and lossy: choose, cycle by cycle, between the slim tier and untiered verification "
+                 "[default: the tuned choice's, else on]; --no-adaptive runs the tier on every cycle.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write tokens, text and metrics here.")
 @click.option("--color/--no-color", "colour", default=None, help="Colour by tier [default: when stdout is a terminal].")
@@ -79,7 +89,7 @@ _PATH = click.Path(exists=True, path_type=Path)
 @click.option("--explain", is_flag=True, help="First print each setting, its value and where it came from (default, "
               "tuned.json, preset, flag), the mask and which framework the tuned settings were measured on; then generate.")
 def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, input_features, max_new_tokens, temperature, top_p,
-             seed, preset, gamma, alpha1, alpha2, lenience, json_path, colour, chat, explain) -> None:
+             seed, preset, gamma, alpha1, alpha2, lenience, adaptive, json_path, colour, chat, explain) -> None:
     """Generate a completion and show which tier committed each token."""
     import torch
 
@@ -98,7 +108,7 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
         ensure_writable(json_path, "--json")  # before any model loads
     sampling = SamplingConfig.from_temperature(temperature, top_p)
     spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset, mode=mode, gamma=gamma, alpha1=alpha1,
-                               alpha2=alpha2, lenience=lenience)
+                               alpha2=alpha2, lenience=lenience, adaptive=adaptive)
     target, draft, mask, eagle_head = choice.target, choice.draft, spec.mask_path, choice.eagle_head
     settings = spec.settings
     if explain:
@@ -131,7 +141,8 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     text = tokenizer.decode(result.tokens, skip_special_tokens=False)
     colour = sys.stdout.isatty() if colour is None else colour
     tiers = result.tiers or []
-    click.echo(f"[{framework} / {settings.mode.value}] {len(result.tokens)} tokens in {seconds:.2f}s")
+    click.echo(f"[{framework} / {settings.mode.value}] {len(result.tokens)} tokens in {seconds:.2f}s"
+               + _tier_cycles(settings, result.metrics))
     shown = f"source: {prompt or input_features}\noutput: " if encoder_decoder else prompt
     click.echo(click.style(shown, dim=True) if colour else shown, nl=False, color=colour)
     click.echo(render_tiers(token_pieces(tokenizer, result.tokens), tiers, colour), color=colour)
