@@ -139,7 +139,7 @@ TASK_COLUMNS = (
     ("overrule", "overrule_rate", "{:.3f}"),
 )
 MODE_COLOURS = {"-": "#7f7f7f", "plain": "#bcbd22", "none": "#1f77b4", "lenient": "#ff7f0e", "lossless": "#2ca02c",
-                "lossy": "#d62728", "audit": "#9467bd"}
+                "lossy": "#d62728", "audit": "#9467bd", "lossless-adaptive": "#98df8a", "lossy-adaptive": "#ff9896"}
 
 
 def row_label(row: dict) -> str:
