@@ -237,6 +237,20 @@ def test_verdict_calls_a_tier_win_inside_the_noise_margin_a_tie_and_recommends_t
     assert "is lossy" in line and "The slim tier pays here." in line
 
 
+def test_verdict_weighs_the_adaptive_rows_like_any_tier_row():
+    def row(mode, feq, drop=0.0):
+        return {"framework": "hf", "mode": mode, "full_equivalent_per_token": feq, "ll_drop": drop, "regret": 0.0}
+
+    rows = [row("none", 1.0), row("lenient", 0.95, 0.01), row("lossless", 1.2), row("lossless-adaptive", 0.9),
+            row("lossy", 0.8, 0.05), row("lossy-adaptive", 0.85, 0.03)]
+    (line,) = verdict(rows, max_ll_drop=0.02)  # lossless-adaptive is exact: admitted with no fidelity measured
+    assert "is lossless-adaptive" in line and "The adaptive tier pays here" in line and "lossy-adaptive 0.850 (LL drop" in line
+    (line,) = verdict(rows, max_ll_drop=0.04)  # lossy-adaptive within, fixed lossy not
+    assert "is lossy-adaptive" in line and "The adaptive tier pays here" in line
+    (line,) = verdict([rows[0], rows[2], row("lossless-adaptive", 0.99)], max_ll_drop=0.02)  # within the noise margin of none
+    assert "lossless-adaptive is only 1.0% cheaper than none" in line and "use none" in line
+
+
 def test_verdict_recommends_plain_decoding_when_no_drafting_row_beats_it():
     def row(framework, mode, feq, drop=0.0):
         return {"framework": framework, "mode": mode, "full_equivalent_per_token": feq, "ll_drop": drop, "regret": 0.0}

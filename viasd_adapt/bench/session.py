@@ -42,6 +42,7 @@ from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings, label_settings
 from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP
 from viasd_adapt.engine.tier import check_spec_model
+from viasd_adapt.frameworks.baselines import TUNED_KEY
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import ensure_writable, relative_name
 from viasd_adapt.models.pair import LoadedPair, load_pair
@@ -374,6 +375,7 @@ def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = prin
     cost_model = load_cost_model(config.costs) if config.costs else None  # a bad file fails before any model loads
     prompts = read_text_prompts(config)
     pair = pair or load_bench_pair(config, spec)
+    pair.loaded.setdefault(TUNED_KEY, spec.tuned)  # the adaptive rows' prices and priors: the file already read
     if config.spec_bench:
         echo(spec_bench_note(config))
         prompts = spec_bench_set(config, pair)

@@ -117,6 +117,9 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     pair = load_pair(target, draft if framework != "ar" else None, mask, need_mask=settings.mode.uses_slim,
                      device="cpu", eagle_head=eagle_head, ratio=settings.ratio, read_masks=spec.masks)
     check_spec_model(spec, pair.target)  # its settings were applied above: refused for another model, like bench
+    from viasd_adapt.frameworks.baselines import TUNED_KEY
+
+    pair.loaded[TUNED_KEY] = spec.tuned  # the adaptive tier's prices and priors: the file already read
     from viasd_adapt.model_kind import model_kind
 
     kind = model_kind(pair.target)

@@ -71,7 +71,7 @@ class RunSpec:
         what the tuned settings rest on (``viasd generate --explain``)."""
         lines = ["settings (layers, later wins: default < tuned.json < tuner's best point < preset < flag):"]
         width = max(len(name) for name in SETTING_FIELDS)
-        values = self.settings.to_dict()
+        values = self.settings.values()
         for name in SETTING_FIELDS:
             lines.append(f"  {name:<{width}}  {str(values[name]):<10}  {self.sources.get(name, DEFAULT)}")
         if self.mask_path is not None:
@@ -198,7 +198,7 @@ def resolve_settings(
         lenient = tuned.best("lenient")
         if lenient is not None and "lenience" not in flags:  # the lenient rows run the tuner's best lenient point
             apply({"lenience": lenient.settings.lenience}, f"tuned.json {tuned_path} (best lenient point)")
-        point = tuned.best("viasd") if tuned.choice != "viasd" else None
+        point = tuned.best("viasd") if tuned.choice not in ("viasd", "viasd-adaptive") else None
         point_mask = recorded_mask(mask_path, point.mask) if point is not None else None
         if (point is not None and "alpha1" not in flags and "alpha2" not in flags and point_mask is not None
                 and mask_path is not None and mask_path.is_file() and mask_bits(point_mask) == mask_bits(mask_path)):

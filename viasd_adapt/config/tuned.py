@@ -92,7 +92,8 @@ class TunedReport(SparseRecord):
     points: int | None = None
 
     def best(self, family: str) -> TunedPoint | None:
-        """The tuner's cheapest point of ``family`` ("viasd", "lenient", "lossless", "sd") within the budget."""
+        """The tuner's cheapest point of ``family`` ("viasd", "lenient", "lossless", "sd", and the adaptive
+        tier's "lossless-adaptive" and "viasd-adaptive") within the budget."""
         return self.best_within_budget.get(family)
 
 
@@ -103,7 +104,7 @@ class TunedSettings(Artifact):
     VERSION: ClassVar[int] = VERSION
     WHAT: ClassVar[str] = "tuned-settings file"
 
-    choice: str = ""  # "viasd", "lenient" or "sd" (plain lossless SD)
+    choice: str = ""  # "viasd", "lenient", "sd" (plain lossless SD), "lossless", or an adaptive family ("-adaptive")
     settings: TierSettingsField
     mask_bits: list[int] | None = None
     fingerprint: ModelFingerprint = Field(default_factory=ModelFingerprint)  # the same record a mask carries
@@ -136,7 +137,7 @@ class TunedSettings(Artifact):
     def stated_settings(self) -> dict[str, Any]:
         """The settings the file states, by name: what ``--explain`` credits to tuned.json. The
         others are :class:`TierSettings` defaults (module docstring), credited to the default."""
-        return {name: value for name, value in self.settings.to_dict().items() if name in self._stated}
+        return {name: value for name, value in self.settings.values().items() if name in self._stated}
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "TunedSettings":

@@ -143,6 +143,17 @@ class TierSettings:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        """The settings as a JSON object. ``adaptive`` is written only when it is off: on is its
+        default, and what a file written before it existed means, so such files keep their shape
+        and a tuned.json records ``"adaptive": false`` for a choice measured with the tier on every
+        cycle (:meth:`values` has every field)."""
+        data = self.values()
+        if self.adaptive:
+            del data["adaptive"]
+        return data
+
+    def values(self) -> dict[str, Any]:
+        """Every setting by name (the mode as its name)."""
         data = asdict(self)
         data["mode"] = self.mode.value
         return data
