@@ -61,7 +61,7 @@ TASK_CONTEXT_TOKENS = 192
 
 ROW_FIELDS = (
     "framework", "mode", "rejection_rate", "mean_accepted_length", "tau", "full_passes_per_token", "resumed_passes_per_token",
-    "slim_passes_per_token", "draft_passes_per_token", "full_equivalent_per_token", "tokens_per_s", "speedup_vs_ar",
+    "slim_passes_per_token", "tier_share", "draft_passes_per_token", "full_equivalent_per_token", "tokens_per_s", "speedup_vs_ar",
     "speedup_vs_untiered", "target_ll", "ll_drop", "regret", "greedy_agreement", "identical_outputs", "target_argmax_agreement",
     "overrule_rate",
     "overrule_tier1", "overrule_tier2", "overrule_tier3", "tv_distance", "next_line_match", "peak_mem_mb",
@@ -410,6 +410,8 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
             "full_passes_per_token": _median([p.full + p.single for p in passes]) if has_passes else None,
             "resumed_passes_per_token": _median([p.resumed for p in passes]) if has_passes else None,
             "slim_passes_per_token": _median([p.slim for p in passes]) if has_passes else None,
+            # the share of cycles verified with the slim tier (every drafting cycle of a fixed tiered row)
+            "tier_share": from_metrics(lambda m: m.tier_cycles / m.cycles if m.cycles else None),
             "draft_passes_per_token": _median([p.draft for p in passes]) if has_passes else None,
             "full_equivalent_per_token": _median([full_equivalent(costs, p) for p in passes]) if has_passes else None,
             "tokens_per_s": med(lambda r: r.tokens_per_s),
