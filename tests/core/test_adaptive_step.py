@@ -250,11 +250,12 @@ def _tuned(target, mask: RoutingMask, *, c_draft=0.001, lossless_ok=True, viasd_
     from viasd_adapt.routing.mask import model_fingerprint
 
     sd = {"family": "sd", "settings": TierSettings(mode="none", gamma=5).to_dict(), "full_equivalent": 0.6,
-          "metrics": {"mean_accepted_length": 2.5}}
+          "metrics": {"mean_accepted_length": 2.5, "cycles": 300}}
     lossless = {"family": "lossless", "settings": TierSettings(mode="lossless", gamma=5, adaptive=False).to_dict(),
-                "mask": "mask.json", "full_equivalent": 0.7 if lossless_ok else None, "metrics": {"mean_accepted_length": 2.9}}
+                "mask": "mask.json", "full_equivalent": 0.7 if lossless_ok else None,
+                "metrics": {"mean_accepted_length": 2.9, "cycles": 40}}
     viasd = {"family": "viasd", "settings": TierSettings(mode="lossy", gamma=5, alpha1=viasd_alpha, adaptive=False).to_dict(),
-             "mask": "mask.json", "full_equivalent": 0.5, "metrics": {"mean_accepted_length": 3.5}}
+             "mask": "mask.json", "full_equivalent": 0.5, "metrics": {"mean_accepted_length": 4.2}}
     costs = {"c_draft": c_draft, "c_slim": 0.006, "c_resume": 0.009, "c_full_block": 0.01, "c_full": 0.008}
     return TunedSettings(TierSettings(mode="lenient"), "lenient", None, model_fingerprint(target),
                          report={"best_within_budget": {"sd": sd, "lossless": lossless, "viasd": viasd, "lenient": None},
@@ -270,10 +271,15 @@ def test_prices_and_priors_come_from_the_tuned_files_measurements_for_this_mask(
     tuned = _tuned(target, mask)
     plan = adaptive_plan(TierSettings(mode="lossless", gamma=5), target, mask, tuned, drafter)
     assert (plan.prices.draft, plan.prices.slim, plan.prices.resumed) == pytest.approx((0.1, 0.6, 0.9))
-    assert plan.priors == {Arm.PLAIN: ArmPrior(0.6, tokens_per_cycle=2.5), Arm.TIER: ArmPrior(0.7, tokens_per_cycle=2.9)}
-    assert plan.relative is None and plan.most_tokens == 6
+    # the untiered arm from its point, worth its cycles up to the controller's memory (100 cycles)...
+    assert plan.priors == {Arm.PLAIN: ArmPrior(0.6, weight=100.0, tokens_per_cycle=2.5)} and plan.most_tokens == 6
+    # ...and the tier stated against it: 0.7 * 2.9 - 0.6 * 2.5 more per cycle, for 0.4 more tokens
+    relative = plan.relative
+    assert (relative.extra_cost, relative.extra_tokens, relative.weight) == (pytest.approx(0.53), pytest.approx(0.4), 40.0)
     lossy = adaptive_plan(TierSettings(mode="lossy", gamma=5), target, mask, tuned, drafter)
-    assert lossy.priors[Arm.TIER] == ArmPrior(0.5, tokens_per_cycle=3.5)
+    # a lossy cycle that skips q may cost less (0.5 * 4.2 - 1.5 < 0.6...); its extra tokens bounded to one
+    relative = lossy.relative  # a point stating no cycles is worth the default weight
+    assert (relative.extra_cost, relative.extra_tokens, relative.weight) == (pytest.approx(0.6), 1.0, 8.0)
     # another mask, another block length, other tolerances: the points do not describe the run
     other = RoutingMask.from_skipped(4, [1, 3])
     by_layers = adaptive_plan(TierSettings(mode="lossless", gamma=5), target, other, tuned, drafter)

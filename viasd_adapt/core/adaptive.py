@@ -137,17 +137,23 @@ class RelativePrior:
     tier cycle costs ``extra_cost`` more than an untiered one (its slim pass) and commits
     ``extra_tokens`` more tokens, worth ``weight`` cycles. The lossless cascade can add at most one
     token per cycle (the slim verifier's correction, when the target keeps it), so with
-    ``extra_tokens = 0`` the tier has to show that it buys its slim pass before it runs."""
+    ``extra_tokens = 0`` the tier has to show that it buys its slim pass before it runs.
+
+    Measured points state the tier this way too (:mod:`viasd_adapt.engine.priors`): the difference
+    the calibration measured between the arms, per cycle, carries over to a sequence whose level
+    differs (other text, other timings) better than either arm's absolute cost does. A lossy cycle
+    that skips q can cost less than an untiered one: ``extra_cost`` may be negative."""
 
     extra_cost: float
     extra_tokens: float = 0.0
     weight: float = 3.0
 
     def __post_init__(self) -> None:
-        for name in ("extra_cost", "weight"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < float("inf"):
-                raise ConfigError(f"relative prior {name} must be a finite number >= 0, got {value!r}")
+        if isinstance(self.extra_cost, bool) or not isinstance(self.extra_cost, (int, float)) \
+                or not math.isfinite(self.extra_cost):
+            raise ConfigError(f"relative prior extra_cost must be a finite number, got {self.extra_cost!r}")
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not 0.0 <= self.weight < float("inf"):
+            raise ConfigError(f"relative prior weight must be a finite number >= 0, got {self.weight!r}")
         if isinstance(self.extra_tokens, bool) or not isinstance(self.extra_tokens, (int, float)) \
                 or not -1.0 <= self.extra_tokens <= 1.0:
             raise ConfigError(f"relative prior extra_tokens must be in [-1, 1], got {self.extra_tokens!r}")
@@ -261,7 +267,7 @@ class TierController:
             return self._arms
         view = _ArmState(tier.cost, tier.tokens, tier.squares, tier.cycles)
         weight, relative = self._relative_weight, self.relative
-        cost = plain.cost / plain.cycles + relative.extra_cost
+        cost = max(plain.cost / plain.cycles + relative.extra_cost, 1e-6)
         tokens = max(1.0, plain.tokens / plain.cycles + relative.extra_tokens)
         view.add(weight * cost, weight * tokens, weight, squares=weight * tokens * tokens * (1 + PRIOR_SPREAD ** 2))
         return {Arm.TIER: view, Arm.PLAIN: plain}

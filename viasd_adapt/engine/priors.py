@@ -21,8 +21,17 @@ is believed to cost per token before the sequence shows it. Both come from the b
    the ``sd`` point for the untiered arm and the mode's point (``lossless``, or ``viasd`` for
    lossy) for the tier, measured with this mask and the same block length (and, for lossy, the
    same tolerances); cost per token is the point's ``full_equivalent``, tokens per cycle its
-   ``mean_accepted_length``. Points measured with another kind of drafter (a model against prompt
-   lookup) do not describe this run and are not used;
+   ``mean_accepted_length``. The untiered arm starts from its point
+   (:class:`~viasd_adapt.core.adaptive.ArmPrior`); the tier is stated against the untiered arm as
+   the sequence measures it, by the differences per cycle the two points show
+   (:class:`~viasd_adapt.core.adaptive.RelativePrior`; the extra tokens bounded to one either way,
+   as the controller takes them). Why relative: the calibration prompts are not the run's, and a
+   bench runs under other load; an absolute prior would set a level the untiered arm's own cycles
+   soon contradict, and the tier, still at the calibration's level, would look better or worse
+   than it is each time the untiered arm has a lucky or unlucky streak. The difference between the
+   arms is what the calibration measured best. A measured point is worth the cycles it measured,
+   up to the controller's memory (:func:`prior_weight`). Points measured with another kind of drafter (a
+   model against prompt lookup) do not describe this run and are not used;
 2. else, for lossless, :class:`~viasd_adapt.core.adaptive.RelativePrior` with the slim pass as its
    extra cost: the cascade pays a slim pass per cycle for at most one more token, so the tier must
    show that it buys that pass before it runs often. Stated against the untiered arm as the
@@ -46,7 +55,7 @@ from torch import nn
 
 from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.config.tuned import TunedPoint, TunedSettings
-from viasd_adapt.core.adaptive import AdaptivePlan, Arm, ArmPrior, PassPrices, RelativePrior
+from viasd_adapt.core.adaptive import AdaptivePlan, AdaptiveSettings, Arm, ArmPrior, PassPrices, RelativePrior
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.routing.layers import find_decoder_stack
@@ -100,14 +109,35 @@ def _measured_prices(costs: Any) -> PassPrices | None:
         return None
 
 
+def prior_weight(point: TunedPoint, settings: AdaptiveSettings = AdaptiveSettings()) -> float:
+    """How many cycles a measured point is worth: the cycles it measured, up to the controller's
+    memory (``1 / (1 - discount)`` cycles: with the default discount, 100). The calibration ran
+    hundreds of cycles; the controller never holds more evidence than its memory, and a sequence's
+    own cycles still move it (each one weighs as much as one measured cycle). A point that states
+    no cycles (written by hand) is worth :class:`ArmPrior`'s default."""
+    memory = 1.0 / (1.0 - settings.discount) if settings.discount < 1.0 else float("inf")
+    cycles = point.metrics.get("cycles") if isinstance(point.metrics, dict) else None
+    if isinstance(cycles, bool) or not isinstance(cycles, (int, float)) or not cycles > 0:
+        return ArmPrior.__dataclass_fields__["weight"].default
+    return float(min(cycles, round(memory, 6)))
+
+
 def _prior(point: TunedPoint | None) -> ArmPrior | None:
     if point is None or not point.full_equivalent:
         return None
     tokens = point.metrics.get("mean_accepted_length") if isinstance(point.metrics, dict) else None
     try:
-        return ArmPrior(point.full_equivalent, tokens_per_cycle=float(tokens)) if tokens else ArmPrior(point.full_equivalent)
+        return ArmPrior(point.full_equivalent, prior_weight(point), float(tokens) if tokens else 2.0)
     except (ConfigError, TypeError, ValueError):
         return None
+
+
+def _relative(plain: ArmPrior, tier: ArmPrior) -> RelativePrior:
+    """The tier stated against the untiered arm by two measured points: the difference per cycle in
+    priced passes and in tokens (module docstring), worth as many cycles as a measured prior."""
+    extra_cost = tier.cost_per_token * tier.tokens_per_cycle - plain.cost_per_token * plain.tokens_per_cycle
+    extra_tokens = min(1.0, max(-1.0, tier.tokens_per_cycle - plain.tokens_per_cycle))
+    return RelativePrior(extra_cost=extra_cost, extra_tokens=extra_tokens, weight=min(plain.weight, tier.weight))
 
 
 def _describes(point: TunedPoint | None, settings: TierSettings, fields: tuple[str, ...]) -> bool:
@@ -144,6 +174,7 @@ def adaptive_plan(settings: TierSettings, target: nn.Module, routing: RoutingMas
         prices = layer_prices(target, routing, drafter_price(target, drafter))
         sources.append("prices: by layer counts of the mask and parameter counts of the drafter")
     priors: dict[Arm, ArmPrior] = {}
+    relative = None
     if same_drafter:
         plain = tuned.best("sd")
         if _describes(plain, settings, ("gamma",)) and _prior(plain) is not None:
@@ -151,17 +182,19 @@ def adaptive_plan(settings: TierSettings, target: nn.Module, routing: RoutingMas
         tier = tuned.best(_FAMILY[settings.mode])
         if _describes(tier, settings, _PRIOR_FIELDS[settings.mode]) and tier.mask is not None \
                 and Path(tier.mask).name == Path(name).name and _prior(tier) is not None:
-            priors[Arm.TIER] = _prior(tier)
-    relative = None
-    if Arm.TIER not in priors and settings.mode is Mode.LOSSLESS:
+            if Arm.PLAIN in priors:
+                relative = _relative(priors[Arm.PLAIN], _prior(tier))
+                sources.append("priors: measured points of tuned.json (untiered; the tier stated against it)")
+            else:
+                priors[Arm.TIER] = _prior(tier)
+    if relative is None and Arm.TIER not in priors and settings.mode is Mode.LOSSLESS:
         relative = RelativePrior(extra_cost=prices.slim)
-    if priors:
-        sources.append("priors: measured points of tuned.json (" + ", ".join(arm.value for arm in priors) + ")")
-    if relative is not None:
         sources.append("priors: the tier stated against the untiered arm (a slim pass more per cycle)")
+    if priors and relative is None:
+        sources.append("priors: measured points of tuned.json (" + ", ".join(arm.value for arm in priors) + ")")
     if not priors and relative is None:
         sources.append("priors: none (the untiered arm measures first)")
     return AdaptivePlan(prices, priors, relative, settings.gamma + 1, sources=tuple(sources))
 
 
-__all__ = ["adaptive_plan", "drafter_price", "layer_prices", "parameter_count", "tuned_mask_name"]
+__all__ = ["adaptive_plan", "drafter_price", "layer_prices", "parameter_count", "prior_weight", "tuned_mask_name"]
