@@ -60,8 +60,10 @@ def machine() -> str:
     import torch
     import transformers
 
-    return (f"{platform.machine()} {platform.processor() or ''} ({platform.system()}), torch {torch.__version__}, "
-            f"transformers {transformers.__version__}, {torch.get_num_threads()} thread(s)").replace("  ", " ")
+    import os
+
+    return (f"{platform.machine()} {platform.processor() or ''} ({platform.system()}, {os.cpu_count()} CPUs), "
+            f"torch {torch.__version__}, transformers {transformers.__version__}").replace("  ", " ")
 
 
 # ----------------------------------------------------------------------------- goals from one bench JSON
@@ -130,7 +132,9 @@ def run(pair: str, extra: list[str]) -> None:
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / f"adaptive_goals_{pair}"
-    args = ["bench", *PAIRS[pair], "--modes", MODES, "--json", str(stem.with_suffix(".json")), *extra]
+    json_path = stem.with_suffix(".json")
+    shown = json_path.relative_to(RESULTS.parent.parent)  # results name no path of the machine that ran them
+    args = ["bench", *PAIRS[pair], "--modes", MODES, "--json", str(json_path), *extra]
     lines: list[str] = []
     started = time.time()
 
@@ -139,12 +143,13 @@ def run(pair: str, extra: list[str]) -> None:
         lines.append(str(message))
 
     header = [f"# python benchmarks/adaptive_goals.py run {pair} {' '.join(extra)}".rstrip(),
-              f"# = viasd {' '.join(args)}",
-              f"# {datetime.datetime.now().isoformat(timespec='seconds')}, {machine()}"]
+              f"# = viasd {' '.join(args).replace(str(json_path), str(shown))}",
+              f"# {datetime.datetime.now().isoformat(timespec='seconds')}, {machine()}, 1 torch thread (the bench's)"]
     for line in header:
         echo(line)
     original = click.echo
-    click.echo = lambda message="", **kwargs: echo(message)  # the bench's report, also into the text file
+    # the bench's report, also into the text file (the JSON by its name in the repository)
+    click.echo = lambda message="", **kwargs: echo(str(message).replace(str(json_path), str(shown)))
     try:
         cli.main(args, standalone_mode=False)
     finally:
@@ -205,22 +210,51 @@ def overhead(cycles: int = 20000) -> dict:
     return result
 
 
+def _markdown_goals(found: list[dict]) -> list[str]:
+    lines = ["| row | goal | value | fixed tier | tier on | threshold | |", "|---|---|---|---|---|---|---|"]
+    for g in found:
+        value = "-" if g["value"] is None else f"{g['value']:.3f}"
+        fixed = f"{g['fixed']:.3f}" if isinstance(g.get("fixed"), float) else "-"
+        share = f"{g['tier_share']:.0%}" if isinstance(g.get("tier_share"), float) else "-"
+        status = {True: "met", False: "**missed**", None: "n/a"}[g["met"]]
+        lines.append(f"| {g['framework']}/{g['mode']}-adaptive | {g['goal']} | {value} | {fixed} | {share} | {g['threshold']} | {status} |")
+    return lines
+
+
 def report() -> None:
-    """Every saved run's goals, one table, and the per-task breakdown of the Spec-Bench runs."""
-    lines = []
+    """Every saved run's goals as text, and as markdown (adaptive_goals.md's tables): per pair,
+    and per Spec-Bench task for the Spec-Bench runs."""
+    lines, md = [], []
     for pair in PAIRS:
         path = RESULTS / f"adaptive_goals_{pair}.json"
         if not path.is_file():
             lines.append(f"{pair}: not run")
             continue
         data = json.loads(path.read_text())
-        lines.append(f"== {pair} ({data['adaptive_goals']['seconds']:.0f}s): {data['adaptive_goals']['header'][1]}")
-        lines += goal_lines(data["adaptive_goals"]["goals"])
-        for group, rows in data.get("groups", {}).items():
-            found = [g for g in goals(pair, rows) if g["goal"].startswith("cost")]
-            lines.append(f"  [{group}] " + ", ".join(
-                f"{g['framework']}/{g['mode']} {g['value']:.3f}" for g in found if g["value"] is not None))
+        info = data["adaptive_goals"]
+        lines.append(f"== {pair} ({info['seconds']:.0f}s): {info['header'][1]}")
+        lines += goal_lines(info["goals"])
+        md += [f"### {pair}", "", f"`{info['header'][0][2:]}` ({info['header'][2][2:]}; {info['seconds'] / 60:.0f} min)", ""]
+        md += _markdown_goals(info["goals"]) + [""]
+        if data.get("groups"):
+            md += ["Per Spec-Bench task: adaptive / untiered full-equivalent passes per token (tier share):", "",
+                   "| task | " + " | ".join(f"{g['framework']}/{g['mode']}" for g in info["goals"] if g["goal"].startswith("cost"))
+                   + " |", "|---|" + "---|" * sum(g["goal"].startswith("cost") for g in info["goals"])]
+            for group, rows in data["groups"].items():
+                found = {(g["framework"], g["mode"]): g for g in goals(pair, rows) if g["goal"].startswith("cost")}
+                cells = []
+                for g in info["goals"]:
+                    if not g["goal"].startswith("cost"):
+                        continue
+                    mine = found.get((g["framework"], g["mode"]))
+                    cells.append("-" if mine is None or mine["value"] is None else
+                                 f"{mine['value']:.3f} ({mine['tier_share']:.0%})" if isinstance(mine.get("tier_share"), float)
+                                 else f"{mine['value']:.3f}")
+                lines.append(f"  [{group}] " + ", ".join(cells))
+                md.append(f"| {group} | " + " | ".join(cells) + " |")
+            md.append("")
     print("\n".join(lines))
+    (RESULTS / "adaptive_goals_tables.md").write_text("\n".join(md) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:

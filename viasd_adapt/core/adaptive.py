@@ -29,11 +29,12 @@ written for a cost to minimise and a ratio estimate:
 * older cycles are **discounted** (``discount`` per cycle): a neglected arm's evidence fades, its
   error grows, and it is tried again now and then. That is how the choice goes both ways, and how
   a sequence whose text changes character (prose, then code) moves its estimates with it;
-* it **starts from a prior**: :class:`ArmPrior` pseudo-cycles per arm (from ``tuned.json``'s
-  measured points, when there is one), which fade with the same discount. With nothing measured,
-  a :class:`RelativePrior` can state the tier against the untiered arm as it is being measured
-  (the lossless cascade: a slim pass more per cycle, for at most one more token). With no prior
-  at all it starts untiered (the baseline the tier must beat) and tries the tier after
+* it **starts from a prior**: :class:`ArmPrior` pseudo-cycles per arm, which fade with the same
+  discount, and a :class:`RelativePrior` that states the tier against the untiered arm as it is
+  being measured: from ``tuned.json``'s measured points, the difference the calibration measured
+  between the arms; with nothing measured, the lossless cascade's a slim pass more per cycle, for
+  at most one more token (:mod:`viasd_adapt.engine.priors` says which, and why). With no prior at
+  all it starts untiered (the baseline the tier must beat) and tries the tier after
   ``first_probe`` cycles.
 
 It is deterministic: the same history gives the same choice, so runs repeat and greedy output
@@ -44,6 +45,11 @@ Why it keeps every mode's guarantee: the arm of a cycle is chosen from the cycle
 a valid verification of the cycle. Lossless stays exact (both arms commit exactly q's tokens, or
 q's distribution when sampling, given the prefix), and a lossy sequence can only gain fidelity on
 the cycles that run untiered.
+
+Where it runs: :class:`AdaptivePlan` holds a run's prices, priors and knobs, and the verify step
+(:class:`viasd_adapt.core.verify_step.VerifyStep`) builds one controller per generation from it,
+asks it each cycle's arm and shows it each cycle's priced passes and committed tokens: once, for
+every framework.
 
 Pure Python: no model, no tensor; unit-tested on synthetic arms.
 """
