@@ -196,7 +196,8 @@ def test_which_settings_adapt_and_how_rows_are_named():
     # the fallback plan: the slim pass by the skip ratio, lossless stated against the untiered arm
     plan = AdaptivePlan.fallback(TierSettings(mode="lossless", ratio=0.4, gamma=4))
     assert plan.prices.slim == pytest.approx(0.6) and plan.relative.extra_cost == pytest.approx(0.6) and plan.most_tokens == 5
-    assert AdaptivePlan.fallback(TierSettings(mode="lossy")).relative is None
+    # lossy too: with nothing measured the tier must show that it buys its slim pass
+    assert AdaptivePlan.fallback(TierSettings(mode="lossy", ratio=0.4)).relative.extra_cost == pytest.approx(0.6)
 
 
 def test_each_generation_gets_a_fresh_controller_and_eagle_may_say_its_cycle_size():
@@ -287,7 +288,7 @@ def test_prices_and_priors_come_from_the_tuned_files_measurements_for_this_mask(
     assert by_layers.priors == {} and by_layers.relative == RelativePrior(extra_cost=0.5)
     assert Arm.TIER not in adaptive_plan(TierSettings(mode="lossless", gamma=4), target, mask, tuned, drafter).priors
     assert Arm.TIER not in adaptive_plan(TierSettings(mode="lossy", gamma=5, alpha1=0.3), target, mask, tuned, drafter).priors
-    assert adaptive_plan(TierSettings(mode="lossy", gamma=5), target, other, tuned, drafter).relative is None
+    assert adaptive_plan(TierSettings(mode="lossy", gamma=5), target, other, tuned, drafter).relative == RelativePrior(extra_cost=0.5)
     # prompt lookup (no drafter model) against points measured with one: measured slim prices, no priors
     lookup = adaptive_plan(TierSettings(mode="lossless", gamma=5), target, mask, tuned, None)
     assert lookup.prices.draft == 0.0 and lookup.prices.slim == pytest.approx(0.6) and lookup.priors == {}

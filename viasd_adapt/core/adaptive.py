@@ -33,9 +33,9 @@ written for a cost to minimise and a ratio estimate:
   discount, and a :class:`RelativePrior` that states the tier against the untiered arm as it is
   being measured: from ``tuned.json``'s measured points, the difference the calibration measured
   between the arms; with nothing measured, the lossless cascade's a slim pass more per cycle, for
-  at most one more token (:mod:`viasd_adapt.engine.priors` says which, and why). With no prior at
-  all it starts untiered (the baseline the tier must beat) and tries the tier after
-  ``first_probe`` cycles.
+  at most one more token, which lossy is presumed too (:mod:`viasd_adapt.engine.priors` says which,
+  and why). A controller made with no prior at all starts untiered (the baseline the tier must
+  beat) and tries the tier after ``first_probe`` cycles.
 
 It is deterministic: the same history gives the same choice, so runs repeat and greedy output
 stays reproducible.
@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping
 
-from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.errors import ConfigError
 
 
@@ -347,12 +347,11 @@ class AdaptivePlan:
         """The plan of a verify step built without one (a ``TieredVerifier`` or ``VerifyStep`` made
         directly, with no tier opened): the slim pass priced by the skip ratio (it runs about
         ``1 - ratio`` of the layers), a resumed pass as a full one (the first skipped layer is not
-        known here), drafting free; lossless states the tier against the untiered arm
-        (:class:`RelativePrior`), lossy starts with no prior."""
+        known here), drafting free; the tier stated against the untiered arm as a slim pass more per
+        cycle (:class:`RelativePrior`), as with nothing measured."""
         prices = PassPrices(slim=1.0 - settings.ratio)
-        relative = RelativePrior(extra_cost=prices.slim) if settings.mode is Mode.LOSSLESS else None
-        return cls(prices, {}, relative, settings.gamma + 1,
-                   sources=("prices: by the skip ratio (no tier opened)", "priors: none" if relative is None else
+        return cls(prices, {}, RelativePrior(extra_cost=prices.slim), settings.gamma + 1,
+                   sources=("prices: by the skip ratio (no tier opened)",
                             "priors: the tier stated against the untiered arm (nothing measured)"))
 
 

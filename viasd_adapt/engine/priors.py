@@ -32,13 +32,16 @@ is believed to cost per token before the sequence shows it. Both come from the b
    arms is what the calibration measured best. A measured point is worth the cycles it measured,
    up to the controller's memory (:func:`prior_weight`). Points measured with another kind of drafter (a
    model against prompt lookup) do not describe this run and are not used;
-2. else, for lossless, :class:`~viasd_adapt.core.adaptive.RelativePrior` with the slim pass as its
-   extra cost: the cascade pays a slim pass per cycle for at most one more token, so the tier must
-   show that it buys that pass before it runs often. Stated against the untiered arm as the
-   sequence measures it, it needs no timing of this pair;
-3. else none: the controller measures the untiered arm first and tries the tier after a few
-   cycles. Lossy has no relative prior because its cycles may skip q altogether: whether it pays
-   cannot be stated from the untiered arm.
+2. else :class:`~viasd_adapt.core.adaptive.RelativePrior` with the slim pass as its extra cost and
+   no extra tokens: the tier must show that it buys its slim pass before it runs often. For
+   lossless that is close to the truth (the cascade pays a slim pass per cycle for at most one more
+   token). For lossy it is a cautious guess: a lossy cycle may commit more tokens, or skip q
+   altogether, so it may pay; but with nothing measured the tier is presumed not to, because
+   trying it costs most on short sequences, where a few probing cycles are a large share of the
+   whole (with no prior, lossy on SmolLM2 ran the tier on about a fifth of 32-token answers and
+   cost 1.05-1.19x untiered). ``viasd tune`` measures the lossy point that lets the tier run where
+   it pays. Stated against the untiered arm as the sequence measures it, the guess needs no timing
+   of this pair.
 
 Why not always the measured points: ``tuned.json`` measures the engine's loop with the pair's own
 drafter. EAGLE drafts a tree with its head, so those points describe other cycles; it takes its
@@ -187,13 +190,12 @@ def adaptive_plan(settings: TierSettings, target: nn.Module, routing: RoutingMas
                 sources.append("priors: measured points of tuned.json (untiered; the tier stated against it)")
             else:
                 priors[Arm.TIER] = _prior(tier)
-    if relative is None and Arm.TIER not in priors and settings.mode is Mode.LOSSLESS:
-        relative = RelativePrior(extra_cost=prices.slim)
-        sources.append("priors: the tier stated against the untiered arm (a slim pass more per cycle)")
     if priors and relative is None:
         sources.append("priors: measured points of tuned.json (" + ", ".join(arm.value for arm in priors) + ")")
-    if not priors and relative is None:
-        sources.append("priors: none (the untiered arm measures first)")
+    if relative is None and Arm.TIER not in priors:
+        relative = RelativePrior(extra_cost=prices.slim)
+        sources.append("priors: the tier stated against the untiered arm (a slim pass more per cycle, "
+                       "nothing measured)")
     return AdaptivePlan(prices, priors, relative, settings.gamma + 1, sources=tuple(sources))
 
 
