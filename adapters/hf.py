@@ -88,6 +88,7 @@ from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.core.sampling import ProcessorWarper
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import verified_cycle
+from viasd_adapt.config.resolve import UNREAD
 from viasd_adapt.config.tuned import PROMPT_LOOKUP_DRAFTER
 from viasd_adapt.engine.tier import TunedDrafterCheck, open_tier
 from viasd_adapt.core.verify_step import VerifyStep
@@ -130,6 +131,7 @@ class TierSession:
     closed: bool = False
     plugin_manager: Any = field(default=None, repr=False)
     share_prefix: bool = True
+    tier: Any = field(default=None, repr=False)  # the OpenTier: the adaptive tier's plan per call
     _call: "_StockObserver | None" = field(default=None, repr=False)
     # settings=None: the tuned settings, checked against each call's drafter (engine.tier.TunedDrafterCheck)
     drafter_check: Any = field(default=None, repr=False)
@@ -210,6 +212,7 @@ def patch(
     tokenizer: Any = None,
     assistant_tokenizer: Any = None,
     share_prefix: bool = True,
+    tuned: Any = UNREAD,
 ) -> TierSession:
     """Adds the slim tier to ``target.generate(..., assistant_model=...)`` for the calling thread.
 
@@ -228,6 +231,8 @@ def patch(
         tokenizer, assistant_tokenizer: when given, their vocabularies must be identical.
         share_prefix: let q resume from the slim verifier's hidden states at its first skipped
             layer (:mod:`viasd_adapt.routing.shared`); False gives each verifier its own cache.
+        tuned: the tuned file the adaptive tier's prices and priors come from (None: none); by
+            default the ``tuned.json`` beside a mask path (:func:`~viasd_adapt.engine.tier.open_tier`).
 
     Returns the session handle; pass it to :func:`unpatch`.
     """
@@ -235,10 +240,10 @@ def patch(
     if not hasattr(target, "generate") or not hasattr(type(target), "_get_candidate_generator"):
         raise ConfigError(f"{type(target).__name__} is not a transformers generation model (no generate())")
     find_decoder_stack(target)  # a clear UnsupportedModelError before anything is patched
-    tier = open_tier(target, mask, settings, plugins)
+    tier = open_tier(target, mask, settings, plugins, tuned=tuned)
     check_same_tokenizer(tokenizer, assistant_tokenizer, role="assistant")
     session = TierSession(target, tier.settings, tier.slim, tier.plugins, tokenizer, assistant_tokenizer,
-                          plugin_manager=tier.plugin_manager, share_prefix=share_prefix,
+                          plugin_manager=tier.plugin_manager, share_prefix=share_prefix, tier=tier,
                           drafter_check=TunedDrafterCheck(tier, target, mask))
     with _REGISTRY_LOCK:
         record = _PATCHES.get(id(target))
@@ -453,12 +458,12 @@ def _call_drafter(session: TierSession, original, args: tuple, kwargs: dict):
 def _running_untuned(session: TierSession, tier):
     """For one call: the session runs ``tier`` (the defaults: its tuned settings were measured with
     another drafter); its metrics still go to the session."""
-    saved = session.settings, session.slim, session.drafter_check
-    session.settings, session.slim, session.drafter_check = tier.settings, tier.slim, None
+    saved = session.settings, session.slim, session.tier, session.drafter_check
+    session.settings, session.slim, session.tier, session.drafter_check = tier.settings, tier.slim, tier, None
     try:
         yield
     finally:
-        session.settings, session.slim, session.drafter_check = saved
+        session.settings, session.slim, session.tier, session.drafter_check = saved
 
 
 def _tiered_generate(session: TierSession, original, args: tuple, kwargs: dict):
@@ -588,7 +593,10 @@ class _OwnLoop:
         # One verify step for the call, every row's cycles through it. With prompt lookup the
         # call's prompt_lookup_num_tokens is the block length, as in stock.
         settings = self.session.settings if self.lookup is None else self.session.settings.with_(gamma=self.lookup[0])
-        self.step = VerifyStep(settings, FRAMEWORK, self.session.plugin_manager, greedy=warper.greedy)
+        # the adaptive tier (when the settings adapt) prices this call's drafter: the assistant, or none (lookup)
+        tier = self.session.tier
+        plan = tier.adaptive_plan(self.assistant, settings) if tier is not None else None
+        self.step = VerifyStep(settings, FRAMEWORK, self.session.plugin_manager, greedy=warper.greedy, adaptive=plan)
         kind = model_kind(model)
         if kind.encoder_decoder:  # input_ids are decoder ids; each row also reads its source
             from viasd_adapt.adapters.hf_seq2seq_loop import Seq2SeqRows
@@ -719,7 +727,7 @@ def run(pair, request):
     with no viasd-adapt at all (``plain``) or inside :func:`tiered` in the requested mode (the
     session is opened per call, as a user would, so its set-up is part of the measured time)."""
     from viasd_adapt.frameworks.registry import PLAIN
-    from viasd_adapt.frameworks.baselines import assistant_config_notice_dropped, generation_config_for
+    from viasd_adapt.frameworks.baselines import assistant_config_notice_dropped, generation_config_for, pair_tuned
     from viasd_adapt.frameworks.requests import RunOutput
 
     ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=pair.device)
@@ -738,7 +746,8 @@ def run(pair, request):
 
     if request.mode == PLAIN:
         return RunOutput(generate()[0, ids.shape[1]:].tolist())
-    with tiered(pair.target, mask=pair.routing, settings=request.settings, plugins=request.stream_plugins) as session:
+    with tiered(pair.target, mask=pair.routing, settings=request.settings, plugins=request.stream_plugins,
+                tuned=pair_tuned(pair)) as session:
         out = generate()
     if session.fallbacks:
         raise ViasdError(f"the hf adapter fell back to the stock path: {session.fallbacks[-1]}")

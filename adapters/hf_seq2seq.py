@@ -14,7 +14,7 @@ from viasd_adapt.adapters.hf import fix_draft_length, tiered
 from viasd_adapt.adapters.hf_seq2seq_loop import SOURCE_KEYS, Seq2SeqRows, call_source, prepare_seq2seq_call
 from viasd_adapt.errors import ViasdError
 from viasd_adapt.frameworks.registry import PLAIN
-from viasd_adapt.frameworks.baselines import generation_config_for
+from viasd_adapt.frameworks.baselines import generation_config_for, pair_tuned
 from viasd_adapt.frameworks.requests import RunOutput
 from viasd_adapt.checks import check_decoder_cache_layers
 from viasd_adapt.frameworks.seq2seq import generated_tokens, request_source
@@ -38,7 +38,7 @@ def run(pair, request):
 
     if request.mode == PLAIN:
         return RunOutput(generated_tokens(pair.target, generate()))
-    with tiered(pair.target, mask=pair.routing, settings=request.settings) as session:
+    with tiered(pair.target, mask=pair.routing, settings=request.settings, tuned=pair_tuned(pair)) as session:
         out = generate()
     if session.fallbacks:
         raise ViasdError(f"the hf adapter fell back to the stock path: {session.fallbacks[-1]}")

@@ -10,7 +10,7 @@ drafter and the verify step; :func:`run` is the ``pearl`` entry of :mod:`viasd_a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import pluggy
 import torch
@@ -30,6 +30,7 @@ from viasd_adapt.errors import ConfigError
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.config.resolve import UNREAD
 from viasd_adapt.engine.tier import check_tier_drafter, open_tier
 
 
@@ -51,6 +52,7 @@ def pearl_generate(
     intra_op_threads: int | None = 1,
     plugin_manager: pluggy.PluginManager | None = None,
     share_prefix: bool = True,
+    tuned: Any = UNREAD,
 ) -> PearlOutput:
     """Generates up to ``max_new_tokens`` after ``prompt_ids`` (batch 1) with PEARL.
 
@@ -72,6 +74,8 @@ def pearl_generate(
         intra_op_threads: intra-op threads for the duration of the call (process-global, restored
             afterwards; see :class:`~viasd_adapt.engine.pearl.RoleWorkers`); None leaves torch's setting alone.
         share_prefix: let q resume from the slim verifier's hidden states at its first skipped layer.
+        tuned: the tuned file the adaptive tier's prices and priors come from (None: none); by
+            default the ``tuned.json`` beside a mask path (:func:`~viasd_adapt.engine.tier.open_tier`).
 
     Returns:
         :class:`PearlOutput`: the generated ids (prompt excluded), each token's tier, the shared
@@ -79,7 +83,7 @@ def pearl_generate(
     """
     prompt = as_prompt_list(prompt_ids, "PEARL")
     check_max_new_tokens(max_new_tokens)
-    tier = open_tier(target, mask, settings, plugins, plugin_manager=plugin_manager)
+    tier = open_tier(target, mask, settings, plugins, plugin_manager=plugin_manager, tuned=tuned)
     tier = check_tier_drafter(tier, target, mask, drafter)  # tuned settings (settings=None) belong to their drafter
     check_token_ids_in_vocabulary(prompt, target)
     # No speculative margin: PEARL drafts at most what the budget has left after its pending
@@ -90,7 +94,8 @@ def pearl_generate(
         drafter = ModelDrafter(drafter, sampling)
     elif not callable(getattr(drafter, "propose", None)):
         raise ConfigError("drafter must be a causal LM (nn.Module) or have a propose(sequence, gamma, generator) method")
-    verifier = pearl_verifier(target, tier.settings, sampling, tier.slim, tier.plugin_manager, share_prefix)
+    plan = tier.adaptive_plan(getattr(getattr(drafter, "runner", None), "model", None))
+    verifier = pearl_verifier(target, tier.settings, sampling, tier.slim, tier.plugin_manager, share_prefix, plan)
     decoder = PearlDecoder(drafter, verifier, parallel=parallel, seed=seed, intra_op_threads=intra_op_threads)
     return decoder.generate(prompt, max_new_tokens, eos_ids(eos_token_id))
 
@@ -101,12 +106,14 @@ def pearl_generate(
 def run(pair, request):
     """The ``pearl`` entry of :mod:`viasd_adapt.frameworks`: :func:`pearl_generate`, roles on two
     threads except on one shared CUDA device (``parallel="auto"``)."""
+    from viasd_adapt.frameworks.baselines import pair_tuned
     from viasd_adapt.frameworks.requests import RunOutput
 
     out = pearl_generate(
         pair.target, pair.draft, request.prompt_ids, request.max_new_tokens, settings=request.settings,
         mask=pair.routing, sampling=request.sampling, parallel="auto", seed=request.seed,
         eos_token_id=pair.eos_token_ids if request.stop_at_eos else None, plugins=request.stream_plugins,
+        tuned=pair_tuned(pair),
     )
     stats, runs = out.stats, out.stats.accepted_runs
     notes = [

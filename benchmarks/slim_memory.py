@@ -92,8 +92,9 @@ def check_no_weight_copies(target: torch.nn.Module, slim: SlimVerifier) -> dict:
 def run(target, drafter_model, slim, mode: str, prompt: list[int], new_tokens: int, device: torch.device,
         share_prefix: bool = False) -> dict:
     sampling = SamplingConfig()
+    # the tier on every cycle: this measures what the slim verifier's cache holds when it runs
     verifier = TieredVerifier(
-        target, TierSettings(mode=mode, gamma=4), sampling, slim=slim if mode != "none" else None,
+        target, TierSettings(mode=mode, gamma=4, adaptive=False), sampling, slim=slim if mode != "none" else None,
         plugin_manager=make_plugin_manager(load_entrypoints=False), share_prefix=share_prefix,
     )
     drafter = ModelDrafter(drafter_model, sampling)

@@ -88,7 +88,9 @@ def run_example(max_new_tokens: int = 48, threshold: float = 0.6, verbose: bool 
     router, counter = EntropyRouter(threshold), TierCounter(every=4 if verbose else 0)
     manager = make_plugin_manager([router, counter], load_entrypoints=False)
     sampling = SamplingConfig()
-    verifier = TieredVerifier(target, TierSettings(mode="lossy", gamma=4), sampling, slim=slim, plugin_manager=manager)
+    # adaptive=False: the tier on every cycle, so that the router plugin decides every cycle it can
+    verifier = TieredVerifier(target, TierSettings(mode="lossy", gamma=4, adaptive=False), sampling, slim=slim,
+                              plugin_manager=manager)
     output = speculative_generate(ModelDrafter(drafter_model, sampling), verifier, [5, 17, 33, 2, 9], max_new_tokens)
     metrics = output.metrics
     if verbose:

@@ -53,6 +53,12 @@ Modes, per cycle (``root`` = the token the previous cycle decided, the tree's ro
   escalation, over the lag (tokens it never saw) plus ``root + path``, in one forward.
 * ``audit``: lossy decisions, with q run over the path every cycle in shadow.
 
+The adaptive tier (``TierSettings.adaptive``, lossless and lossy): before ``tree_decoding`` runs a
+verifier, the session asks the verify step for the cycle's arm, chosen from the cycles before it.
+The tier's arm runs the mode as above; the untiered arm is the lenient path at lenience 0, which is
+exactly mode ``none``: q over the whole tree (after whatever lag a lossy cycle left it), the lossless
+rule on one path. The slim verifier skips that cycle and catches up on its lag at its next tree pass.
+
 Which path of the tree. Greedy: the path with the longest run of accepted drafts under the first
 verifier's rule (eagle's own greedy rule with u, or the lenient q, in q's place). Sampling: the
 *first-sample chain* (the path through each node's first child). EAGLE draws siblings without
@@ -73,7 +79,7 @@ that skip q leave it behind, and the next q forward feeds the lag and the new to
 has its own pre-allocated eagle ``KVCache`` for the retained layers only (:mod:`.slim_tree`). After
 each cycle both caches are compacted like eagle compacts its own.
 
-Prefix sharing (VIA-SD.md section 8; implemented for lossy and audit). Below the mask's first
+Prefix sharing (docs/method.md section 3; implemented for lossy and audit). Below the mask's first
 skipped layer s1, u and q compute the same keys, values and residual stream for the same tokens at
 the same positions (a path of the tree attends exactly to its ancestors, so the tree pass computes
 for root + path what a linear pass would). In lossy and audit mode every q pass is over tokens the

@@ -9,9 +9,14 @@ token after the block (``CyclePolicy.slim_extends_only``); greedy, it decides tw
 verified by one q pass, the head's top-1 chain as an untiered block, and keeps the longer commit:
 which path, and the single pass, are tree plumbing; each path's verdict is the core's.
 
+The adaptive tier's untiered arm (a cycle the controller runs without the slim verifier) is the
+lenient path at lenience 0, which is exactly mode none: q over the whole tree, the lossless rule;
+its :class:`CycleContext` carries the arm's settings (mode none), so it decides like any mode.
+
 Which path. Greedy: the path with the longest run of drafts accepted under the first verifier's
 rule, asked of the step's rules (so plugins apply): the lossless rule on u for lossless, gate 1 for
-lossy/audit, the lenient rule on q for lenient (at lenience 0 that is eagle's own choice).
+lossy/audit, the lenient rule on q for lenient (at lenience 0 that is eagle's own choice), the
+lossless rule on q for the untiered arm.
 Sampling: the *first-sample chain* (package docstring).
 
 Passes. The verifiers a decision is given read rows of passes made before it (u's, or in lenient
@@ -103,8 +108,8 @@ def decide(context: CycleContext, cycle: TreeCycle) -> Decision:
     """The cycle's decision, per mode (module docstring), with the passes the cycle ran."""
     mode = context.settings.mode
     full_before = context.full.passes
-    if mode is Mode.LENIENT:
-        decided = _lenient(context, cycle)
+    if mode in (Mode.LENIENT, Mode.NONE):  # none: the adaptive tier's untiered arm
+        decided = _on_full_tree(context, cycle)
     elif mode is Mode.LOSSLESS and context.lossless_strategy is LosslessStrategy.ROUTE:
         decided = _route_two_paths(context, cycle) if cycle.draft.greedy else _route(context, cycle)
     else:
@@ -115,12 +120,12 @@ def decide(context: CycleContext, cycle: TreeCycle) -> Decision:
 
 def first_rule(context: CycleContext, greedy: bool) -> Gate:
     """``gate(tokens, p, verifier)``: the rule the first verifier of the mode applies to the drafts,
-    asked of the step's rules (``verifier`` carries the bonus row): lenient on q, lossless on u, or
-    gate 1."""
+    asked of the step's rules (``verifier`` carries the bonus row): lenient on q, lossless on u (on q
+    for the adaptive tier's untiered arm, mode none), or gate 1."""
     rules, settings = context.step.rules, context.settings
     if settings.mode is Mode.LENIENT:
         return lambda tokens, p, q: rules.viasd_lenient_accept_prob(tokens=tokens, p=p, q=q, settings=settings, greedy=greedy)
-    if settings.mode is Mode.LOSSLESS:
+    if settings.mode in (Mode.LOSSLESS, Mode.NONE):
         return lambda tokens, p, u: rules.viasd_lossless_accept_prob(tokens=tokens, proposer=p, verifier=u[:-1], greedy=greedy)
     return lambda tokens, p, u: rules.viasd_gate1_accept_prob(tokens=tokens, p=p, u=u[:-1], settings=settings, greedy=greedy)
 
@@ -228,8 +233,10 @@ def _on_one_path(context: CycleContext, cycle: TreeCycle) -> _Decided:
     return outcome, _plan(context, cycle, outcome, tree.root, drafts, nodes), j
 
 
-def _lenient(context: CycleContext, cycle: TreeCycle) -> _Decided:
-    """q over the whole tree, as eagle runs it; the lenient rule decides along one path."""
+def _on_full_tree(context: CycleContext, cycle: TreeCycle) -> _Decided:
+    """q over the whole tree, as eagle runs it; the lenient rule decides along one path, or, for the
+    adaptive tier's untiered arm (mode none), the lossless rule: lenient at lenience 0, which is
+    eagle's own verification."""
     logits_processor = cycle.draft.logits_processor
     q_paths = warp(cycle.full_paths, logits_processor).cpu()
     tree = _tree(context, cycle, q_paths.shape[-1])

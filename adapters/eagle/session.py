@@ -23,6 +23,7 @@ from viasd_adapt.adapters.eagle.patches import close_scope, open_scope, original
 from viasd_adapt.adapters.eagle.slim_tree import SlimTreeVerifier
 from viasd_adapt.adapters.eagle.state import Generation, PlainVerdict, QCache, TreeCycle, TreeDraft
 from viasd_adapt.adapters.eagle.target import FullTreeVerifier
+from viasd_adapt.core.adaptive import Arm
 from viasd_adapt.core.cycle import StopRule
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.ledger import CycleLedger
@@ -86,7 +87,9 @@ class EagleTierSession:
         # The verify step, as in every other framework: rules, observers, the drafter-quality monitor
         # (lossy mode warns when gate 1 commits the tokens of a head unrelated to the target; greedy
         # or not is set per generation) and the ledger of each generation.
-        self.step = tier.verify_step("eagle", thresholds=EAGLE_THRESHOLDS)
+        # The adaptive tier (when the settings adapt) prices the head as the drafter, by layer counts:
+        # tuned.json's points measure the engine's loop, not EAGLE's tree (viasd_adapt.engine.priors).
+        self.step = tier.verify_step("eagle", drafter=ea_model.ea_layer, use_measured=False, thresholds=EAGLE_THRESHOLDS)
         self.plugin_manager = self.step.plugin_manager
         self.ledgers: list[CycleLedger] = []
         self.stop: StopRule | None = None  # the next eagenerate's budget and EOS (set by generate())
@@ -109,17 +112,21 @@ class EagleTierSession:
         return self.full.cache_bytes() + (self.slim.cache_bytes() if self.slim is not None else 0)
 
     def start_generation(self) -> Generation:
-        self.step.new_generation(stop=self.stop)
+        # a cycle commits at most a path of the tree and the token after it: the tree's depth + 1
+        buffers = getattr(self.ea_model, "tree_buffers", None)
+        most = int(buffers["retrieve_indices"].shape[1]) if buffers is not None else None
+        self.step.new_generation(stop=self.stop, most_tokens=most)
         generation = Generation(self.step.ledger)
         self.ledgers.append(generation.ledger)
         return generation
 
-    def _context(self) -> CycleContext:
+    def _context(self, arm: Arm) -> CycleContext:
+        """The decision's context for a cycle of ``arm``: the untiered arm decides in mode none."""
         from eagle.model.utils import TOPK
 
         buffers = self.ea_model.tree_buffers
         return CycleContext(
-            self.settings, self.step, self.options.head_features, self.options.lossless_strategy, self.slim, self.full,
+            self.step.settings_for(arm), self.step, self.options.head_features, self.options.lossless_strategy, self.slim, self.full,
             buffers["retrieve_indices"].cpu(), buffers["tree_attn_mask"][0, 0].cpu(), buffers["tree_position_ids"].cpu(),
             TOPK,
         )
@@ -164,11 +171,20 @@ class EagleTierSession:
                                              retrieve_indices)
         cycle = generation.cycle
         cycle.input_ids = input_ids
+        # the arm is chosen from past cycles before any verifier runs: u over the tree, or q over it
+        cycle.arm = self.step.next_arm()
         if self.mode is Mode.LENIENT:  # q over the tree, exactly as eagle runs it
             out = original("tree_decoding")(model, tree_candidates, past_key_values, tree_position_ids, input_ids,
                                             retrieve_indices)
             cycle.full_paths, cycle.full_hidden = out[0], out[1][0]
             return out
+        if cycle.arm is Arm.PLAIN:
+            # the untiered arm: q over the tree, as eagle runs it, after the lag a lossy cycle may
+            # have left it (the slim verifier skips this cycle and catches up at its next pass)
+            logits, hidden = self.full.forward(input_ids, tree_candidates[0].tolist(), model.base_model.model.tree_mask,
+                                               tree_position_ids)
+            cycle.full_paths, cycle.full_hidden = logits[retrieve_indices.to(logits.device)], hidden
+            return cycle.full_paths, hidden[None], None
         logits, hidden = self.slim.tree_pass(input_ids, tree_candidates, tree_position_ids, model.base_model.model.tree_mask)
         cycle.slim_logits, cycle.slim_hidden = logits, hidden
         # eagle's shape contract: logits per path (paths, depth+1, V), tree hidden (1, tree_len, H)
@@ -186,7 +202,7 @@ class EagleTierSession:
                                             [int(t) for t in best_row[1 : accepted + 1]])
             return best, accept_length, sample_p
         resumed_before = self.full.resumed_passes
-        decision = decide(self._context(), generation.cycle)
+        decision = decide(self._context(generation.cycle.arm), generation.cycle)
         generation.cycle.plan = decision.plan
         self.step.record(decision.outcome, drafted=generation.tree_size - 1, draft_passes=1,
                          resumed_full_passes=self.full.resumed_passes - resumed_before, measured=decision.passes)
@@ -219,7 +235,9 @@ class EagleTierSession:
             self.full.compact(plan.q_nodes + prev, prev)
         elif plan.q_cache is QCache.BEHIND:
             self.full.holds(self.full.valid)
-        if self.slim is not None:  # tokens u never saw at their position (not tree nodes) become its lag
+        if self.slim is not None and generation.cycle.slim_logits is not None:
+            # tokens u never saw at their position (not tree nodes) become its lag; a cycle of the
+            # untiered arm ran no slim pass: all it committed is lag
             self.slim.compact(plan.slim_nodes + prev, prev)
         token = torch.tensor([[plan.next_root]], dtype=input_ids.dtype, device=input_ids.device)
         features = plan.features[None].to(model.base_model.lm_head.weight.dtype)
@@ -250,7 +268,8 @@ def tiered(
         raise ConfigError(f"expected an eagle EaModel, got {type(ea_model).__name__}")
     check_head_embeddings(ea_model)
     # stacklevel 3: through this generator and contextlib's __enter__ to the ``with`` that opened the scope
-    tier = open_tier(ea_model.base_model, mask, settings, plugins, build_slim=False, stacklevel=3)
+    # tuned.json's points measure the engine's loop, not EAGLE's tree: not read for the adaptive tier
+    tier = open_tier(ea_model.base_model, mask, settings, plugins, build_slim=False, stacklevel=3, tuned=None)
     # EAGLE drafts with its head: tuned settings measured with a drafter model are not this pair's
     tier = check_tier_drafter(tier, ea_model.base_model, mask, EAGLE_HEAD, build_slim=False, stacklevel=3)
     session = EagleTierSession(ea_model, tier, options)

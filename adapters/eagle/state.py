@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from viasd_adapt.core.adaptive import Arm
 from viasd_adapt.core.ledger import CycleLedger
 
 
@@ -78,6 +79,7 @@ class TreeCycle:
     full_hidden: torch.Tensor | None = None  # lenient: (tree_len, H)
     q_pass: QPass | None = None
     plan: CommitPlan | None = None
+    arm: Arm | None = None  # the adaptive tier's arm of this cycle, asked before any verifier ran
 
     @property
     def tree_passes(self) -> tuple[int, int]:

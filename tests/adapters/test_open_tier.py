@@ -24,7 +24,9 @@ from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.routing.mask import model_fingerprint
 
 #: The tuned choice written beside the mask: not the defaults, so that running it is visible.
-CHOSEN = TierSettings(mode="lossy", alpha1=0.1, alpha2=0.05, gamma=3)
+#: the tier on every cycle: tuned.json chooses the settings and nothing else (its measurements for the
+#: adaptive tier: test_an_adaptive_tier_reads_the_tuned_file_once_for_its_priors)
+CHOSEN = TierSettings(mode="lossy", alpha1=0.1, alpha2=0.05, gamma=3, adaptive=False)
 NEW_TOKENS = 8
 
 
@@ -35,6 +37,7 @@ class Case:
     target: torch.nn.Module  # the model the mask and tuned.json are fingerprinted on
     mask: RoutingMask
     run: Callable[[object, TierSettings | None], tuple[list[int], TierSettings]]
+    name: str = ""
 
 
 def _hf_case() -> Case:
@@ -54,7 +57,7 @@ def _hf_case() -> Case:
         assert not session.fallbacks, session.fallbacks
         return out[0, ids.shape[1]:].tolist(), session.settings
 
-    return Case(pair.target, pair.mask, run)
+    return Case(pair.target, pair.mask, run, "hf")
 
 
 def _pearl_case() -> Case:
@@ -74,7 +77,7 @@ def _pearl_case() -> Case:
                              parallel=False, seed=0, plugins=[Recorder()])
         return out.tokens, ran[-1]
 
-    return Case(pair.target, pair.mask, run)
+    return Case(pair.target, pair.mask, run, "pearl")
 
 
 def _eagle_case(request) -> Case:
@@ -91,7 +94,7 @@ def _eagle_case(request) -> Case:
                             session=session)
         return [t for call in kept for t in call], session.settings
 
-    return Case(ea_model.base_model, MASK, run)
+    return Case(ea_model.base_model, MASK, run, "eagle")
 
 
 @pytest.fixture(params=["hf", "pearl", "eagle"])
@@ -132,6 +135,21 @@ def test_one_call_with_a_mask_path_reads_the_mask_once_and_runs_the_tuned_choice
     # the same settings and mask in memory: the same tokens (nothing read, nothing changed)
     reference, _ = case.run(case.mask, CHOSEN)
     assert tokens == reference == given_tokens and len(tokens) == NEW_TOKENS
+
+
+def test_an_adaptive_tier_reads_the_tuned_file_once_for_its_priors(case, tmp_path, monkeypatch):
+    """Settings given and adapting: tuned.json beside the mask path chooses nothing, but its
+    measurements price the adaptive tier's passes and give its priors, so HF and PEARL read it
+    once; EAGLE, whose tree those points do not describe, does not read it."""
+    mask_path = _write_pair_files(tmp_path, case)
+    adapting = CHOSEN.with_(adaptive=True)
+    with monkeypatch.context() as patched:
+        mask_reads = count_loads(patched, MaskArtifact)
+        tuned_reads = count_loads(patched, TunedSettings)
+        with pytest.warns(NegativeDeltaWarning):
+            _, ran = case.run(mask_path, adapting)
+    assert ran == adapting and mask_reads == [str(mask_path)]
+    assert tuned_reads == ([] if case.name == "eagle" else [str(tmp_path / "tuned.json")])
 
 
 def test_tuned_settings_of_another_model_are_refused_by_every_adapter(case, tmp_path):

@@ -35,14 +35,19 @@ def another_drafter():
         yield
 
 
-def test_hf_checks_each_calls_assistant_against_the_tuned_drafter(demo):
+def test_hf_checks_each_calls_assistant_against_the_tuned_drafter(demo, monkeypatch):
     pair, target, drafter, other, ids = demo
+    ran = []  # the settings of each call's verify step
+    step_class = hf.VerifyStep
+    monkeypatch.setattr(hf, "VerifyStep", lambda settings, *args, **kwargs: ran.append(settings) or step_class(
+        settings, *args, **kwargs))
     with hf.tiered(target, mask=pair.mask) as session:
         target.generate(ids, assistant_model=drafter, max_new_tokens=4, do_sample=False)
         assert session.last_metrics.slim_passes == 0 and session.settings.mode.value == "lenient"  # the tuned choice
+        assert ran[-1].mode.value == "lenient"
         with another_drafter():
             target.generate(ids, assistant_model=other, max_new_tokens=4, do_sample=False)
-        assert session.last_metrics.slim_passes > 0  # the defaults (lossy) ran this call
+        assert ran[-1] == hf.TierSettings()  # the defaults (lossy, adaptive) ran this call
         assert session.settings.mode.value == "lenient"  # and the session is the tuned one again
         target.generate(ids, assistant_model=drafter, max_new_tokens=4, do_sample=False)
         assert session.last_metrics.slim_passes == 0 and len(session.history) == 3

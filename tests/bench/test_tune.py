@@ -63,6 +63,32 @@ def test_a_tier_point_must_beat_the_simpler_settings_by_more_than_the_noise_marg
     assert choose([exact_tie], budget) is exact_tie  # nothing simpler within budget
 
 
+def test_the_adaptive_twins_are_of_the_lossless_point_and_the_cheapest_lossy_point_within_budget():
+    from viasd_adapt.config.mask import RoutingMask
+    from viasd_adapt.tuning.tune import TuneResult, _adaptive_candidates, choose
+
+    budget = Budget(max_ll_drop=0.02, max_regret=None)
+    masks = {"a.json": RoutingMask.from_skipped(4, [1]), "b.json": RoutingMask.from_skipped(4, [2])}
+
+    def on(mask, family, feq, drop, **settings):
+        mode = {"lossless": "lossless", "viasd": "lossy"}[family]
+        return Point(family, TierSettings(mode=mode, adaptive=False, **settings), mask, feq, drop, 0.0, 10, regret=0.0)
+
+    points = [point("sd", 0.6, 0.0, mode="none"), on("a.json", "lossless", 0.7, 0.0),
+              on("a.json", "viasd", 0.4, 0.05, alpha1=0.8), on("a.json", "viasd", 0.5, 0.01, alpha1=0.3),
+              on("a.json", "viasd", 0.55, 0.0, alpha1=0.0), on("b.json", "lossless", 0.8, 0.0), on("b.json", "viasd", 0.3, 0.09)]
+    fixed = TuneResult(points, points[0], budget, {}, {}, 0.0)
+    twins = list(_adaptive_candidates(fixed, masks))
+    assert [(family, mask) for family, _, mask in twins] == [
+        ("lossless-adaptive", "a.json"), ("viasd-adaptive", "a.json"), ("lossless-adaptive", "b.json")]  # b: no lossy within
+    assert twins[1][1] == TierSettings(mode="lossy", alpha1=0.3) and all(s.adapts for _, s, _ in twins)
+    # weighed like any tier point: exact when lossless, beaten by simpler settings within the noise margin
+    adaptive = Point("lossless-adaptive", twins[0][1], "a.json", 0.5, 0.0, 0.0, 10, regret=0.0)
+    assert adaptive.exact and choose(points + [adaptive], budget) is adaptive
+    close = Point("lossless-adaptive", twins[0][1], "a.json", 0.59, 0.0, 0.0, 10, regret=0.0)
+    assert choose([points[0], close], budget) is points[0]
+
+
 def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):
     pair = char_pair
     out = tmp_path / "pair" / "tuned.json"
@@ -75,8 +101,14 @@ def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):
     assert (tmp_path / "pair" / "mask-r0.50.json").is_file()  # the searched mask for r = 0.5 is kept
     points = json.loads((tmp_path / "points.json").read_text())["points"]
     families = {p["family"] for p in points}
-    assert families == {"sd", "lenient", "lossless", "viasd"}
+    assert families - {"viasd-adaptive"} == {"sd", "lenient", "lossless", "viasd", "lossless-adaptive"}
     assert len([p for p in points if p["family"] == "viasd"]) == 2 * 1 * 2  # alpha1 x alpha2 x masks
+    # the adaptive twins: one lossless per mask, one lossy per mask with a lossy point within budget;
+    # the fixed points run the tier on every cycle, and say so
+    adaptive = [p for p in points if p["family"].endswith("-adaptive")]
+    assert len([p for p in adaptive if p["family"] == "lossless-adaptive"]) == 2 and len(adaptive) <= 4
+    assert all("adaptive" not in p["settings"] for p in adaptive)  # on: the default, not written
+    assert all(p["settings"]["adaptive"] is False for p in points if p["family"] in ("lossless", "viasd"))
     tuned = TunedSettings.load(out)
     # the framework the measurement rests on is recorded and said (issue 22)
     assert tuned.measured_on == "engine" and json.loads(out.read_text())["measured_on"] == "engine"

@@ -65,6 +65,25 @@ def test_generate_writes_tokens_text_and_metrics(pair_dir, tmp_path, framework, 
     assert data["text"] in result.output.replace("\u2039", "").replace("\u203a", "").replace("\u00ab", "").replace("\u00bb", "")
 
 
+def test_generate_says_how_many_cycles_ran_the_tier(pair_dir, tmp_path):
+    """The summary line counts the tier's cycles: those the adaptive tier chose (the default), or
+    every drafting cycle with --no-adaptive; untiered modes say nothing of a tier."""
+    import re
+
+    out_json = tmp_path / "out.json"
+    for flag, suffix in (("--adaptive", " (adaptive)"), ("--no-adaptive", "")):
+        result = invoke("--framework", "engine", *paths(pair_dir), "--mode", "lossless", flag, "--prompt", "def add(a, b):",
+                        "--max-new-tokens", 12, "--json", out_json, "--no-color")
+        assert result.exit_code == 0, result.output
+        m = json.loads(out_json.read_text())["metrics"]
+        found = re.search(r"\[engine / lossless\] .* tier on (\d+) of (\d+) cycles(.*)$", result.output, re.MULTILINE)
+        assert found and (int(found[1]), int(found[2]), found[3]) == (m["tier_cycles"], m["cycles"], suffix), result.output
+        assert json.loads(out_json.read_text())["settings"].get("adaptive", True) is (flag == "--adaptive")
+    assert m["tier_cycles"] == m["slim_passes"] == m["cycles"] - 1  # every cycle but the prefill
+    result = invoke("--framework", "engine", *paths(pair_dir), "--mode", "none", "--prompt", "x", "--max-new-tokens", 4, "--no-color")
+    assert result.exit_code == 0 and "tier on" not in result.output
+
+
 def test_hf_lossless_cli_matches_ar_greedy(pair_dir, tmp_path):
     texts = {}
     for framework, mode in (("ar", "none"), ("hf", "lossless")):

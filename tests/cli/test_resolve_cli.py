@@ -50,6 +50,18 @@ def test_explain_prints_each_setting_with_its_source_and_still_generates(pair, t
     assert "[hf / lenient]" in result.output and json.loads(out.read_text())["settings"]["alpha1"] == 0.2
 
 
+def test_explain_names_where_the_adaptive_flag_came_from(pair):
+    """A tuned file states ``adaptive`` only when its choice ran the tier on every cycle (on is the
+    default, what files written before the setting mean): here it is the default, and the flag wins."""
+    for flags, value, source in (((), "True", "default"), (("--no-adaptive",), "False", "flag --adaptive"),
+                                 (("--adaptive",), "True", "flag --adaptive")):
+        result = invoke("generate", "--pair", pair, "--framework", "engine", "--mode", "lossless", *flags, "--prompt", "x",
+                        "--max-new-tokens", 2, "--no-color", "--explain")
+        assert result.exit_code == 0, result.output
+        table = {line.split()[0]: line for line in result.output.splitlines() if line.startswith("  ")}
+        assert table["adaptive"].split()[1:3] == [value, source.split()[0]] and source in table["adaptive"], flags
+
+
 def test_generate_takes_the_preset_layer_its_explain_names(pair):
     result = invoke("generate", "--pair", pair, "--framework", "engine", "--mode", "lossy", "--preset", "conservative",
                     "--alpha1", 0.3, "--prompt", "x", "--max-new-tokens", 2, "--no-color", "--explain")

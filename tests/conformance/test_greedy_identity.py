@@ -24,8 +24,10 @@ torch.set_num_threads(1)
 
 LENGTHS = (1, 9, 26)
 GAMMAS = (4, 1, 6)
+#: lossless twice: the cascade on every cycle, and with the adaptive tier (the default), which starts
+#: untiered and runs the cascade when it pays (both arms within one sequence: test_adaptive.py)
 EXACT = {"none": TierSettings(mode="none"), "lenient": TierSettings(mode="lenient", lenience=0.0),
-         "lossless": TierSettings(mode="lossless")}
+         "lossless": TierSettings(mode="lossless", adaptive=False), "lossless-adaptive": TierSettings(mode="lossless")}
 #: EAGLE has two lossless strategies (route: the cascade on eagle's chosen path; cascade: over the tree)
 VARIANTS = {"eagle": ("route", "cascade")}
 
@@ -47,7 +49,7 @@ def test_exact_modes_are_token_identical_to_the_targets_greedy_output(drivers, r
         assert (stock is None) == (framework not in ("hf", "seq2seq")), framework
         assert stock in (None, expected), "stock assisted generation differs from the target's greedy output"
         for mode, settings in EXACT.items():
-            for variant in VARIANTS.get(framework, (None,)) if mode == "lossless" else (None,):
+            for variant in VARIANTS.get(framework, (None,)) if mode.startswith("lossless") else (None,):
                 out = driver.generate(prompt, n, settings.with_(gamma=gamma), variant=variant)
                 assert out.tokens == expected, (mode, variant, prompt)
                 m = out.metrics
@@ -58,8 +60,11 @@ def test_exact_modes_are_token_identical_to_the_targets_greedy_output(drivers, r
                     assert m.audited >= n - driver.first_drafted
                 totals[mode] = totals[mode].merge(m)
     # only lossless asked the slim verifier (that both the accept and the reject paths of a cycle
-    # run is checked on the pair built for it, in test_modes.py)
+    # run is checked on the pair built for it, in test_modes.py); the adaptive tier only on its tier's cycles
     assert totals["none"].slim_passes == totals["lenient"].slim_passes == 0 < totals["lossless"].slim_passes
+    assert totals["lossless"].tier_cycles == totals["lossless"].slim_passes  # every drafting cycle, one slim pass each
+    adaptive = totals["lossless-adaptive"]
+    assert adaptive.slim_passes <= adaptive.tier_cycles <= adaptive.cycles
     assert totals["lenient"].overrule_rate == 0.0  # lenience 0 accepts only what q would have picked
     driver.assert_pristine()
 
@@ -135,8 +140,8 @@ def test_registry_rows_for_an_encoder_decoder_pair(drivers, request, family):
     expected = driver.reference(source, 10)
     rows = [("ar", "none"), ("engine", "none"), ("engine", "lossless"), ("hf", "plain"), ("hf", "lossless"), ("hf", "lossy")]
     outputs = {}
-    for framework, mode in rows:
-        settings = TierSettings(mode="none" if mode == "plain" else mode)
+    for framework, mode in rows:  # the tiered rows with the tier on every cycle, as the bench's lossless and lossy rows
+        settings = TierSettings(mode="none" if mode == "plain" else mode, adaptive=False)
         outputs[framework, mode] = out = frameworks.run(framework, pair, RunRequest(
             mode=mode, max_new_tokens=10, settings=settings, stop_at_eos=False, **request_kwargs))
         assert len(out.tokens) == 10

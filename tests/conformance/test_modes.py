@@ -12,6 +12,10 @@ agrees often but not always, and a slim verifier between drafter and target):
 * audit makes lossy's decisions and reports how often q would have overruled them;
 * a rules plugin replaces the built-in gate; lenient with a large lenience accepts more and
   reports what q would have overruled.
+
+Every tiered mode runs its tier on every cycle here (``adaptive=False``): these are each mode's own
+invariants. The adaptive tier, which switches between a mode and untiered verification cycle by
+cycle, is held to the same invariants in tests/conformance/test_adaptive.py.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ def _summed(driver, mode: str, sampling=GREEDY, variant=None) -> tuple[TierMetri
     total, counted = TierMetrics(), 0
     for seed, prompt in enumerate(driver.prompts[:3]):
         with driver.count_full_passes() as calls:
-            out = driver.generate(prompt, N, TierSettings(mode=mode, gamma=GAMMA), sampling=sampling, seed=seed,
+            out = driver.generate(prompt, N, TierSettings(mode=mode, gamma=GAMMA, adaptive=False), sampling=sampling, seed=seed,
                                   variant=variant)
         assert out.metrics.draft_tokens + out.metrics.slim_tokens + out.metrics.full_tokens == len(out.tokens) == N
         total, counted = total.merge(out.metrics), counted + len(calls)
@@ -66,7 +70,7 @@ def test_metrics_add_up_and_observers_see_every_committed_token(drivers, request
         for seed, prompt in enumerate(driver.prompts[:2]):
             recorder = Recorder()
             with driver.count_full_passes() as calls:
-                out = driver.generate(prompt, N, TierSettings(mode=mode, gamma=GAMMA), plugins=[recorder], seed=seed)
+                out = driver.generate(prompt, N, TierSettings(mode=mode, gamma=GAMMA, adaptive=False), plugins=[recorder], seed=seed)
             m = out.metrics
             assert len(out.tokens) == len(out.tiers) == m.committed == N and out.tiers == m.token_tiers
             assert m.draft_tokens + m.slim_tokens + m.full_tokens == N
@@ -104,7 +108,7 @@ def test_metrics_add_up_and_observers_see_every_committed_token(drivers, request
 def test_budget_and_eos_end_the_output_exactly(drivers, request, framework, mode):
     driver = drivers.modes(request, framework)
     with lossy_warning(framework, mode):
-        settings, prompt = TierSettings(mode=mode, gamma=GAMMA), driver.prompts[0]
+        settings, prompt = TierSettings(mode=mode, gamma=GAMMA, adaptive=False), driver.prompts[0]
         long = driver.generate(prompt, N, settings).tokens
         for n in (1, 2, 3, 5, 6, 7):  # budgets ending inside the first blocks, and the prefill alone
             recorder = Recorder()
@@ -163,7 +167,7 @@ def test_audit_makes_lossys_decisions_and_reports_the_overrules(drivers, request
     driver = drivers.modes(request, framework)
     with lossy_warning(framework, "lossy", sampling):
         for seed, prompt in enumerate(driver.prompts[:2]):
-            settings = TierSettings(mode="lossy", gamma=GAMMA)
+            settings = TierSettings(mode="lossy", gamma=GAMMA, adaptive=False)
             lossy = driver.generate(prompt, N, settings, sampling=sampling, seed=seed)
             audit = driver.generate(prompt, N, settings.with_(mode="audit"), sampling=sampling, seed=seed)
             assert audit.tokens == lossy.tokens and audit.tiers == lossy.tiers  # audit only observes
@@ -191,7 +195,7 @@ class RejectEveryDraft:
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_rules_plugin_replaces_the_builtin_gate(drivers, request, framework):
     driver = drivers.modes(request, framework)
-    settings = TierSettings(mode="lossy", gamma=GAMMA)
+    settings = TierSettings(mode="lossy", gamma=GAMMA, adaptive=False)
     with lossy_warning(framework, "lossy"):
         baseline = driver.generate(driver.prompts[0], N, settings)
     assert baseline.metrics.draft_tokens > 0

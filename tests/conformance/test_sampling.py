@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import pytest
@@ -41,22 +42,42 @@ SAMPLING = SamplingConfig(do_sample=True, temperature=0.8, top_k=6, top_p=0.95)
 N_SAMPLES = 300
 
 
-@pytest.mark.parametrize("mode", ["none", "lossless"])
+#: lossless: the cascade on every cycle; lossless-switching: the adaptive tier, its controller made to
+#: alternate (tests/support/adaptive.py), so that both arms decide tokens of one joint
+MODES_SAMPLED = {"none": TierSettings(mode="none", gamma=2), "lossless": TierSettings(mode="lossless", gamma=2, adaptive=False),
+                 "lossless-switching": TierSettings(mode="lossless", gamma=2)}
+
+
+def _sampled_counts(driver, settings, switches: bool):
+    """The joint counts of N_SAMPLES generations, their summed metrics, and (switching) how many
+    generations ran both arms."""
+    from tests.support.adaptive import both_arms_ran, switching
+
+    sampling, prompt, skip = SAMPLING, driver.prompts[0], driver.first_drafted
+    total, mixed = TierMetrics(), 0
+
+    def sample(seed: int) -> list[int]:
+        nonlocal total, mixed
+        with switching() if switches else contextlib.nullcontext([]) as controllers:
+            out = driver.generate(prompt, skip + 2, settings, sampling=sampling, seed=seed)
+        mixed += any(both_arms_ran(c) for c in controllers)
+        total = total.merge(out.metrics)
+        return out.tokens
+
+    return joint_counts(sample, N_SAMPLES, driver.vocab_size, skip), total, mixed
+
+
+@pytest.mark.parametrize("mode", list(MODES_SAMPLED))
 @pytest.mark.parametrize("framework", ["engine", "hf", "pearl", "seq2seq"])
 def test_two_generated_tokens_follow_the_targets_exact_joint(drivers, request, framework, mode):
     driver = drivers.sampling(request, framework)
     sampling, prompt, skip = SAMPLING, driver.prompts[0], driver.first_drafted
-    settings = TierSettings(mode=mode, gamma=2)
-    total = TierMetrics()
-
-    def sample(seed: int) -> list[int]:
-        nonlocal total
-        out = driver.generate(prompt, skip + 2, settings, sampling=sampling, seed=seed)
-        total = total.merge(out.metrics)
-        return out.tokens
-
-    counts = joint_counts(sample, N_SAMPLES, driver.vocab_size, skip)
+    switches = mode == "lossless-switching"
+    counts, total, mixed = _sampled_counts(driver, MODES_SAMPLED[mode], switches)
+    mode = "lossless" if switches else mode
     assert counts.sum() == N_SAMPLES
+    if switches:  # both arms decided tokens of one generation: the tier's first, untiered the next
+        assert mixed >= 10 and 0 < total.tier_cycles < total.cycles
     q = exact_joint(driver.next_probs(driver.target, prompt, sampling), skip)
     assert (q == 0).any() and outside_support(counts, q) == 0  # the warp masked tokens; none was produced
     p_value = chi_square_pvalue(counts, q)

@@ -216,3 +216,22 @@ def test_a_relative_prior_makes_the_tier_show_it_buys_its_slim_pass():
         assert settled_on(chosen, Arm.TIER, 150) >= SHARE, f"seed {seed}"
     with pytest.raises(ConfigError, match="extra_tokens"):
         RelativePrior(extra_cost=0.5, extra_tokens=2.0)
+
+
+def test_a_relative_prior_may_state_a_tier_cheaper_per_cycle():
+    """A lossy cycle that skips q can cost less than an untiered one: a negative extra cost is a
+    statement, not an error; the tier is then the exploited arm from the first cycle it is stated,
+    and the sequence's own cycles still decide."""
+    from viasd_adapt.core.adaptive import RelativePrior
+
+    cheaper = RelativePrior(extra_cost=-0.3, extra_tokens=0.5, weight=8.0)
+    for seed in range(5):
+        chosen = run(TierController(priors={Arm.PLAIN: ArmPrior(0.55, tokens_per_cycle=2.0)}, most_tokens=7,
+                                    relative=cheaper), TIER_PAYS, 60, seed)
+        assert chosen[0] is Arm.TIER and settled_on(chosen, Arm.TIER, 10) >= SHARE, f"seed {seed}"
+        wrong = run(TierController(priors={Arm.PLAIN: ArmPrior(0.55, tokens_per_cycle=2.0)}, most_tokens=7,
+                                   relative=cheaper), TIER_LOSES, 300, seed)
+        assert settled_on(wrong, Arm.PLAIN, 150) >= SHARE, f"seed {seed}"
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="extra_cost"):
+            RelativePrior(extra_cost=bad)

@@ -111,9 +111,10 @@ def test_blocks_shrink_to_the_budget_and_a_budget_of_one_is_the_prefill_alone(mo
 @pytest.mark.parametrize("mode", ["none", "lossless", "lossy", "audit"])
 def test_pass_counts_follow_each_modes_cycle_structure(target, mode):
     """The first cycle is q's prefill; then u runs once per drafting cycle in the tiered modes, q once
-    per cycle except in lossy (only on escalation), and only lossless lets u commit several tokens."""
+    per cycle except in lossy (only on escalation), and only lossless lets u commit several tokens.
+    Each mode's own structure: the tier on every cycle (the adaptive tier's is test_adaptive_step.py's)."""
     log = Recorder()
-    drafter, verifier = make(target, mode, plugins=[log])
+    drafter, verifier = make(target, mode, plugins=[log], adaptive=False)
     out = speculative_generate(drafter, verifier, PROMPT, 40)
     m = out.metrics
     assert m.committed == 40 and len(m.accepted_lengths) == m.cycles == len(log.results)
@@ -158,7 +159,7 @@ def test_full_verifier_catches_up_on_slim_tokens_in_one_forward(share_prefix):
     target = sharpened_model("llama", 30.0, num_layers=LAYERS)
     checked = []
     drafter = ModelDrafter(SlimVerifier(target, RoutingMask.from_skipped(LAYERS, [2, 3, 4])).model, GREEDY)
-    verifier = TieredVerifier(target, TierSettings(gamma=4), GREEDY,
+    verifier = TieredVerifier(target, TierSettings(gamma=4, adaptive=False), GREEDY,
                               slim=SlimVerifier(target, RoutingMask.from_skipped(LAYERS, [3, 4])),
                               plugin_manager=make_plugin_manager(load_entrypoints=False), share_prefix=share_prefix)
     runners = verifier.runners

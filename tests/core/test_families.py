@@ -84,7 +84,7 @@ def test_engine_runs_and_exact_modes_equal_generate(target, mode):
             max_new_tokens=n, do_sample=False, pad_token_id=0, eos_token_id=None))[0, len(prompt):].tolist()
     drafter = ModelDrafter(SlimVerifier(model, RoutingMask.from_skipped(LAYERS, [1, 2, 3, 4])).model, GREEDY)
     slim = SlimVerifier(model, RoutingMask.from_skipped(LAYERS, [3, 4])) if mode != "none" else None
-    verifier = TieredVerifier(model, TierSettings(mode=mode, gamma=3), GREEDY, slim=slim,
+    verifier = TieredVerifier(model, TierSettings(mode=mode, gamma=3, adaptive=False), GREEDY, slim=slim,
                               plugin_manager=make_plugin_manager(load_entrypoints=False))
     out = speculative_generate(drafter, verifier, prompt, n)
     assert len(out.tokens) == n

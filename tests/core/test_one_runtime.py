@@ -167,7 +167,8 @@ def _block(agree: bool) -> tuple[torch.Tensor, torch.Tensor, Verifiers]:
     return drafts, p, Verifiers(full=lambda tokens: torch.full((tokens.shape[0] + 1, V), 1.0 / V), slim=lambda tokens: u)
 
 
-LOSSY = TierSettings(mode="lossy", alpha1=0.9, alpha2=0.2)
+# the tier on every cycle: these tests read what one lossy decision does (the adaptive arm is tests/core/test_adaptive_step.py's)
+LOSSY = TierSettings(mode="lossy", alpha1=0.9, alpha2=0.2, adaptive=False)
 
 
 def test_verify_decides_and_records_one_cycle():

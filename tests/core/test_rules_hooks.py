@@ -33,7 +33,7 @@ from viasd_adapt.core.tiers import Tier, escalate, route_block
 
 torch.set_num_threads(1)
 
-SETTINGS = TierSettings(gamma=3)
+SETTINGS = TierSettings(gamma=3, adaptive=False)  # the tier on every cycle: these tests watch its rules
 RULE_HOOKS = ("viasd_gate1_accept_prob", "viasd_slim_confidence", "viasd_slim_resolves", "viasd_escalation_accept_prob",
               "viasd_lenient_accept_prob", "viasd_lossless_accept_prob")
 TOKENS = torch.tensor([0, 1, 2])
@@ -221,9 +221,10 @@ def sharp_target():
 
 
 def generate(target, plugins, mode="lossy", max_new_tokens=30, eos=(), sampling=SamplingConfig(), seed=None):
+    """The engine with the tier on every cycle (``adaptive=False``): the rules decide every cycle."""
     drafter = ModelDrafter(SlimVerifier(target, RoutingMask.from_skipped(6, [2, 3, 4])).model, sampling)
     verifier = TieredVerifier(
-        target, TierSettings(mode=mode, gamma=4), sampling, slim=SlimVerifier(target, RoutingMask.from_skipped(6, [3, 4])),
+        target, TierSettings(mode=mode, gamma=4, adaptive=False), sampling, slim=SlimVerifier(target, RoutingMask.from_skipped(6, [3, 4])),
         plugin_manager=make_plugin_manager(plugins, load_entrypoints=False),
     )
     gen = torch.Generator().manual_seed(seed) if seed is not None else None

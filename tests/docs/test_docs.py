@@ -38,11 +38,7 @@ README_CHECKED = False
 
 #: Files that cite a document the repository does not hold, with what they cite. Each runs as a
 #: strict expected failure: once a file is fixed its test fails, and its entry here must go.
-PENDING_CITATIONS: dict[str, str] = {
-    "adapters/eagle/__init__.py": "VIA-SD.md section 8",
-    "tests/adapters/hf/test_hf_demo.py": "VIA-SD.md section 5",
-    "tests/adapters/pearl/test_pearl_demo.py": "VIA-SD.md section 5",
-}
+PENDING_CITATIONS: dict[str, str] = {}
 
 #: Pages of docs/ that do not pass the work-log check yet, and why (strict expected failures too).
 PENDING_WORK_LOG: dict[str, str] = {

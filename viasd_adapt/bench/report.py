@@ -101,6 +101,7 @@ SPEED_COLUMNS = (
     ("full/tok", "full_passes_per_token", "{:.3f}"),
     ("resumed/tok", "resumed_passes_per_token", "{:.3f}"),
     ("slim/tok", "slim_passes_per_token", "{:.3f}"),
+    ("tier", "tier_share", "{:.2f}"),
     ("draft/tok", "draft_passes_per_token", "{:.2f}"),
     ("feq/tok", "full_equivalent_per_token", "{:.3f}"),
     ("tok/s", "tokens_per_s", "{:.1f}"),
@@ -133,6 +134,7 @@ TASK_COLUMNS = (
     ("tok/s", "tokens_per_s", "{:.1f}"),
     ("feq/tok", "full_equivalent_per_token", "{:.3f}"),
     ("slim/tok", "slim_passes_per_token", "{:.3f}"),
+    ("tier", "tier_share", "{:.2f}"),
     ("LL_drop", "ll_drop", "{:+.3f}"),
     ("regret", "regret", "{:.3f}"),
     ("agree", "greedy_agreement", "{:.3f}"),
@@ -140,7 +142,7 @@ TASK_COLUMNS = (
     ("overrule", "overrule_rate", "{:.3f}"),
 )
 MODE_COLOURS = {"-": "#7f7f7f", "plain": "#bcbd22", "none": "#1f77b4", "lenient": "#ff7f0e", "lossless": "#2ca02c",
-                "lossy": "#d62728", "audit": "#9467bd"}
+                "lossy": "#d62728", "audit": "#9467bd", "lossless-adaptive": "#98df8a", "lossy-adaptive": "#ff9896"}
 
 
 def row_label(row: dict) -> str:

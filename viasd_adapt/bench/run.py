@@ -3,6 +3,10 @@
 Rows: ``ar`` (the target alone), and per framework ``plain`` (no viasd-adapt, where such a path
 exists), ``none`` (the tier installed but off: untiered lossless SD), ``lenient`` (the simple
 lossy baseline) and each VIA-SD mode. One process, the same prompts, pair and seeds for every row.
+The VIA-SD rows ``lossless`` and ``lossy`` run the tier on every cycle (``adaptive=False``), so their
+figures compare with every bench before the adaptive tier; beside each, ``lossless-adaptive`` and
+``lossy-adaptive`` run the same mode with the adaptive tier (:mod:`viasd_adapt.core.adaptive`),
+unless ``RunPlan.adaptive`` is off (``viasd bench --no-adaptive``).
 
 Schedule: for each repeat, for each prompt, every row runs once, in an order rotated by
 ``repeat + prompt index`` so that no row always runs first (warm caches) or last (drift); one
@@ -47,10 +51,12 @@ from viasd_adapt.models.pair import LoadedPair
 from viasd_adapt.frameworks.requests import RunRequest
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.core.sampling import SamplingConfig
-from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.core.settings import ADAPTIVE_MODES, ADAPTIVE_SUFFIX, TierSettings, label_settings
 
 AR = "ar"
 TIER_MODES = frameworks.TIER_MODES
+#: every row a plan may name: the tier modes, and the adaptive twins of lossless and lossy
+ROW_MODES = TIER_MODES + tuple(mode.value + ADAPTIVE_SUFFIX for mode in ADAPTIVE_MODES)
 DEFAULT_MODES = ("none", "lenient", "lossless", "lossy", "audit")
 # The next-line task keeps the last this-many tokens of each prefix: enough code context, and
 # room for EAGLE's tree in small models' position tables.
@@ -58,7 +64,8 @@ TASK_CONTEXT_TOKENS = 192
 
 ROW_FIELDS = (
     "framework", "mode", "rejection_rate", "mean_accepted_length", "tau", "full_passes_per_token", "single_passes_per_token",
-    "resumed_passes_per_token", "slim_passes_per_token", "draft_passes_per_token", "full_equivalent_per_token", "tokens_per_s", "speedup_vs_ar",
+    "resumed_passes_per_token", "slim_passes_per_token", "tier_share", "draft_passes_per_token", "full_equivalent_per_token",
+    "tokens_per_s", "speedup_vs_ar",
     "speedup_vs_untiered", "target_ll", "ll_drop", "regret", "greedy_agreement", "identical_outputs", "target_argmax_agreement",
     "overrule_rate",
     "overrule_tier1", "overrule_tier2", "overrule_tier3", "tv_distance", "next_line_match", "peak_mem_mb",
@@ -81,18 +88,29 @@ class RunPlan:
     task_tokens: int = 24  # tokens generated per next-line example
     stop_at_eos: bool = False
     plain_rows: bool = True  # the frameworks' stock (viasd-adapt-free) rows; ``viasd demo`` leaves them out
+    adaptive: bool = True  # each lossless and lossy row gets its adaptive twin (module docstring)
 
     def __post_init__(self) -> None:
         check_max_new_tokens(self.max_new_tokens)
         if self.repeats < 1:
             raise ConfigError(f"repeats must be >= 1, got {self.repeats}")
-        unknown = [m for m in self.modes if m not in TIER_MODES]
+        unknown = [m for m in self.modes if m not in ROW_MODES]
         if unknown:
-            raise ConfigError(f"unknown mode(s) {unknown}; choose from {', '.join(TIER_MODES)}")
+            raise ConfigError(f"unknown mode(s) {unknown}; choose from {', '.join(ROW_MODES)}")
         for name in self.frameworks:
             frameworks.get(name)
         if not self.frameworks:
             raise ConfigError("nothing to run: give at least one framework")
+
+    @property
+    def row_modes(self) -> list[str]:
+        """The tier rows of each framework, in order: ``modes``, each lossless and lossy row followed
+        by its adaptive twin when ``adaptive`` is on."""
+        rows: list[str] = []
+        for mode in self.modes:
+            twin = mode + ADAPTIVE_SUFFIX
+            rows += [mode] + ([twin] if self.adaptive and twin in ROW_MODES and twin not in self.modes else [])
+        return list(dict.fromkeys(rows))
 
 
 #: The ``mode`` column of the ``ar`` row (plain target decoding has no mode); kept as written in
@@ -198,11 +216,11 @@ def plan_rows(pair: LoadedPair, plan: RunPlan) -> tuple[list[PlannedRow], dict[s
         if not framework.has_tier:  # a baseline (stock prompt lookup): one row, as shipped
             rows.append(PlannedRow(name, frameworks.PLAIN, framework.bound_kind))
             continue
-        modes = ["none"] + [m for m in plan.modes if m != "none"]
+        modes = ["none"] + [m for m in plan.row_modes if m != "none"]
         if framework.has_plain and plan.plain_rows:
             modes.insert(0, frameworks.PLAIN)
         for mode in modes:
-            if mode not in (frameworks.PLAIN,) and Mode.parse(mode).uses_slim and pair.routing is None:
+            if mode not in (frameworks.PLAIN,) and label_settings(mode)["mode"].uses_slim and pair.routing is None:
                 raise ConfigError(f"mode {mode!r} needs a routing mask; pass --mask")
             rows.append(PlannedRow(name, mode, framework.bound_kind))
     return rows, skipped, descriptions
@@ -213,8 +231,9 @@ def _request(row: PlannedRow, settings: TierSettings, sampling: SamplingConfig, 
     options = dict(sampling=sampling, seed=seed, stop_at_eos=stop_at_eos)
     if row.stock:
         return RunRequest.stock_run(ids, n, settings, **options)
-    # the ar row runs the target alone: untiered
-    return RunRequest.tiered(ids, n, settings.with_(mode="none" if row.is_ar else row.mode), **options)
+    # the ar row runs the target alone: untiered; a tier row its mode, adaptive or not as its name says
+    return RunRequest.tiered(ids, n, settings.with_(mode="none") if row.is_ar else settings.with_(**label_settings(row.mode)),
+                             **options)
 
 
 def _sync(device: torch.device) -> None:
@@ -411,6 +430,8 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
             "single_passes_per_token": _median([p.single for p in passes]) if has_passes else None,
             "resumed_passes_per_token": _median([p.resumed for p in passes]) if has_passes else None,
             "slim_passes_per_token": _median([p.slim for p in passes]) if has_passes else None,
+            # the share of cycles verified with the slim tier (every drafting cycle of a fixed tiered row)
+            "tier_share": from_metrics(lambda m: m.tier_cycles / m.cycles if m.cycles else None),
             "draft_passes_per_token": _median([p.draft for p in passes]) if has_passes else None,
             "full_equivalent_per_token": _median([full_equivalent(costs, p) for p in passes]) if has_passes else None,
             "tokens_per_s": med(lambda r: r.tokens_per_s),
@@ -451,5 +472,5 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
     return out
 
 
-__all__ = ["AR", "DEFAULT_MODES", "ROW_FIELDS", "BenchResult", "RunPlan", "PlannedRow", "paired_speedup",
+__all__ = ["AR", "DEFAULT_MODES", "ROW_FIELDS", "ROW_MODES", "BenchResult", "RunPlan", "PlannedRow", "paired_speedup",
            "plan_rows", "prompt_sums", "run_bench"]

@@ -39,9 +39,10 @@ from viasd_adapt.config.budget import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, B
 from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.config.resolve import UNREAD, RunSpec, resolve_settings
 from viasd_adapt.core.sampling import SamplingConfig
-from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings, label_settings
 from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP
 from viasd_adapt.engine.tier import EAGLE_HEAD, check_spec_model
+from viasd_adapt.frameworks.baselines import TUNED_KEY
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import ensure_writable, relative_name
 from viasd_adapt.models.pair import LoadedPair, load_pair
@@ -58,8 +59,6 @@ DEFAULT_THREADS = 1
 # Seed of the next-line task's held-out draw; the prompt splits draw with seeds of their own
 # (viasd_adapt.prompts.splits), so tuning never sees what the bench measures.
 TASK_SEED = 1
-#: Modes that run the slim verifier, and so need a mask.
-MASKED_MODES = ("lossless", "lossy", "audit")
 
 
 def split_list(value: str | Sequence[str]) -> tuple[str, ...]:
@@ -111,6 +110,7 @@ class BenchConfig:
     # --- what runs
     frameworks: tuple[str, ...] = DEFAULT_FRAMEWORKS
     modes: tuple[str, ...] = DEFAULT_MODES
+    adaptive: bool = True  # each lossless and lossy row gets its adaptive twin (viasd_adapt.bench.run)
     max_new_tokens: int = 64
     repeats: int = 3
     seed: int = 0
@@ -142,7 +142,7 @@ class BenchConfig:
             raise ConfigError("--per-category is for --prompts spec-bench[:TASK,...]")
         object.__setattr__(self, "plan", RunPlan(
             frameworks=self.frameworks, modes=self.modes, max_new_tokens=self.max_new_tokens, repeats=self.repeats,
-            seed=self.seed, cost_repeats=self.cost_repeats, stop_at_eos=self.spec_bench))
+            seed=self.seed, cost_repeats=self.cost_repeats, stop_at_eos=self.spec_bench, adaptive=self.adaptive))
         object.__setattr__(self, "budget", Budget(self.max_ll_drop, self.max_overrule, self.max_regret))
         object.__setattr__(self, "sampling", SamplingConfig.from_temperature(self.temperature))
 
@@ -165,7 +165,7 @@ class BenchConfig:
     @property
     def needs_mask(self) -> bool:
         """Whether a requested mode runs the slim verifier."""
-        return any(mode in MASKED_MODES for mode in self.modes)
+        return any(label_settings(mode)["mode"].uses_slim for mode in self.modes)
 
     @property
     def threshold_flags(self) -> dict[str, Any]:
@@ -336,6 +336,7 @@ def run_info(config: BenchConfig, spec: RunSpec, pair: LoadedPair, prompts: int,
         "chat": config.chat,
         "max_new_tokens": config.max_new_tokens,
         "repeats": config.repeats,
+        "adaptive_rows": config.adaptive,
         "seed": config.seed,
         "threads": threads,
         "max_ll_drop": config.max_ll_drop,
@@ -384,10 +385,13 @@ def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = prin
     cost_model = load_cost_model(config.costs) if config.costs else None  # a bad file fails before any model loads
     prompts = read_text_prompts(config)
     pair = pair or load_bench_pair(config, spec)
+    pair.loaded.setdefault(TUNED_KEY, spec.tuned)  # the adaptive rows' prices and priors: the file already read
     if config.spec_bench:
         echo(spec_bench_note(config))
         prompts = spec_bench_set(config, pair)
     spec = check_spec_model(spec, pair.target, bench_drafter(config, pair))
+    if spec.evidence is None:  # set aside for another drafter: it does not price this run's passes either
+        pair.loaded[TUNED_KEY] = None
     for line in setup_lines(config, spec, pair, len(prompts), threads):
         echo(line)
     result = run_bench(pair, spec.settings, config.sampling, prompts, config.plan, task_examples(config.task_examples),

@@ -20,6 +20,14 @@ from viasd_adapt.config.budget import (
     Budget,
     recommend,
 )
+from viasd_adapt.core.settings import ADAPTIVE_MODES, ADAPTIVE_SUFFIX
+
+#: the adaptive rows (:mod:`viasd_adapt.bench.run`): weighed like any tier row
+ADAPTIVE_ROWS = tuple(mode.value + ADAPTIVE_SUFFIX for mode in ADAPTIVE_MODES)
+#: the rows a framework's verdict weighs (with the baselines ar and lookup)
+CANDIDATE_MODES = ("none", "lenient", "lossless", "lossy") + ADAPTIVE_ROWS
+#: the rows whose output is exactly the target's (the adaptive tier keeps lossless exact)
+EXACT_MODES = ("none", "lossless", "lossless" + ADAPTIVE_SUFFIX)
 
 
 def _mode_label(row: dict) -> str:
@@ -32,9 +40,9 @@ def _is_baseline(row: dict) -> bool:
 
 
 def _row_within(row: dict, budget: Budget) -> bool:
-    """A bench row under the budget: ``ar``, ``none`` and ``lossless`` are exact; a row with no
+    """A bench row under the budget: ``ar``, ``none`` and lossless (adaptive or not) are exact; a row with no
     regret column (an older results file) is judged on what it has."""
-    exact = _is_baseline(row) or row["mode"] in ("none", "lossless")
+    exact = _is_baseline(row) or row["mode"] in EXACT_MODES
     return budget.admits_values(exact=exact, ll_drop=row.get("ll_drop"), overrule=row.get("overrule_rate"),
                                 regret=row.get("regret"), unmeasured_ok=("regret",))
 
@@ -44,7 +52,8 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
     """Per framework: the cheapest row (full-equivalent passes per token) within the fidelity
     budget (:class:`Budget`: LL drop, regret and, when set, the overrule rate), among plain
     autoregressive decoding (the ``ar`` row, when the bench ran it), untiered SD (none), lenient,
-    lossless and lossy, and whether the tier won. AR is a candidate because speculative decoding
+    lossless and lossy with the tier on every cycle and with the adaptive tier (``lossless-adaptive``,
+    ``lossy-adaptive``), and whether the tier won. AR is a candidate because speculative decoding
     itself may not pay: on a CPU a block pass costs well over one single-token pass, and a weak
     drafter may not make up for it.
 
@@ -58,7 +67,7 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
     for framework in dict.fromkeys(r["framework"] for r in rows if not _is_baseline(r)):
         candidates = baselines + [
             r for r in rows
-            if r["framework"] == framework and r["mode"] in ("none", "lenient", "lossless", "lossy")
+            if r["framework"] == framework and r["mode"] in CANDIDATE_MODES
             and r.get("full_equivalent_per_token") is not None
         ]
         within = [r for r in candidates if _row_within(r, budget)]
@@ -68,7 +77,8 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
                                   is_simple=lambda r: _is_baseline(r) or r["mode"] in SIMPLE_MODES)
         described = ", ".join(
             f"{_mode_label(r)} {r['full_equivalent_per_token']:.3f}"
-            + (f" (LL drop {r['ll_drop']:+.3f})" if r.get("ll_drop") is not None and r["mode"] in ("lenient", "lossy") else "")
+            + (f" (LL drop {r['ll_drop']:+.3f})" if r.get("ll_drop") is not None
+               and r["mode"] in ("lenient", "lossy", "lossy" + ADAPTIVE_SUFFIX) else "")
             for r in candidates
         )
         uncertainty = _uncertainty(candidates, use, budget)
@@ -100,6 +110,9 @@ def _judgement(cheapest: dict, use: dict) -> str:
                 "use lookup (generate(prompt_lookup_num_tokens=...)).")
     if use["mode"] in TIER_MODES:
         return "The slim tier pays here."
+    if use["mode"] in ADAPTIVE_ROWS:
+        return ("The adaptive tier pays here (the slim tier on the cycles where it pays, untiered verification on "
+                "the others).")
     return f"The slim tier does not pay here: use {use['mode']}."
 
 
@@ -112,7 +125,7 @@ def _uncertainty(candidates: list[dict], use: dict, budget: Budget):
     reference = next((s for r, s in zip(candidates, sums) if r["framework"] == "ar"), None)
     if any(s is None for s in sums) or len({len(s) for s in sums}) != 1:
         return None
-    pool = [Candidate(_mode_label(r), s, exact=_is_baseline(r) or r["mode"] in ("none", "lossless"),
+    pool = [Candidate(_mode_label(r), s, exact=_is_baseline(r) or r["mode"] in EXACT_MODES,
                       simple=_is_baseline(r) or r["mode"] in SIMPLE_MODES) for r, s in zip(candidates, sums)]
     if reference is None:  # no ar row: the drop is measured from untiered SD, which is exact
         reference = next((s for r, s in zip(candidates, sums) if r["mode"] == "none"), None)

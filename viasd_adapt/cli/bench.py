@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option,
-                                     preset_option)
+from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
+                                     finite, pair_option, preset_option)
 from viasd_adapt.prompts.spec_bench import is_spec_bench
 
 
@@ -55,7 +55,11 @@ def bench_options(function):
                      help="Tokens generated per prompt (a cap: Spec-Bench's paper uses 1024; EOS stops only Spec-Bench rows)."),
         click.option("--frameworks", default=DEFAULT_FRAMEWORKS, show_default=True,
                      help="Comma-separated: hf, pearl, eagle, engine (the tier's own classic SD loop), lookup (stock HF prompt lookup, a baseline)."),
-        click.option("--modes", default=DEFAULT_MODES, show_default=True, help="Comma-separated tier modes (none is always run)."),
+        click.option("--modes", default=DEFAULT_MODES, show_default=True,
+                     help="Comma-separated tier modes (none is always run); lossless and lossy run the tier on every cycle, "
+                          "lossless-adaptive and lossy-adaptive with the adaptive tier."),
+        adaptive_option("Beside each lossless and lossy row, its adaptive twin (lossless-adaptive, lossy-adaptive): the "
+                        "tier chosen cycle by cycle.", default=True),
         click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Interleaved repeats; medians are reported."),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--temperature", type=finite(min=0.0), default=0.0, show_default=True, help="0 = greedy."),

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option,
-                                     preset_option, registered_pair)
+from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
+                                     finite, pair_option, preset_option, registered_pair)
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.engine.tier import EAGLE_HEAD, check_spec_model
@@ -70,6 +70,14 @@ def drafter_of(framework: str, pair):
     return pair.lookup if pair.lookup is not None else pair.draft
 
 
+def _tier_cycles(settings, metrics) -> list[str]:
+    """``["tier on 12 of 40 cycles (adaptive)"]``: how many cycles a tiered mode ran its slim tier (all
+    but the prefill's when it does not adapt; those the controller gave it when it does)."""
+    if metrics is None or not settings.mode.uses_slim:
+        return []
+    return [f"tier on {metrics.tier_cycles} of {metrics.cycles} cycles" + (" (adaptive)" if settings.adapts else "")]
+
+
 _PATH = click.Path(exists=True, path_type=Path)
 FRAMEWORK_CHOICES = ("ar", "engine", "hf", "pearl", "eagle", "lookup")
 
@@ -100,6 +108,8 @@ FRAMEWORK_CHOICES = ("ar", "engine", "hf", "pearl", "eagle", "lookup")
               help=f"Gate-2 tolerance (lossy/audit) [default: tuned.json's, else {_DEFAULTS.alpha2}].")
 @click.option("--lenience", type=finite(), default=None,
               help=f"q's tolerance in the lenient baseline mode [default: tuned.json's, else {_DEFAULTS.lenience}].")
+@adaptive_option("Lossless and lossy: choose, cycle by cycle, between the slim tier and untiered verification "
+                 "[default: the tuned choice's, else on]; --no-adaptive runs the tier on every cycle.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write tokens, text and metrics here.")
 @click.option("--show-tiers/--no-show-tiers", default=True, show_default=True,
@@ -110,7 +120,7 @@ FRAMEWORK_CHOICES = ("ar", "engine", "hf", "pearl", "eagle", "lookup")
 @click.option("--explain", is_flag=True, help="First print each setting, its value and where it came from (default, "
               "tuned.json, preset, flag), the mask and which framework the tuned settings were measured on; then generate.")
 def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, input_features, max_new_tokens, temperature, top_p,
-             seed, preset, gamma, alpha1, alpha2, lenience, json_path, show_tiers, colour, chat, explain) -> None:
+             seed, preset, gamma, alpha1, alpha2, lenience, adaptive, json_path, show_tiers, colour, chat, explain) -> None:
     """Generate a completion, streamed as it is committed, and show which tier committed each token.
 
     The answer goes to stdout, everything else (prompt, legend, summary) to stderr: `viasd generate
@@ -139,7 +149,7 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     sampling = SamplingConfig.from_temperature(temperature, top_p)
     spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset,
                                mode=Mode.NONE.value if framework == "lookup" else mode, gamma=gamma, alpha1=alpha1,
-                               alpha2=alpha2, lenience=lenience)
+                               alpha2=alpha2, lenience=lenience, adaptive=adaptive)
     target, draft, mask, eagle_head = choice.target, choice.draft, spec.mask_path, choice.eagle_head
     if not frameworks.get(framework).honours(frameworks.DRAFTER):
         draft = None  # the pair's drafter (--pair, the demo pair) is not loaded, nor recorded, where it is not used
@@ -160,6 +170,9 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     if explain:
         for line in spec.explain():
             note(line)
+    from viasd_adapt.frameworks.baselines import TUNED_KEY
+
+    pair.loaded[TUNED_KEY] = spec.evidence  # the adaptive tier's prices and priors: the file already read
     from viasd_adapt.model_kind import model_kind
     from viasd_adapt.prompts.chat import uses_chat
 
@@ -213,7 +226,7 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     click.echo("")
     text = tokenizer.decode(result.tokens, skip_special_tokens=False)
     fields = [metrics_summary(result.metrics)] if result.metrics is not None else []
-    # A run's own summary fields (e.g. an adaptive tier's "tier on N of M cycles") go here, after the metrics.
+    fields += _tier_cycles(settings, result.metrics)
     note(run_summary(framework, settings.mode.value if framework != "lookup" else "stock", len(result.tokens), seconds,
                      fields))
     for line in result.notes:

@@ -132,6 +132,14 @@ preset_option = click.option(
     help=f"Named tier thresholds over the tuned or default ones ({_preset_words()}); flags still win.")
 
 
+#: ``--adaptive/--no-adaptive`` of ``viasd generate`` (the settings' ``adaptive``, a flag layer of the
+#: resolver: unset, the tuned or default value stands), ``viasd bench`` and ``viasd tune`` (their
+#: adaptive rows or points beside the fixed ones).
+def adaptive_option(help_text: str, default: bool | None = None):
+    return click.option("--adaptive/--no-adaptive", "adaptive", default=default, show_default=default is not None,
+                        help=help_text)
+
+
 class FiniteFloat(click.FloatRange):
     """A finite float, optionally within bounds (as :class:`click.FloatRange`)."""
 
@@ -157,5 +165,6 @@ def finite(min: float | None = None, max: float | None = None, min_open: bool = 
     return FiniteFloat(min=min, max=max, min_open=min_open, max_open=max_open)
 
 
-__all__ = ["DRAFT_HELP", "PAIR_HELP", "TARGET_HELP", "DraftPath", "FiniteFloat", "ModelPath", "PairChoice", "chat_option",
+__all__ = ["DRAFT_HELP", "PAIR_HELP", "TARGET_HELP", "DraftPath", "FiniteFloat", "ModelPath", "PairChoice", "adaptive_option",
+           "chat_option",
            "choose_pair", "finite", "pair_option", "preset_option", "registered_pair"]

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, choose_pair, finite, pair_option
+from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
+                                     finite, pair_option)
 from viasd_adapt.routing.mask import check_tuned_model
 
 
@@ -66,11 +67,13 @@ def _floats(value: str, option: str = "") -> tuple[float, ...]:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Frontier PNG [default: <out>-frontier.png].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Every point as JSON.")
+@adaptive_option("Also measure the adaptive tier (the lossless point and the cheapest lossy point within budget of "
+                 "each mask, the tier chosen cycle by cycle) beside the tier on every cycle.", default=True)
 @click.option("--costs", default=None, help="Also price every point's measured pass counts with another machine's forward costs "
               "(a cost file, or a shipped one: h200-llama2-7b, h200-llama2-13b) and print the projected verdict (not written).")
 def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, alpha1_values, alpha2_values, lenience_values,
          greedy_gates, gamma, max_ll_drop, max_overrule, max_regret, reuse_path, retime, num_prompts, calib, chat, max_new_tokens,
-         temperature, out_path, force, plot_path, json_path, costs) -> None:
+         temperature, out_path, force, plot_path, json_path, adaptive, costs) -> None:
     """Sweep VIA-SD (alpha1, alpha2, r) and the lenient baseline; write the cheapest setting within a fidelity budget."""
     import torch
     from tqdm import tqdm
@@ -141,7 +144,8 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
             prompts = tune_snippets(num_prompts)
         result = run_tune(loaded, prompts, max_new_tokens, grid, budget, ratio_values, search_steps, exit_layers,
                           sampling, save_masks_to=base_dir, progress=lambda m: click.echo(f"  .. {m}"),
-                          bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False), chat=chat)
+                          bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False), chat=chat,
+                          adaptive=adaptive)
     for line in describe(result):
         click.echo(line)
     if cost_model is not None:

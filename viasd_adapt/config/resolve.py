@@ -29,7 +29,7 @@ from typing import Any, Mapping
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.config.mask import MaskArtifact
 from viasd_adapt.core.settings import CONSERVATIVE, Mode, TierSettings
-from viasd_adapt.config.tuned import TunedForAnotherMaskWarning, TunedSettings, recorded_mask, tuned_path_beside
+from viasd_adapt.config.tuned import OTHER_DRAFTER, TunedForAnotherMaskWarning, TunedSettings, recorded_mask, tuned_path_beside
 
 #: Source of a value nobody set.
 DEFAULT = "default"
@@ -79,6 +79,12 @@ class RunSpec:
         return replace(self, settings=settings, sources=sources, notes=notes, tuned_applied=False, not_applied=reason)
 
     @property
+    def evidence(self) -> TunedSettings | None:
+        """The tuned file as evidence of what this run's passes cost (the adaptive tier's prices and
+        priors): None without one, or when it was set aside as measured with another drafter."""
+        return None if self.not_applied.startswith(OTHER_DRAFTER) else self.tuned
+
+    @property
     def measured_on(self) -> str | None:
         """The framework whose loop the tuned settings were measured on (None without a tuned file)."""
         return self.tuned.measured_on if self.tuned is not None else None
@@ -88,7 +94,7 @@ class RunSpec:
         what the tuned settings rest on (``viasd generate --explain``)."""
         lines = ["settings (layers, later wins: default < tuned.json < tuner's best point < preset < flag):"]
         width = max(len(name) for name in SETTING_FIELDS)
-        values = self.settings.to_dict()
+        values = self.settings.values()
         for name in SETTING_FIELDS:
             lines.append(f"  {name:<{width}}  {str(values[name]):<10}  {self.sources.get(name, DEFAULT)}")
         if self.mask_path is not None:
@@ -219,7 +225,7 @@ def resolve_settings(
         lenient = tuned.best("lenient")
         if lenient is not None and "lenience" not in flags:  # the lenient rows run the tuner's best lenient point
             apply({"lenience": lenient.settings.lenience}, f"tuned.json {tuned_path} (best lenient point)")
-        point = tuned.best("viasd") if tuned.choice != "viasd" else None
+        point = tuned.best("viasd") if tuned.choice not in ("viasd", "viasd-adaptive") else None
         point_mask = recorded_mask(mask_path, point.mask) if point is not None else None
         if (point is not None and "alpha1" not in flags and "alpha2" not in flags and point_mask is not None
                 and mask_path is not None and mask_path.is_file() and mask_bits(point_mask) == mask_bits(mask_path)):

@@ -122,7 +122,8 @@ class TunedReport(SparseRecord):
     points: int | None = None
 
     def best(self, family: str) -> TunedPoint | None:
-        """The tuner's cheapest point of ``family`` ("viasd", "lenient", "lossless", "sd") within the budget."""
+        """The tuner's cheapest point of ``family`` ("viasd", "lenient", "lossless", "sd", and the adaptive
+        tier's "lossless-adaptive" and "viasd-adaptive") within the budget."""
         return self.best_within_budget.get(family)
 
 
@@ -133,7 +134,7 @@ class TunedSettings(Artifact):
     VERSION: ClassVar[int] = VERSION
     WHAT: ClassVar[str] = "tuned-settings file"
 
-    choice: str = ""  # "viasd", "lenient" or "sd" (plain lossless SD)
+    choice: str = ""  # "viasd", "lenient", "sd" (plain lossless SD), "lossless", or an adaptive family ("-adaptive")
     settings: TierSettingsField
     mask_bits: list[int] | None = None
     fingerprint: ModelFingerprint = Field(default_factory=ModelFingerprint)  # the same record a mask carries
@@ -174,7 +175,7 @@ class TunedSettings(Artifact):
     def stated_settings(self) -> dict[str, Any]:
         """The settings the file states, by name: what ``--explain`` credits to tuned.json. The
         others are :class:`TierSettings` defaults (module docstring), credited to the default."""
-        return {name: value for name, value in self.settings.to_dict().items() if name in self._stated}
+        return {name: value for name, value in self.settings.values().items() if name in self._stated}
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "TunedSettings":
@@ -222,10 +223,14 @@ class TunedForAnotherMaskWarning(UserWarning):
     """``tuned.json`` sits beside the given mask but was measured with another one."""
 
 
+#: How the reason starts when tuned settings are set aside for the drafter (``RunSpec.not_applied``).
+OTHER_DRAFTER = "measured with another drafter"
+
+
 class TunedForAnotherDrafterWarning(UserWarning):
     """``tuned.json`` was measured with another drafter than the run's: its settings are not applied."""
 
 
-__all__ = ["FORMAT", "MEASURED_ON_DEFAULT", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
+__all__ = ["FORMAT", "MEASURED_ON_DEFAULT", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
            "TunedBudget", "TunedForAnotherDrafterWarning", "TunedForAnotherMaskWarning", "TunedPoint", "TunedReport",
            "TunedSettings", "find_tuned", "recorded_mask", "tuned_path_beside"]

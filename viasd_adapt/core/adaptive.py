@@ -29,12 +29,13 @@ written for a cost to minimise and a ratio estimate:
 * older cycles are **discounted** (``discount`` per cycle): a neglected arm's evidence fades, its
   error grows, and it is tried again now and then. That is how the choice goes both ways, and how
   a sequence whose text changes character (prose, then code) moves its estimates with it;
-* it **starts from a prior**: :class:`ArmPrior` pseudo-cycles per arm (from ``tuned.json``'s
-  measured points, when there is one), which fade with the same discount. With nothing measured,
-  a :class:`RelativePrior` can state the tier against the untiered arm as it is being measured
-  (the lossless cascade: a slim pass more per cycle, for at most one more token). With no prior
-  at all it starts untiered (the baseline the tier must beat) and tries the tier after
-  ``first_probe`` cycles.
+* it **starts from a prior**: :class:`ArmPrior` pseudo-cycles per arm, which fade with the same
+  discount, and a :class:`RelativePrior` that states the tier against the untiered arm as it is
+  being measured: from ``tuned.json``'s measured points, the difference the calibration measured
+  between the arms; with nothing measured, the lossless cascade's a slim pass more per cycle, for
+  at most one more token, which lossy is presumed too (:mod:`viasd_adapt.engine.priors` says which,
+  and why). A controller made with no prior at all starts untiered (the baseline the tier must
+  beat) and tries the tier after ``first_probe`` cycles.
 
 It is deterministic: the same history gives the same choice, so runs repeat and greedy output
 stays reproducible.
@@ -45,6 +46,11 @@ a valid verification of the cycle. Lossless stays exact (both arms commit exactl
 q's distribution when sampling, given the prefix), and a lossy sequence can only gain fidelity on
 the cycles that run untiered.
 
+Where it runs: :class:`AdaptivePlan` holds a run's prices, priors and knobs, and the verify step
+(:class:`viasd_adapt.core.verify_step.VerifyStep`) builds one controller per generation from it,
+asks it each cycle's arm and shows it each cycle's priced passes and committed tokens: once, for
+every framework.
+
 Pure Python: no model, no tensor; unit-tested on synthetic arms.
 """
 
@@ -53,7 +59,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Mapping
 
+from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.errors import ConfigError
 
 
@@ -135,17 +143,23 @@ class RelativePrior:
     tier cycle costs ``extra_cost`` more than an untiered one (its slim pass) and commits
     ``extra_tokens`` more tokens, worth ``weight`` cycles. The lossless cascade can add at most one
     token per cycle (the slim verifier's correction, when the target keeps it), so with
-    ``extra_tokens = 0`` the tier has to show that it buys its slim pass before it runs."""
+    ``extra_tokens = 0`` the tier has to show that it buys its slim pass before it runs.
+
+    Measured points state the tier this way too (:mod:`viasd_adapt.engine.priors`): the difference
+    the calibration measured between the arms, per cycle, carries over to a sequence whose level
+    differs (other text, other timings) better than either arm's absolute cost does. A lossy cycle
+    that skips q can cost less than an untiered one: ``extra_cost`` may be negative."""
 
     extra_cost: float
     extra_tokens: float = 0.0
     weight: float = 3.0
 
     def __post_init__(self) -> None:
-        for name in ("extra_cost", "weight"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < float("inf"):
-                raise ConfigError(f"relative prior {name} must be a finite number >= 0, got {value!r}")
+        if isinstance(self.extra_cost, bool) or not isinstance(self.extra_cost, (int, float)) \
+                or not math.isfinite(self.extra_cost):
+            raise ConfigError(f"relative prior extra_cost must be a finite number, got {self.extra_cost!r}")
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not 0.0 <= self.weight < float("inf"):
+            raise ConfigError(f"relative prior weight must be a finite number >= 0, got {self.weight!r}")
         if isinstance(self.extra_tokens, bool) or not isinstance(self.extra_tokens, (int, float)) \
                 or not -1.0 <= self.extra_tokens <= 1.0:
             raise ConfigError(f"relative prior extra_tokens must be in [-1, 1], got {self.extra_tokens!r}")
@@ -259,7 +273,7 @@ class TierController:
             return self._arms
         view = _ArmState(tier.cost, tier.tokens, tier.squares, tier.cycles)
         weight, relative = self._relative_weight, self.relative
-        cost = plain.cost / plain.cycles + relative.extra_cost
+        cost = max(plain.cost / plain.cycles + relative.extra_cost, 1e-6)
         tokens = max(1.0, plain.tokens / plain.cycles + relative.extra_tokens)
         view.add(weight * cost, weight * tokens, weight, squares=weight * tokens * tokens * (1 + PRIOR_SPREAD ** 2))
         return {Arm.TIER: view, Arm.PLAIN: plain}
@@ -307,4 +321,38 @@ class TierController:
         return sum(1 for arm in self.history if arm is Arm.TIER)
 
 
-__all__ = ["AdaptiveSettings", "Arm", "ArmPrior", "PassPrices", "RelativePrior", "TierController"]
+@dataclass(frozen=True)
+class AdaptivePlan:
+    """What every controller of a run starts from: the prices, the priors, the knobs.
+
+    One per run (an adapter's set-up call, :func:`viasd_adapt.engine.tier.open_tier`, builds it
+    from ``tuned.json``'s measurements or the mask's layer counts); each generation gets a fresh
+    :class:`TierController` from it (:meth:`controller`), so no sequence's evidence leaks into
+    another's choices. ``sources`` says in words where the prices and priors came from.
+    """
+
+    prices: PassPrices = field(default_factory=PassPrices)
+    priors: Mapping[Arm, ArmPrior] = field(default_factory=dict)
+    relative: RelativePrior | None = None
+    most_tokens: int = 6
+    settings: AdaptiveSettings = field(default_factory=AdaptiveSettings)
+    sources: tuple[str, ...] = ()
+
+    def controller(self) -> TierController:
+        """A fresh controller for one generation."""
+        return TierController(self.settings, dict(self.priors), self.most_tokens, self.relative)
+
+    @classmethod
+    def fallback(cls, settings: TierSettings) -> "AdaptivePlan":
+        """The plan of a verify step built without one (a ``TieredVerifier`` or ``VerifyStep`` made
+        directly, with no tier opened): the slim pass priced by the skip ratio (it runs about
+        ``1 - ratio`` of the layers), a resumed pass as a full one (the first skipped layer is not
+        known here), drafting free; the tier stated against the untiered arm as a slim pass more per
+        cycle (:class:`RelativePrior`), as with nothing measured."""
+        prices = PassPrices(slim=1.0 - settings.ratio)
+        return cls(prices, {}, RelativePrior(extra_cost=prices.slim), settings.gamma + 1,
+                   sources=("prices: by the skip ratio (no tier opened)",
+                            "priors: the tier stated against the untiered arm (nothing measured)"))
+
+
+__all__ = ["AdaptivePlan", "AdaptiveSettings", "Arm", "ArmPrior", "PassPrices", "RelativePrior", "TierController"]

@@ -46,11 +46,13 @@ class CycleLedger:
                 values[:] = [values[i] for i in keep]
         return outcome
 
-    def record(self, outcome: CycleOutcome, drafted: int, draft_passes: int = 0, resumed_full_passes: int = 0) -> None:
+    def record(self, outcome: CycleOutcome, drafted: int, draft_passes: int = 0, resumed_full_passes: int = 0,
+               tier: bool = False) -> None:
         """One decided cycle: its tokens and tiers, draft accounting, passes and audit.
 
         ``draft_passes`` and ``resumed_full_passes`` are for frameworks whose drafter and target
         passes happen per cycle in the adapter's own code (EAGLE's head, resumed q passes).
+        ``tier``: whether the cycle was verified with the slim tier (``TierMetrics.tier_cycles``).
         """
         if self.stop is not None:
             outcome = self._cut(outcome)
@@ -60,6 +62,7 @@ class CycleLedger:
         self.metrics.full_passes += outcome.full_passes
         self.metrics.draft_passes += draft_passes
         self.metrics.resumed_full_passes += resumed_full_passes
+        self.metrics.tier_cycles += int(tier)
         if outcome.audit is not None:
             self.metrics.record_audit(outcome.audit, offset=first_index)
         if self.observer is not None:

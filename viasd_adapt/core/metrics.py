@@ -22,6 +22,9 @@ Definitions (also in the README):
 * ``full_passes_per_token``, ``slim_passes_per_token``, ``draft_passes_per_token``: forward
   passes of each model per committed token. ``resumed_full_passes`` of the full passes started at
   the slim verifier's first skipped layer (shared prefix), so they cost less than a full pass.
+* ``tier_cycles``: of the ``cycles``, those verified with the slim tier: every drafting cycle of a
+  fixed tiered mode, the cycles the controller gave the tier when it adapts
+  (:mod:`viasd_adapt.core.adaptive`), none in modes none and lenient (nor the prefill's cycle).
 * Audit (audit mode, and lenient mode where q is at hand anyway): per committed token, the chance
   that lossless q verification would have overruled it, and the TV distance of the effective
   distribution from q; ``overrule_by_tier`` splits the overrules by the tier that committed them.
@@ -54,6 +57,7 @@ class TierMetrics:
     resumed_full_passes: int = 0
     slim_passes: int = 0
     draft_passes: int = 0
+    tier_cycles: int = 0
     token_tiers: list[int] = field(default_factory=list)
     accepted_lengths: list[int] = field(default_factory=list)
     # the audit, one entry per audited token: its index in the generation, its tier, the chance

@@ -85,6 +85,12 @@ class TierSettings:
             (with the paper's reading a sharp drafter fails the gate on the verifier's argmax,
             and a flat one passes tokens the verifier ranks low). Sampling always uses the
             paper's ratio test.
+        adaptive: whether the adaptive tier decides, cycle by cycle, between the slim tier and
+            untiered verification (:mod:`viasd_adapt.core.adaptive`), for the modes it applies to
+            (:attr:`adapts`: lossless and lossy). On by default, because the slim tier often does
+            not pay and then costs: each arm is exact on its own and the choice reads only past
+            cycles, so lossless stays exact and lossy can only gain fidelity. False runs the tier
+            on every cycle, exactly as before the controller existed.
     """
 
     alpha1: float = 0.5
@@ -96,6 +102,7 @@ class TierSettings:
     escalation_rule: str = "tolerant"
     lenience: float = 0.5
     greedy_gates: str = "proposer"
+    adaptive: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode.parse(self.mode))
@@ -114,6 +121,15 @@ class TierSettings:
             raise ConfigError(
                 f"escalation_rule must be 'framework' or 'tolerant', got {self.escalation_rule!r}"
             )
+        if not isinstance(self.adaptive, bool):
+            raise ConfigError(f"adaptive (the tier chosen cycle by cycle) must be True or False, got {self.adaptive!r}")
+
+    @property
+    def adapts(self) -> bool:
+        """Whether a controller chooses each cycle's arm (tier or untiered): ``adaptive`` in lossless
+        and lossy mode. Audit is a measurement of lossy, so it keeps the tier on every cycle; none
+        and lenient run no slim tier to switch off."""
+        return self.adaptive and self.mode in ADAPTIVE_MODES
 
     @property
     def escalation_tolerance(self) -> float:
@@ -127,9 +143,44 @@ class TierSettings:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        """The settings as a JSON object. ``adaptive`` is written only when it is off: on is its
+        default, and what a file written before it existed means, so such files keep their shape
+        and a tuned.json records ``"adaptive": false`` for a choice measured with the tier on every
+        cycle (:meth:`values` has every field)."""
+        data = self.values()
+        if self.adaptive:
+            del data["adaptive"]
+        return data
+
+    def values(self) -> dict[str, Any]:
+        """Every setting by name (the mode as its name)."""
         data = asdict(self)
         data["mode"] = self.mode.value
         return data
+
+
+#: The modes the adaptive tier applies to (:attr:`TierSettings.adapts`).
+ADAPTIVE_MODES = (Mode.LOSSLESS, Mode.LOSSY)
+#: How a row (bench) or a family (tune) that runs a mode with the adaptive tier is named: the mode's
+#: name and this suffix, ``lossless-adaptive``; the bare mode names the tier on every cycle.
+ADAPTIVE_SUFFIX = "-adaptive"
+
+
+def mode_label(settings: "TierSettings") -> str:
+    """The row name of ``settings``: its mode, with :data:`ADAPTIVE_SUFFIX` when the tier adapts."""
+    return settings.mode.value + (ADAPTIVE_SUFFIX if settings.adapts else "")
+
+
+def label_settings(label: str) -> dict[str, Any]:
+    """The settings a row named ``label`` runs (:func:`mode_label`'s inverse): ``{"mode": ...,
+    "adaptive": ...}``. A bare tiered mode is the tier on every cycle (``adaptive=False``), so that
+    its figures stay comparable with rows measured before the adaptive tier existed."""
+    adaptive = label.endswith(ADAPTIVE_SUFFIX)
+    mode = Mode.parse(label[: -len(ADAPTIVE_SUFFIX)] if adaptive else label)
+    if adaptive and mode not in ADAPTIVE_MODES:
+        choices = ", ".join(m.value + ADAPTIVE_SUFFIX for m in ADAPTIVE_MODES)
+        raise ConfigError(f"{label!r}: only {choices} adapt (audit keeps the tier on every cycle)")
+    return {"mode": mode, "adaptive": adaptive}
 
 
 # A documented preset that trades some speed for fidelity: a stricter gate 1 and a slim tier that

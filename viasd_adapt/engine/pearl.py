@@ -68,6 +68,7 @@ import torch
 from torch import nn
 
 from viasd_adapt.checks import check_max_new_tokens
+from viasd_adapt.core.adaptive import AdaptivePlan
 from viasd_adapt.core.cycle import StopRule
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
@@ -86,17 +87,19 @@ FRAMEWORK = "pearl"
 
 
 def pearl_verifier(target: nn.Module, settings: TierSettings, sampling: SamplingConfig, slim: SlimVerifier | None,
-                   plugin_manager: pluggy.PluginManager, share_prefix: bool = True) -> TieredVerifier:
+                   plugin_manager: pluggy.PluginManager, share_prefix: bool = True,
+                   adaptive: AdaptivePlan | None = None) -> TieredVerifier:
     """The shared verify step with PEARL's cycle boundary: no bonus token.
 
     The position after a fully committed block belongs to the first token of the next block,
     which the drafter already produced, so :func:`viasd_adapt.core.cycle.decide_cycle` ends such a
     cycle at the block (``bonus_after_block=False``): lossy mode neither resolves nor escalates a
     position whose token would be dropped, and the exact modes drop q's bonus (lossless: the drop
-    depends only on earlier tokens).
+    depends only on earlier tokens). ``adaptive``: the adaptive tier's prices and priors, when the
+    settings adapt; its controller then picks each round's arm from the rounds before it.
     """
     return TieredVerifier(target, settings, sampling, slim=slim, plugin_manager=plugin_manager, framework=FRAMEWORK,
-                          bonus_after_block=False, share_prefix=share_prefix)
+                          bonus_after_block=False, share_prefix=share_prefix, adaptive=adaptive)
 
 
 # =============================================================================== threads / streams

@@ -12,14 +12,18 @@ the same words:
 * ``settings=None`` runs the tuned choice measured with this mask
   (:func:`viasd_adapt.config.resolve.resolve_settings`), refused when it was tuned on another model;
 * a lossy tier opened on a mask whose recorded Delta(u) < 0 warns
-  (:class:`~viasd_adapt.config.advice.NegativeDeltaWarning`), from the artifact already read.
+  (:class:`~viasd_adapt.config.advice.NegativeDeltaWarning`), from the artifact already read;
+* when the settings adapt, the measurements the adaptive tier prices passes and starts from
+  (:mod:`viasd_adapt.engine.priors`) are those of ``tuned.json`` beside a mask path (the resolver's
+  read reused), or of a tuned file the caller passes.
 
 Tuned settings belong to a pair (:mod:`viasd_adapt.config.tuned`): where the drafter is known they
 are checked against the drafter they were measured with (:func:`tuned_drafter_mismatch`). The
 commands check after loading the pair (:func:`check_spec_model`), :func:`~viasd_adapt.adapters.pearl.pearl_generate`
 and the EAGLE adapter when the tier opens (:func:`check_tier_drafter`), the HF adapter per call,
 when the assistant model arrives (:class:`TunedDrafterCheck`). Another drafter: the tuned settings
-are not applied (the defaults run), with a :class:`~viasd_adapt.config.tuned.TunedForAnotherDrafterWarning`.
+are not applied (the defaults run), with a :class:`~viasd_adapt.config.tuned.TunedForAnotherDrafterWarning`,
+and their measurements do not price the adaptive tier either.
 """
 
 from __future__ import annotations
@@ -35,11 +39,13 @@ from torch import nn
 
 from viasd_adapt.config.advice import warn_if_negative_delta
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
-from viasd_adapt.config.resolve import RunSpec, resolve_settings
+from viasd_adapt.config.resolve import UNREAD, RunSpec, resolve_settings
+from viasd_adapt.config.tuned import OTHER_DRAFTER, PROMPT_LOOKUP_DRAFTER, TunedForAnotherDrafterWarning, TunedSettings, find_tuned
+from viasd_adapt.core.adaptive import AdaptivePlan
 from viasd_adapt.core.hooks import make_plugin_manager
 from viasd_adapt.core.settings import Mode, TierSettings, check_settings
 from viasd_adapt.core.verify_step import VerifyStep
-from viasd_adapt.config.tuned import PROMPT_LOOKUP_DRAFTER, TunedForAnotherDrafterWarning, TunedSettings
+from viasd_adapt.engine.priors import adaptive_plan
 from viasd_adapt.routing.mask import MaskLike, check_tuned_model, model_mismatches, resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
 
@@ -65,6 +71,9 @@ class OpenTier:
             settings were given or the mask was not a path.
         artifact: the mask artifact read or given (its Delta, search and fingerprint); None for a
             bare :class:`RoutingMask`, or a path a mode without a slim verifier never needed to read.
+        target: the model the tier was opened on (the adaptive tier prices passes against it).
+        tuned: the tuned file whose measurements price the adaptive tier's passes and give its
+            priors (:mod:`viasd_adapt.engine.priors`); None when there is none or it was not needed.
     """
 
     settings: TierSettings
@@ -74,15 +83,27 @@ class OpenTier:
     plugins: tuple = ()
     spec: RunSpec | None = None
     artifact: MaskArtifact | None = None
+    target: nn.Module | None = None
+    tuned: TunedSettings | None = None
 
     @property
     def mode(self) -> Mode:
         return self.settings.mode
 
-    def verify_step(self, framework: str, **options: Any) -> VerifyStep:
-        """A :class:`VerifyStep` with this tier's settings and plugin manager; ``options`` are
-        VerifyStep's own (``greedy``, ``bonus_after_block``, ``thresholds``)."""
-        return VerifyStep(self.settings, framework, self.plugin_manager, **options)
+    def adaptive_plan(self, drafter: nn.Module | None = None, settings: TierSettings | None = None,
+                      use_measured: bool = True) -> AdaptivePlan | None:
+        """The adaptive tier's prices and priors for a run drafting with ``drafter`` (a model, or
+        None: no drafter model), with ``settings`` (default: the tier's); None when they do not
+        adapt. ``use_measured=False``: a framework whose cycles the tuned points do not describe."""
+        return adaptive_plan(settings or self.settings, self.target, self.routing, self.tuned, drafter, use_measured)
+
+    def verify_step(self, framework: str, drafter: nn.Module | None = None, use_measured: bool = True,
+                    **options: Any) -> VerifyStep:
+        """A :class:`VerifyStep` with this tier's settings, plugin manager and adaptive plan
+        (:meth:`adaptive_plan` with ``drafter``); ``options`` are VerifyStep's own (``greedy``,
+        ``bonus_after_block``, ``thresholds``)."""
+        return VerifyStep(self.settings, framework, self.plugin_manager,
+                          adaptive=self.adaptive_plan(drafter, use_measured=use_measured), **options)
 
 
 def drafter_identity(drafter: DrafterLike) -> DrafterLike:
@@ -108,17 +129,17 @@ def tuned_drafter_mismatch(tuned: TunedSettings, drafter: DrafterLike) -> str | 
     if drafter is EAGLE_HEAD or drafter == EAGLE_HEAD:
         if tuned.measured_on == "eagle":
             return None
-        return (f"measured with another drafter: {_described(recorded)} on the {tuned.measured_on} framework; "
+        return (f"{OTHER_DRAFTER}: {_described(recorded)} on the {tuned.measured_on} framework; "
                 "this run drafts with its EAGLE head")
     if recorded == PROMPT_LOOKUP_DRAFTER or drafter == PROMPT_LOOKUP_DRAFTER:
         if recorded == drafter:
             return None
-        return f"measured with another drafter: {_described(recorded)}; this run drafts with {_described(drafter)}"
+        return f"{OTHER_DRAFTER}: {_described(recorded)}; this run drafts with {_described(drafter)}"
     if not isinstance(drafter, nn.Module):
-        return f"measured with another drafter: {_described(recorded)}; this run drafts with a {type(drafter).__name__}"
+        return f"{OTHER_DRAFTER}: {_described(recorded)}; this run drafts with a {type(drafter).__name__}"
     problems = model_mismatches(recorded, drafter)
     if problems:
-        return f"measured with another drafter: this run's drafter model is not the one recorded ({problems[0]})"
+        return f"{OTHER_DRAFTER}: this run's drafter model is not the one recorded ({problems[0]})"
     return None
 
 
@@ -173,7 +194,7 @@ def check_tier_drafter(tier: OpenTier, target: nn.Module, mask: MaskLike | None,
     warn_other_drafter(spec.tuned_path, mismatch, stacklevel=stacklevel + 1)
     untuned = spec.without_tuned(mismatch)
     reopened = open_tier(target, mask, untuned.settings, tier.plugins, plugin_manager=tier.plugin_manager,
-                         build_slim=build_slim, stacklevel=stacklevel + 1)
+                         build_slim=build_slim, stacklevel=stacklevel + 1, tuned=None)
     return replace(reopened, spec=untuned)
 
 
@@ -206,7 +227,7 @@ class TunedDrafterCheck:
                     untuned = self.tier.spec.without_tuned(mismatch)
                     self._untuned = replace(open_tier(self.target, self.mask, untuned.settings, self.tier.plugins,
                                                       plugin_manager=self.tier.plugin_manager,
-                                                      stacklevel=stacklevel + 1), spec=untuned)
+                                                      stacklevel=stacklevel + 1, tuned=None), spec=untuned)
         return self.tier if self._checked[key] else self._untuned
 
 
@@ -219,6 +240,7 @@ def open_tier(
     plugin_manager: pluggy.PluginManager | None = None,
     build_slim: bool = True,
     stacklevel: int = 2,
+    tuned: Any = UNREAD,
 ) -> OpenTier:
     """Resolves and checks what a tier on ``target`` runs with; every adapter's one set-up call.
 
@@ -234,6 +256,9 @@ def open_tier(
         build_slim: False when the adapter builds its own slim verifier from ``routing``.
         stacklevel: which frame the warnings name, counted from the caller of this function
             (1: the caller itself; 2, the default: the caller's caller, i.e. the user of an adapter).
+        tuned: the tuned file whose measurements the adaptive tier starts from (None: none). By
+            default, when the settings adapt, the ``tuned.json`` beside a mask path (read once:
+            the resolver's read is reused).
 
     Raises ConfigError for bad settings, a bad or missing mask file, or a slim mode without a
     mask; ModelMismatchError for a mask or tuned file made for another model.
@@ -256,7 +281,11 @@ def open_tier(
     plugins = tuple(plugins)
     # Built once: fails now on a malformed plugin, and entry-point discovery is not paid per call.
     manager = plugin_manager if plugin_manager is not None else make_plugin_manager(plugins)
-    return OpenTier(settings, routing, slim, manager, plugins, spec, artifact)
+    if tuned is UNREAD:
+        tuned = None
+        if settings.adapts and path is not None:
+            tuned = spec.tuned if spec is not None else find_tuned(path)
+    return OpenTier(settings, routing, slim, manager, plugins, spec, artifact, target, tuned if settings.adapts else None)
 
 
 __all__ = ["EAGLE_HEAD", "OpenTier", "TunedDrafterCheck", "check_spec_model", "check_tier_drafter", "drafter_identity",

@@ -23,6 +23,7 @@ from viasd_adapt.checks import (
     check_draft_block,
     vocab_size_of,
 )
+from viasd_adapt.core.adaptive import AdaptivePlan
 from viasd_adapt.core.cycle import CyclePolicy, StopRule, Verifiers
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.ledger import CycleLedger
@@ -48,7 +49,11 @@ class TieredVerifier:
         runners: the target's runners, when the caller builds them (encoder-decoder targets:
             :class:`viasd_adapt.routing.seq2seq.Seq2SeqTargetRunners`); None builds the decoder-only ones.
         step: the run's verify step, when several verifiers serve one run (the rows of one HF
-            ``generate`` call); None builds one from the settings and ``plugin_manager``.
+            ``generate`` call); None builds one from the settings, ``plugin_manager`` and ``adaptive``.
+        adaptive: the adaptive tier's prices and priors for a step built here
+            (:func:`viasd_adapt.engine.priors.adaptive_plan`); None: the step's fallback. A cycle
+            the controller gives the untiered arm runs q alone: the slim runner is not called and
+            catches up on what it missed at its next pass (:mod:`viasd_adapt.routing.shared`).
     """
 
     target: nn.Module
@@ -61,12 +66,13 @@ class TieredVerifier:
     share_prefix: bool = True
     runners: TargetRunners | None = None
     step: VerifyStep | None = None
+    adaptive: AdaptivePlan | None = None
 
     def __post_init__(self) -> None:
         self.warper = as_warper(self.sampling)
         if self.step is None:
             self.step = VerifyStep(self.settings, self.framework, self.plugin_manager, greedy=self.warper.greedy,
-                                   bonus_after_block=self.bonus_after_block)
+                                   bonus_after_block=self.bonus_after_block, adaptive=self.adaptive)
         else:
             self.step.new_generation(self.warper.greedy)
         self.plugin_manager = self.step.plugin_manager

@@ -6,7 +6,13 @@ the HF adapter's tiered modes run) on calibration prompts kept apart from the be
 * untiered lossless SD (mode ``none``) and the lossless cascade (exact by construction);
 * the lenient baseline for each tolerance ``a``;
 * lossy VIA-SD for each routing mask (one DIMR mask per skip ratio r, reused or searched), each
-  ``alpha1`` and ``alpha2``, and each greedy gate reading.
+  ``alpha1`` and ``alpha2``, and each greedy gate reading;
+* the adaptive tier (:mod:`viasd_adapt.core.adaptive`; off with ``adaptive=False``): for each mask,
+  the adaptive twin of the lossless cascade and of the cheapest lossy point within the budget
+  (families ``lossless-adaptive`` and ``viasd-adaptive``). They are measured after the fixed points,
+  starting from those points as a ``tuned.json`` would give them (its prices and priors,
+  :mod:`viasd_adapt.engine.priors`), so they run as they will run from the written file. The fixed
+  families run the tier on every cycle (``adaptive=False``, recorded so in tuned.json).
 
 Each candidate gets a **cost**, full-equivalent passes per token (:mod:`viasd_adapt.bench.costs`,
 per-forward costs measured once per mask), and a **fidelity**: the target's log-likelihood drop per
@@ -46,13 +52,19 @@ from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.routing.mask import model_fingerprint
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.core.sampling import SamplingConfig
-from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.core.settings import ADAPTIVE_SUFFIX, Mode, TierSettings
 from viasd_adapt.config.tuned import MEASURED_ON_DEFAULT, PROMPT_LOOKUP_DRAFTER, TunedSettings
+from viasd_adapt.frameworks.baselines import TUNED_KEY
 
 #: The framework whose loop every candidate runs on (recorded in tuned.json as ``measured_on``):
 #: the tier's own SD loop, the loop the HF adapter's tiered modes run. Other frameworks apply the
 #: same settings; ``viasd generate --explain`` says when a setting rests on another framework's run.
 MEASURED_ON = MEASURED_ON_DEFAULT
+#: The families of the sweep, in the order they are reported: plain SD, the lenient baseline, the
+#: tier on every cycle, and the adaptive tier (``-adaptive``, :data:`~viasd_adapt.core.settings.ADAPTIVE_SUFFIX`).
+FAMILIES = ("sd", "lossless", "lenient", "viasd", "lossless" + ADAPTIVE_SUFFIX, "viasd" + ADAPTIVE_SUFFIX)
+#: The families that run a slim verifier (priced with their mask's forward costs).
+TIER_FAMILIES = ("lossless", "viasd", "lossless" + ADAPTIVE_SUFFIX, "viasd" + ADAPTIVE_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -80,7 +92,7 @@ class TuneGrid:
 class Point:
     """One measured candidate."""
 
-    family: str  # "sd", "lossless", "lenient" or "viasd"
+    family: str  # "sd", "lossless", "lenient", "viasd", "lossless-adaptive" or "viasd-adaptive"
     settings: TierSettings
     mask: str | None  # the mask's source, for tier modes
     full_equivalent: float
@@ -156,7 +168,7 @@ class TuneResult:
         for point in self.points:
             if not point.passes:
                 raise ConfigError("these points carry no pass counts (an older tune file); run the sweep again")
-            point_costs = costs[point.mask if point.family in ("lossless", "viasd") else None]
+            point_costs = costs[point.mask if point.family in TIER_FAMILIES else None]
             priced = full_equivalent(point_costs, PassCounts(**point.passes))
             points.append(replace(point, full_equivalent=priced, per_prompt=repriced_prompt_sums(point.per_prompt, point_costs)))
         return judged(points, self.budget, {str(k): v.to_dict() for k, v in costs.items()}, self.masks, self.seconds)
@@ -310,15 +322,30 @@ def mask_costs(pair: LoadedPair, masks: dict[str, RoutingMask], prompt_ids: list
 
 
 def _candidates(masks: dict[str, RoutingMask], grid: TuneGrid, base: TierSettings, greedy: bool):
-    """(family, settings, mask name) for every candidate of the sweep."""
+    """(family, settings, mask name) for every candidate of the sweep with the tier on every cycle."""
     yield "sd", base.with_(mode=Mode.NONE), None
     for a in grid.lenience:
         yield "lenient", base.with_(mode=Mode.LENIENT, lenience=a), None
     gates = grid.greedy_gates if greedy else ("proposer",)
+    fixed = base.with_(adaptive=False)
     for name, mask in masks.items():
-        yield "lossless", base.with_(mode=Mode.LOSSLESS, ratio=mask.ratio), name
+        yield "lossless", fixed.with_(mode=Mode.LOSSLESS, ratio=mask.ratio), name
         for a1, a2, gate in itertools.product(grid.alpha1, grid.alpha2, gates):
-            yield "viasd", base.with_(mode=Mode.LOSSY, alpha1=a1, alpha2=a2, greedy_gates=gate, ratio=mask.ratio), name
+            yield "viasd", fixed.with_(mode=Mode.LOSSY, alpha1=a1, alpha2=a2, greedy_gates=gate, ratio=mask.ratio), name
+
+
+def _adaptive_candidates(fixed: TuneResult, masks: dict[str, RoutingMask]):
+    """(family, settings, mask name) of the adaptive twins (module docstring): per mask, of the
+    lossless point, and of the cheapest lossy point within the budget (if any is)."""
+    for name in masks:
+        on_mask = [p for p in fixed.points if p.mask == name]
+        lossless = next((p for p in on_mask if p.family == "lossless"), None)
+        if lossless is not None:
+            yield "lossless" + ADAPTIVE_SUFFIX, lossless.settings.with_(adaptive=True), name
+        lossy = [p for p in on_mask if p.family == "viasd" and fixed.budget.admits(p)]
+        if lossy:
+            best = min(lossy, key=lambda p: p.full_equivalent)
+            yield "viasd" + ADAPTIVE_SUFFIX, best.settings.with_(adaptive=True), name
 
 
 def tune(
@@ -337,8 +364,10 @@ def tune(
     progress: Callable[[str], None] | None = None,
     bar: Callable[[int], object] | None = None,
     chat: str = "auto",
+    adaptive: bool = True,
 ) -> TuneResult:
-    """Measures every candidate and chooses the cheapest within ``budget`` (module docstring).
+    """Measures every candidate and chooses the cheapest within ``budget`` (module docstring);
+    ``adaptive=False`` measures no adaptive twin.
 
     ``prompts``: encoded prompts (Spec-Bench's calibration split,
     :func:`viasd_adapt.bench.prompt_sets.tune_spec_bench_prompts`), or texts (held-out snippets,
@@ -350,18 +379,26 @@ def tune(
     prompt_ids = [p.ids if isinstance(p, BenchPrompt) else encode_prompt(pair.tokenizer, p, chat) for p in prompts]
     masks = _masks_for_ratios(pair, ratios, search_steps, save_masks_to, say, exits)
     original_mask = pair.mask
+    # the sweep measures its own points: a tuned.json already beside the mask must not steer them
+    had_tuned, original_tuned = TUNED_KEY in pair.loaded, pair.loaded.get(TUNED_KEY)
+    pair.loaded[TUNED_KEY] = None
     try:
         with warnings.catch_warnings():
             # the sweep tries tolerances far from the defaults on purpose; the junk-drafter monitor
             # would read a loose gate 1 as a junk drafter
             warnings.simplefilter("ignore", ViasdQualityWarning)
             return _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, seed, cost_repeats, say,
-                            bar, started)
+                            bar, started, adaptive)
     finally:
         pair.mask = original_mask
+        if had_tuned:
+            pair.loaded[TUNED_KEY] = original_tuned
+        else:
+            del pair.loaded[TUNED_KEY]
 
 
-def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, seed, cost_repeats, say, bar, started):
+def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, seed, cost_repeats, say, bar, started,
+             adaptive=True):
     base = TierSettings(gamma=grid.gamma)
 
     def run(settings: TierSettings, mask_name: str | None) -> tuple[list[list[int]], TierMetrics, list[TierMetrics]]:
@@ -393,9 +430,12 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
     say("timing single forwards per mask")
     costs = mask_costs(pair, masks, prompt_ids[0], grid.gamma, cost_repeats)
     candidates = list(_candidates(masks, grid, base, sampling.greedy))
-    ticker = bar(len(candidates)) if bar is not None else None
-    points: list[Point] = []
-    for family, settings, mask_name in candidates:
+    ticker = bar(len(candidates) + (2 * len(masks) if adaptive else 0)) if bar is not None else None
+
+    def measure(family: str, settings: TierSettings, mask_name: str | None) -> Point:
+        """One candidate on every calibration prompt: its cost, fidelity and per-prompt sums. (The
+        sampling overrule of a lossy point is its audit's, which runs the tier on every cycle: for an
+        adaptive point that is an upper bound, since its untiered cycles are exact.)"""
         outputs, metrics, each = run(settings, mask_name)
         ll, matches, tokens, regret = 0.0, 0, 0, 0.0
         scores = []
@@ -416,17 +456,27 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
         feq = full_equivalent(costs[mask_name], counts)
         per_prompt = _prompt_sums(scores, each, audit_each, settings.mode.is_exact, costs[mask_name]) | reference_each \
             | {"keys": keys}
-        points.append(Point(family, settings, mask_name, feq, reference_ll - ll / max(1, tokens), overrule, tokens,
-                            {"rejection_rate": metrics.rejection_rate, "mean_accepted_length": metrics.mean_accepted_length,
-                             "slim_tokens": metrics.slim_tokens, "escalated_cycles": metrics.escalated_cycles,
-                             "cycles": metrics.cycles}, regret / max(1, tokens), asdict(counts), per_prompt))
         if ticker is not None:
             ticker.update(1)
+        return Point(family, settings, mask_name, feq, reference_ll - ll / max(1, tokens), overrule, tokens,
+                     {"rejection_rate": metrics.rejection_rate, "mean_accepted_length": metrics.mean_accepted_length,
+                      "slim_tokens": metrics.slim_tokens, "escalated_cycles": metrics.escalated_cycles,
+                      "cycles": metrics.cycles, "tier_cycles": metrics.tier_cycles},
+                     regret / max(1, tokens), asdict(counts), per_prompt)
+
+    points = [measure(*candidate) for candidate in candidates]
+    cost_record = {str(k): v.to_dict() for k, v in costs.items()}
+    mask_record = {name: {"bits": m.bits(), "skipped": list(m.skipped), "s1": m.first_skipped} for name, m in masks.items()}
+    if adaptive:
+        fixed = judged(points, budget, cost_record, mask_record, time.perf_counter() - started)
+        say("the adaptive tier: the lossless point and the cheapest lossy point within budget of each mask, adaptive")
+        # what the adaptive twins start from: these points, as the written tuned.json will give them
+        pair.loaded[TUNED_KEY] = artifact_of(fixed, pair)
+        points += [measure(*candidate) for candidate in _adaptive_candidates(fixed, masks)]
+        pair.loaded[TUNED_KEY] = None
     if ticker is not None:
         ticker.close()
-    return judged(points, budget, {str(k): v.to_dict() for k, v in costs.items()},
-                  {name: {"bits": m.bits(), "skipped": list(m.skipped), "s1": m.first_skipped} for name, m in masks.items()},
-                  time.perf_counter() - started)
+    return judged(points, budget, cost_record, mask_record, time.perf_counter() - started)
 
 
 def _prompt_sums(scores, each: list[TierMetrics], audit_each: list[TierMetrics] | None, exact: bool,
@@ -475,8 +525,7 @@ def artifact_of(result: TuneResult, pair: LoadedPair, masks_dir: Path | None = N
     elif mask_file:
         mask_file = Path(mask_file).name
     mask_bits = result.masks[chosen.mask]["bits"] if chosen.mask else None
-    best = {family: (p.to_dict() if p else None) for family in ("sd", "lossless", "lenient", "viasd")
-            for p in [result.best(family)]}
+    best = {family: (p.to_dict() if p else None) for family in FAMILIES for p in [result.best(family)]}
     return TunedSettings(
         settings=chosen.settings,
         choice=chosen.family,
@@ -503,7 +552,8 @@ def drafter_record(pair: LoadedPair):
 def describe(result: TuneResult) -> list[str]:
     """The tuner's verdict in sentences."""
     lines = []
-    best = {family: result.best(family) for family in ("sd", "lossless", "lenient", "viasd")}
+    measured = {p.family for p in result.points}
+    best = {family: result.best(family) for family in FAMILIES if family in measured or ADAPTIVE_SUFFIX not in family}
     for family, point in best.items():
         if point is None:
             lines.append(f"{family}: no setting within the budget")
@@ -515,7 +565,14 @@ def describe(result: TuneResult) -> list[str]:
     chosen = result.point_estimate
     viasd, lenient = best["viasd"], best["lenient"]
     written = "that is what is written" if result.pooled is None else "the bootstrap below decides what is written"
-    if chosen.family == "viasd":
+    if chosen.family.endswith(ADAPTIVE_SUFFIX):
+        fixed = best.get(chosen.family[: -len(ADAPTIVE_SUFFIX)])
+        gain = 1 - chosen.full_equivalent / fixed.full_equivalent if fixed else None
+        lines.append(f"VERDICT: the adaptive tier pays on this pair: {chosen.family} ({_short(chosen.settings)}) is the "
+                     "cheapest setting within the budget; it runs the slim tier on the cycles where it pays"
+                     + (f", {gain:.0%} fewer full-equivalent passes than the tier on every cycle" if gain is not None else "")
+                     + f", and {written}")
+    elif chosen.family == "viasd":
         gain = 1 - viasd.full_equivalent / lenient.full_equivalent if lenient else None
         lines.append("VERDICT: the slim tier pays on this pair: VIA-SD lossy is the cheapest setting within the budget"
                      + (f", {gain:.0%} fewer full-equivalent passes than the best lenient point" if gain is not None else ""))
@@ -576,11 +633,12 @@ def ar_full_equivalent(result: TuneResult) -> float | None:
 
 def _short(settings: TierSettings) -> str:
     mode = settings.mode
+    adaptive = " adaptive" if settings.adapts else ""
     if mode is Mode.LENIENT:
         return f"lenient a={settings.lenience}"
     if mode is Mode.LOSSY:
-        return f"lossy alpha1={settings.alpha1} alpha2={settings.alpha2} gates={settings.greedy_gates}"
-    return mode.value
+        return f"lossy alpha1={settings.alpha1} alpha2={settings.alpha2} gates={settings.greedy_gates}{adaptive}"
+    return mode.value + adaptive
 
 
 def plot_frontiers(result: TuneResult, path: str | Path, title: str = "") -> Path:
@@ -593,7 +651,9 @@ def plot_frontiers(result: TuneResult, path: str | Path, title: str = "") -> Pat
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
     styles = {"viasd": ("#d62728", "VIA-SD lossy"), "lenient": ("#ff7f0e", "lenient baseline"),
-              "sd": ("#1f77b4", "untiered SD"), "lossless": ("#2ca02c", "lossless cascade")}
+              "sd": ("#1f77b4", "untiered SD"), "lossless": ("#2ca02c", "lossless cascade"),
+              "viasd" + ADAPTIVE_SUFFIX: ("#ff9896", "VIA-SD lossy, adaptive"),
+              "lossless" + ADAPTIVE_SUFFIX: ("#98df8a", "lossless cascade, adaptive")}
     panels = ((axes[0], "ll_drop", result.budget.max_ll_drop, "target log-likelihood drop per token"),
               (axes[1], "regret", result.budget.max_regret, "regret per token (nats, teacher-forced)"))
     for ax, key, limit, label in panels:
@@ -622,5 +682,5 @@ def plot_frontiers(result: TuneResult, path: str | Path, title: str = "") -> Pat
         plt.close(fig)
 
 
-__all__ = ["Budget", "MEASURED_ON", "Point", "TuneGrid", "TuneResult", "artifact_of", "choice_uncertainty", "choose",
+__all__ = ["Budget", "FAMILIES", "MEASURED_ON", "Point", "TIER_FAMILIES", "TuneGrid", "TuneResult", "artifact_of", "choice_uncertainty", "choose",
            "point_names", "describe", "load_result", "mask_costs", "pareto", "plot_frontiers", "portable_name", "tune"]

@@ -255,7 +255,8 @@ def test_the_path_is_chosen_by_the_steps_rules(ea_model, mode, hook, after_path)
     setattr(AcceptEverything, hook, hookimpl(lambda self, tokens, **_: self.accept(tokens)))
     plugin = AcceptEverything()
     ids = _prompts(ea_model, 1)[0]
-    settings = TierSettings(mode=mode, lenience=0.1, alpha1=0.1, alpha2=0.99)  # lossy: u resolves every bonus
+    # the tier on every cycle (the rules decide each one); lossy: u resolves every bonus
+    settings = TierSettings(mode=mode, lenience=0.1, alpha1=0.1, alpha2=0.99, adaptive=False)
     with junk_drafter_warning("eagle", expected=mode == "lossy"):  # the plugin commits every draft gate 1 sees
         eagle.generate(ea_model, ids, 40, mask=MASK, settings=settings, plugins=[plugin],
                        options=eagle.EagleOptions(lossless_strategy="cascade"))
@@ -344,7 +345,7 @@ def test_framework_registry_entry_reports_eagles_cache_sizes(tiny_eagle, ea_mode
     prompt = _prompts(ea_model, 1)[0][0].tolist()
     outputs = {}
     for mode in ("plain", "none", "lossy", "audit"):
-        settings = TierSettings(mode="none" if mode == "plain" else mode)
+        settings = TierSettings(mode="none" if mode == "plain" else mode, adaptive=False)  # lossy: the tier every cycle
         out = frameworks.run("eagle", pair, RunRequest(mode, prompt, 10, settings, stop_at_eos=False))
         assert len(out.tokens) == 10 and out.extra_bytes > 0
         assert (out.metrics is None) == (mode == "plain")

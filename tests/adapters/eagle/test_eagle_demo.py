@@ -81,7 +81,7 @@ def test_demo_lossy_has_fewer_rejections_than_unwrapped_eagle(demo):
     accepted by EAGLE, leaving nothing to cut; README, "EAGLE adapter", has both numbers)."""
     ea_model, mask, prompts = demo
     none, _ = _run(ea_model, prompts, mask, TierSettings(mode="none"), temperature=0.8)
-    lossy, _ = _run(ea_model, prompts, mask, TierSettings(mode="lossy"), temperature=0.8)
+    lossy, _ = _run(ea_model, prompts, mask, TierSettings(mode="lossy", adaptive=False), temperature=0.8)
     assert lossy.drafts_judged > 0 and none.drafts_judged > 0
     assert lossy.rejection_rate < none.rejection_rate
     assert lossy.full_passes_per_token < none.full_passes_per_token
@@ -91,10 +91,10 @@ def test_demo_lossy_has_fewer_rejections_than_unwrapped_eagle(demo):
 def test_demo_lossless_greedy_identical_and_audit_reports(demo):
     ea_model, mask, prompts = demo
     _, none = _run(ea_model, prompts, mask, TierSettings(mode="none"))
-    _, lossless = _run(ea_model, prompts, mask, TierSettings(mode="lossless"))
+    _, lossless = _run(ea_model, prompts, mask, TierSettings(mode="lossless", adaptive=False))
     assert lossless == none
     audit, audited = _run(ea_model, prompts, mask, TierSettings(mode="audit"))
-    _, lossy = _run(ea_model, prompts, mask, TierSettings(mode="lossy"))
+    _, lossy = _run(ea_model, prompts, mask, TierSettings(mode="lossy", adaptive=False))
     assert audited == lossy
     assert 0.0 <= audit.overrule_rate <= 1.0 and 0.0 <= audit.tv_distance <= 1.0
 
@@ -114,7 +114,7 @@ def test_the_quality_monitor_catches_a_random_head_in_lossy_mode(demo):
             for temperature in (0.0, 1.0):
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    eagle.generate(ea_model, ids, 32, mask=mask, settings=TierSettings(mode="lossy"), temperature=temperature)
+                    eagle.generate(ea_model, ids, 32, mask=mask, settings=TierSettings(mode="lossy", adaptive=False), temperature=temperature)
                 found += [w for w in caught if issubclass(w.category, ViasdQualityWarning)]
         return found
 

@@ -142,7 +142,7 @@ def test_resumed_q_pass_equals_a_plain_full_pass_and_leaves_the_same_cache(ea_mo
 
 @pytest.mark.parametrize("mode", ["lossy", "audit"])
 def test_lossy_with_a_shared_prefix_decides_exactly_as_without(ea_model, mode):
-    settings = TierSettings(mode=mode, alpha1=0.9, alpha2=0.6)
+    settings = TierSettings(mode=mode, alpha1=0.9, alpha2=0.6, adaptive=False)  # the tier on every cycle
     for ids in prompts(ea_model, 2):
         with junk_drafter_warning("eagle", expected=mode == "lossy"):  # the tiny head looks unrelated to the monitor
             shared = eagle.generate(ea_model, ids, 24, mask=MASK, settings=settings)
@@ -159,5 +159,6 @@ def test_lossy_with_a_shared_prefix_decides_exactly_as_without(ea_model, mode):
 def test_a_mask_skipping_layer_0_has_no_prefix_to_share(ea_model):
     ids = prompts(ea_model, 1)[0]
     with junk_drafter_warning("eagle"):  # the tiny head looks unrelated to the monitor
-        result = eagle.generate(ea_model, ids, 16, mask=EARLY_MASK, settings=TierSettings(mode="lossy", alpha1=0.9, alpha2=0.6))
+        result = eagle.generate(ea_model, ids, 16, mask=EARLY_MASK, settings=TierSettings(mode="lossy", alpha1=0.9, alpha2=0.6,
+                                                                                              adaptive=False))
     assert len(result.tokens) == 16 and result.metrics.resumed_full_passes == 0

@@ -17,7 +17,7 @@ from viasd_adapt.errors import ViasdError  # noqa: E402
 from viasd_adapt.core.settings import TierSettings  # noqa: E402
 
 torch.set_num_threads(1)
-LOSSY = TierSettings(mode="lossy", alpha1=0.95, alpha2=0.9)  # tolerant enough to change greedy output
+LOSSY = TierSettings(mode="lossy", alpha1=0.95, alpha2=0.9, adaptive=False)  # tolerant enough to change greedy output
 
 
 @pytest.fixture(scope="module")

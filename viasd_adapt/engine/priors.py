@@ -1,0 +1,202 @@
+"""Where the adaptive tier's prices and priors come from (:class:`~viasd_adapt.core.adaptive.AdaptivePlan`).
+
+The controller (:mod:`viasd_adapt.core.adaptive`) compares the two arms on priced passes per
+committed token, so it needs what a pass costs and, to decide its first cycles well, what each arm
+is believed to cost per token before the sequence shows it. Both come from the best evidence at hand:
+
+**Prices** (:class:`~viasd_adapt.core.adaptive.PassPrices`, in full-equivalent passes):
+
+1. ``tuned.json``'s forward costs for the mask in use (``report.costs[<mask file>]``: ``c_draft``,
+   ``c_slim``, ``c_resume``, ``c_full_block`` seconds, measured by ``viasd tune`` on this machine
+   or one like it): the same prices the bench's ``full_equivalent`` column uses, so the controller
+   minimises exactly what the bench reports;
+2. else the mask's layer counts: a slim pass runs ``retained / L`` of the layers, a resumed pass
+   ``(L - s1) / L``; the drafter costs its parameter count over the target's (0 for prompt
+   lookup, which runs no model). Forward time on small batches grows with the weights a pass
+   reads, so that is the best guess with nothing timed.
+
+**Priors**, for the first cycles:
+
+1. ``tuned.json``'s measured points (``report.best_within_budget``), when they describe this run:
+   the ``sd`` point for the untiered arm and the mode's point (``lossless``, or ``viasd`` for
+   lossy) for the tier, measured with this mask and the same block length (and, for lossy, the
+   same tolerances); cost per token is the point's ``full_equivalent``, tokens per cycle its
+   ``mean_accepted_length``. The untiered arm starts from its point
+   (:class:`~viasd_adapt.core.adaptive.ArmPrior`); the tier is stated against the untiered arm as
+   the sequence measures it, by the differences per cycle the two points show
+   (:class:`~viasd_adapt.core.adaptive.RelativePrior`; the extra tokens bounded to one either way,
+   as the controller takes them). Why relative: the calibration prompts are not the run's, and a
+   bench runs under other load; an absolute prior would set a level the untiered arm's own cycles
+   soon contradict, and the tier, still at the calibration's level, would look better or worse
+   than it is each time the untiered arm has a lucky or unlucky streak. The difference between the
+   arms is what the calibration measured best. A measured point is worth the cycles it measured,
+   up to the controller's memory (:func:`prior_weight`). Points measured with another kind of drafter (a
+   model against prompt lookup) do not describe this run and are not used;
+2. else :class:`~viasd_adapt.core.adaptive.RelativePrior` with the slim pass as its extra cost and
+   no extra tokens: the tier must show that it buys its slim pass before it runs often. For
+   lossless that is close to the truth (the cascade pays a slim pass per cycle for at most one more
+   token). For lossy it is a cautious guess: a lossy cycle may commit more tokens, or skip q
+   altogether, so it may pay; but with nothing measured the tier is presumed not to, because
+   trying it costs most on short sequences, where a few probing cycles are a large share of the
+   whole (with no prior, lossy on SmolLM2 ran the tier on about a fifth of 32-token answers and
+   cost 1.05-1.19x untiered). ``viasd tune`` measures the lossy point that lets the tier run where
+   it pays. Stated against the untiered arm as the sequence measures it, the guess needs no timing
+   of this pair.
+
+Why not always the measured points: ``tuned.json`` measures the engine's loop with the pair's own
+drafter. EAGLE drafts a tree with its head, so those points describe other cycles; it takes its
+prices by layer counts and no measured prior. A drafter model other than the tuned one cannot be
+told apart here; its priors are then a little off, and fade with the controller's discount.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.config.tuned import TunedPoint, TunedSettings
+from viasd_adapt.core.adaptive import AdaptivePlan, AdaptiveSettings, Arm, ArmPrior, PassPrices, RelativePrior
+from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.routing.layers import find_decoder_stack
+from viasd_adapt.routing.mask import model_mismatches
+
+#: The settings a measured tier point must share with the run to be its prior, per mode.
+_PRIOR_FIELDS = {Mode.LOSSLESS: ("gamma",), Mode.LOSSY: ("gamma", "alpha1", "alpha2", "greedy_gates", "escalation_rule")}
+_FAMILY = {Mode.LOSSLESS: "lossless", Mode.LOSSY: "viasd"}
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Parameters of ``model``, each shared tensor once (tied embeddings)."""
+    seen: dict[int, int] = {}
+    for parameter in model.parameters():
+        seen.setdefault(id(parameter), parameter.numel())
+    return sum(seen.values())
+
+
+def drafter_price(target: nn.Module, drafter: nn.Module | None) -> float:
+    """A drafter forward in full target passes, by parameter counts (0: no drafter model)."""
+    if not isinstance(drafter, nn.Module):
+        return 0.0
+    return parameter_count(drafter) / max(1, parameter_count(target))
+
+
+def tuned_mask_name(tuned: TunedSettings | None, routing: RoutingMask | None) -> str | None:
+    """The name ``tuned.json``'s report gives the mask ``routing`` (matched by the layers it skips),
+    or None when it measured no such mask."""
+    if tuned is None or routing is None:
+        return None
+    bits = routing.bits()
+    for name, info in tuned.report.masks.items():
+        if isinstance(info, dict) and list(info.get("bits") or []) == bits:
+            return name
+    return None
+
+
+def layer_prices(target: nn.Module, routing: RoutingMask, draft: float) -> PassPrices:
+    """Prices by the mask's layer counts (module docstring)."""
+    num_layers = find_decoder_stack(target).num_layers
+    return PassPrices.from_layers(num_layers, len(routing.retained), routing.first_skipped, draft=draft)
+
+
+def _measured_prices(costs: Any) -> PassPrices | None:
+    if not isinstance(costs, dict) or not costs.get("c_full_block"):
+        return None
+    try:
+        return PassPrices.from_seconds(costs.get("c_draft") or 0.0, costs.get("c_slim"), costs.get("c_resume"),
+                                       costs["c_full_block"])
+    except (ConfigError, TypeError):
+        return None
+
+
+def prior_weight(point: TunedPoint, settings: AdaptiveSettings = AdaptiveSettings()) -> float:
+    """How many cycles a measured point is worth: the cycles it measured, up to the controller's
+    memory (``1 / (1 - discount)`` cycles: with the default discount, 100). The calibration ran
+    hundreds of cycles; the controller never holds more evidence than its memory, and a sequence's
+    own cycles still move it (each one weighs as much as one measured cycle). A point that states
+    no cycles (written by hand) is worth :class:`ArmPrior`'s default."""
+    memory = 1.0 / (1.0 - settings.discount) if settings.discount < 1.0 else float("inf")
+    cycles = point.metrics.get("cycles") if isinstance(point.metrics, dict) else None
+    if isinstance(cycles, bool) or not isinstance(cycles, (int, float)) or not cycles > 0:
+        return ArmPrior.__dataclass_fields__["weight"].default
+    return float(min(cycles, round(memory, 6)))
+
+
+def _prior(point: TunedPoint | None) -> ArmPrior | None:
+    if point is None or not point.full_equivalent:
+        return None
+    tokens = point.metrics.get("mean_accepted_length") if isinstance(point.metrics, dict) else None
+    try:
+        return ArmPrior(point.full_equivalent, prior_weight(point), float(tokens) if tokens else 2.0)
+    except (ConfigError, TypeError, ValueError):
+        return None
+
+
+def _relative(plain: ArmPrior, tier: ArmPrior) -> RelativePrior:
+    """The tier stated against the untiered arm by two measured points: the difference per cycle in
+    priced passes and in tokens (module docstring), worth as many cycles as a measured prior."""
+    extra_cost = tier.cost_per_token * tier.tokens_per_cycle - plain.cost_per_token * plain.tokens_per_cycle
+    extra_tokens = min(1.0, max(-1.0, tier.tokens_per_cycle - plain.tokens_per_cycle))
+    return RelativePrior(extra_cost=extra_cost, extra_tokens=extra_tokens, weight=min(plain.weight, tier.weight))
+
+
+def _describes(point: TunedPoint | None, settings: TierSettings, fields: tuple[str, ...]) -> bool:
+    return point is not None and all(getattr(point.settings, name) == getattr(settings, name) for name in fields)
+
+
+def adaptive_plan(settings: TierSettings, target: nn.Module, routing: RoutingMask | None,
+                  tuned: TunedSettings | None = None, drafter: nn.Module | None = None,
+                  use_measured: bool = True) -> AdaptivePlan | None:
+    """The plan of a run's controllers (module docstring); None when ``settings`` do not adapt.
+
+    Args:
+        routing: the mask in use (the slim verifier's).
+        tuned: ``tuned.json`` beside the mask, or None; used only when it was measured on ``target``.
+        drafter: the drafter model, or None for a drafter that runs no model (prompt lookup).
+        use_measured: False for a framework whose cycles ``tuned.json``'s points do not describe (EAGLE).
+    """
+    if not settings.adapts or routing is None:
+        return None
+    if tuned is not None and model_mismatches(tuned.fingerprint, target):
+        tuned = None
+    name = tuned_mask_name(tuned, routing) if use_measured else None
+    costs = tuned.report.costs.get(name) if name is not None else None
+    measured = _measured_prices(costs)
+    has_model = isinstance(drafter, nn.Module)
+    # points measured with a drafter model do not describe prompt lookup, nor the other way round
+    same_drafter = measured is not None and (measured.draft > 0) == has_model
+    sources = []
+    if measured is not None:
+        prices = measured if same_drafter else PassPrices(drafter_price(target, drafter), measured.slim, measured.resumed)
+        sources.append(f"prices: forward costs measured with {name} (tuned.json)"
+                       + ("" if same_drafter else "; the drafter by parameter counts"))
+    else:
+        prices = layer_prices(target, routing, drafter_price(target, drafter))
+        sources.append("prices: by layer counts of the mask and parameter counts of the drafter")
+    priors: dict[Arm, ArmPrior] = {}
+    relative = None
+    if same_drafter:
+        plain = tuned.best("sd")
+        if _describes(plain, settings, ("gamma",)) and _prior(plain) is not None:
+            priors[Arm.PLAIN] = _prior(plain)
+        tier = tuned.best(_FAMILY[settings.mode])
+        if _describes(tier, settings, _PRIOR_FIELDS[settings.mode]) and tier.mask is not None \
+                and Path(tier.mask).name == Path(name).name and _prior(tier) is not None:
+            if Arm.PLAIN in priors:
+                relative = _relative(priors[Arm.PLAIN], _prior(tier))
+                sources.append("priors: measured points of tuned.json (untiered; the tier stated against it)")
+            else:
+                priors[Arm.TIER] = _prior(tier)
+    if priors and relative is None:
+        sources.append("priors: measured points of tuned.json (" + ", ".join(arm.value for arm in priors) + ")")
+    if relative is None and Arm.TIER not in priors:
+        relative = RelativePrior(extra_cost=prices.slim)
+        sources.append("priors: the tier stated against the untiered arm (a slim pass more per cycle, "
+                       "nothing measured)")
+    return AdaptivePlan(prices, priors, relative, settings.gamma + 1, sources=tuple(sources))
+
+
+__all__ = ["adaptive_plan", "drafter_price", "layer_prices", "parameter_count", "prior_weight", "tuned_mask_name"]
