@@ -90,6 +90,7 @@ from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import verified_cycle
 from viasd_adapt.config.resolve import UNREAD
 from viasd_adapt.config.tuned import PROMPT_LOOKUP_DRAFTER
+from viasd_adapt.models.pair import LoadedPair, model_and_mask
 from viasd_adapt.engine.tier import TunedDrafterCheck, open_tier
 from viasd_adapt.core.verify_step import VerifyStep
 
@@ -205,7 +206,7 @@ _THREAD_STATE = threading.local()
 
 
 def patch(
-    target: nn.Module,
+    target: nn.Module | LoadedPair,
     mask: RoutingMask | MaskArtifact | str | os.PathLike | None = None,
     settings: TierSettings | None = None,
     plugins: Iterable[object] = (),
@@ -218,7 +219,8 @@ def patch(
 
     Args:
         target: the full verifier q (a transformers causal LM, or an encoder-decoder model: T5, BART,
-            mBART, Marian, Whisper).
+            mBART, Marian, Whisper), or a pair from :func:`viasd_adapt.load_pair`: its target, and
+            its mask unless ``mask`` is given.
         mask: the routing mask of the slim verifier: a :class:`RoutingMask`, a
             :class:`MaskArtifact`, or the path of a ``mask.json`` (checked against ``target``'s
             fingerprint). Not needed for ``mode="none"``.
@@ -236,6 +238,7 @@ def patch(
 
     Returns the session handle; pass it to :func:`unpatch`.
     """
+    target, mask = model_and_mask(target, mask)
     refuse_compile_wrapper(target)  # it has a generate() of sorts, but patching it would reach nothing
     if not hasattr(target, "generate") or not hasattr(type(target), "_get_candidate_generator"):
         raise ConfigError(f"{type(target).__name__} is not a transformers generation model (no generate())")
@@ -276,7 +279,7 @@ def unpatch(handle: TierSession) -> None:
 
 
 @contextlib.contextmanager
-def tiered(target: nn.Module, *args: Any, **kwargs: Any) -> Iterator[TierSession]:
+def tiered(target: nn.Module | LoadedPair, *args: Any, **kwargs: Any) -> Iterator[TierSession]:
     """Context-manager form of :func:`patch` / :func:`unpatch`: the same arguments, and the patch
     is restored even when the block raises."""
     session = patch(target, *args, **kwargs)

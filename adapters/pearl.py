@@ -31,6 +31,7 @@ from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.config.resolve import UNREAD
+from viasd_adapt.models.pair import LoadedPair, model_and_mask
 from viasd_adapt.engine.tier import check_tier_drafter, open_tier
 
 
@@ -100,6 +101,21 @@ def pearl_generate(
     return decoder.generate(prompt, max_new_tokens, eos_ids(eos_token_id))
 
 
+def generate(pair: LoadedPair, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int,
+             settings: TierSettings | None = None, mask: RoutingMask | MaskArtifact | str | Path | None = None,
+             **options: Any) -> PearlOutput:
+    """:func:`pearl_generate` on a pair from :func:`viasd_adapt.load_pair`: its target and drafter,
+    and its mask unless ``mask`` is given (so ``settings=None`` runs the pair's tuned choice).
+    ``options`` are :func:`pearl_generate`'s own (``sampling``, ``parallel``, ``seed``, ...)."""
+    if not isinstance(pair, LoadedPair):
+        raise ConfigError(f"pearl.generate takes a pair from viasd_adapt.load_pair, got {type(pair).__name__}; "
+                          "for models, call pearl_generate(target, drafter, ...)")
+    if pair.draft is None:
+        raise ConfigError("PEARL needs a drafter model; this pair has none (prompt lookup or no drafter)")
+    target, mask = model_and_mask(pair, mask)
+    return pearl_generate(target, pair.draft, prompt_ids, max_new_tokens, settings=settings, mask=mask, **options)
+
+
 # =============================================================================== `viasd generate`
 
 
@@ -125,4 +141,4 @@ def run(pair, request):
     return RunOutput(out.tokens, out.metrics, notes)
 
 
-__all__ = ["pearl_generate", "run"]
+__all__ = ["generate", "pearl_generate", "run"]

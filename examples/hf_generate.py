@@ -1,35 +1,44 @@
-"""An ordinary transformers assisted-generation script, with the VIA-SD slim tier added.
+"""The slim tier inside HF transformers assisted generation, on a named pair.
 
-The three lines marked ``# viasd`` are the whole change (plus indenting the ``generate`` call under
-the ``with``); without them this is the stock script.
-It uses the demo pair shipped with viasd-adapt; any target/drafter pair that shares a tokenizer
-works the same way, given a mask searched for that target (``viasd search``).
+    python examples/hf_generate.py                          # the shipped demo pair, every mode
+    python examples/hf_generate.py --pair smollm2 --prompt "What is speculative decoding?"
 
-    python examples/hf_generate.py "def fibonacci(n):" --mode lossy
+``hf.tiered`` is a scope around your own ``target.generate(..., assistant_model=...)`` call: inside
+it the call verifies through the tier, outside it transformers runs untouched. ``pair`` is what
+:func:`viasd_adapt.load_pair` returns (target, drafter, tokenizer, mask and tuned settings); a
+target model and a ``mask=`` path work the same way.
 """
+
+from __future__ import annotations
 
 import argparse
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from viasd_adapt import TierSettings, load_pair
+from viasd_adapt.adapters import hf
 
-from viasd_adapt.adapters import hf  # viasd
-from viasd_adapt.models.registry import demo_pair_paths
+MODES = ("none", "lenient", "lossless", "lossy")
 
-parser = argparse.ArgumentParser()
-parser.add_argument("prompt", nargs="?", default="def fibonacci(n):")
-parser.add_argument("--mode", default="lossy", choices=["none", "lenient", "lossless", "lossy", "audit"])
-parser.add_argument("--max-new-tokens", type=int, default=48)
-args = parser.parse_args()
 
-pair = demo_pair_paths()  # target/, draft/ and mask.json of the shipped demo pair
-tokenizer = AutoTokenizer.from_pretrained(pair.target)
-target = AutoModelForCausalLM.from_pretrained(pair.target, dtype=torch.float32).eval()
-drafter = AutoModelForCausalLM.from_pretrained(pair.draft, dtype=torch.float32).eval()
-inputs = tokenizer(args.prompt, return_tensors="pt")
+def main(argv: list[str] | None = None) -> dict[str, list[int]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pair", default="demo")
+    parser.add_argument("--prompt", default="def fibonacci(n):")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    args = parser.parse_args(argv)
 
-with hf.tiered(target, mask=pair.mask, settings=hf.TierSettings(mode=args.mode)) as session:  # viasd
-    out = target.generate(**inputs, assistant_model=drafter, max_new_tokens=args.max_new_tokens, do_sample=False)
+    pair = load_pair(args.pair)
+    ids = pair.tokenizer(args.prompt, return_tensors="pt").input_ids
+    outputs = {}
+    for mode in MODES:
+        with hf.tiered(pair, settings=TierSettings(mode=mode)) as session:
+            out = pair.target.generate(ids, assistant_model=pair.draft, max_new_tokens=args.max_new_tokens,
+                                       do_sample=False)
+        outputs[mode] = out[0, ids.shape[1]:].tolist()
+        m = session.last_metrics
+        print(f"--- {mode}: {m.cycles} cycles, tier on {m.tier_cycles}, full passes/token {m.full_passes_per_token:.2f}")
+        print(args.prompt + pair.tokenizer.decode(outputs[mode], skip_special_tokens=True))
+    return outputs
 
-print(tokenizer.decode(out[0], skip_special_tokens=True))
-print(session.metrics.to_dict())  # viasd
+
+if __name__ == "__main__":
+    main()

@@ -1,54 +1,42 @@
-"""PEARL with the VIA-SD slim tier, on the demo pair shipped with viasd-adapt.
+"""PEARL (drafter and target on two threads) with the slim tier, on a named pair.
 
-    python examples/pearl.py ["def parse_args(argv):"]
+    python examples/pearl.py                     # the shipped demo pair, every mode
+    python examples/pearl.py --pair demo-ee
 
-Runs PEARL (drafter and target on two threads) without the tier and with it in every mode, and
-prints each completion with its metrics. The same thing from the shell:
-
-    viasd generate --framework pearl --mode lossy --prompt "def parse_args(argv):"
+The same from the shell: ``viasd generate --framework pearl --mode lossless --prompt "..."``.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from viasd_adapt import TierSettings, load_pair
+from viasd_adapt.adapters import pearl
 
-from viasd_adapt.adapters.pearl import pearl_generate
-from viasd_adapt.models.registry import demo_pair_paths
-from viasd_adapt.core.sampling import SamplingConfig
-from viasd_adapt.core.settings import TierSettings
+MODES = ("none", "lenient", "lossless", "lossy", "audit")
 
 
-def main(prompt: str = "def parse_args(argv):") -> None:
-    pair = demo_pair_paths()  # target/, draft/ and mask.json inside the package
-    tokenizer = AutoTokenizer.from_pretrained(pair.target)
-    target = AutoModelForCausalLM.from_pretrained(pair.target, dtype=torch.float32).eval()
-    drafter = AutoModelForCausalLM.from_pretrained(pair.draft, dtype=torch.float32).eval()
-    prompt_ids = tokenizer(prompt)["input_ids"]
+def main(argv: list[str] | None = None) -> dict[str, list[int]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pair", default="demo")
+    parser.add_argument("--prompt", default="def parse_args(argv):")
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    args = parser.parse_args(argv)
 
-    for mode in ("none", "lenient", "lossless", "lossy", "audit"):
-        out = pearl_generate(
-            target,
-            drafter,
-            prompt_ids,
-            max_new_tokens=48,
-            settings=TierSettings(mode=mode, gamma=4),
-            mask=pair.mask if mode != "none" else None,  # a mask.json is checked against the target
-            sampling=SamplingConfig(do_sample=False),  # greedy; SamplingConfig(do_sample=True, temperature=0.8)
-            parallel=True,  # False: the same tokens, one thread
-            seed=0,
-        )
+    pair = load_pair(args.pair)
+    ids = pair.tokenizer(args.prompt)["input_ids"]
+    outputs = {}
+    for mode in MODES:
+        # greedy by default; sampling=SamplingConfig(do_sample=True, temperature=0.8) samples
+        out = pearl.generate(pair, ids, args.max_new_tokens, settings=TierSettings(mode=mode), seed=0)
+        outputs[mode] = out.tokens
         m, s = out.metrics, out.stats
-        print(f"--- PEARL, mode {mode}: {s.rounds} rounds ({s.pre_verify_rounds} pre-verify), "
-              f"{len(out.tokens) / s.wall_s:.1f} tokens/s, overlap {s.overlap:.2f}x")
-        print(prompt + tokenizer.decode(out.tokens))
-        print(f"rejection rate {m.rejection_rate:.2f}, full passes/token {m.full_passes_per_token:.2f}, "
-              f"slim passes/token {m.slim_passes_per_token:.2f}, tiers (draft/slim/full) "
-              f"{m.draft_tokens}/{m.slim_tokens}/{m.full_tokens}"
-              + (f", audit: overrule rate {m.overrule_rate:.3f}, TV {m.tv_distance:.3f}" if m.audited else ""))
+        print(f"--- {mode}: {s.rounds} rounds, overlap {s.overlap:.2f}x, full passes/token "
+              f"{m.full_passes_per_token:.2f}, slim passes/token {m.slim_passes_per_token:.2f}"
+              + (f", overrule rate {m.overrule_rate:.3f}" if m.audited else ""))
+        print(args.prompt + pair.tokenizer.decode(out.tokens, skip_special_tokens=True))
+    return outputs
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:2])
+    main()

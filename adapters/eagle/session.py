@@ -33,6 +33,7 @@ from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.core.sampling import sample_or_argmax
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import verified_cycle
+from viasd_adapt.models.pair import LoadedPair, model_and_mask
 from viasd_adapt.engine.tier import EAGLE_HEAD, OpenTier, check_tier_drafter, open_tier
 
 
@@ -251,7 +252,7 @@ class EagleTierSession:
 
 @contextlib.contextmanager
 def tiered(
-    ea_model: nn.Module,
+    ea_model: nn.Module | LoadedPair,
     mask: RoutingMask | MaskArtifact | str | os.PathLike | None = None,
     settings: TierSettings | None = None,
     plugins: Iterable[object] = (),
@@ -262,7 +263,15 @@ def tiered(
     Other threads and other EaModels keep eagle's own functions (:mod:`.patches`). Every name is
     restored when the last open scope closes, also when generation raises; ``reset_tree_mode`` is
     called on the way out so no tree mask is left set on the base model.
+
+    ``ea_model`` may be a pair from :func:`viasd_adapt.load_pair` that has an EAGLE head: its
+    EaModel (loaded once per pair, ``session.ea_model``) and, unless ``mask`` is given, its mask.
     """
+    if isinstance(ea_model, LoadedPair):
+        from viasd_adapt.adapters.eagle.entry import load_for_pair
+
+        pair = ea_model
+        ea_model, mask = load_for_pair(pair), model_and_mask(pair, mask)[1]
     options = as_options(options)
     if not hasattr(ea_model, "ea_layer") or not hasattr(ea_model, "base_model"):
         raise ConfigError(f"expected an eagle EaModel, got {type(ea_model).__name__}")

@@ -1,6 +1,6 @@
 """The verdict's uncertainty over prompts: the bench keeps per-prompt sums, the verdict resamples them.
 
-Issue 24, item 6: on 3 prompts the demo called lossy PEARL a win because one prompt's regret
+Why verdicts carry their uncertainty: on 3 prompts the demo called lossy PEARL a win because one prompt's regret
 pushed lenient out of the budget. The pure bootstrap is tested in tests/core/test_uncertainty.py;
 here: the verdict's sentences on synthetic rows and the demo's preview line. What a real bench run
 keeps per prompt is tested in tests/bench/test_bench.py (on its bench run, at no extra cost).

@@ -110,12 +110,12 @@ def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):
     assert all("adaptive" not in p["settings"] for p in adaptive)  # on: the default, not written
     assert all(p["settings"]["adaptive"] is False for p in points if p["family"] in ("lossless", "viasd"))
     tuned = TunedSettings.load(out)
-    # the framework the measurement rests on is recorded and said (issue 22)
+    # the framework the measurement rests on is recorded and said
     assert tuned.measured_on == "engine" and json.loads(out.read_text())["measured_on"] == "engine"
     assert "measured on: the engine framework's loop" in res.output
-    # artifacts name their masks relative to themselves: no path of this machine (issue 21)
+    # artifacts name their masks relative to themselves: no path of this machine
     assert str(tmp_path) not in out.read_text() and str(tmp_path) not in (tmp_path / "points.json").read_text()
-    # 2 calibration prompts can never settle a choice (issue 24: fewer than 5 are undetermined), so
+    # 2 calibration prompts can never settle a choice (fewer than 5 are undetermined), so
     # tuned.json records the cheapest simple setting (sd, lenient) that stays within the budget
     # however the 2 prompts are resampled: each prompt twice, or both once
     def within(point, weights):

@@ -1,4 +1,4 @@
-"""Issue 21 (reliability, third round) through the CLI: every case is a command a new user could
+"""Reliability through the CLI: every case is a command a new user could
 type, and each must either run correctly or stop with one clear line (exit code 2) that names what
 is wrong, before any model forward when the problem is in the options."""
 

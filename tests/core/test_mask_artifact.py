@@ -1,5 +1,5 @@
 """Mask artifacts: a fingerprint that holds across dtypes and devices, and files whose fields must
-agree with their bits (issues 14 and 15)."""
+agree with their bits."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Nothing shipped holds a path of the machine that made it (issue 21): artifacts name what they
+"""Nothing shipped holds a path of the machine that made it: artifacts name what they
 refer to relative to themselves, and results files carry no absolute paths. Scans every JSON file
 under the package's assets and benchmarks/results."""
 

@@ -83,7 +83,7 @@ def _load_tokenizer(path: Path, role: str, required: bool):
 @click.option("--objective", type=click.Choice(OBJECTIVES), default=DEFAULTS.objective, show_default=True,
               help="margin: the log-margin of u's greedy top-1 agreement with q; routed: C(u||p) + C(q||u) (the paper); "
                    "q-only: C(q||u); auto: margin (on SmolLM2 the routed cost picks masks that agree with q less than "
-                   "random masks do; README, mask search).")
+                   "random masks do; docs/results.md, mask search).")
 @click.option("--bo-every", "bo_every", type=int, default=DEFAULTS.bo_every, show_default=True,
               help="theta: a BoTorch proposal every theta steps (0 = random search only).")
 @click.option("--patience", type=int, default=DEFAULTS.patience, show_default=True,

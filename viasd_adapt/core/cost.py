@@ -159,7 +159,7 @@ def top1_margin_cost(logp_reference: torch.Tensor, logp_candidate: torch.Tensor)
     instead of C(q || u): in greedy decoding the slim verifier commits its own argmax, so what
     fidelity loses is the positions where that argmax is not q's; C(q || u) weighs the whole
     distribution, and on SmolLM2-135M its best masks agree with q less than random masks do
-    (README, "Guided vs random"). Shape ``(..., vocab) -> (...)``.
+    (docs/results.md, "The objective: margin against routed"). Shape ``(..., vocab) -> (...)``.
     """
     reference_token = logp_reference.argmax(-1, keepdim=True)
     return logp_candidate.max(-1).values - logp_candidate.gather(-1, reference_token).squeeze(-1)

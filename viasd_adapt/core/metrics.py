@@ -1,6 +1,6 @@
 """The one metrics type every adapter and the benchmark report.
 
-Definitions (also in the README):
+Definitions (also in docs/method.md sections 10 and 11):
 
 * ``committed`` = ``draft_tokens + slim_tokens + full_tokens``: every generated token is
   attributed to exactly one tier, the tier of the decision that committed it:

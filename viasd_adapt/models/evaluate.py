@@ -1,6 +1,6 @@
 """Measurements for the build report: held-out loss, argmax agreement and drafter acceptance.
 
-Definitions (also stated in the README):
+Definitions (also stated in docs/method.md section 10):
 
 * **held-out loss**: mean next-token cross-entropy (nats) on rows of held-out files.
 * **argmax agreement** of a model with the target: on the same held-out rows, under teacher

@@ -186,6 +186,18 @@ def load_pair(
                       str(eagle_head) if eagle_head else None, lookup=lookup)
 
 
+def model_and_mask(model_or_pair: Any, mask: Any) -> tuple[Any, Any]:
+    """``(model, mask)`` for an adapter's set-up call, which takes a model or a :class:`LoadedPair`:
+    a pair gives its target and, unless ``mask`` is given, its mask (the file, so that its tuned
+    settings come with it; the fallback mask when it has none). Anything else is returned as is."""
+    if not isinstance(model_or_pair, LoadedPair):
+        return model_or_pair, mask
+    pair = model_or_pair
+    if mask is None:
+        mask = pair.mask_path if pair.mask_path is not None else pair.routing
+    return pair.target, mask
+
+
 def load_named_pair(name: str, device: str = "auto") -> LoadedPair:
     """The pair called ``name`` (:func:`viasd_adapt.models.registry.resolve_pair`: shipped, built,
     or declared by ``pair.json`` like smollm2; a pair directory works too), loaded with its mask and
@@ -216,6 +228,7 @@ __all__ = [
     "load_model",
     "load_pair",
     "load_tokenizer",
+    "model_and_mask",
     "pick_device",
     "resolve_mask_info",
 ]

@@ -52,8 +52,8 @@ DEFAULT_PROMPT_TOKENS = 64
 
 def default_steps(num_layers: int) -> int:
     """The guided search's evaluations for a layer count: the L probes, then 1.5 L + 15 searched
-    masks (60 at L = 16, 90 at L = 30). Measured on the shipped pairs and SmolLM2-135M (README,
-    "Mask search")."""
+    masks (55 evaluations in all at L = 16, 90 at L = 30). Measured on the shipped pairs and
+    SmolLM2-135M (docs/results.md, "Mask search")."""
     return num_layers + int(1.5 * num_layers) + 15
 
 
@@ -234,7 +234,7 @@ class SearchConfig:
         agreement), C(u||p) pulls u towards the drafter, and the guided search's best routed masks
         agree with q on 9.7% of 1,440 held-out positions at r = 0.2, against 29-34% for the best
         random masks; the margin search's agree on 51.3%, above every seed's best random mask
-        (44.5-47.6%), and at r = 0.45 on 21.7% against 7-9% (README, "Guided vs random"). The
+        (44.5-47.6%), and at r = 0.45 on 21.7% against 7-9% (docs/results.md, "The guided search's ingredients"). The
         margin needs no drafter distribution, so a prompt-lookup drafter is scored the same way."""
         return "margin" if self.objective == "auto" else self.objective
 

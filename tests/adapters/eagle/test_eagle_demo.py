@@ -78,7 +78,7 @@ def test_demo_sanity_check_passed(demo):
 
 def test_demo_lossy_has_fewer_rejections_than_unwrapped_eagle(demo):
     """Sampling at temperature 0.8 (greedy decoding of the small demo target is nearly always fully
-    accepted by EAGLE, leaving nothing to cut; README, "EAGLE adapter", has both numbers)."""
+    accepted by EAGLE, leaving nothing to cut; docs/results.md, "EAGLE on the demo pair", has both numbers)."""
     ea_model, mask, prompts = demo
     none, _ = _run(ea_model, prompts, mask, TierSettings(mode="none"), temperature=0.8)
     lossy, _ = _run(ea_model, prompts, mask, TierSettings(mode="lossy", adaptive=False), temperature=0.8)

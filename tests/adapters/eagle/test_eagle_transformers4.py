@@ -3,7 +3,7 @@
 Set ``VIASD_TRANSFORMERS4_PYTHON`` to a Python whose environment has transformers 4.57 (plus this
 project and eagle-llm); this test then runs the EAGLE test modules (``MODULES``) with it. On CI
 (``CI`` set) without the variable, the test builds that side environment itself in the cache
-directory (the README's four commands: a venv that borrows everything from the running one but
+directory (docs/eagle.md: a venv that borrows everything from the running one but
 transformers 4.57), so both transformers lines are tested on every CI run. Elsewhere it is skipped.
 """
 

@@ -1,4 +1,4 @@
-"""Issue 21 (reliability, third round), through the HF adapter and the framework registry:
+"""Reliability through the HF adapter and the framework registry:
 
 * a prompt ending in EOS (and BART's decoder start id, which is its EOS) still generates;
 * output-capturing hooks are never installed twice, nor left behind by a tiered scope;
