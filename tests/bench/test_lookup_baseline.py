@@ -95,3 +95,28 @@ def test_every_prompt_lookup_row_prices_its_one_token_forwards_as_one_token_pass
     assert rows[("hf", "lenient")]["single_passes_per_token"] > 0  # the tier's own loop, lookups with no match
     ar = rows[("ar", "-")]
     assert ar["single_passes_per_token"] == pytest.approx((n - 1) / n)  # every step after the prefill
+
+
+def test_a_one_token_pass_of_q_through_the_shared_prefix_view_is_priced_as_one_token(char_pair):
+    """The tiered modes run q through a view of the target that shares the slim verifier's prefix
+    (every layer runs). Its one-token passes (a lookup with no match, on a cycle the adaptive tier
+    ran untiered) must be priced as one-token passes, like the same forward of mode none, so that an
+    adaptive row that never ran its tier costs what the untiered row costs. The slim view's are not
+    full passes at all; the control: the meter sees the slim pass but counts it nowhere."""
+    from viasd_adapt.bench.measure import RunMeter
+    from viasd_adapt.routing.shared import SharedPrefixRunners
+    from viasd_adapt.routing.slim import SlimVerifier
+
+    pair = load_pair(char_pair / "target", "prompt-lookup", char_pair / "mask.json", device="cpu")
+    slim = SlimVerifier(pair.target, pair.routing)
+    sequence = pair.tokenizer("for i in range(10):\n")["input_ids"]
+    with RunMeter(pair.target, None) as meter:
+        runners = SharedPrefixRunners(pair.target, slim)  # views built during a run copy the meter's hooks
+        measure = meter.start()
+        runners.full_logits(sequence, 1)  # the prompt: a block
+        runners.full_logits(sequence + [sequence[-1]], 1)  # one new token
+        runners.slim_logits(sequence + [sequence[-1], sequence[0]], 1)  # the slim view: not a full pass
+        meter.stop()
+    assert runners.full_passes == 2 and runners.slim_passes == 1
+    assert measure.single_passes == 1 and measure.full_passes == 0  # q's passes are counted by the run's metrics
+    assert "target" in measure.models_used

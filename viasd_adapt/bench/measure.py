@@ -12,8 +12,9 @@ new token costs a one-token pass, one that feeds more (a draft block, a prompt) 
 hooks also count the target's **one-token forwards** (``single_passes``): autoregressive steps, and
 the steps of stock prompt lookup and of the tier's prompt-lookup drafter that found no n-gram to
 propose (the target then checks only the last token). The target's own forwards are counted
-(``module is model``), not those of its weight-sharing views: a q pass through a shared-prefix view
-is priced as a block whatever its length.
+(``module is model``), and of the one view that runs every layer (q's under a shared prefix,
+:data:`~viasd_adapt.routing.view.FULL_DEPTH_VIEW`); a slim or resumed pass is priced as a block
+pass of its kind whatever its length.
 
 Memory (CPU): parameter bytes of every model that ran, plus the peak bytes of every cache layer seen
 (an upper bound on what was alive at once). On CUDA: ``torch.cuda.max_memory_allocated``.
@@ -25,6 +26,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from viasd_adapt.routing.view import FULL_DEPTH_VIEW
 
 MB = 1024 * 1024
 
@@ -92,6 +95,10 @@ class RunMeter:
                     current.single_passes += new_tokens(args, kwargs) == 1
                 else:
                     current.draft_passes += 1
+            elif name == "target" and getattr(module, FULL_DEPTH_VIEW, False):
+                # q's view under a shared prefix runs every layer: its one-token passes are one-token
+                # passes (its passes themselves are in the run's TierMetrics)
+                current.single_passes += new_tokens(args, kwargs) == 1
             cache = kwargs.get("past_key_values", kwargs.get("cache")) or getattr(output, "past_key_values", None)
             for layer in getattr(cache, "layers", ()):
                 size = tensor_bytes(getattr(layer, "keys", None)) + tensor_bytes(getattr(layer, "values", None))

@@ -38,7 +38,7 @@ from transformers import DynamicCache
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.routing.slim import SlimCache, SlimVerifier
-from viasd_adapt.routing.view import PassThroughLayer, StubLayer, build_layer_view
+from viasd_adapt.routing.view import FULL_DEPTH_VIEW, PassThroughLayer, StubLayer, build_layer_view
 from viasd_adapt.routing.runner import (
     CachedRunner,
     accepts_logits_to_keep,
@@ -209,6 +209,7 @@ class SharedPrefixRunners:
         )
         self.u = _Role(build_layer_view(target, slim_layers))
         self.q = _Role(build_layer_view(target, full_layers))
+        setattr(self.q.view, FULL_DEPTH_VIEW, True)  # every layer runs: priced as a full pass by what it fed
         self._resume_view = build_layer_view(target, resume_layers)
         self._cache_kwarg = cache_kwarg_name(target)
         self._trim_head = accepts_logits_to_keep(target)

@@ -222,6 +222,11 @@ def _mark_capture_hooks(original: nn.Module, view: nn.Module, path: list[str]) -
                 module.__dict__["_output_capturing_hooks_installed"] = True
 
 
+#: Set (True) on a view that runs every layer of the target (q's view under a shared prefix): a
+#: forward of it is a full target pass, priced like one (:mod:`viasd_adapt.bench.measure`).
+FULL_DEPTH_VIEW = "viasd_full_depth"
+
+
 def build_layer_view(model: nn.Module, layers: Sequence[nn.Module]) -> nn.Module:
     """``model`` with its decoder-layer list replaced by ``layers`` (one module per layer index),
     sharing every weight with ``model``; ``model`` itself is not modified.
@@ -325,5 +330,5 @@ def view_owner(view: nn.Module) -> nn.Module:
     return module
 
 
-__all__ = ["PassThroughLayer", "StubLayer", "T5PassThroughBlock", "block_output_arities", "build_layer_view",
+__all__ = ["FULL_DEPTH_VIEW", "PassThroughLayer", "StubLayer", "T5PassThroughBlock", "block_output_arities", "build_layer_view",
            "pass_through_layer", "view_owner"]
