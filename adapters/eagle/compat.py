@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 import torch
 import transformers
 from torch import nn
 
-from viasd_adapt.errors import ModelMismatchError, UnsupportedModelError, ViasdError
+if TYPE_CHECKING:
+    from viasd_adapt.models.pair import LoadedPair
+
+from viasd_adapt.errors import ConfigError, ModelMismatchError, UnsupportedModelError, ViasdError
 from viasd_adapt.models.eagle_compat import (  # noqa: F401 - the compat scope, importable from here as before
     TRANSFORMERS_MAJOR,
     RopeSpec,
@@ -197,6 +201,18 @@ def load_ea_model(
     return model
 
 
+def load_for_pair(pair: "LoadedPair") -> nn.Module:
+    """The pair's EaModel, loaded (and sanity-checked) once per :class:`~viasd_adapt.models.pair.LoadedPair`."""
+    if "eagle" not in pair.loaded:
+        if not pair.eagle_head:
+            raise ConfigError("the eagle framework needs an EAGLE head (--eagle-head PATH, or a pair that ships eagle_head/)")
+        on_cpu = pair.device.type == "cpu"
+        dtype = torch.float32 if on_cpu else next(pair.target.parameters()).dtype
+        kwargs = {} if on_cpu else {"device_map": str(pair.device)}
+        pair.loaded["eagle"] = load_ea_model(pair.target_path, pair.eagle_head, dtype=dtype, **kwargs)
+    return pair.loaded["eagle"]
+
+
 def check_head_matches(base_model_path: str | os.PathLike, ea_model_path: str | os.PathLike) -> None:
     """Refuses a head trained for another base model, before anything is built.
 
@@ -249,6 +265,7 @@ def check_head_embeddings(ea_model: nn.Module) -> None:
 
 
 __all__ = [
+    "load_for_pair",
     "TRANSFORMERS_MAJOR",
     "RopeSpec",
     "SanityReport",

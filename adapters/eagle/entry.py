@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import torch
 from torch import nn
 
+from viasd_adapt.adapters.eagle.compat import load_for_pair
 from viasd_adapt.adapters.eagle.options import EagleOptions
 from viasd_adapt.adapters.eagle.session import tiered
 from viasd_adapt.core.cycle import StopRule
@@ -131,20 +132,6 @@ def generate(
 # =========================================================================== the framework registry's entry
 
 
-def load_for_pair(pair: LoadedPair) -> nn.Module:
-    """The pair's EaModel, loaded (and sanity-checked) once per :class:`~viasd_adapt.models.pair.LoadedPair`."""
-    from viasd_adapt.adapters.eagle.compat import load_ea_model
-
-    if "eagle" not in pair.loaded:
-        if not pair.eagle_head:
-            raise ConfigError("the eagle framework needs an EAGLE head (--eagle-head PATH, or a pair that ships eagle_head/)")
-        on_cpu = pair.device.type == "cpu"
-        dtype = torch.float32 if on_cpu else next(pair.target.parameters()).dtype
-        kwargs = {} if on_cpu else {"device_map": str(pair.device)}
-        pair.loaded["eagle"] = load_ea_model(pair.target_path, pair.eagle_head, dtype=dtype, **kwargs)
-    return pair.loaded["eagle"]
-
-
 def run(pair: LoadedPair, request: RunRequest) -> RunOutput:
     """The ``eagle`` entry of :mod:`viasd_adapt.frameworks`.
 
@@ -156,7 +143,7 @@ def run(pair: LoadedPair, request: RunRequest) -> RunOutput:
     from viasd_adapt.frameworks.registry import PLAIN
     from viasd_adapt.frameworks.requests import RunOutput
 
-    ea_model = load_for_pair(pair)
+    ea_model = load_for_pair(pair)  # loaded once per pair
     sampling = request.sampling
     temperature = 0.0 if sampling.greedy else sampling.temperature
     kwargs = _sampling_kwargs(temperature, sampling.top_p, sampling.top_k or 0)
@@ -190,4 +177,4 @@ def _trim_note(raw: int, tokens: list[int], notes: list[str]) -> list[str]:
     return notes
 
 
-__all__ = ["EagleGeneration", "TREE_MARGIN", "decode", "generate", "load_for_pair", "run"]
+__all__ = ["EagleGeneration", "TREE_MARGIN", "decode", "generate", "run"]

@@ -268,7 +268,7 @@ def tiered(
     EaModel (loaded once per pair, ``session.ea_model``) and, unless ``mask`` is given, its mask.
     """
     if isinstance(ea_model, LoadedPair):
-        from viasd_adapt.adapters.eagle.entry import load_for_pair
+        from viasd_adapt.adapters.eagle.compat import load_for_pair
 
         pair = ea_model
         ea_model, mask = load_for_pair(pair), model_and_mask(pair, mask)[1]
