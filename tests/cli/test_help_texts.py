@@ -39,3 +39,22 @@ def test_an_unbounded_float_option_shows_no_range_and_a_bounded_one_shows_its_ra
     assert finite()._describe_range() == ""
     assert finite(min=0.0)._describe_range() == "x>=0.0"
     assert finite(min=0.0, max=1.0, max_open=True)._describe_range() == "0.0<=x<1.0"
+
+
+def test_version_is_the_one_in_the_package_the_changelog_and_pyproject():
+    """``viasd --version`` prints the package's version; the changelog's newest entry is that version,
+    and pyproject.toml reads it from the package rather than stating its own."""
+    import re
+
+    from click.testing import CliRunner
+
+    import viasd_adapt
+    from tests.support import REPO_ROOT
+    from viasd_adapt.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"viasd, version {viasd_adapt.__version__}"
+    changelog = (REPO_ROOT / "CHANGELOG.md").read_text()
+    assert re.findall(r"^## (\S+)", changelog, flags=re.M)[0] == viasd_adapt.__version__
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and not re.search(r'^version\s*=\s*"', pyproject, flags=re.M)

@@ -32,7 +32,7 @@ ALLOWED["search"] = {"prompts", "model_kind", "checks", "core", "config", "routi
 ALLOWED["bench"] = ALLOWED["frameworks"] | {"frameworks"}
 ALLOWED["tuning"] = ALLOWED["bench"] | {"bench", "search"}
 ALLOWED["serving"] = {"core", "config", "routing"}
-ALLOWED["cli"] = ALLOWED["tuning"] | {"tuning"}
+ALLOWED["cli"] = ALLOWED["tuning"] | {"tuning", "package"}  # the package root: its version (viasd --version)
 ALLOWED["adapters"] = {"checks", "model_kind", "core", "config", "routing", "engine", "models", "frameworks"}
 # cache_check (how a cache checks what it reads back) sits beside checks: open to every room checks is
 for room, allowed in list(ALLOWED.items()):

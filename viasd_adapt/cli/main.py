@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from viasd_adapt import __version__
 from viasd_adapt.errors import ViasdError
 
 # (module, attribute) of each sub-command; a module that is missing is simply not offered.
@@ -54,7 +55,7 @@ class _CleanErrors(click.Group):
 
 
 @click.group(cls=_CleanErrors)
-@click.version_option(package_name="viasd-adapt")
+@click.version_option(__version__, prog_name="viasd")  # the one version: viasd_adapt/__init__.py
 def cli() -> None:
     """viasd: add a slim-verifier tier (VIA-SD) to speculative decoding."""
 
