@@ -18,7 +18,7 @@ from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.registry import PairPaths, demo_pair_paths
 
 torch.set_num_threads(1)
-ROWS = ("ar", "lookup/plain", "hf/none", "hf/lenient", "hf/lossless", "hf/lossless-adaptive", "hf/lossy", "hf/lossy-adaptive")
+ROWS = ("ar", "lookup/plain", "hf/none", "hf/lenient", "hf/lossless", "hf/lossy")
 
 
 def _run(pair, **options):

@@ -266,8 +266,10 @@ def run_demo(
 
     # 2. the small bench
     prompts = shown.prompts
-    # the stock rows of hf (and eagle) are left out: stock prompt lookup is the stock row that matters here
-    plan = replace(config.plan, plain_rows=False, stop_at_eos=uses_chat(loaded.tokenizer, chat))
+    # the stock rows of hf (and eagle) are left out: stock prompt lookup is the stock row that matters
+    # here; so are the adaptive twins (viasd bench runs them): the demo keeps to a few minutes, and its
+    # lossless and lossy rows show what the tier costs on every cycle
+    plan = replace(config.plan, plain_rows=False, adaptive=False, stop_at_eos=uses_chat(loaded.tokenizer, chat))
     rows, _, _ = plan_rows(loaded, plan)
     total = len(prompts) + len(rows) * (1 + len(prompts) * budget.repeats)
     echo("")
