@@ -32,7 +32,7 @@ from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.config.resolve import UNREAD
 from viasd_adapt.models.pair import LoadedPair, model_and_mask
-from viasd_adapt.engine.tier import check_tier_drafter, open_tier
+from viasd_adapt.engine.tier import open_tier
 
 
 # =============================================================================== public entry point
@@ -84,8 +84,8 @@ def pearl_generate(
     """
     prompt = as_prompt_list(prompt_ids, "PEARL")
     check_max_new_tokens(max_new_tokens)
-    tier = open_tier(target, mask, settings, plugins, plugin_manager=plugin_manager, tuned=tuned)
-    tier = check_tier_drafter(tier, target, mask, drafter)  # tuned settings (settings=None) belong to their drafter
+    # tuned settings (settings=None) belong to their drafter: checked against this one
+    tier = open_tier(target, mask, settings, plugins, plugin_manager=plugin_manager, tuned=tuned, drafter=drafter)
     check_token_ids_in_vocabulary(prompt, target)
     # No speculative margin: PEARL drafts at most what the budget has left after its pending
     # drafts, so no forward reaches past prompt + max_new_tokens positions.

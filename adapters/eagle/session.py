@@ -34,7 +34,7 @@ from viasd_adapt.core.sampling import sample_or_argmax
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import verified_cycle
 from viasd_adapt.models.pair import LoadedPair, model_and_mask
-from viasd_adapt.engine.tier import EAGLE_HEAD, OpenTier, check_tier_drafter, open_tier
+from viasd_adapt.engine.tier import EAGLE_HEAD, OpenTier, open_tier
 
 
 class RecordingHead:
@@ -277,10 +277,10 @@ def tiered(
         raise ConfigError(f"expected an eagle EaModel, got {type(ea_model).__name__}")
     check_head_embeddings(ea_model)
     # stacklevel 3: through this generator and contextlib's __enter__ to the ``with`` that opened the scope
-    # tuned.json's points measure the engine's loop, not EAGLE's tree: not read for the adaptive tier
-    tier = open_tier(ea_model.base_model, mask, settings, plugins, build_slim=False, stacklevel=3, tuned=None)
+    # tuned.json's points measure the engine's loop, not EAGLE's tree: not read for the adaptive tier;
     # EAGLE drafts with its head: tuned settings measured with a drafter model are not this pair's
-    tier = check_tier_drafter(tier, ea_model.base_model, mask, EAGLE_HEAD, build_slim=False, stacklevel=3)
+    tier = open_tier(ea_model.base_model, mask, settings, plugins, build_slim=False, stacklevel=3, tuned=None,
+                     drafter=EAGLE_HEAD)
     session = EagleTierSession(ea_model, tier, options)
     open_scope(session)
     try:

@@ -241,6 +241,7 @@ def open_tier(
     build_slim: bool = True,
     stacklevel: int = 2,
     tuned: Any = UNREAD,
+    drafter: DrafterLike = UNREAD,
 ) -> OpenTier:
     """Resolves and checks what a tier on ``target`` runs with; every adapter's one set-up call.
 
@@ -259,6 +260,10 @@ def open_tier(
         tuned: the tuned file whose measurements the adaptive tier starts from (None: none). By
             default, when the settings adapt, the ``tuned.json`` beside a mask path (read once:
             the resolver's read is reused).
+        drafter: what the run drafts with, when it is known at set-up (PEARL's drafter, EAGLE's
+            :data:`EAGLE_HEAD`): tuned settings (``settings=None``) measured with another drafter
+            are then not applied (:func:`check_tier_drafter`). An adapter whose drafter arrives per
+            call (HF) checks it then (:class:`TunedDrafterCheck`).
 
     Raises ConfigError for bad settings, a bad or missing mask file, or a slim mode without a
     mask; ModelMismatchError for a mask or tuned file made for another model.
@@ -285,7 +290,10 @@ def open_tier(
         tuned = None
         if settings.adapts and path is not None:
             tuned = spec.tuned if spec is not None else find_tuned(path)
-    return OpenTier(settings, routing, slim, manager, plugins, spec, artifact, target, tuned if settings.adapts else None)
+    tier = OpenTier(settings, routing, slim, manager, plugins, spec, artifact, target, tuned if settings.adapts else None)
+    if drafter is not UNREAD:
+        tier = check_tier_drafter(tier, target, mask, drafter, build_slim=build_slim, stacklevel=stacklevel + 1)
+    return tier
 
 
 __all__ = ["EAGLE_HEAD", "OpenTier", "TunedDrafterCheck", "check_spec_model", "check_tier_drafter", "drafter_identity",
