@@ -149,7 +149,8 @@ def run(pair: str, extra: list[str]) -> None:
         echo(line)
     original = click.echo
     # the bench's report, also into the text file (the JSON by its name in the repository)
-    click.echo = lambda message="", **kwargs: echo(str(message).replace(str(json_path), str(shown)))
+    root = str(RESULTS.parent.parent) + "/"  # the repository, named by no path of this machine
+    click.echo = lambda message="", **kwargs: echo(str(message).replace(str(json_path), str(shown)).replace(root, ""))
     try:
         cli.main(args, standalone_mode=False)
     finally:
