@@ -68,10 +68,14 @@ def longest_gated_path(
     gate: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> int:
     """The path whose leading run of drafts passing ``gate(tokens, p, u)`` is longest (first on
-    ties, like eagle's own greedy choice). ``u_paths``: ``(paths, depth + 1, V)``."""
+    ties, like eagle's own greedy choice). ``u_paths``: ``(paths, depth + 1, V)``. A path no longer
+    than the best run so far is not asked about: it cannot win (the gate is asked about fewer paths,
+    the choice is the same)."""
     best, best_len = 0, -1
     for j in range(candidates.shape[0]):
         g = path_length(retrieve[j])
+        if g <= best_len:  # its run cannot be longer than the best one's: ties keep the first, so skip it
+            continue
         passes = gate(candidates[j, 1 : g + 1], p_nodes[retrieve[j, 1 : g + 1]], u_paths[j, : g + 1]) > 0.5
         run = int(torch.cumprod(passes.int(), 0).sum())
         if run > best_len:

@@ -82,3 +82,34 @@ def test_longest_gated_path_prefers_the_longest_passing_run():
     u = torch.zeros(3, 4, 2)
     p = torch.zeros(8, 2)
     assert longest_gated_path(candidates, retrieve, u, p, gate) == 1
+
+
+def test_longest_gated_path_asks_only_about_paths_that_could_win_and_chooses_the_same():
+    """A path no longer than the best run so far cannot win (ties keep the first): the gate is not
+    asked about it, and the path chosen is the one an exhaustive search chooses, on random trees."""
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        paths, depth = 6, 5
+        lengths = torch.randint(1, depth + 1, (paths,), generator=generator)
+        retrieve = torch.full((paths, depth + 1), -1)
+        candidates = torch.full((paths, depth + 1), -1)
+        for j, g in enumerate(lengths.tolist()):
+            retrieve[j, : g + 1] = torch.arange(g + 1) + 10 * j
+            candidates[j, : g + 1] = torch.randint(0, 4, (g + 1,), generator=generator)
+        asked = []
+
+        def gate(tokens, p, u):
+            asked.append(len(tokens))
+            return (tokens < 3).float()
+
+        chosen = longest_gated_path(candidates, retrieve, torch.zeros(paths, depth + 1, 2), torch.zeros(70, 2), gate)
+        runs = [int(torch.cumprod((candidates[j, 1 : g + 1] < 3).int(), 0).sum()) for j, g in enumerate(lengths.tolist())]
+        assert chosen == runs.index(max(runs))  # the first of the longest runs, as asking about every path finds
+        assert len(asked) <= paths
+    # the control: with every draft passing, only paths longer than the first are asked about
+    candidates = torch.tensor([[0, 1, 1, 1], [0, 1, 1, -1], [0, 1, 1, 1]])
+    retrieve = torch.tensor([[0, 1, 2, 3], [0, 4, 5, -1], [0, 6, 7, 8]])
+    asked = []
+    chosen = longest_gated_path(candidates, retrieve, torch.zeros(3, 4, 2), torch.zeros(9, 2),
+                                lambda tokens, p, u: asked.append(len(tokens)) or torch.ones(len(tokens)))
+    assert chosen == 0 and asked == [3]
