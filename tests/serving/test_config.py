@@ -168,3 +168,41 @@ def test_serving_imports_without_torch_or_vllm():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
                           env={**__import__("os").environ, "PYTHONPATH": str(root)})
     assert done.returncode == 0, done.stderr
+
+
+def test_a_lenience_tuned_with_another_drafter_is_refused_and_the_right_one_is_served(tmp_path):
+    """The tolerance that keeps regret within budget depends on the drafter: the plugin serves a
+    tuned lenience only with the drafter it was measured with, as viasd generate applies it."""
+    from types import SimpleNamespace
+
+    from viasd_adapt.serving.config import check_drafter
+
+    demo = json.loads(DEMO_TUNED.read_text())
+    drafter_config = AutoConfig.from_pretrained(ASSETS / "demo" / "draft")
+    as_model = SimpleNamespace(method="draft_model", draft_model_config=SimpleNamespace(hf_config=drafter_config))
+    ngram = SimpleNamespace(method="ngram")
+    eagle = SimpleNamespace(method="eagle")
+    rule = parse_request(_request(tuned=str(DEMO_TUNED)))  # measured with the demo pair's drafter model
+    assert rule.drafter == demo["drafter"] and not rule.lenience_given
+    check_drafter(rule, as_model)  # its own drafter: served
+    with pytest.raises(ConfigError, match=r"measured with a drafter model on the engine framework; this engine drafts "
+                                          r"with prompt-lookup.*lenience \(0\.4\) was tuned for that drafter"):
+        check_drafter(rule, ngram)
+    with pytest.raises(ConfigError, match="this engine drafts with eagle"):
+        check_drafter(rule, eagle)
+    other_model = SimpleNamespace(method="draft_model", draft_model_config=SimpleNamespace(
+        hf_config=AutoConfig.from_pretrained(ASSETS / "demo" / "target")))
+    with pytest.raises(ConfigError, match=r"measured with another drafter model: num_layers"):
+        check_drafter(rule, other_model)
+    # a lenience the request gives, plain SD, and a file that records no drafter are not checked
+    check_drafter(parse_request(_request(tuned=str(DEMO_TUNED), lenience=0.3)), ngram)
+    check_drafter(parse_request(_request(tuned=str(DEMO_TUNED), lenience=0)), ngram)
+    unrecorded = {key: value for key, value in demo.items() if key != "drafter"}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(unrecorded))
+    check_drafter(parse_request(_request(tuned=str(path))), ngram)
+    # measured with prompt lookup: served with n-gram drafting only
+    lookup = _variant(tmp_path, drafter="prompt-lookup")
+    check_drafter(parse_request(_request(tuned=lookup)), ngram)
+    with pytest.raises(ConfigError, match="measured with prompt lookup; this engine drafts with model"):
+        check_drafter(parse_request(_request(tuned=lookup)), as_model)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from viasd_adapt.config.tuned import TunedSettings
+from viasd_adapt.config.tuned import PROMPT_LOOKUP_DRAFTER, TunedSettings
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 
 CONFIG_KEY = "viasd"
@@ -53,6 +53,12 @@ class ServingRule:
     fingerprint: dict
     measured: dict
     audit_path: str | None = None
+    #: the drafter the tuned lenience was measured with (``tuned.json``'s ``drafter``: a fingerprint or
+    #: "prompt-lookup"; None in older files) and on which framework; checked by :func:`check_drafter`
+    drafter: Any = None
+    measured_on: str = "engine"
+    #: the lenience was given in the request ('lenience'), not taken from the tuned file
+    lenience_given: bool = False
 
     @property
     def is_stock(self) -> bool:
@@ -109,8 +115,51 @@ def parse_request(additional_config: Mapping[str, Any] | None) -> ServingRule | 
     audit = request.get("audit")
     if audit is not None and not isinstance(audit, (str, os.PathLike)):
         raise ConfigError(f"additional_config[{CONFIG_KEY!r}]['audit'] must be a file path, got {audit!r}")
+    drafter = tuned.drafter.as_dict() if hasattr(tuned.drafter, "as_dict") else tuned.drafter
     return ServingRule(lenience, path, choice, tuned.fingerprint.as_dict(), dict(tuned.measured),
-                       str(audit) if audit is not None else None)
+                       str(audit) if audit is not None else None, drafter, tuned.measured_on, "lenience" in request)
+
+
+# --------------------------------------------------------------------------- the drafter check
+
+
+def _engine_drafter(speculative_config: Any) -> tuple[str, dict | None]:
+    """What a vLLM engine drafts with: ``("prompt-lookup", None)`` for n-gram drafting, ``("model",
+    sizes)`` for a draft model (its config's sizes, when the config is at hand), or ``(method, None)``
+    for a head (eagle, medusa, mtp, ...)."""
+    method = getattr(speculative_config, "method", None)
+    if method == "ngram":
+        return PROMPT_LOOKUP_DRAFTER, None
+    if method in (None, "draft_model"):
+        draft_config = getattr(getattr(speculative_config, "draft_model_config", None), "hf_config", None)
+        return "model", config_fingerprint(draft_config) if draft_config is not None else None
+    return str(method), None
+
+
+def check_drafter(rule: ServingRule, speculative_config: Any) -> None:
+    """Refuses a tuned lenience measured with another drafter than the engine's, as ``viasd generate``
+    does not apply such settings (:mod:`viasd_adapt.config.tuned`): the tolerance that keeps the regret
+    within budget depends on the drafter. Not checked: a file that records no drafter (written before
+    the record existed), a lenience given in the request, and plain SD (lenience 0: nothing tuned is
+    served). The drafter model is compared by its sizes (vLLM holds no HF model object to fingerprint)."""
+    recorded = rule.drafter
+    if recorded is None or rule.lenience_given or rule.is_stock:
+        return
+    kind, sizes = _engine_drafter(speculative_config)
+    if recorded == PROMPT_LOOKUP_DRAFTER:
+        mismatch = None if kind == PROMPT_LOOKUP_DRAFTER else f"measured with prompt lookup; this engine drafts with {kind}"
+    elif kind == "model":
+        different = [key for key in SIZE_KEYS if sizes is not None and recorded.get(key) != sizes.get(key)]
+        mismatch = (None if not different else "measured with another drafter model: "
+                    + ", ".join(f"{key} {recorded.get(key)!r} there, {sizes.get(key)!r} here" for key in different))
+    elif kind.startswith("eagle") and rule.measured_on == "eagle":
+        mismatch = None
+    else:
+        mismatch = f"measured with a drafter model on the {rule.measured_on} framework; this engine drafts with {kind}"
+    if mismatch is not None:
+        raise ConfigError(f"{rule.tuned_path} was {mismatch}: its lenience ({rule.lenience:g}) was tuned for that "
+                          f"drafter. Run `viasd tune` with this engine's drafter, or set "
+                          f"additional_config[{CONFIG_KEY!r}]['lenience'] to serve a tolerance you chose.")
 
 
 # --------------------------------------------------------------------------- the model check
@@ -196,5 +245,5 @@ def check_model(rule: ServingRule, hf_config: Any, model_name: str) -> None:
             + ". Run `viasd tune` on this model (or drop additional_config['viasd'] for stock vLLM).")
 
 
-__all__ = ["CONFIG_KEY", "KNOWN_KEYS", "ServingRule", "check_model", "config_fingerprint", "folder_weights_sketch",
+__all__ = ["CONFIG_KEY", "KNOWN_KEYS", "ServingRule", "check_drafter", "check_model", "config_fingerprint", "folder_weights_sketch",
            "parse_request", "read_tuned"]

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from viasd_adapt.errors import ConfigError, ViasdError
-from viasd_adapt.serving.config import CONFIG_KEY, ServingRule, check_model, parse_request
+from viasd_adapt.serving.config import CONFIG_KEY, ServingRule, check_drafter, check_model, parse_request
 
 TESTED_VLLM = ("0.32.0", "0.33.0")  # [lowest tested, first untested)
 ENTRY_POINT = "viasd_lenient"
@@ -185,6 +185,7 @@ def validate(vllm_config: Any) -> ServingRule | None:
                           "(set VLLM_USE_V2_MODEL_RUNNER=0)")
     model_config = vllm_config.model_config
     check_model(rule, model_config.hf_config, str(model_config.model))
+    check_drafter(rule, vllm_config.speculative_config)
     return rule
 
 
