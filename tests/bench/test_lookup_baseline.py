@@ -120,3 +120,40 @@ def test_a_one_token_pass_of_q_through_the_shared_prefix_view_is_priced_as_one_t
     assert runners.full_passes == 2 and runners.slim_passes == 1
     assert measure.single_passes == 1 and measure.full_passes == 0  # q's passes are counted by the run's metrics
     assert "target" in measure.models_used
+
+
+def test_tune_prices_a_prompt_lookup_with_no_match_as_a_one_token_pass(char_pair):
+    """viasd tune prices its points as the bench prices its rows: the untiered prompt-lookup point's
+    one-token passes (no n-gram matched) cost a one-token forward, so its cost is the bench's
+    formula applied to the passes a hook of the test's own counts."""
+    import pytest
+
+    from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent
+    from viasd_adapt.tuning.tune import TuneGrid, tune
+
+    pair = load_pair(char_pair / "target", "prompt-lookup", char_pair / "mask.json", device="cpu")
+    ids = pair.tokenizer("for i in range(10):\n    print(i)\n")["input_ids"]
+    n = 24
+    fed: list[int] = []
+    handle = pair.target.register_forward_hook(lambda module, args, kwargs, out: fed.append(kwargs["input_ids"].shape[1]),
+                                               with_kwargs=True)
+    try:
+        out = frameworks.run("engine", pair, RunRequest.tiered(ids, n, TierSettings(mode="none", gamma=3), stop_at_eos=False))
+    finally:
+        handle.remove()
+    single = sum(1 for k in fed if k == 1)
+    assert single > 0  # the run has one-token passes to price
+    from viasd_adapt.bench.prompt_sets import BenchPrompt
+
+    result = tune(pair, [BenchPrompt(ids)], max_new_tokens=n, grid=TuneGrid(gamma=3, lenience=(0.5,), alpha1=(0.5,),
+                                                                          alpha2=(0.3,), greedy_gates=("proposer",)),
+                  ratios=(), cost_repeats=2, adaptive=False)
+    sd = next(p for p in result.points if p.family == "sd")
+    assert sd.passes["single"] == pytest.approx(single / n) and sd.per_prompt["passes"]["single"] == [single]
+    passes = PassCounts(**sd.passes)
+    assert passes.full == pytest.approx((out.metrics.full_passes - single) / n)
+    costs = ForwardCosts(**result.costs["None"])
+    assert costs.c_full < costs.c_full_block  # a one-token pass is cheaper: the pricing matters
+    assert sd.full_equivalent == pytest.approx(full_equivalent(costs, passes))
+    priced_as_blocks = full_equivalent(costs, PassCounts(draft=passes.draft, full=passes.full + passes.single))
+    assert sd.full_equivalent < priced_as_blocks  # the control: the old pricing was dearer

@@ -123,7 +123,7 @@ def project_rows(rows: list[dict], model: CostModel, mask: RoutingMask | None, b
 def repriced_prompt_sums(per_prompt: dict | None, costs: ForwardCosts) -> dict | None:
     """Per-prompt sums (a bench row's or a tune point's ``per_prompt``) with each prompt's raw pass
     counts priced by ``costs``, so that a repriced verdict carries its own uncertainty; None without
-    the raw pass counts. The pass kinds are whatever the sums kept (a tune point has no ``single``)."""
+    the raw pass counts. The pass kinds are whatever the sums kept (older tune points have no ``single``)."""
     if not isinstance(per_prompt, dict) or not per_prompt.get("passes"):
         return None
     passes = per_prompt["passes"]

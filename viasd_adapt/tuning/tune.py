@@ -37,6 +37,7 @@ from viasd_adapt.frameworks import registry as frameworks
 from viasd_adapt.config.budget import TIE_MARGIN, Budget, recommend  # Budget: the one budget rule, shared with the bench's verdict
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent, measure_forward_costs
 from viasd_adapt.bench.fidelity import score_output
+from viasd_adapt.bench.measure import RunMeter
 from viasd_adapt.bench.projection import CostModel, project_costs_per_mask, repriced_prompt_sums
 from viasd_adapt.bench.prompt_sets import BenchPrompt
 from viasd_adapt.bench.uncertainty import prompt_key
@@ -401,16 +402,24 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
              adaptive=True):
     base = TierSettings(gamma=grid.gamma)
 
-    def run(settings: TierSettings, mask_name: str | None) -> tuple[list[list[int]], TierMetrics, list[TierMetrics]]:
+    def run(settings: TierSettings, mask_name: str | None) -> tuple[list[list[int]], TierMetrics, list[TierMetrics], list[int]]:
+        """Every calibration prompt through the engine: outputs, merged and per-prompt metrics, and per
+        prompt the target passes that fed one token (priced as one-token passes, as the bench does:
+        a prompt lookup that found no n-gram checks one token)."""
         pair.mask = MaskInfo(masks[mask_name], mask_name, False) if mask_name else pair.mask
-        merged, outputs, each = TierMetrics(), [], []
-        for index, ids in enumerate(prompt_ids):
-            request = RunRequest.tiered(ids, max_new_tokens, settings, sampling=sampling, seed=seed + index, stop_at_eos=False)
-            out = frameworks.run(MEASURED_ON, pair, request)
-            outputs.append(out.tokens)
-            each.append(out.metrics)
-            merged = merged.merge(out.metrics)
-        return outputs, merged, each
+        merged, outputs, each, singles = TierMetrics(), [], [], []
+        with RunMeter(pair.target, None) as meter:
+            for index, ids in enumerate(prompt_ids):
+                request = RunRequest.tiered(ids, max_new_tokens, settings, sampling=sampling, seed=seed + index,
+                                            stop_at_eos=False)
+                measured = meter.start()
+                out = frameworks.run(MEASURED_ON, pair, request)
+                meter.stop()
+                outputs.append(out.tokens)
+                each.append(out.metrics)
+                singles.append(measured.single_passes)
+                merged = merged.merge(out.metrics)
+        return outputs, merged, each, singles
 
     say(f"reference: the target's greedy output on {len(prompt_ids)} calibration prompts x {max_new_tokens} tokens")
     reference_ll = 0.0
@@ -436,7 +445,7 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
         """One candidate on every calibration prompt: its cost, fidelity and per-prompt sums. (The
         sampling overrule of a lossy point is its audit's, which runs the tier on every cycle: for an
         adaptive point that is an upper bound, since its untiered cycles are exact.)"""
-        outputs, metrics, each = run(settings, mask_name)
+        outputs, metrics, each, singles = run(settings, mask_name)
         ll, matches, tokens, regret = 0.0, 0, 0, 0.0
         scores = []
         for ids, out in zip(prompt_ids, outputs):
@@ -450,11 +459,11 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
         elif settings.mode is Mode.LENIENT:
             overrule, audit_each = metrics.overrule_rate, each
         else:
-            _, audited, audit_each = run(settings.with_(mode=Mode.AUDIT), mask_name)
+            _, audited, audit_each, _ = run(settings.with_(mode=Mode.AUDIT), mask_name)
             overrule = audited.overrule_rate
-        counts = PassCounts.of_metrics(metrics, metrics.committed)
+        counts = PassCounts.of_metrics(metrics, metrics.committed, sum(singles))
         feq = full_equivalent(costs[mask_name], counts)
-        per_prompt = _prompt_sums(scores, each, audit_each, settings.mode.is_exact, costs[mask_name]) | reference_each \
+        per_prompt = _prompt_sums(scores, each, audit_each, settings.mode.is_exact, costs[mask_name], singles) | reference_each \
             | {"keys": keys}
         if ticker is not None:
             ticker.update(1)
@@ -480,11 +489,12 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
 
 
 def _prompt_sums(scores, each: list[TierMetrics], audit_each: list[TierMetrics] | None, exact: bool,
-                 costs: ForwardCosts) -> dict:
+                 costs: ForwardCosts, singles: list[int] | None = None) -> dict:
     """One point's sums per calibration prompt (:class:`Point.per_prompt`). The overrule is what
     :func:`_measure` measures: the greedy overrule (tokens that are not the target's argmax), 0 for
     an exact mode, or the audit's overrule probabilities where the run was audited."""
-    passes = [PassCounts.of_metrics(m, 1) for m in each]  # raw counts: "per 1 token"
+    singles = singles if singles is not None else [0] * len(each)
+    passes = [PassCounts.of_metrics(m, 1, single) for m, single in zip(each, singles)]  # raw counts: "per 1 token"
     if exact:
         overruled = [0.0] * len(scores)
     elif audit_each is None:
@@ -494,7 +504,7 @@ def _prompt_sums(scores, each: list[TierMetrics], audit_each: list[TierMetrics] 
     return {
         "tokens": [s.tokens for s in scores],
         "cost": [full_equivalent(costs, p) for p in passes],
-        "passes": {kind: [getattr(p, kind) for p in passes] for kind in ("draft", "slim", "full", "resumed")},
+        "passes": {kind: [getattr(p, kind) for p in passes] for kind in ("draft", "slim", "full", "resumed", "single")},
         "log_likelihood": [s.log_likelihood for s in scores],
         "regret": [s.regret for s in scores],
         "overruled": overruled,
