@@ -185,14 +185,15 @@ def test_a_lenience_tuned_with_another_drafter_is_refused_and_the_right_one_is_s
     rule = parse_request(_request(tuned=str(DEMO_TUNED)))  # measured with the demo pair's drafter model
     assert rule.drafter == demo["drafter"] and not rule.lenience_given
     check_drafter(rule, as_model)  # its own drafter: served
-    with pytest.raises(ConfigError, match=r"measured with a drafter model on the engine framework; this engine drafts "
-                                          r"with prompt-lookup.*lenience \(0\.4\) was tuned for that drafter"):
+    with pytest.raises(ConfigError, match=r"measured with another drafter: a drafter model \(LlamaForCausalLM\); this run "
+                                          r"drafts with prompt lookup.*lenience \(0\.4\) was tuned for that drafter"):
         check_drafter(rule, ngram)
-    with pytest.raises(ConfigError, match="this engine drafts with eagle"):
+    with pytest.raises(ConfigError, match=r"a drafter model \(LlamaForCausalLM\) on the engine framework; this run "
+                                          r"drafts with its EAGLE head"):
         check_drafter(rule, eagle)
     other_model = SimpleNamespace(method="draft_model", draft_model_config=SimpleNamespace(
         hf_config=AutoConfig.from_pretrained(ASSETS / "demo" / "target")))
-    with pytest.raises(ConfigError, match=r"measured with another drafter model: num_layers"):
+    with pytest.raises(ConfigError, match=r"this run's drafter model is not the one recorded \(num_layers: "):
         check_drafter(rule, other_model)
     # a lenience the request gives, plain SD, and a file that records no drafter are not checked
     check_drafter(parse_request(_request(tuned=str(DEMO_TUNED), lenience=0.3)), ngram)
@@ -204,5 +205,5 @@ def test_a_lenience_tuned_with_another_drafter_is_refused_and_the_right_one_is_s
     # measured with prompt lookup: served with n-gram drafting only
     lookup = _variant(tmp_path, drafter="prompt-lookup")
     check_drafter(parse_request(_request(tuned=lookup)), ngram)
-    with pytest.raises(ConfigError, match="measured with prompt lookup; this engine drafts with model"):
+    with pytest.raises(ConfigError, match="measured with another drafter: prompt lookup; this run drafts with a drafter model"):
         check_drafter(parse_request(_request(tuned=lookup)), as_model)

@@ -43,7 +43,7 @@ from __future__ import annotations
 import os
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, Callable, ClassVar
 
 from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
 from typing import Literal, Union
@@ -225,12 +225,50 @@ class TunedForAnotherMaskWarning(UserWarning):
 
 #: How the reason starts when tuned settings are set aside for the drafter (``RunSpec.not_applied``).
 OTHER_DRAFTER = "measured with another drafter"
+#: The drafter of an EAGLE run, for :func:`drafter_mismatch`: its head (no drafter model, no prompt lookup).
+EAGLE_HEAD = "eagle-head"
+#: The drafter of a run that drafts with a drafter model, for :func:`drafter_mismatch`.
+DRAFTER_MODEL = "model"
+
+
+def _described(drafter: Any) -> str:
+    if drafter == PROMPT_LOOKUP_DRAFTER:
+        return "prompt lookup"
+    architecture = drafter.get("architecture") if isinstance(drafter, dict) else getattr(drafter, "architecture", None)
+    return f"a drafter model ({architecture})" if architecture else "a drafter model"
+
+
+def drafter_mismatch(recorded: Any, measured_on: str, drafter: str,
+                     model_problems: Callable[[], list[str]] = list) -> str | None:
+    """Why settings measured with ``recorded`` (``tuned.json``'s ``drafter``) on the ``measured_on``
+    framework do not belong to a run drafting with ``drafter`` ("measured with another drafter: ..."),
+    or None when they do, or when the file records no drafter (an older file: not checked; module
+    docstring). ``drafter``: :data:`DRAFTER_MODEL`, :data:`PROMPT_LOOKUP_DRAFTER`, :data:`EAGLE_HEAD`,
+    or what else it is, in words. An EAGLE head is another drafter than the recorded one unless the
+    file was measured on EAGLE. ``model_problems``: for a drafter model, how it differs from the
+    recorded fingerprint (asked only then). One rule for every place that checks (the adapters, the
+    commands, the vLLM plugin), each saying what its run drafts with."""
+    if recorded is None:
+        return None
+    if drafter == EAGLE_HEAD:
+        if measured_on == "eagle":
+            return None
+        return f"{OTHER_DRAFTER}: {_described(recorded)} on the {measured_on} framework; this run drafts with its EAGLE head"
+    if recorded == PROMPT_LOOKUP_DRAFTER or drafter == PROMPT_LOOKUP_DRAFTER:
+        if recorded == drafter:
+            return None
+        shown = _described(drafter) if drafter in (PROMPT_LOOKUP_DRAFTER, DRAFTER_MODEL) else drafter
+        return f"{OTHER_DRAFTER}: {_described(recorded)}; this run drafts with {shown}"
+    if drafter != DRAFTER_MODEL:
+        return f"{OTHER_DRAFTER}: {_described(recorded)}; this run drafts with {drafter}"
+    problems = model_problems()
+    return f"{OTHER_DRAFTER}: this run's drafter model is not the one recorded ({problems[0]})" if problems else None
 
 
 class TunedForAnotherDrafterWarning(UserWarning):
     """``tuned.json`` was measured with another drafter than the run's: its settings are not applied."""
 
 
-__all__ = ["FORMAT", "MEASURED_ON_DEFAULT", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
+__all__ = ["DRAFTER_MODEL", "EAGLE_HEAD", "FORMAT", "MEASURED_ON_DEFAULT", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
            "TunedBudget", "TunedForAnotherDrafterWarning", "TunedForAnotherMaskWarning", "TunedPoint", "TunedReport",
-           "TunedSettings", "find_tuned", "recorded_mask", "tuned_path_beside"]
+           "TunedSettings", "drafter_mismatch", "find_tuned", "recorded_mask", "tuned_path_beside"]

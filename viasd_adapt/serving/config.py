@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from viasd_adapt.config.tuned import PROMPT_LOOKUP_DRAFTER, TunedSettings
+from viasd_adapt.config.tuned import DRAFTER_MODEL, EAGLE_HEAD, PROMPT_LOOKUP_DRAFTER, TunedSettings, drafter_mismatch
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 
 CONFIG_KEY = "viasd"
@@ -124,38 +124,37 @@ def parse_request(additional_config: Mapping[str, Any] | None) -> ServingRule | 
 
 
 def _engine_drafter(speculative_config: Any) -> tuple[str, dict | None]:
-    """What a vLLM engine drafts with: ``("prompt-lookup", None)`` for n-gram drafting, ``("model",
-    sizes)`` for a draft model (its config's sizes, when the config is at hand), or ``(method, None)``
-    for a head (eagle, medusa, mtp, ...)."""
+    """What a vLLM engine drafts with, as :func:`~viasd_adapt.config.tuned.drafter_mismatch` names it:
+    prompt lookup for n-gram drafting, a drafter model (with its config's sizes, when the config is
+    at hand), an EAGLE head, or another head by its method's name."""
     method = getattr(speculative_config, "method", None)
     if method == "ngram":
         return PROMPT_LOOKUP_DRAFTER, None
     if method in (None, "draft_model"):
         draft_config = getattr(getattr(speculative_config, "draft_model_config", None), "hf_config", None)
-        return "model", config_fingerprint(draft_config) if draft_config is not None else None
-    return str(method), None
+        return DRAFTER_MODEL, config_fingerprint(draft_config) if draft_config is not None else None
+    if str(method).startswith("eagle"):
+        return EAGLE_HEAD, None
+    return f"a {method} head", None
 
 
 def check_drafter(rule: ServingRule, speculative_config: Any) -> None:
     """Refuses a tuned lenience measured with another drafter than the engine's, as ``viasd generate``
-    does not apply such settings (:mod:`viasd_adapt.config.tuned`): the tolerance that keeps the regret
-    within budget depends on the drafter. Not checked: a file that records no drafter (written before
-    the record existed), a lenience given in the request, and plain SD (lenience 0: nothing tuned is
-    served). The drafter model is compared by its sizes (vLLM holds no HF model object to fingerprint)."""
-    recorded = rule.drafter
-    if recorded is None or rule.lenience_given or rule.is_stock:
+    does not apply such settings (:func:`~viasd_adapt.config.tuned.drafter_mismatch`, the same rule):
+    the tolerance that keeps the regret within budget depends on the drafter. Not checked: a file
+    that records no drafter (written before the record existed), a lenience given in the request,
+    and plain SD (lenience 0: nothing tuned is served). A drafter model is compared by its sizes
+    (vLLM holds no HF model object to fingerprint)."""
+    if rule.lenience_given or rule.is_stock:
         return
-    kind, sizes = _engine_drafter(speculative_config)
-    if recorded == PROMPT_LOOKUP_DRAFTER:
-        mismatch = None if kind == PROMPT_LOOKUP_DRAFTER else f"measured with prompt lookup; this engine drafts with {kind}"
-    elif kind == "model":
-        different = [key for key in SIZE_KEYS if sizes is not None and recorded.get(key) != sizes.get(key)]
-        mismatch = (None if not different else "measured with another drafter model: "
-                    + ", ".join(f"{key} {recorded.get(key)!r} there, {sizes.get(key)!r} here" for key in different))
-    elif kind.startswith("eagle") and rule.measured_on == "eagle":
-        mismatch = None
-    else:
-        mismatch = f"measured with a drafter model on the {rule.measured_on} framework; this engine drafts with {kind}"
+    drafter, sizes = _engine_drafter(speculative_config)
+    recorded = rule.drafter if isinstance(rule.drafter, dict) else {}
+
+    def model_problems() -> list[str]:
+        return [f"{key}: {recorded.get(key)!r} recorded, {sizes.get(key)!r} here"
+                for key in SIZE_KEYS if sizes is not None and recorded.get(key) != sizes.get(key)]
+
+    mismatch = drafter_mismatch(rule.drafter, rule.measured_on, drafter, model_problems)
     if mismatch is not None:
         raise ConfigError(f"{rule.tuned_path} was {mismatch}: its lenience ({rule.lenience:g}) was tuned for that "
                           f"drafter. Run `viasd tune` with this engine's drafter, or set "
