@@ -91,7 +91,7 @@ from viasd_adapt.core.tiers import verified_cycle
 from viasd_adapt.config.resolve import UNREAD
 from viasd_adapt.config.tuned import PROMPT_LOOKUP_DRAFTER
 from viasd_adapt.models.pair import LoadedPair, model_and_mask
-from viasd_adapt.engine.tier import TunedDrafterCheck, open_tier
+from viasd_adapt.engine.tier import OpenTier, TunedDrafterCheck, open_tier
 from viasd_adapt.core.verify_step import VerifyStep
 
 FRAMEWORK = "hf"
@@ -111,18 +111,20 @@ class ViasdCacheWarning(UserWarning):
 
 @dataclass
 class TierSession:
-    """One ``patch``: the settings, the slim verifier and the metrics of the calls made under it.
+    """One ``patch``: the tier it opened (settings, slim verifier, plugins) and the metrics of the
+    calls made under it.
 
     Attributes:
+        tier: the :class:`~viasd_adapt.engine.tier.OpenTier` the calls run (its settings, slim verifier,
+            plugin manager and adaptive plan); for a call whose drafter the tuned settings were not
+            measured with, the tier without them, for that call only.
         metrics: the sum over every tiered ``generate`` call of this session (one call: that call).
         history: the metrics of each call, in order.
         fallbacks: why calls ran the stock path instead (one line per such call).
     """
 
     target: nn.Module
-    settings: TierSettings
-    slim: SlimVerifier | None
-    plugins: tuple = ()
+    tier: OpenTier = field(repr=False)
     tokenizer: Any = None
     assistant_tokenizer: Any = None
     thread_id: int = field(default_factory=threading.get_ident)
@@ -130,12 +132,26 @@ class TierSession:
     history: list[TierMetrics] = field(default_factory=list)
     fallbacks: list[str] = field(default_factory=list)
     closed: bool = False
-    plugin_manager: Any = field(default=None, repr=False)
     share_prefix: bool = True
-    tier: Any = field(default=None, repr=False)  # the OpenTier: the adaptive tier's plan per call
     _call: "_StockObserver | None" = field(default=None, repr=False)
     # settings=None: the tuned settings, checked against each call's drafter (engine.tier.TunedDrafterCheck)
     drafter_check: Any = field(default=None, repr=False)
+
+    @property
+    def settings(self) -> TierSettings:
+        return self.tier.settings
+
+    @property
+    def slim(self) -> SlimVerifier | None:
+        return self.tier.slim
+
+    @property
+    def plugins(self) -> tuple:
+        return self.tier.plugins
+
+    @property
+    def plugin_manager(self) -> Any:
+        return self.tier.plugin_manager
 
     @property
     def mode(self) -> Mode:
@@ -245,8 +261,7 @@ def patch(
     find_decoder_stack(target)  # a clear UnsupportedModelError before anything is patched
     tier = open_tier(target, mask, settings, plugins, tuned=tuned)
     check_same_tokenizer(tokenizer, assistant_tokenizer, role="assistant")
-    session = TierSession(target, tier.settings, tier.slim, tier.plugins, tokenizer, assistant_tokenizer,
-                          plugin_manager=tier.plugin_manager, share_prefix=share_prefix, tier=tier,
+    session = TierSession(target, tier, tokenizer, assistant_tokenizer, share_prefix=share_prefix,
                           drafter_check=TunedDrafterCheck(tier, target, mask))
     with _REGISTRY_LOCK:
         record = _PATCHES.get(id(target))
@@ -461,12 +476,12 @@ def _call_drafter(session: TierSession, original, args: tuple, kwargs: dict):
 def _running_untuned(session: TierSession, tier):
     """For one call: the session runs ``tier`` (the defaults: its tuned settings were measured with
     another drafter); its metrics still go to the session."""
-    saved = session.settings, session.slim, session.tier, session.drafter_check
-    session.settings, session.slim, session.tier, session.drafter_check = tier.settings, tier.slim, tier, None
+    saved = session.tier, session.drafter_check
+    session.tier, session.drafter_check = tier, None
     try:
         yield
     finally:
-        session.settings, session.slim, session.tier, session.drafter_check = saved
+        session.tier, session.drafter_check = saved
 
 
 def _tiered_generate(session: TierSession, original, args: tuple, kwargs: dict):
@@ -597,8 +612,7 @@ class _OwnLoop:
         # call's prompt_lookup_num_tokens is the block length, as in stock.
         settings = self.session.settings if self.lookup is None else self.session.settings.with_(gamma=self.lookup[0])
         # the adaptive tier (when the settings adapt) prices this call's drafter: the assistant, or none (lookup)
-        tier = self.session.tier
-        plan = tier.adaptive_plan(self.assistant, settings) if tier is not None else None
+        plan = self.session.tier.adaptive_plan(self.assistant, settings)
         self.step = VerifyStep(settings, FRAMEWORK, self.session.plugin_manager, greedy=warper.greedy, adaptive=plan)
         kind = model_kind(model)
         if kind.encoder_decoder:  # input_ids are decoder ids; each row also reads its source

@@ -40,7 +40,8 @@ from torch import nn
 from viasd_adapt.config.advice import warn_if_negative_delta
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.config.resolve import UNREAD, RunSpec, resolve_settings
-from viasd_adapt.config.tuned import OTHER_DRAFTER, PROMPT_LOOKUP_DRAFTER, TunedForAnotherDrafterWarning, TunedSettings, find_tuned
+from viasd_adapt.config.tuned import (DRAFTER_MODEL, EAGLE_HEAD, PROMPT_LOOKUP_DRAFTER, TunedForAnotherDrafterWarning,
+                                      TunedSettings, drafter_mismatch, find_tuned)
 from viasd_adapt.core.adaptive import AdaptivePlan
 from viasd_adapt.core.hooks import make_plugin_manager
 from viasd_adapt.core.settings import Mode, TierSettings, check_settings
@@ -49,8 +50,6 @@ from viasd_adapt.engine.priors import adaptive_plan
 from viasd_adapt.routing.mask import MaskLike, check_tuned_model, model_mismatches, resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
 
-#: The drafter of an EAGLE run: its head (no drafter model, no prompt lookup).
-EAGLE_HEAD = "eagle-head"
 #: What a run drafts with, for the check: a drafter model, :data:`PROMPT_LOOKUP_DRAFTER`, :data:`EAGLE_HEAD`,
 #: or another object with a ``propose`` method (a drafter the check cannot identify).
 DrafterLike = Any
@@ -90,6 +89,12 @@ class OpenTier:
     def mode(self) -> Mode:
         return self.settings.mode
 
+    @property
+    def runs_tuned(self) -> bool:
+        """Whether its settings are a tuned file's (``settings=None``), so that they belong to the
+        drafter the file was measured with."""
+        return self.spec is not None and self.spec.tuned is not None and self.spec.tuned_applied
+
     def adaptive_plan(self, drafter: nn.Module | None = None, settings: TierSettings | None = None,
                       use_measured: bool = True) -> AdaptivePlan | None:
         """The adaptive tier's prices and priors for a run drafting with ``drafter`` (a model, or
@@ -119,35 +124,15 @@ def drafter_identity(drafter: DrafterLike) -> DrafterLike:
 
 def tuned_drafter_mismatch(tuned: TunedSettings, drafter: DrafterLike) -> str | None:
     """Why ``tuned`` was not measured with ``drafter`` ("measured with another drafter: ..."), or
-    None when it was, or when the file records no drafter (an older file: not checked;
-    :mod:`viasd_adapt.config.tuned`). An EAGLE run (:data:`EAGLE_HEAD`) drafts with its head: a file
-    that records a drafter model or prompt lookup is another drafter's unless it was measured on EAGLE."""
+    None when it was, or when the file records no drafter: :func:`~viasd_adapt.config.tuned.drafter_mismatch`
+    for what this run drafts with (a model is compared by its fingerprint)."""
     drafter = drafter_identity(drafter)
-    recorded = tuned.drafter
-    if recorded is None:
-        return None
-    if drafter is EAGLE_HEAD or drafter == EAGLE_HEAD:
-        if tuned.measured_on == "eagle":
-            return None
-        return (f"{OTHER_DRAFTER}: {_described(recorded)} on the {tuned.measured_on} framework; "
-                "this run drafts with its EAGLE head")
-    if recorded == PROMPT_LOOKUP_DRAFTER or drafter == PROMPT_LOOKUP_DRAFTER:
-        if recorded == drafter:
-            return None
-        return f"{OTHER_DRAFTER}: {_described(recorded)}; this run drafts with {_described(drafter)}"
+    if drafter is EAGLE_HEAD or drafter == EAGLE_HEAD or drafter == PROMPT_LOOKUP_DRAFTER:
+        return drafter_mismatch(tuned.drafter, tuned.measured_on, drafter)
     if not isinstance(drafter, nn.Module):
-        return f"{OTHER_DRAFTER}: {_described(recorded)}; this run drafts with a {type(drafter).__name__}"
-    problems = model_mismatches(recorded, drafter)
-    if problems:
-        return f"{OTHER_DRAFTER}: this run's drafter model is not the one recorded ({problems[0]})"
-    return None
-
-
-def _described(drafter: DrafterLike) -> str:
-    if drafter == PROMPT_LOOKUP_DRAFTER:
-        return "prompt lookup"
-    architecture = getattr(drafter, "architecture", None)
-    return f"a drafter model ({architecture})" if architecture else "a drafter model"
+        return drafter_mismatch(tuned.drafter, tuned.measured_on, f"a {type(drafter).__name__}")
+    return drafter_mismatch(tuned.drafter, tuned.measured_on, DRAFTER_MODEL,
+                            lambda: model_mismatches(tuned.drafter, drafter))
 
 
 def check_spec_model(spec: RunSpec, model: nn.Module, drafter: DrafterLike = None, *, stacklevel: int = 2) -> RunSpec:
@@ -180,22 +165,26 @@ def warn_other_drafter(tuned_path: Path | None, mismatch: str, stacklevel: int =
                   TunedForAnotherDrafterWarning, stacklevel=stacklevel + 1)
 
 
-def check_tier_drafter(tier: OpenTier, target: nn.Module, mask: MaskLike | None, drafter: DrafterLike, *,
-                       build_slim: bool = True, stacklevel: int = 2) -> OpenTier:
-    """``tier`` as is, unless its settings are a tuned file's (``settings=None``) measured with another
-    drafter than ``drafter``: then the warning, and the tier opened again without them (the
-    defaults, the same plugin manager)."""
-    spec = tier.spec
-    if spec is None or spec.tuned is None or not spec.tuned_applied:
-        return tier
-    mismatch = tuned_drafter_mismatch(spec.tuned, drafter)
-    if mismatch is None:
-        return tier
-    warn_other_drafter(spec.tuned_path, mismatch, stacklevel=stacklevel + 1)
-    untuned = spec.without_tuned(mismatch)
+def _without_tuned(tier: OpenTier, target: nn.Module, mask: MaskLike | None, mismatch: str, *,
+                   build_slim: bool = True, stacklevel: int = 2) -> OpenTier:
+    """``tier`` opened again without its tuned settings, because of the drafter (``mismatch``): the
+    defaults, the same plugin manager, no tuned measurements for the adaptive tier; its ``spec``
+    says why (``--explain``'s "not applied")."""
+    untuned = tier.spec.without_tuned(mismatch)
     reopened = open_tier(target, mask, untuned.settings, tier.plugins, plugin_manager=tier.plugin_manager,
                          build_slim=build_slim, stacklevel=stacklevel + 1, tuned=None)
     return replace(reopened, spec=untuned)
+
+
+def check_tier_drafter(tier: OpenTier, target: nn.Module, mask: MaskLike | None, drafter: DrafterLike, *,
+                       build_slim: bool = True, stacklevel: int = 2) -> OpenTier:
+    """``tier`` as is, unless its settings are a tuned file's (``settings=None``) measured with another
+    drafter than ``drafter``: then the warning, and the tier opened again without them."""
+    mismatch = tuned_drafter_mismatch(tier.spec.tuned, drafter) if tier.runs_tuned else None
+    if mismatch is None:
+        return tier
+    warn_other_drafter(tier.spec.tuned_path, mismatch, stacklevel=stacklevel + 1)
+    return _without_tuned(tier, target, mask, mismatch, build_slim=build_slim, stacklevel=stacklevel + 1)
 
 
 class TunedDrafterCheck:
@@ -212,7 +201,7 @@ class TunedDrafterCheck:
     @property
     def needed(self) -> bool:
         """Whether there is anything to check (the settings came from a tuned file)."""
-        return self.tier.spec is not None and self.tier.spec.tuned is not None and self.tier.spec.tuned_applied
+        return self.tier.runs_tuned
 
     def tier_for(self, drafter: DrafterLike, stacklevel: int = 2) -> OpenTier:
         if not self.needed:
@@ -224,10 +213,8 @@ class TunedDrafterCheck:
             if mismatch is not None:
                 warn_other_drafter(self.tier.spec.tuned_path, mismatch, stacklevel=stacklevel + 1)
                 if self._untuned is None:
-                    untuned = self.tier.spec.without_tuned(mismatch)
-                    self._untuned = replace(open_tier(self.target, self.mask, untuned.settings, self.tier.plugins,
-                                                      plugin_manager=self.tier.plugin_manager,
-                                                      stacklevel=stacklevel + 1, tuned=None), spec=untuned)
+                    self._untuned = _without_tuned(self.tier, self.target, self.mask, mismatch,
+                                                   stacklevel=stacklevel + 1)
         return self.tier if self._checked[key] else self._untuned
 
 
@@ -241,7 +228,7 @@ def open_tier(
     build_slim: bool = True,
     stacklevel: int = 2,
     tuned: Any = UNREAD,
-    drafter: DrafterLike = UNREAD,
+    drafter: DrafterLike = None,
 ) -> OpenTier:
     """Resolves and checks what a tier on ``target`` runs with; every adapter's one set-up call.
 
@@ -262,8 +249,8 @@ def open_tier(
             the resolver's read is reused).
         drafter: what the run drafts with, when it is known at set-up (PEARL's drafter, EAGLE's
             :data:`EAGLE_HEAD`): tuned settings (``settings=None``) measured with another drafter
-            are then not applied (:func:`check_tier_drafter`). An adapter whose drafter arrives per
-            call (HF) checks it then (:class:`TunedDrafterCheck`).
+            are then not applied (:func:`check_tier_drafter`). None: not known here (an adapter
+            whose drafter arrives per call, HF, checks it then: :class:`TunedDrafterCheck`).
 
     Raises ConfigError for bad settings, a bad or missing mask file, or a slim mode without a
     mask; ModelMismatchError for a mask or tuned file made for another model.
@@ -291,7 +278,7 @@ def open_tier(
         if settings.adapts and path is not None:
             tuned = spec.tuned if spec is not None else find_tuned(path)
     tier = OpenTier(settings, routing, slim, manager, plugins, spec, artifact, target, tuned if settings.adapts else None)
-    if drafter is not UNREAD:
+    if drafter is not None:
         tier = check_tier_drafter(tier, target, mask, drafter, build_slim=build_slim, stacklevel=stacklevel + 1)
     return tier
 
