@@ -118,7 +118,7 @@ class TierSession:
         tier: the :class:`~viasd_adapt.engine.tier.OpenTier` the calls run (its settings, slim verifier,
             plugin manager and adaptive plan); for a call whose drafter the tuned settings were not
             measured with, the tier without them, for that call only.
-        metrics: the sum over every tiered ``generate`` call of this session (one call: that call).
+        metrics: the sum over every tiered ``generate`` call made under this patch (one call: that call).
         history: the metrics of each call, in order.
         fallbacks: why calls ran the stock path instead (one line per such call).
     """
