@@ -58,3 +58,58 @@ def test_version_is_the_one_in_the_package_the_changelog_and_pyproject():
     assert re.findall(r"^## (\S+)", changelog, flags=re.M)[0] == viasd_adapt.__version__
     pyproject = (REPO_ROOT / "pyproject.toml").read_text()
     assert 'dynamic = ["version"]' in pyproject and not re.search(r'^version\s*=\s*"', pyproject, flags=re.M)
+
+
+def undescribed_options(command: click.Command, path: tuple[str, ...] = ()) -> list[str]:
+    """Every visible option of ``command`` and its subcommands whose ``--help`` line has no description,
+    as ``"viasd SUBCOMMAND --option"``."""
+    found = []
+    for sub_path, sub in _commands(command, path):
+        for param in sub.params:
+            if isinstance(param, click.Option) and not param.hidden and not (param.help or "").strip():
+                found.append(" ".join(("viasd", *sub_path, param.opts[0])))
+    return found
+
+
+def test_every_option_of_every_command_has_a_description():
+    """Each command's and subcommand's --help describes every option it shows; control: a command with
+    an option without help is flagged, and its hidden options are not."""
+    @click.group()
+    def group():
+        pass
+
+    @group.command()
+    @click.option("--described", help="Says what it does.")
+    @click.option("--bare", type=int, default=0, show_default=True)
+    @click.option("--secret", hidden=True)
+    def sub(described, bare, secret):
+        pass
+
+    assert undescribed_options(group) == ["viasd sub --bare"]
+
+    seen = [" ".join(path) for path, _ in _commands(cli)]
+    assert {"models build", "models list", "bench", "tune", "search", "demo", "generate"} <= set(seen)
+    assert undescribed_options(cli) == []
+
+
+def _help(*path: str) -> str:
+    result = CliRunner().invoke(cli, [*path, "--help"], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.split())
+
+
+def test_help_texts_say_what_the_commands_do():
+    """The search's budget bound follows --price; the default strategy is the guided search, not DIMR;
+    `viasd models` lists shipped and real pairs too; `models build --threads` takes any count."""
+    from viasd_adapt.search.config import DEFAULTS
+
+    search = _help("search")
+    assert DEFAULTS.strategy == "guided" and DEFAULTS.price == "cycle"
+    assert "--cycle-cost for cycle (the default), --slim-cost for marginal" in search
+    assert "DIMR: search" not in search
+    assert "the guided search by default" in search
+    assert "DIMR mask" not in _help("tune") and "DIMR mask" not in _help("bench")
+    assert "self-trained" not in _help("models")
+    assert "1<=x<=2" not in _help("models", "build")
+    result = CliRunner().invoke(cli, ["models", "build", "--threads", "0"])
+    assert result.exit_code == 2 and "x>=1" in result.output  # control: the bound that stays is shown

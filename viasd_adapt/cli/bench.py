@@ -42,7 +42,8 @@ def bench_options(function):
     :class:`viasd_adapt.bench.session.BenchConfig`."""
     options = [
         click.option("--mask", "mask_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="DIMR mask artifact [default: mask.json beside the target directory, else a labelled fallback mask]."),
+                     help="Mask artifact, as viasd search writes it [default: mask.json beside the target directory, else a "
+                          "labelled fallback mask]."),
         click.option("--prompts", "prompts_file", type=PromptsSource(), default=None,
                      help="spec-bench[:TASK,...] (Spec-Bench questions, bench split; tasks: mt_bench, translation, "
                           "summarization, qa, math_reasoning, rag, or a raw category), or a file: JSON list of prompt "
@@ -61,7 +62,9 @@ def bench_options(function):
         adaptive_option("Beside each lossless and lossy row, its adaptive twin (lossless-adaptive, lossy-adaptive): the "
                         "tier chosen cycle by cycle.", default=True),
         click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Interleaved repeats; medians are reported."),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True,
+                     help="Base seed of sampling (--temperature > 0; each prompt and repeat draws from a seed derived "
+                          "from it); greedy output does not depend on it."),
         click.option("--temperature", type=finite(min=0.0), default=0.0, show_default=True, help="0 = greedy."),
         preset_option,
         click.option("--alpha1", type=finite(), default=None, help="Override gate-1 tolerance."),

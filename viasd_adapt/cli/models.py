@@ -23,7 +23,8 @@ from viasd_adapt.models.registry import cache_dir, list_pairs
 
 @click.group()
 def models() -> None:
-    """Build and list self-trained target/drafter pairs."""
+    """List pairs (shipped, real and built) and build pairs: a code pair trained from scratch on stdlib
+    code, or a drafter and an EAGLE head distilled from a real target."""
 
 
 @models.command()
@@ -36,8 +37,8 @@ def models() -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for initialisation, data order and masks.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory under which <recipe>/ is written [default: $VIASD_CACHE or ~/.cache/viasd-adapt].")
-@click.option("--threads", type=click.IntRange(1, 2), default=1, show_default=True,
-              help="CPU threads; the weights are reproducible for a given thread count.")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="torch CPU threads; the same seed and thread count give the same weights.")
 def build(recipe: str | None, old_recipe_option: str | None, seed: int, out_dir: Path | None, threads: int) -> None:
     """Train a tokenizer, a target and a drafter on stdlib code, and write them with a report.
 

@@ -1,4 +1,4 @@
-"""``viasd search``: find the slim verifier's routing mask for a target/drafter pair (DIMR).
+"""``viasd search``: find the slim verifier's routing mask for a target/drafter pair (guided search or DIMR).
 
 Every check that can fail on user input (ratio, output paths, calibration file, vocabularies)
 runs before the search starts, so a typo never costs a search's worth of CPU.
@@ -59,10 +59,10 @@ def _load_tokenizer(path: Path, role: str, required: bool):
 @click.option("--ratio", type=finite(), default=DEFAULTS.ratio, show_default=True,
               help="--space ratio: fraction r of decoder layers skipped, exactly round(r*L).")
 @click.option("--space", type=click.Choice(SPACES), default=DEFAULTS.space, show_default=True,
-              help="ratio: masks with exactly round(r*L) skipped layers (the paper); budget: any mask whose "
-                   "cost with a shared prefix (retained layers from its first skipped layer on) is at most --slim-cost.")
+              help="ratio: masks with exactly round(r*L) skipped layers (the paper); budget: any mask whose price "
+                   "(--price) is within its bound: --cycle-cost for cycle (the default), --slim-cost for marginal.")
 @click.option("--slim-cost", type=finite(0.0, 1.0, max_open=True), default=DEFAULTS.slim_cost, show_default=True,
-              help="--space budget: the most a mask may cost, as a fraction of the target's layers.")
+              help="--space budget with --price marginal: the most a mask may cost, as a fraction of the target's layers.")
 @click.option("--strategy", type=click.Choice(STRATEGIES), default=DEFAULTS.strategy, show_default=True,
               help="guided: per-layer probes, structured warm starts, swap trust region ranked by an additive "
                    "surrogate + GP (viasd_adapt/search/guided.py); dimr: random masks + a BoTorch proposal every --bo-every steps.")
@@ -121,7 +121,8 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
            window_cache_path, no_window_cache, objective, bo_every, patience, seed, calib_file,
            calib_pairs, calib_continuation, calib_prompts, heldout_prompts, chat, new_tokens, prompt_tokens, out_path,
            force, plot_path, compare_random, threads, no_progress) -> None:
-    """DIMR: search the routing mask of the slim verifier (guided search with BoTorch, or random + BoTorch)."""
+    """Search the routing mask of the slim verifier: the guided search by default (probes, warm starts,
+    a trust region ranked with a BoTorch GP), or DIMR (--strategy dimr: random masks + BoTorch)."""
     started = time.perf_counter()
     check_ratio(ratio)
     choice = choose_pair(pair, target_path, draft_path)  # the --pair handling every command shares
@@ -188,7 +189,7 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
 
     def on_step(evaluation, best):
         if not bars:
-            bars.append(tqdm(total=total_steps, desc="DIMR", unit="mask", disable=no_progress, leave=False))
+            bars.append(tqdm(total=total_steps, desc=f"{strategy} search", unit="mask", disable=no_progress, leave=False))
         bar = bars[0]
         bar.update(1)
         bar.set_postfix(step=evaluation.step, best=f"{best:.3f}", kind=evaluation.kind)
@@ -202,9 +203,10 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     finally:
         for bar in bars:
             bar.close()
-    described = f"r={ratio}" if space == "ratio" else f"slim cost <= {slim_cost}"
+    described = (f"r={ratio}" if space == "ratio" else f"cycle cost <= {cycle_cost}" if price == "cycle"
+                 else f"slim cost <= {slim_cost}")
     plot_convergence(outcome.result, plot_path, outcome.random_costs,
-                     title=f"DIMR on {Path(target_path).parent.name}/{Path(target_path).name}: {described}, seed {seed}")
+                     title=f"{strategy} search on {Path(target_path).parent.name}/{Path(target_path).name}: {described}, seed {seed}")
     for line in describe(outcome):
         click.echo(line)
     click.echo(f"mask -> {out_path}; plot -> {plot_path}")

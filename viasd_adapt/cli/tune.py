@@ -31,9 +31,10 @@ def _floats(value: str, option: str = "") -> tuple[float, ...]:
 @click.option("--target", "target_path", type=ModelPath(), default=None, help=TARGET_HELP)
 @click.option("--draft", "draft_path", type=DraftPath(), default=None, help=DRAFT_HELP)
 @click.option("--mask", "mask_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="The pair's DIMR mask [default: mask.json beside the target directory].")
-@click.option("--ratios", default="", help="Also search one DIMR mask per skip ratio, e.g. 0.3,0.6 [default: only the pair's mask].")
-@click.option("--search-steps", type=click.IntRange(min=4), default=40, show_default=True, help="DIMR budget per searched mask.")
+              help="The pair's mask, as viasd search writes it [default: mask.json beside the target directory].")
+@click.option("--ratios", default="", help="Also search one mask per skip ratio, e.g. 0.3,0.6, with a short DIMR search (random masks + BoTorch, "
+              "--search-steps evaluations; viasd search runs the guided search) [default: only the pair's mask].")
+@click.option("--search-steps", type=click.IntRange(min=4), default=40, show_default=True, help="Most evaluations of each --ratios search.")
 @click.option("--exits", default="", help="Also try early-exit masks keeping the first k layers, e.g. 6,8,10 "
               "(for targets trained for early exit; with a shared prefix they cost only their own layers).")
 @click.option("--alpha1", "alpha1_values", default="0,0.3,0.5,0.8", show_default=True, help="Gate-1 tolerances to sweep (0.5: the paper).")
@@ -59,7 +60,8 @@ def _floats(value: str, option: str = "") -> tuple[float, ...]:
               help="Calibration set: Spec-Bench's calibration split (question_id % 5 == 0, never benched), or held-out "
                    "stdlib snippets; auto = Spec-Bench when the tokenizer has a chat template.")
 @chat_option
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=48, show_default=True)
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=48, show_default=True,
+              help="Tokens generated per calibration prompt at every point of the grid.")
 @click.option("--temperature", type=finite(min=0.0), default=0.0, show_default=True, help="0 = greedy.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The tuned-settings file [default: tuned.json beside the mask]; an existing file needs --force.")
