@@ -1,0 +1,422 @@
+"""Write the README's verdict table and docs/results.md's summary tables from the saved reports.
+
+    python benchmarks/render_tables.py            # rewrite every table in place
+    python benchmarks/render_tables.py --check    # exit 1, naming the table, if one differs
+
+Why a script: a figure copied by hand drifts from the report it came from, and a row assembled from
+two runs priced in two ways reads as one measurement. Here every cell is read from one saved
+``viasd bench --json`` report under ``benchmarks/results/``, and a table whose report was priced
+before one-token target passes were priced apart (its rows carry no ``single_passes_per_token``)
+says so in the row itself. ``tests/bench/test_rendered_tables.py`` checks that the Markdown holds
+what this script renders.
+
+Each table sits in its Markdown file between two comments::
+
+    <!-- rendered: NAME (benchmarks/render_tables.py) -->
+    ...
+    <!-- end rendered: NAME -->
+
+To add a report, a pair or a renamed row, edit the source tables below: :data:`VERDICT_COLUMNS`
+(which row each column of the verdict table reads), :data:`VERDICT_ROWS` (one README row per
+report), :data:`BENCH_TABLES` and :data:`TASK_TABLES` (docs/results.md's bench tables) and :data:`ADAPTIVE_COLUMNS` /
+:data:`ADAPTIVE_REPORTS` (the adaptive tier's table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+
+# ----------------------------------------------------------------------------- the source tables
+
+#: The verdict table's measured columns: (header, row key). A row key is ``framework/mode``, or
+#: ``ar`` for the target alone. When a mode's rows are renamed, change the key here.
+VERDICT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("AR", "ar"),
+    ("untiered SD", "hf/none"),
+    ("lenient", "hf/lenient"),
+    ("lossless tier", "hf/lossless"),
+    ("lossy tier", "hf/lossy"),
+)
+
+#: The verdict table's projected columns (priced with the report's own projection, or with
+#: :data:`PROJECTION_COSTS` where the report has none).
+PROJECTED_COLUMNS: tuple[str, ...] = ("hf/none", "hf/lenient", "hf/lossy")
+PROJECTION_COSTS = "h200-llama2-7b"
+
+#: The framework whose verdict the verdict table quotes.
+VERDICT_FRAMEWORK = "hf"
+
+
+@dataclass(frozen=True)
+class VerdictRow:
+    """One row of the README's verdict table: its short name, what it is (Markdown) and the one
+    report it reads."""
+
+    name: str
+    label: str
+    report: str
+
+
+VERDICT_ROWS: tuple[VerdictRow, ...] = (
+    VerdictRow("demo", "[demo](docs/results.md#viasd-bench-on-the-demo-pairs): 5.6M-parameter code pair, 8 held-out prompts",
+               "bench_demo.json"),
+    VerdictRow("demo-ee", "[demo-ee](docs/results.md#viasd-bench-on-the-demo-pairs): early-exit target, same prompts",
+               "bench_demo-ee.json"),
+    VerdictRow("SmolLM2 + drafter", "[SmolLM2-135M-Instruct](docs/results.md#viasd-bench-with-the-distilled-drafter) + distilled "
+               "drafter, 14 Spec-Bench prompts", "bench_smollm2_drafter_spec_bench.json"),
+    VerdictRow("SmolLM2 + prompt lookup", "[SmolLM2-135M-Instruct](docs/results.md#viasd-bench-with-prompt-lookup-per-spec-bench-task) + "
+               "prompt lookup, 14 Spec-Bench prompts", "bench_smollm2_spec_bench.json"),
+)
+
+
+@dataclass(frozen=True)
+class BenchTable:
+    """A docs/results.md table of bench rows: the reports it reads (each with the row keys it takes
+    from that report, in order) and its columns (names of :data:`BENCH_CELLS`)."""
+
+    reports: tuple[tuple[str, tuple[str, ...]], ...]
+    columns: tuple[str, ...]
+
+
+_BENCH_MODES = ("none", "lenient", "lossless", "lossy", "audit")
+_DEMO_COLUMNS = ("row", "feq/tok", "tok/s", "x_unt", "LL drop", "regret", "overrule")
+
+BENCH_TABLES: dict[str, BenchTable] = {
+    "bench-demo": BenchTable(
+        (("bench_demo.json", ("ar", *(f"{fw}/{m}" for fw in ("hf", "pearl") for m in _BENCH_MODES))),
+         ("bench_demo_eagle.json", tuple(f"eagle/{m}" for m in _BENCH_MODES))),
+        _DEMO_COLUMNS),
+    "bench-demo-ee": BenchTable(
+        (("bench_demo-ee.json", ("ar", *(f"{fw}/{m}" for fw in ("hf", "pearl") for m in _BENCH_MODES))),),
+        _DEMO_COLUMNS),
+    "bench-smollm2-drafter": BenchTable(
+        (("bench_smollm2_drafter_spec_bench.json",
+          ("ar", "lookup/plain", "hf/plain", *(f"{fw}/{m}" for fw in ("hf", "pearl")
+                                                for m in ("none", "lenient", "lossless", "lossy")))),),
+        ("row", "tau", "x_ar", "feq/tok", "LL drop", "regret", "identical to AR", "feq/tok projected (H200, 7B shape)")),
+    "bench-smollm2-lookup": BenchTable(
+        (("bench_smollm2_spec_bench.json", ("ar", "hf/none", "hf/lenient", "hf/lossless", "hf/lossy")),),
+        ("row", "tau", "x_ar", "feq/tok", "LL drop", "regret", "identical to AR", "feq/tok projected (H200, 7B shape)")),
+}
+
+@dataclass(frozen=True)
+class TaskTable:
+    """A docs/results.md table of one Spec-Bench report per task: the report, the row keys it shows
+    (AR first), and which cells each row shows (names of :data:`BENCH_CELLS`)."""
+
+    report: str
+    keys: tuple[str, ...]
+    cells: dict[str, tuple[str, ...]]
+
+
+TASK_TABLES: dict[str, TaskTable] = {
+    "bench-smollm2-lookup-tasks": TaskTable(
+        "bench_smollm2_spec_bench.json", ("ar", "hf/none", "hf/lenient", "hf/lossless", "hf/lossy"),
+        {"ar": ("feq/tok",), "hf/none": ("tau", "feq/tok", "x_ar"), "hf/lenient": ("tau", "feq/tok", "LL drop"),
+         "hf/lossless": ("tau", "feq/tok"), "hf/lossy": ("tau", "feq/tok", "LL drop")}),
+}
+
+#: The adaptive tier's table: (header, row key of the mode within each framework, what the cell
+#: shows). The adaptive rows are ``lossless-adaptive`` / ``lossy-adaptive`` and the fixed tier's
+#: ``lossless`` / ``lossy`` in these reports; when they are renamed, change the keys here.
+ADAPTIVE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("adaptive lossless", "lossless-adaptive", "cost"),
+    ("adaptive lossy", "lossy-adaptive", "cost"),
+    ("fixed lossless", "lossless", "cost"),
+    ("fixed lossy", "lossy", "cost"),
+    ("tier on (adaptive lossy)", "lossy-adaptive", "tier_share"),
+    ("lossless tok/s vs untiered", "lossless-adaptive", "speed"),
+)
+
+#: (what the pair is, report) for the adaptive tier's table, in order; every framework of a report
+#: that has an untiered row is a row of the table.
+ADAPTIVE_REPORTS: tuple[tuple[str, str], ...] = (
+    ("demo", "adaptive_goals_demo.json"),
+    ("demo-ee", "adaptive_goals_demo-ee.json"),
+    ("SmolLM2, drafter", "adaptive_goals_smollm2.json"),
+    ("SmolLM2, prompt lookup", "adaptive_goals_smollm2-lookup.json"),
+)
+
+FRAMEWORK_NAMES = {"hf": "hf", "pearl": "PEARL", "eagle": "EAGLE", "engine": "engine"}
+
+#: How a verdict names each row it can pick.
+VERDICT_NAMES = {"ar": "AR", "lookup": "stock prompt lookup", "none": "untiered", "plain": "untiered",
+                 "lenient": "lenient", "lossless": "lossless tier", "lossy": "lossy tier"}
+
+OLD_PRICING = ("priced before each target pass was priced by the tokens it fed: a pass that fed one token "
+               "(prompt lookup with no match) counts as a block pass, so prompt lookup reads dearer, and AR's "
+               "prompt pass as a one-token pass, so AR reads about 1% cheaper")
+
+# ----------------------------------------------------------------------------- reading reports
+
+Loader = Callable[[str], dict]
+
+
+def load_from(folder: Path) -> Loader:
+    """A loader of reports by file name, from ``folder`` (the tests point it at an edited copy)."""
+    cache: dict[str, dict] = {}
+
+    def load(name: str) -> dict:
+        if name not in cache:
+            cache[name] = json.loads((folder / name).read_text())
+        return cache[name]
+
+    return load
+
+
+def row_key(row: dict) -> str:
+    return "ar" if row["framework"] == "ar" else f"{row['framework']}/{row['mode']}"
+
+
+def rows_by_key(report: dict) -> dict[str, dict]:
+    return {row_key(row): row for row in report["rows"]}
+
+
+def old_pricing(report: dict) -> bool:
+    """Whether the report was priced before one-token passes were priced apart: its rows do not
+    carry the one-token pass count the current pricing reads."""
+    return not any("single_passes_per_token" in row for row in report["rows"])
+
+
+def projected_rows(report: dict) -> dict[str, dict]:
+    """The report's rows priced on the H200 cost model: the report's own projection where it made
+    one, else the same projection applied now to its pass counts (as ``viasd bench --costs`` does)."""
+    saved = (report["run"].get("projection") or {}).get("rows")
+    if saved:
+        return {row_key(row): row for row in saved}
+    from viasd_adapt.bench.projection import load_cost_model, project_rows
+    from viasd_adapt.config.mask import RoutingMask
+
+    mask = report["run"].get("mask") or {}
+    routing = RoutingMask.from_skipped(len(mask["bits"]), mask["skipped_layers"]) if mask.get("bits") else None
+    rows = project_rows(report["rows"], load_cost_model(PROJECTION_COSTS), routing, report["run"]["settings"]["gamma"] + 1)
+    return {row_key(row): row for row in rows}
+
+
+# ----------------------------------------------------------------------------- cells
+
+
+def number(value: float | None, digits: int = 3, sign: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def verdict_summary(verdict: str) -> str:
+    """A verdict line of a report, shortened to what it picked and how sure it is.
+
+    >>> verdict_summary("hf: cheapest within ... is lookup (0.693 full-equivalent passes/token; all: ...). "
+    ...                 "Stock ... use lookup (generate(...)). Undetermined at 14 prompts (holds in 76% of 1000 ...")
+    'stock prompt lookup (0.693); undetermined at 14 prompts: holds in 76% of resamples'
+    >>> verdict_summary("hf: cheapest ... is lenient (0.562 full-equivalent passes/token; ...). ... but it is "
+    ...                 "undetermined at 14 prompts (holds in 51% of 1000 ...): use the simpler none.")
+    'untiered: lenient (0.562) is cheapest but undetermined at 14 prompts: holds in 51% of resamples'
+    """
+    cheapest = re.search(r" is (\S+) \(([\d.]+) full-equivalent", verdict)
+    used = re.search(r"\buse (?:the simpler )?([\w-]+)", verdict)
+    sure = re.search(r"([Uu]ndetermined|Determined) at (\d+) prompts \(holds in (\d+)%", verdict)
+    if cheapest is None or used is None:
+        raise ValueError(f"cannot read the verdict {verdict!r}")
+    pick, cost, use = cheapest.group(1), cheapest.group(2), used.group(1)
+    name = VERDICT_NAMES.get
+    how_sure = f"{sure.group(1).lower()} at {sure.group(2)} prompts: holds in {sure.group(3)}% of resamples" if sure else ""
+    if use == pick:
+        return f"{name(use, use)} ({cost})" + (f"; {how_sure}" if how_sure else "")
+    text = f"{name(use, use)}: {name(pick, pick)} ({cost}) is cheapest"
+    text += f" but {how_sure}" if how_sure else " but not chosen"
+    return text
+
+
+def framework_verdict(report: dict, framework: str) -> str:
+    found = [line for line in report["run"]["verdict"] if line.startswith(f"{framework}: ")]
+    if len(found) != 1:
+        raise ValueError(f"{report['run']['command']!r} has no single {framework} verdict")
+    return found[0]
+
+
+BENCH_CELLS: dict[str, Callable[[dict, dict, dict | None], str]] = {
+    "row": lambda row, report, projected: row_key(row),
+    "feq/tok": lambda row, report, projected: number(row["full_equivalent_per_token"]),
+    "tok/s": lambda row, report, projected: f"{row['tokens_per_s']:.0f}",
+    "x_unt": lambda row, report, projected: number(row.get("speedup_vs_untiered"), 2),
+    "x_ar": lambda row, report, projected: number(row.get("speedup_vs_ar"), 2),
+    "tau": lambda row, report, projected: number(row.get("tau"), 2),
+    "LL drop": lambda row, report, projected: number(row.get("ll_drop"), 3, sign=True),
+    "regret": lambda row, report, projected: number(row.get("regret")),
+    "overrule": lambda row, report, projected: number(row.get("overrule_rate")),
+    "identical to AR": lambda row, report, projected: (
+        "-" if row.get("identical_outputs") is None
+        else f"{round(row['identical_outputs'] * report['run']['prompts'])}/{report['run']['prompts']}"),
+    "feq/tok projected (H200, 7B shape)": lambda row, report, projected: number(
+        projected and projected.get("full_equivalent_per_token")),
+}
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> list[str]:
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(cells) + " |" for cells in body])
+
+
+# ----------------------------------------------------------------------------- the tables
+
+
+def render_verdict(load: Loader) -> str:
+    """The README's verdict table, one row per report of :data:`VERDICT_ROWS`, and the fidelity of
+    its lenient and lossy cells."""
+    header = ["pair and prompts", *(name for name, _ in VERDICT_COLUMNS), f"verdict ({VERDICT_FRAMEWORK})",
+              "H200 projection: " + " / ".join(VERDICT_NAMES[key.split("/")[1]] for key in PROJECTED_COLUMNS)]
+    body, fidelity, marked = [], [], False
+    for source in VERDICT_ROWS:
+        report = load(source.report)
+        rows, projected = rows_by_key(report), projected_rows(report)
+        label = source.label
+        if old_pricing(report):
+            label, marked = label + " (older pricing*)", True
+        cells = [number(rows[key]["full_equivalent_per_token"]) for _, key in VERDICT_COLUMNS]
+        shown = " / ".join(number(projected[key]["full_equivalent_per_token"]) for key in PROJECTED_COLUMNS)
+        shown += f" (AR {number(projected['ar']['full_equivalent_per_token'])}"
+        if "lookup/plain" in projected:
+            shown += f", stock prompt lookup {number(projected['lookup/plain']['full_equivalent_per_token'])}"
+        shown += ")"
+        body.append([label, *cells, verdict_summary(framework_verdict(report, VERDICT_FRAMEWORK)), shown])
+        fidelity.append(f"{source.name}: lenient {number(rows['hf/lenient']['ll_drop'], sign=True)} / "
+                        f"{number(rows['hf/lenient']['regret'])}, lossy {number(rows['hf/lossy']['ll_drop'], sign=True)} / "
+                        f"{number(rows['hf/lossy']['regret'])}")
+    lines = markdown_table(header, body) + ["", "Fidelity of those cells (LL drop / regret, nats/token; the default "
+                                               "budget allows 0.02 each): " + "; ".join(fidelity) + "."]
+    if marked:
+        lines.append(f"\n\\* {OLD_PRICING[0].upper()}{OLD_PRICING[1:]}; the row's other cells, its verdict and "
+                     "projection are from the same report and pricing.")
+    return "\n".join(lines)
+
+
+def render_bench(table: BenchTable, load: Loader) -> str:
+    """One docs/results.md bench table, every row from the report that measured it."""
+    body, marked = [], []
+    for name, keys in table.reports:
+        report = load(name)
+        rows = rows_by_key(report)
+        projected = projected_rows(report) if any("projected" in c for c in table.columns) else {}
+        if old_pricing(report):
+            marked.append(name)
+        for key in keys:
+            if key not in rows:
+                raise KeyError(f"{name} has no row {key!r} (its rows: {', '.join(rows)})")
+            body.append([BENCH_CELLS[column](rows[key], report, projected.get(key)) for column in table.columns])
+    lines = markdown_table(list(table.columns), body)
+    if marked:
+        lines.append("\nFrom " + " and ".join(f"`benchmarks/results/{name}`" for name in marked) + f", {OLD_PRICING}.")
+    return "\n".join(lines)
+
+
+def render_tasks(table: TaskTable, load: Loader) -> str:
+    """Per Spec-Bench task, then overall: each row's cells of :attr:`TaskTable.cells`, comma-separated."""
+    report = load(table.report)
+    header = ["task"] + [f"{key} ({', '.join(table.cells[key])})" for key in table.keys]
+    groups = [(f"{group} ({report['group_sizes'][group]} prompts)", rows_by_key({"rows": rows}))
+              for group, rows in report["groups"].items()] + [("**overall**", rows_by_key(report))]
+    body = [[task, *(", ".join(BENCH_CELLS[cell](rows[key], report, None) for cell in table.cells[key])
+                     for key in table.keys)] for task, rows in groups]
+    lines = markdown_table(header, body)
+    if old_pricing(report):
+        lines.append(f"\nFrom `benchmarks/results/{table.report}`, {OLD_PRICING}.")
+    return "\n".join(lines)
+
+
+def render_adaptive(load: Loader) -> str:
+    """The adaptive tier's table: each cost over the same framework's untiered row."""
+    header = ["pair", "framework", *(name for name, _, _ in ADAPTIVE_COLUMNS)]
+    body = []
+    for pair, name in ADAPTIVE_REPORTS:
+        rows = rows_by_key(load(name))
+        for framework in dict.fromkeys(r["framework"] for r in load(name)["rows"] if r["mode"] == "none"):
+            untiered = rows[f"{framework}/none"]["full_equivalent_per_token"]
+            cells = []
+            for _, mode, shows in ADAPTIVE_COLUMNS:
+                row = rows.get(f"{framework}/{mode}")
+                if row is None:
+                    cells.append("-")
+                elif shows == "cost":
+                    cells.append(number(row["full_equivalent_per_token"] / untiered))
+                elif shows == "tier_share":
+                    cells.append("-" if row.get("tier_share") is None else f"{row['tier_share']:.0%}")
+                else:
+                    cells.append(number(row.get("speedup_vs_untiered")))
+            body.append([pair, FRAMEWORK_NAMES.get(framework, framework), *cells])
+    return "\n".join(markdown_table(header, body))
+
+
+#: Every rendered table: name -> (the Markdown file it sits in, how to render it).
+TABLES: dict[str, tuple[str, Callable[[Loader], str]]] = {
+    "verdict": ("README.md", render_verdict),
+    **{name: ("docs/results.md", (lambda table: lambda load: render_bench(table, load))(table))
+       for name, table in BENCH_TABLES.items()},
+    **{name: ("docs/results.md", (lambda table: lambda load: render_tasks(table, load))(table))
+       for name, table in TASK_TABLES.items()},
+    "adaptive": ("docs/results.md", render_adaptive),
+}
+
+def report_names() -> list[str]:
+    """Every report the tables read, by file name under ``benchmarks/results/``."""
+    names = [row.report for row in VERDICT_ROWS]
+    names += [name for table in BENCH_TABLES.values() for name, _ in table.reports]
+    names += [table.report for table in TASK_TABLES.values()] + [name for _, name in ADAPTIVE_REPORTS]
+    return list(dict.fromkeys(names))
+
+
+# ----------------------------------------------------------------------------- the Markdown files
+
+
+def markers(name: str) -> tuple[str, str]:
+    return (f"<!-- rendered: {name} (benchmarks/render_tables.py) -->", f"<!-- end rendered: {name} -->")
+
+
+def written(text: str, name: str) -> str:
+    """What ``text`` holds between the table's markers (ValueError if they are not there once each)."""
+    start, end = markers(name)
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ValueError(f"the markers of table {name!r} are missing, repeated or out of order")
+    return text[text.index(start) + len(start):text.index(end)].strip("\n")
+
+
+def replaced(text: str, name: str, table: str) -> str:
+    start, end = markers(name)
+    written(text, name)
+    return text[:text.index(start) + len(start)] + "\n" + table + "\n" + text[text.index(end):]
+
+
+def differing(root: Path = REPO, load: Loader | None = None) -> list[str]:
+    """The tables whose Markdown differs from what the reports render, as ``"FILE: NAME"``."""
+    load = load or load_from(root / "benchmarks" / "results")
+    return [f"{path}: {name}" for name, (path, render) in TABLES.items()
+            if written((root / path).read_text(), name) != render(load)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs from its reports")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = differing()
+        for entry in stale:
+            print(f"differs from its reports: {entry}", file=sys.stderr)
+        return 1 if stale else 0
+    load = load_from(RESULTS)
+    for name, (path, render) in TABLES.items():
+        file = REPO / path
+        file.write_text(replaced(file.read_text(), name, render(load)))
+        print(f"wrote {name} in {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The README's verdict table and docs/results.md's summary tables hold what
+``benchmarks/render_tables.py`` renders from the saved reports, and nothing else."""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import json
+import shutil
+import sys
+
+import pytest
+
+from tests.support import REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def render_tables():
+    path = REPO_ROOT / "benchmarks" / "render_tables.py"
+    spec = importlib.util.spec_from_file_location("render_tables", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["render_tables"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("render_tables", None)
+
+
+@pytest.fixture()
+def copied_reports(render_tables, tmp_path):
+    """The reports every table reads, copied, so that a test can edit one."""
+    for name in render_tables.report_names():
+        shutil.copy(render_tables.RESULTS / name, tmp_path / name)
+    return tmp_path
+
+
+def _edit(folder, name, framework, mode, field, change):
+    path = folder / name
+    report = json.loads(path.read_text())
+    row = next(r for r in report["rows"] if r["framework"] == framework and r["mode"] == mode)
+    row[field] = change(row[field])
+    path.write_text(json.dumps(report))
+
+
+def test_every_table_in_the_markdown_is_what_its_reports_render(render_tables):
+    assert len(render_tables.TABLES) >= 6  # the verdict table and results.md's bench and adaptive tables
+    assert render_tables.differing() == []
+
+
+def test_control_one_edited_number_in_a_report_is_caught(render_tables, copied_reports):
+    """Control: the same check, reading copies of the reports with one number changed, names the
+    tables that show it, and only those."""
+    load = render_tables.load_from(copied_reports)
+    assert render_tables.differing(load=load) == []  # the copies alone change nothing
+    _edit(copied_reports, "bench_demo.json", "hf", "lossy", "full_equivalent_per_token", lambda v: v + 0.01)
+    assert render_tables.differing(load=render_tables.load_from(copied_reports)) == [
+        "README.md: verdict", "docs/results.md: bench-demo"]
+
+
+def test_control_an_edited_cell_in_the_markdown_is_caught(render_tables, tmp_path):
+    """Control: a copy of the repository's two files with one table cell changed differs."""
+    for name in ("README.md", "docs/results.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO_ROOT / name, tmp_path / name)
+    results = tmp_path / "docs" / "results.md"
+    text = results.read_text()
+    assert text.count("| demo-ee | PEARL | 1.000 | 0.725 |") == 1
+    results.write_text(text.replace("| demo-ee | PEARL | 1.000 | 0.725 |", "| demo-ee | PEARL | 1.000 | 0.715 |"))
+    load = render_tables.load_from(render_tables.RESULTS)
+    assert render_tables.differing(tmp_path, load) == ["docs/results.md: adaptive"]
+
+
+def test_a_row_priced_the_older_way_is_marked_and_read_from_one_report(render_tables, copied_reports):
+    """The distilled-drafter run predates pricing each pass by what it fed: its README row says so,
+    and quotes that report's verdict as it stands (undetermined, 76% of resamples). The prompt-lookup
+    run is priced the current way: no mark. Control: the same report with the one-token counts the
+    current pricing writes loses the mark."""
+    load = render_tables.load_from(copied_reports)
+    lines = {line.split("|")[1]: line for line in render_tables.render_verdict(load).splitlines() if "Spec-Bench" in line}
+    drafter, = [line for key, line in lines.items() if "distilled drafter" in key]
+    lookup, = [line for key, line in lines.items() if "prompt lookup" in key]
+    assert "(older pricing*)" in drafter and "(older pricing*)" not in lookup
+    assert "| 0.744 | 0.958 | 0.946 | 1.432 | 1.477 |" in drafter  # AR as that report priced it, not repriced
+    assert "undetermined at 14 prompts: holds in 76% of resamples" in drafter
+    assert "0.619" not in drafter and "0.754" not in drafter
+
+    path = copied_reports / "bench_smollm2_drafter_spec_bench.json"
+    report = json.loads(path.read_text())
+    for row in report["rows"]:
+        row["single_passes_per_token"] = 0.0
+    path.write_text(json.dumps(report))
+    assert "(older pricing*)" not in render_tables.render_verdict(render_tables.load_from(copied_reports)).split(
+        "distilled drafter")[1].split("\n")[0]
+
+
+def test_a_renamed_row_is_named_when_missing(render_tables, copied_reports):
+    """A source table naming a row a report lacks (say, after a rename) fails with the report and its rows."""
+    table = render_tables.BenchTable((("bench_demo.json", ("hf/lossless-fixed",)),), ("row", "feq/tok"))
+    with pytest.raises(KeyError, match="bench_demo.json has no row 'hf/lossless-fixed'"):
+        render_tables.render_bench(table, render_tables.load_from(copied_reports))
+
+
+def test_markers_must_be_there_once(render_tables):
+    start, end = render_tables.markers("x")
+    assert render_tables.written(f"a\n{start}\n| t |\n{end}\nb", "x") == "| t |"
+    for broken in ("no markers", f"{start}\n{start}\n{end}", f"{end}\n{start}"):
+        with pytest.raises(ValueError, match="markers of table 'x'"):
+            render_tables.written(broken, "x")
+
+
+def test_verdict_summaries(render_tables):
+    failed, attempted = doctest.testmod(render_tables)
+    assert attempted >= 2 and failed == 0
