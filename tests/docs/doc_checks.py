@@ -254,6 +254,10 @@ WORK_LOG = [
     ("a round of work", re.compile(r"\b(?:this|last|earlier) round\b", re.IGNORECASE)),
     ("a lent machine", re.compile(r"\blent\b|\bdevice tool\b", re.IGNORECASE)),
     ("a session of work", re.compile(r"\b(?:this|next|previous|earlier|current) session\b", re.IGNORECASE)),
+    # A user needs the fact and its conditions, not how the measurement went on the day.
+    ("the circumstances of a measurement", re.compile(
+        r"\bdownloaded where\b|\btrained here\b|\bthe other core (?:was )?busy\b|\b(?:were|was|is) not run again\b"
+        r"|\beat the budget\b|\b(?:pairs?|models?) we have\b", re.IGNORECASE)),
     ("an issue of the project", re.compile(r"\bissues?\s*#?\s*\d+|\bissue's|\bissues'|\bgoals? of the issues?\b"
                                            r"|(?<![\w.#/-])#\d+\b", re.IGNORECASE)),
 ]

@@ -173,7 +173,13 @@ def test_work_log_check_flags_rounds_lent_machines_sessions_and_issue_numbers():
            "Left for the next session.",
            "Issue 25. Read against vLLM.",
            "The issue's goal (15% fewer passes) is missed.",
-           "| #13 lossless >= 1.0x | missed |"]
+           "| #13 lossless >= 1.0x | missed |",
+           "No weights can be downloaded where they were made.",
+           "two code pairs trained here",
+           "CPU, 1 thread with the other core busy, 28 min",
+           "The drafter rows were not run again.",
+           "every step under timeout, so a hang cannot eat the budget",
+           "No pair we have comes near that."]
     for line in bad:
         assert work_log_phrases("docs/x.md", line), line
 
@@ -229,3 +235,27 @@ def test_the_documentation_index_links_every_page(repo):
 
     assert unlinked("no links here") == pages
     assert unlinked(index) == []
+
+
+def test_help_texts_speak_of_the_product_not_of_the_work():
+    """Every command's --help passes the same check as the pages; control: a help text with a
+    notebook phrase is flagged."""
+    import click
+    from click.testing import CliRunner
+
+    from viasd_adapt.cli.main import cli
+
+    def commands(command, path=()):
+        yield path
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                yield from commands(sub, path + (name,))
+
+    assert work_log_phrases("viasd x --help", "Pairs trained here, on the machine with the other core busy.")
+    problems, seen = [], 0
+    for path in commands(cli):
+        output = CliRunner().invoke(cli, [*path, "--help"], terminal_width=400).output
+        assert "Usage:" in output
+        seen += 1
+        problems += work_log_phrases(" ".join(("viasd", *path, "--help")), " ".join(output.split()))
+    assert seen >= 8 and problems == [], "\n".join(problems)
