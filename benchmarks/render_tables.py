@@ -146,6 +146,32 @@ ADAPTIVE_REPORTS: tuple[tuple[str, str], ...] = (
     ("SmolLM2, prompt lookup", "adaptive_goals_smollm2-lookup.json"),
 )
 
+@dataclass(frozen=True)
+class PaperPair:
+    """A measured pair beside the paper's figures (docs/paper.md): what it is, its bench report
+    (hf rows ``none`` and ``lossy``) and its mask artifact (held-out agreement)."""
+
+    label: str
+    report: str
+    mask: str
+
+
+PAPER_PAIRS: tuple[PaperPair, ...] = (
+    PaperPair("demo, 5.6M, 16 layers (r = 0.45)", "bench_demo.json", "viasd_adapt/assets/demo/mask.json"),
+    PaperPair("demo-ee, 5.6M, 16 layers (r = 0.44)", "bench_demo-ee.json", "viasd_adapt/assets/demo-ee/mask.json"),
+    PaperPair("SmolLM2-135M, 30 layers (r = 0.1), distilled drafter", "bench_smollm2_drafter_spec_bench.json",
+              "viasd_adapt/assets/smollm2/mask.json"),
+    PaperPair("SmolLM2-135M, 30 layers (r = 0.1), prompt lookup", "bench_smollm2_spec_bench.json",
+              "viasd_adapt/assets/smollm2/mask.json"),
+)
+
+#: The paper's speed-ups (over AR; over untiered SD) and the escalation rates the conditions table
+#: shows, for a target priced by :data:`PROJECTION_COSTS`.
+PAPER_SPEEDUP_OVER_AR = (2.5, 3.0)
+PAPER_GAIN_OVER_SD = (1.1, 1.2)
+ESCALATION_RATES = (0.1, 0.25, 0.5, 0.75, 1.0)
+PAPER_GAMMA = 5
+
 FRAMEWORK_NAMES = {"hf": "hf", "pearl": "PEARL", "eagle": "EAGLE", "engine": "engine"}
 
 #: How a verdict names each row it can pick.
@@ -355,6 +381,74 @@ def render_adaptive(load: Loader) -> str:
     return "\n".join(markdown_table(header, body))
 
 
+def render_paper_measured(load: Loader) -> str:
+    """What each measured pair's lossy tier depends on, from its bench report (hf) and its mask."""
+    header = ["pair (CPU)", "slim pass / full block pass", "resumed q pass / full block pass",
+              "slim verifier agrees with q (held out)", "escalation rate (lossy)", "rejection rate: untiered -> lossy",
+              "tokens per cycle: untiered -> lossy", "lossy cost / untiered cost"]
+    body = []
+    for pair in PAPER_PAIRS:
+        report = load(pair.report)
+        rows, costs = rows_by_key(report), report["costs_seconds"]
+        none, lossy = rows["hf/none"], rows["hf/lossy"]
+        mask = json.loads((REPO / pair.mask).read_text())
+        slim = lossy["slim_passes_per_token"]
+        body.append([pair.label, number(costs["c_slim"] / costs["c_full_block"], 2),
+                     number(costs["c_resume"] / costs["c_full_block"], 2), number(mask["report"]["heldout_agreement"], 2),
+                     number(lossy["full_passes_per_token"] / slim, 2),
+                     f"{number(none['rejection_rate'], 2)} -> {number(lossy['rejection_rate'], 2)}",
+                     f"{number(none['mean_accepted_length'], 2)} -> {number(1 / slim, 2)}",
+                     number(lossy["full_equivalent_per_token"] / none["full_equivalent_per_token"], 2)])
+    return "\n".join(markdown_table(header, body))
+
+
+def paper_conditions(model, escalation: float, resumed_share: float = 0.5) -> dict[str, float]:
+    """What a lossy tier must reach for the paper's speed-ups on a target priced by ``model`` (a
+    :class:`viasd_adapt.bench.projection.CostModel`), with gamma = 5, the cost model's drafter, its
+    slim pass at its measured skip ratio, q escalating on ``escalation`` of the cycles and resuming
+    with ``resumed_share`` of its layers (a mask whose first skipped layer is that deep).
+
+    Per cycle the tier pays gamma drafter passes, one slim pass and ``escalation`` resumed q passes;
+    untiered SD pays gamma drafter passes and one q block pass; AR one one-token pass per token. The
+    tier's cost per token is its cost per cycle over the tokens it commits per cycle, so each
+    speed-up is a number of tokens the tier must commit per cycle.
+    """
+    c_single = 1.0 / model.block_over_single
+    drafting = PAPER_GAMMA * model.draft_over_single * c_single
+    tier = drafting + model.slim_over_block + escalation * model.layer_share_cost(resumed_share)
+    untiered = drafting + 1.0
+    return {"tier_cycle": tier, "untiered_cycle": untiered, "c_single": c_single,
+            **{f"tokens_for_{x}x_ar": x * tier / c_single for x in PAPER_SPEEDUP_OVER_AR},
+            **{f"tokens_over_sd_for_{g}x": g * tier / untiered for g in PAPER_GAIN_OVER_SD}}
+
+
+def render_paper_conditions(load: Loader) -> str:
+    """The tokens per cycle a lossy tier needs, on the shipped H200 7B cost model, for the paper's
+    speed-ups, at each escalation rate of :data:`ESCALATION_RATES`."""
+    from viasd_adapt.bench.projection import load_cost_model
+
+    model = load_cost_model(PROJECTION_COSTS)
+    low, high = PAPER_SPEEDUP_OVER_AR
+    small, large = PAPER_GAIN_OVER_SD
+    header = ["escalation rate", "tier cost per cycle (full block passes)",
+              f"tokens per cycle for {low:g}x / {high:g}x AR (at most {PAPER_GAMMA + 1})",
+              f"tokens per cycle over untiered SD's for +{small - 1:.0%} / +{large - 1:.0%}"]
+    body = []
+    for rate in ESCALATION_RATES:
+        need = paper_conditions(model, rate)
+        body.append([f"{rate:g}", number(need["tier_cycle"], 2),
+                     f"{number(need[f'tokens_for_{low}x_ar'], 1)} / {number(need[f'tokens_for_{high}x_ar'], 1)}",
+                     f"{number(need[f'tokens_over_sd_for_{small}x'], 2)}x / {number(need[f'tokens_over_sd_for_{large}x'], 2)}x"])
+    sample = paper_conditions(model, 0.0)
+    lines = markdown_table(header, body)
+    lines += ["", f"Cost model: {model.label} (`viasd_adapt/assets/costs/{PROJECTION_COSTS}.json`): a one-token q pass "
+              f"{number(sample['c_single'], 3)} of a block pass, a drafter pass {number(model.draft_over_single, 2)} of a "
+              f"one-token q pass, the slim pass {number(model.slim_over_block, 2)} at r = {model.slim_ratio:g}, q resumed "
+              f"from half depth {number(model.layer_share_cost(0.5), 2)}; untiered SD costs "
+              f"{number(sample['untiered_cycle'], 2)} per cycle."]
+    return "\n".join(lines)
+
+
 #: Every rendered table: name -> (the Markdown file it sits in, how to render it).
 TABLES: dict[str, tuple[str, Callable[[Loader], str]]] = {
     "verdict": ("README.md", render_verdict),
@@ -363,6 +457,8 @@ TABLES: dict[str, tuple[str, Callable[[Loader], str]]] = {
     **{name: ("docs/results.md", (lambda table: lambda load: render_tasks(table, load))(table))
        for name, table in TASK_TABLES.items()},
     "adaptive": ("docs/results.md", render_adaptive),
+    "paper-measured": ("docs/paper.md", render_paper_measured),
+    "paper-conditions": ("docs/paper.md", render_paper_conditions),
 }
 
 def report_names() -> list[str]:

@@ -53,12 +53,12 @@ def test_control_one_edited_number_in_a_report_is_caught(render_tables, copied_r
     assert render_tables.differing(load=load) == []  # the copies alone change nothing
     _edit(copied_reports, "bench_demo.json", "hf", "lossy", "full_equivalent_per_token", lambda v: v + 0.01)
     assert render_tables.differing(load=render_tables.load_from(copied_reports)) == [
-        "README.md: verdict", "docs/results.md: bench-demo"]
+        "README.md: verdict", "docs/results.md: bench-demo", "docs/paper.md: paper-measured"]
 
 
 def test_control_an_edited_cell_in_the_markdown_is_caught(render_tables, tmp_path):
-    """Control: a copy of the repository's two files with one table cell changed differs."""
-    for name in ("README.md", "docs/results.md"):
+    """Control: a copy of the Markdown files with one table cell changed differs."""
+    for name in {path for path, _ in render_tables.TABLES.values()}:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO_ROOT / name, tmp_path / name)
     results = tmp_path / "docs" / "results.md"
@@ -110,3 +110,34 @@ def test_markers_must_be_there_once(render_tables):
 def test_verdict_summaries(render_tables):
     failed, attempted = doctest.testmod(render_tables)
     assert attempted >= 2 and failed == 0
+
+
+def test_paper_conditions_agree_with_the_products_own_pricing(render_tables):
+    """The tokens per cycle docs/paper.md says the tier needs for 2.5x AR, priced back through the
+    bench's own pricing (:func:`viasd_adapt.bench.costs.full_equivalent`) with the same cost model
+    and a mask that skips 45% of 20 layers from half depth on, give exactly 1/2.5 of AR's cost; and
+    untiered SD at its stated tokens per cycle costs what the tier costs. Control: one token per
+    cycle fewer misses the speed-up."""
+    from viasd_adapt.bench.costs import PassCounts, full_equivalent
+    from viasd_adapt.bench.projection import load_cost_model
+    from viasd_adapt.config.mask import RoutingMask
+
+    model = load_cost_model(render_tables.PROJECTION_COSTS)
+    mask = RoutingMask.from_skipped(20, range(10, 19))  # 9 of 20 skipped (r = 0.45), the first at half depth
+    costs = model.forward_costs(mask, render_tables.PAPER_GAMMA + 1)
+    gamma = render_tables.PAPER_GAMMA
+
+    for escalation in render_tables.ESCALATION_RATES:
+        need = render_tables.paper_conditions(model, escalation)
+
+        def tier_cost(tokens: float) -> float:
+            per_cycle = PassCounts(draft=gamma, slim=1.0, full=escalation, resumed=escalation, single=0.0)
+            return full_equivalent(costs, PassCounts(**{k: v / tokens for k, v in vars(per_cycle).items()}))
+
+        ar = full_equivalent(costs, PassCounts(single=1.0))
+        tokens = need["tokens_for_2.5x_ar"]
+        assert tier_cost(tokens) == pytest.approx(ar / 2.5, rel=2e-3)
+        assert tier_cost(tokens - 1) > ar / 2.5 * 1.1  # control
+        sd_tokens = tokens / need["tokens_over_sd_for_1.1x"]
+        sd = full_equivalent(costs, PassCounts(draft=gamma / sd_tokens, full=1.0 / sd_tokens))
+        assert sd == pytest.approx(1.1 * tier_cost(tokens), rel=2e-3)
