@@ -107,9 +107,13 @@ Upstream bugs and limits, and what the adapter does:
   eagle unchanged and keeps it.
 * Batch size 1 only: enforced with a ConfigError in :func:`generate` and in the patched prefill.
 * ``max_new_tokens`` overshoot (eagle stops *after* the cycle that passes the budget, up to the
-  tree depth + 1 tokens too many): :func:`generate` trims the output, and the metrics, to the
-  budget and to the first EOS. Observer hooks see the overshoot cycle in full: eagle's loop, not
-  the adapter, decides when to stop.
+  tree depth + 1 tokens too many): in a scope, ``ea_model.eagenerate`` (the scope's thread only)
+  and :func:`generate` cut the output, and the metrics, to the budget and to the first EOS, as stock
+  HF ``generate`` returns it (:func:`.session.budgeted_eagenerate`). Observer hooks see the
+  overshoot cycle in full: eagle's loop, not the adapter, decides when to stop.
+* transformers 5's deprecation notices about eagle's code (``use_return_dict``,
+  ``past_key_values``) are dropped for the scope's thread while it is open
+  (:func:`.compat.quiet_eagle_deprecations`).
 * eagle always stops at EOS: ``generate(..., stop_at_eos=False)`` continues past it with another
   ``eagenerate`` call on the prompt plus everything so far (metrics of the calls are merged).
 """

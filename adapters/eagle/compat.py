@@ -16,9 +16,12 @@ and raises :class:`~viasd_adapt.errors.ModelMismatchError` on any difference bey
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 from pathlib import Path
 
 import torch
@@ -48,6 +51,59 @@ LOGIT_TOLERANCE = {
     torch.bfloat16: (1.5e-1, 6e-2),
 }
 LOGIT_ATOL, LOGIT_RTOL = LOGIT_TOLERANCE[torch.float32]
+
+
+# --------------------------------------------------------------------------- deprecation notices
+
+#: What transformers 5 says, once per process, about eagle-llm 1.2.1's own generation code: it reads
+#: ``config.use_return_dict`` and passes ``past_key_values`` by their 4.x names. (logger, message start)
+EAGLE_DEPRECATION_NOTICES = (
+    ("transformers.configuration_utils", "`use_return_dict` is deprecated"),
+    ("transformers.utils.generic", "`past_key_values`/`cache_params` are deprecated"),
+)
+
+
+class _EagleDeprecations(logging.Filter):
+    """Drops :data:`EAGLE_DEPRECATION_NOTICES` logged by a thread that holds an adapter scope; every
+    other record, and these from any other thread, pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: dict[int, int] = {}  # thread ident -> scopes it holds
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.thread not in self.threads:
+            return True
+        message = record.getMessage()
+        return not any(message.startswith(start) for _, start in EAGLE_DEPRECATION_NOTICES)
+
+
+_DEPRECATIONS = _EagleDeprecations()
+_DEPRECATIONS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def quiet_eagle_deprecations() -> Iterator[None]:
+    """Silences :data:`EAGLE_DEPRECATION_NOTICES` for the calling thread, for one scope: they speak of
+    eagle-llm's code, which a user of the adapter cannot change. The filter sits on the two loggers
+    only while a scope is open, and is removed when the last one closes. transformers prints each
+    notice once per process (``warning_once``): one dropped inside the scope is not printed later either."""
+    ident = threading.get_ident()
+    with _DEPRECATIONS_LOCK:
+        if not _DEPRECATIONS.threads:
+            for name, _ in EAGLE_DEPRECATION_NOTICES:
+                logging.getLogger(name).addFilter(_DEPRECATIONS)
+        _DEPRECATIONS.threads[ident] = _DEPRECATIONS.threads.get(ident, 0) + 1
+    try:
+        yield
+    finally:
+        with _DEPRECATIONS_LOCK:
+            _DEPRECATIONS.threads[ident] -= 1
+            if not _DEPRECATIONS.threads[ident]:
+                del _DEPRECATIONS.threads[ident]
+            if not _DEPRECATIONS.threads:
+                for name, _ in EAGLE_DEPRECATION_NOTICES:
+                    logging.getLogger(name).removeFilter(_DEPRECATIONS)
 
 
 # --------------------------------------------------------------------------- sanity check
@@ -265,6 +321,7 @@ def check_head_embeddings(ea_model: nn.Module) -> None:
 
 
 __all__ = [
+    "EAGLE_DEPRECATION_NOTICES",
     "load_for_pair",
     "TRANSFORMERS_MAJOR",
     "RopeSpec",
@@ -275,6 +332,7 @@ __all__ = [
     "compare_logits",
     "eagle_compat",
     "load_ea_model",
+    "quiet_eagle_deprecations",
     "quiet_eagle_noise",
     "repair_rotary_caches",
     "rope_spec",

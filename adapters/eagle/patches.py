@@ -68,6 +68,11 @@ _ORIGINALS: dict[str, Callable] = {}  # eagle's functions while the dispatchers 
 _OPEN: dict[int, ScopedSession] = {}  # id(EaModel) -> its open scope's session, across threads
 
 
+def current_session() -> ScopedSession | None:
+    """The session of the scope the calling thread holds, if any."""
+    return _THREAD.session
+
+
 def original(name: str) -> Callable:
     """Eagle's own function ``name`` (the installed one when no dispatcher is in place)."""
     return _ORIGINALS.get(name) or getattr(ea_module(), name)
@@ -177,4 +182,5 @@ def is_patched() -> bool:
     return any(getattr(module, name) is not getattr(utils, name) for name in PATCHED_NAMES)
 
 
-__all__ = ["DISPATCHERS", "PATCHED_NAMES", "close_scope", "ea_module", "is_patched", "open_scope", "original"]
+__all__ = ["DISPATCHERS", "PATCHED_NAMES", "close_scope", "current_session", "ea_module", "is_patched", "open_scope",
+           "original"]

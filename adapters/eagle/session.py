@@ -10,16 +10,18 @@ decided cycle through the scope's :class:`~viasd_adapt.core.verify_step.VerifySt
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import os
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch import nn
 
-from viasd_adapt.adapters.eagle.compat import check_head_embeddings
+from viasd_adapt.adapters.eagle.compat import check_head_embeddings, quiet_eagle_deprecations
 from viasd_adapt.adapters.eagle.decide import CycleContext, decide, warp
 from viasd_adapt.adapters.eagle.options import EagleOptions, as_options
-from viasd_adapt.adapters.eagle.patches import close_scope, open_scope, original
+from viasd_adapt.adapters.eagle.patches import close_scope, current_session, open_scope, original
 from viasd_adapt.adapters.eagle.slim_tree import SlimTreeVerifier
 from viasd_adapt.adapters.eagle.state import Generation, PlainVerdict, QCache, TreeCycle, TreeDraft
 from viasd_adapt.adapters.eagle.target import FullTreeVerifier
@@ -283,13 +285,58 @@ def tiered(
                      drafter=EAGLE_HEAD)
     session = EagleTierSession(ea_model, tier, options)
     open_scope(session)
+    own = ea_model.__dict__.get("eagenerate", _MISSING)
+    ea_model.eagenerate = budgeted_eagenerate(session, ea_model.eagenerate)
     try:
-        yield session
+        with quiet_eagle_deprecations():
+            yield session
     finally:
+        if own is _MISSING:
+            del ea_model.eagenerate
+        else:
+            ea_model.eagenerate = own
         close_scope(session)
         from eagle.model.utils import reset_tree_mode
 
         reset_tree_mode(ea_model)
 
 
-__all__ = ["EagleTierSession", "RecordingHead", "tiered"]
+_MISSING = object()
+
+
+def budgeted_eagenerate(session: EagleTierSession, eagenerate: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``ea_model.eagenerate`` inside the scope: eagle's own call, its output cut to ``max_new_tokens``
+    and to the first EOS, as stock HF ``generate`` returns it, and the generation's metrics cut the
+    same way.
+
+    Why: eagle checks its budget only after a cycle, so a call for 48 tokens returns up to the tree's
+    depth + 1 more. Observer hooks still see that last cycle in full (eagle's loop decides when to
+    stop). Another thread's call, and :func:`~viasd_adapt.adapters.eagle.entry.generate`'s (which
+    sets the session's own stop rule first), get eagle's call unchanged.
+    """
+    signature = inspect.signature(eagenerate)
+
+    @functools.wraps(eagenerate)
+    def call(*args: Any, **kwargs: Any) -> torch.Tensor:
+        if current_session() is not session or session.stop is not None:
+            return eagenerate(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        prompt, budget = bound.arguments["input_ids"].shape[1], int(bound.arguments["max_new_tokens"])
+        eos = session.ea_model.tokenizer.eos_token_id
+        session.stop = StopRule.of(budget, [eos] if eos is not None else ())
+        try:
+            out = eagenerate(*args, **kwargs)
+        finally:
+            session.stop = None
+        new = out[0, prompt:].tolist()
+        keep = new[:budget]
+        if eos is not None and eos in keep:
+            keep = keep[: keep.index(eos) + 1]
+        session.ledgers[-1].keep_first(len(keep))  # eagle's pending root and its overshoot are not output
+        return out[:, : prompt + len(keep)]
+
+    return call
+
+
+__all__ = ["EagleTierSession", "RecordingHead", "budgeted_eagenerate", "tiered"]

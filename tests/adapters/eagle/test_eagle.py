@@ -168,6 +168,80 @@ def test_max_new_tokens_overshoot_is_trimmed(ea_model):
     assert len(result.tokens) == 7 and result.metrics.committed == 7  # ... the adapter does not
 
 
+@pytest.mark.parametrize("mode", ["none", "lossless", "lossy"])
+def test_your_own_eagenerate_in_a_scope_returns_the_budget_as_stock_hf_does(ea_model, mode):
+    """Inside ``eagle.tiered`` a call for n tokens returns n (or fewer, ending at EOS), the first n
+    of what eagle commits, with metrics for those n; the scope leaves the EaModel's own method behind.
+    Control: the same call without a scope overshoots. Another thread's call is eagle's, untrimmed."""
+    import threading
+
+    ids, n = _prompts(ea_model, 1)[0], 7
+    stock = ea_model.eagenerate(ids, max_new_tokens=n)[0, ids.shape[1]:].tolist()
+    ea_model.base_model.model.tree_mask = None
+    assert len(stock) > n  # control: eagle overshoots
+    settings = TierSettings(mode=mode, adaptive=False)
+    with eagle.tiered(ea_model, mask=None if mode == "none" else MASK, settings=settings) as session:
+        out = session.ea_model.eagenerate(ids, max_new_tokens=n)[0, ids.shape[1]:].tolist()
+        other: list = []
+        thread = threading.Thread(target=lambda: other.append(ea_model.eagenerate(ids, max_new_tokens=n)))
+        thread.start()
+        thread.join()
+    assert len(out) == n and session.last_metrics.committed == n
+    if mode != "lossy":
+        assert out == stock[:n]  # none and lossless: eagle's greedy tokens
+    assert other[0].shape[1] - ids.shape[1] > n  # a thread without a scope gets eagle's own call
+    assert "eagenerate" not in vars(ea_model)
+
+
+def test_eagles_deprecation_notices_are_dropped_in_the_scope_and_only_there(ea_model):
+    """transformers 5 notices about eagle-llm's code (`use_return_dict`, `past_key_values`) do not
+    reach the user of a scope; outside it (control: stock eagle), in another thread and after the
+    scope they do. transformers prints each once per process, so the test resets its once-cache."""
+    import logging
+    import threading
+
+    from viasd_adapt.adapters.eagle import compat
+    from viasd_adapt.adapters.eagle.compat import EAGLE_DEPRECATION_NOTICES
+
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    def notices() -> list[str]:
+        found = [start for _, start in EAGLE_DEPRECATION_NOTICES if any(m.startswith(start) for m in seen)]
+        seen.clear()
+        logging.Logger.warning_once.cache_clear()
+        return found
+
+    handler, loggers = Keep(), [logging.getLogger(name) for name, _ in EAGLE_DEPRECATION_NOTICES]
+    for logger in loggers:
+        logger.addHandler(handler)
+    every = [start for _, start in EAGLE_DEPRECATION_NOTICES]
+    try:
+        notices()
+        ids = _prompts(ea_model, 1)[0]
+        ea_model.eagenerate(ids, max_new_tokens=4)
+        ea_model.base_model.model.tree_mask = None
+        assert notices() == every  # control: stock eagle on transformers 5 triggers both
+        with eagle.tiered(ea_model, settings=TierSettings(mode="lossless"), mask=MASK) as session:
+            session.ea_model.eagenerate(ids, max_new_tokens=4)
+            assert notices() == []
+            elsewhere = threading.Thread(target=lambda: [logging.getLogger(name).warning_once(start + "!")
+                                                         for name, start in EAGLE_DEPRECATION_NOTICES])
+            elsewhere.start()
+            elsewhere.join()
+            assert notices() == every  # another thread's notices pass
+        for name, start in EAGLE_DEPRECATION_NOTICES:
+            logging.getLogger(name).warning_once(start + "!")
+        assert notices() == every  # after the scope, nothing is filtered
+        assert all(compat._DEPRECATIONS not in logger.filters for logger in loggers)
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
 # --------------------------------------------------------------------------- CLI
 
 
