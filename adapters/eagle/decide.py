@@ -13,10 +13,10 @@ The adaptive tier's untiered arm (a cycle the controller runs without the slim v
 lenient path at lenience 0, which is exactly mode none: q over the whole tree, the lossless rule;
 its :class:`CycleContext` carries the arm's settings (mode none), so it decides like any mode.
 
-Which path. Greedy: the path with the longest run of drafts accepted under the first verifier's
-rule, asked of the step's rules (so plugins apply): the lossless rule on u for lossless, gate 1 for
-lossy/audit, the lenient rule on q for lenient (at lenience 0 that is eagle's own choice), the
-lossless rule on q for the untiered arm.
+Which path. Greedy: the path with the longest run of drafts accepted under the mode's first check
+(:func:`~viasd_adapt.core.rules.rule_for`: the lossless rule on u for lossless, gate 1 for
+lossy/audit, the lenient rule on q for lenient, at lenience 0 eagle's own choice, the lossless rule
+on q for the untiered arm), asked of the step's rules, so plugins apply.
 Sampling: the *first-sample chain* (package docstring).
 
 Passes. The verifiers a decision is given read rows of passes made before it (u's, or in lenient
@@ -45,6 +45,7 @@ from viasd_adapt.adapters.eagle.tree import (
     two_path_subtree,
 )
 from viasd_adapt.core.cycle import CycleOutcome, CyclePolicy, Verifiers
+from viasd_adapt.core.rules import rule_for
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.verify_step import MeasuredPasses, VerifyStep
 
@@ -119,15 +120,12 @@ def decide(context: CycleContext, cycle: TreeCycle) -> Decision:
 
 
 def first_rule(context: CycleContext, greedy: bool) -> Gate:
-    """``gate(tokens, p, verifier)``: the rule the first verifier of the mode applies to the drafts,
-    asked of the step's rules (``verifier`` carries the bonus row): lenient on q, lossless on u (on q
-    for the adaptive tier's untiered arm, mode none), or gate 1."""
+    """``gate(tokens, p, verifier)``: the check the mode's first verifier applies to the drafts
+    (:func:`~viasd_adapt.core.rules.rule_for`), asked of the step's rules; ``verifier`` carries the
+    bonus row."""
     rules, settings = context.step.rules, context.settings
-    if settings.mode is Mode.LENIENT:
-        return lambda tokens, p, q: rules.viasd_lenient_accept_prob(tokens=tokens, p=p, q=q, settings=settings, greedy=greedy)
-    if settings.mode in (Mode.LOSSLESS, Mode.NONE):
-        return lambda tokens, p, u: rules.viasd_lossless_accept_prob(tokens=tokens, proposer=p, verifier=u[:-1], greedy=greedy)
-    return lambda tokens, p, u: rules.viasd_gate1_accept_prob(tokens=tokens, p=p, u=u[:-1], settings=settings, greedy=greedy)
+    check = rule_for(settings.mode).drafts
+    return lambda tokens, p, rows: check.accept_prob(rules, tokens, p, rows, settings, greedy)
 
 
 # ----------------------------------------------------------------------------- shared pieces

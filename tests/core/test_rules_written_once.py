@@ -14,8 +14,14 @@ What counts as *writing a rule* (read off the source with :mod:`ast`):
   (``q(x) >= (1 - a) p(x)``) and the tolerant escalation all have that form, in probability or in
   log space; the audit's effective distribution ``min(p, v / (1 - a))`` compares nothing and is not
   a decision;
-* **an adapter calling a rule function directly**: adapters import nothing from core/rules.py; they
-  reach every rule through a rules object (the verify step's), so plugins apply to them.
+* **an adapter calling a rule function directly**: adapters import nothing from core/rules.py but
+  its table, ``rule_for``; they reach every rule through a rules object (the verify step's), so
+  plugins apply to them;
+* **asking an acceptance hook by name** (``rules.viasd_gate1_accept_prob(...)`` ...): which rule a
+  mode applies where is the table ``rule_for`` of core/rules.py, and each acceptance rule is asked
+  through it (the cycle, EAGLE's path choice, the audit, the vLLM plugin). Only a plugin's own
+  hook method (marked ``@hookimpl``) may call another rules object's hook by name (a plugin that
+  defers to the built-in rules).
 
 The vLLM plugin (serving/lenient.py) and the search objective (search/objective.py) must take their
 rules from the core. Each checker has a control that feeds it a snippet breaking the rule.
@@ -27,14 +33,9 @@ import ast
 import re
 
 import pytest
-import torch
 
 from tests.support import REPO_ROOT
-from viasd_adapt.core.rules import (
-    TierRules,
-    top_relative_accept,
-    top_relative_log_accept,
-)
+from viasd_adapt.core.rules import TierRules
 
 LIBRARY = [REPO_ROOT / "viasd_adapt", REPO_ROOT / "adapters"]
 RULES_MODULE = "viasd_adapt/core/rules.py"
@@ -42,8 +43,11 @@ RULE_HOOKS = {name for name in vars(TierRules) if name.startswith("viasd_")}
 RULE_FUNCTION_NAMES = (
     RULE_HOOKS
     | {name.removeprefix("viasd_") for name in RULE_HOOKS}
-    | {"tolerant_accept_prob", "top_relative_accept", "top_relative_log_accept"}
+    | {"tolerant_accept_prob", "top_relative_accept"}
 )
+ACCEPT_HOOKS = {name for name in RULE_HOOKS if name.endswith("_accept_prob")}
+#: what an adapter may import from core/rules.py: the table, not a rule
+ADAPTER_MAY_IMPORT = {"rule_for"}
 COMPARISON_CALLS = {"ge", "gt", "le", "lt", "greater_equal", "greater", "less_equal", "less"}
 #: the names a rule's tolerance goes by (TierSettings.alpha1, alpha2, lenience, escalation_tolerance,
 #: and the ``alpha`` / ``tolerance`` parameters of the rule functions)
@@ -172,14 +176,33 @@ def rule_imports(source: str) -> list[str]:
     return found
 
 
+def accept_hooks_asked_by_name(source: str) -> list[str]:
+    """Acceptance hooks called by name (``x.viasd_..._accept_prob(...)``) outside ``@hookimpl`` methods."""
+    found = []
+
+    def visit(node: ast.AST, in_plugin: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            in_plugin = in_plugin or any(_is_hookimpl(d) for d in node.decorator_list)
+        if (not in_plugin and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ACCEPT_HOOKS):
+            found.append(node.func.attr)
+        for child in ast.iter_child_nodes(node):
+            visit(child, in_plugin)
+
+    visit(ast.parse(source), False)
+    return sorted(found)
+
+
 def rule_definitions(path: str, source: str) -> list[str]:
     """Everything in one file that writes a rule (module docstring); core/rules.py may."""
     if path == RULES_MODULE:
         return []
     found = [f"def {name}" for name in functions_named_for_rules(source)]
     found += [f"compares {text}" for text in tolerant_comparisons(source)]
+    found += [f"asks {name} by name, not through rule_for" for name in accept_hooks_asked_by_name(source)]
     if path.startswith("adapters/"):
-        found += [f"imports {name} from the rules module" for name in rule_imports(source)]
+        found += [f"imports {name} from the rules module" for name in rule_imports(source)
+                  if name not in ADAPTER_MAY_IMPORT]
     return found
 
 
@@ -220,6 +243,12 @@ REDEFINITIONS = {
         "    return lambda v, b: torch.ge(v, factor * b)\n"
     ),
     "a router of its own name": "def slim_resolves(confidence, settings):\n    return confidence > 0.5\n",
+    "a mode-to-rule table of its own": (
+        "def first_rule(rules, mode, settings, greedy):\n"
+        "    if mode == 'lenient':\n"
+        "        return lambda t, p, q: rules.viasd_lenient_accept_prob(tokens=t, p=p, q=q, settings=settings, greedy=greedy)\n"
+        "    return lambda t, p, u: rules.viasd_gate1_accept_prob(tokens=t, p=p, u=u, settings=settings, greedy=greedy)\n"
+    ),
 }
 
 
@@ -234,8 +263,14 @@ def test_the_checker_catches_an_adapter_calling_a_rule_function():
     assert rule_definitions("adapters/eagle/decide.py", snippet) == ["imports lossless_accept_prob from the rules module"]
 
 
+def test_the_checker_lets_an_adapter_ask_the_table():
+    snippet = ("from viasd_adapt.core.rules import rule_for\n"
+               "gate = lambda rules, t, p, u, s: rule_for(s.mode).drafts.accept_prob(rules, t, p, u, s, True)\n")
+    assert rule_definitions("adapters/eagle/decide.py", snippet) == []
+
+
 def test_the_checker_passes_what_is_not_a_rule():
-    """Asking a rules object, a plugin that defers to the built-in rules, the audit's effective
+    """Asking the table, a plugin that defers to the built-in rules, the audit's effective
     distribution and comparisons without a tolerance factor are not definitions."""
     snippet = (
         "import torch\n"
@@ -247,7 +282,7 @@ def test_the_checker_passes_what_is_not_a_rule():
         "def gate_mass(proposer, verifier, alpha):\n"
         "    return torch.minimum(proposer, verifier / (1.0 - alpha))\n"
         "def decide(rules, tokens, p, u, settings):\n"
-        "    passed = rules.viasd_gate1_accept_prob(tokens=tokens, p=p, u=u, settings=settings, greedy=True) > 0.5\n"
+        "    passed = rule_for(settings.mode).drafts.accept_prob(rules, tokens, p, u, settings, True) > 0.5\n"
         "    return passed, p > 0, len(tokens) >= 1\n"
     )
     assert rule_definitions("viasd_adapt/search/objective.py", snippet) == []
@@ -257,8 +292,8 @@ def test_the_rules_module_is_found_and_holds_every_rule():
     """The checker's own sanity: core/rules.py does have the functions and comparisons it looks for
     (so a checker that matches nothing anywhere would fail here)."""
     source = (REPO_ROOT / RULES_MODULE).read_text()
-    assert set(functions_named_for_rules(source)) >= {"tolerant_accept_prob", "top_relative_accept", "top_relative_log_accept"}
-    assert len(tolerant_comparisons(source)) >= 4  # tolerant, top-relative (both forms), the router
+    assert set(functions_named_for_rules(source)) >= {"tolerant_accept_prob", "top_relative_accept"}
+    assert len(tolerant_comparisons(source)) >= 3  # tolerant, top-relative, the router
     assert rule_definitions(RULES_MODULE, source) == []
 
 
@@ -273,33 +308,3 @@ def test_no_rule_is_written_twice():
 @pytest.mark.parametrize("path", ["viasd_adapt/serving/lenient.py", "viasd_adapt/search/objective.py"])
 def test_serving_and_search_take_their_rules_from_the_core(path):
     assert rule_imports((REPO_ROOT / path).read_text())
-
-
-# ============================================================================== the two forms agree
-
-
-def test_the_log_space_form_agrees_with_the_probability_form():
-    """:func:`top_relative_log_accept` on logits decides as :func:`top_relative_accept` on their
-    softmax, everywhere but within rounding of the threshold."""
-    generator = torch.Generator().manual_seed(0)
-    compared = 0
-    for alpha in (0.0, 0.05, 0.3, 0.5, 0.9):
-        for scale in (0.5, 3.0, 12.0):
-            logits = torch.randn(400, 64, generator=generator) * scale
-            tokens = torch.randint(0, 64, (400,), generator=generator)
-            tokens[::4] = logits[::4].argmax(-1)
-            log_form = top_relative_log_accept(tokens, logits, alpha)
-            prob_form = top_relative_accept(tokens, logits.softmax(-1), alpha).bool()
-            margin = logits.gather(-1, tokens[:, None]).squeeze(-1) - logits.max(-1).values - torch.log1p(torch.tensor(-alpha))
-            clear = (margin.abs() > 1e-4) | (margin == 0)  # 0: the argmax at alpha = 0, exact in both forms
-            assert clear.float().mean() > 0.95
-            assert log_form.dtype == torch.bool and log_form[clear].tolist() == prob_form[clear].tolist()
-            assert prob_form.any() and not prob_form.all() or alpha == 0.0
-            compared += int(clear.sum())
-    assert compared > 5000
-    # at alpha = 0 both accept exactly the argmax (rows without ties)
-    logits = torch.randn(50, 10, generator=generator)
-    argmax = logits.argmax(-1)
-    assert top_relative_log_accept(argmax, logits, 0.0).all()
-    assert not top_relative_log_accept((argmax + 1) % 10, logits, 0.0).any()
-    assert not top_relative_accept((argmax + 1) % 10, logits.softmax(-1), 0.0).any()

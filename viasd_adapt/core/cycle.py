@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from viasd_adapt.core.rules import BUILTIN_RULES, TierRules
+from viasd_adapt.core.rules import BUILTIN_RULES, TierRules, rule_for
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import (
     AuditRecord,
@@ -198,16 +198,13 @@ def _full_only(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, st
     """Modes none and lenient: q alone verifies the drafts."""
     g, greedy, settings, rules = drafts.shape[0], policy.greedy, policy.settings, policy.rules
     q = calls.full(drafts)
-    if settings.mode is Mode.LENIENT:
-        accept = rules.viasd_lenient_accept_prob(tokens=drafts, p=p, q=q, settings=settings, greedy=greedy)
-    else:
-        accept = rules.viasd_lossless_accept_prob(tokens=drafts, proposer=p, verifier=q[:-1], greedy=greedy)
+    accept = rule_for(settings.mode).drafts.accept_prob(rules, drafts, p, q, settings, greedy)
     verdict = verify_block(drafts, p, q, accept, greedy, generator)
     n = verdict.n_accepted
     result = _finish(verified_cycle(ids[:n] + [verdict.next_token], n, g, g), ids, policy, stop)
     if settings.mode is Mode.NONE:
         return result, None
-    return result, audit_lenient_cycle(drafts, p, q, result, settings.lenience, greedy)
+    return result, audit_lenient_cycle(drafts, p, q, result, settings, greedy, rules)
 
 
 def _cascade(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, stop) -> CycleResult:
@@ -221,7 +218,7 @@ def _cascade(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, stop
     if not policy.bonus_after_block and n_kept == g:
         candidates, candidate_probs = candidates[:g], candidate_probs[:g]  # u's bonus would be dropped
     q = calls.full(candidates)
-    accept = rules.viasd_lossless_accept_prob(tokens=candidates, proposer=candidate_probs, verifier=q[:-1], greedy=greedy)
+    accept = rule_for(policy.settings.mode).then.accept_prob(rules, candidates, candidate_probs, q, policy.settings, greedy)
     verdict = verify_block(candidates, candidate_probs, q, accept, greedy, generator)
     n = verdict.n_accepted
     # the kept drafts are known on the host; only u's own token (when q kept it) is read back
@@ -246,7 +243,7 @@ def _three_tiers(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, 
             escalation = escalate(drafts, p, q, route.escalate_at, settings, greedy, generator, policy.rules)
         result = join_cycle(ids, route, escalation)
     result = _finish(result, ids, policy, stop)
-    record = audit_cycle(drafts, p, u, q, route, result, settings, greedy) if audit else None
+    record = audit_cycle(drafts, p, u, q, route, result, settings, greedy, policy.rules) if audit else None
     return result, record
 
 

@@ -12,12 +12,6 @@ from viasd_adapt.core.hooks import hookimpl
 from viasd_adapt.core.rules import BUILTIN_RULES
 
 
-def argmax_match(tokens: torch.Tensor, verifier: torch.Tensor) -> torch.Tensor:
-    """1.0 where ``tokens[i]`` is the verifier's argmax at position i, else 0.0 (``verifier`` may
-    carry the extra bonus row)."""
-    return (verifier[: tokens.shape[0]].argmax(-1) == tokens).float()
-
-
 class GreedyArgmaxAcceptance:
     """Opt-in rules plugin (``plugins=[GreedyArgmaxAcceptance()]``): in greedy decoding a draft
     equal to the verifier's argmax always passes gate 1 and escalation.
@@ -26,7 +20,8 @@ class GreedyArgmaxAcceptance:
     drafter (an EAGLE head trained on soft targets is sharper than a small target) can fail it on
     the very token the verifier would pick greedily. Then lossy rejects drafts that lossless SD
     accepts. With this plugin lossy greedy is a relaxation of lossless greedy, in every adapter.
-    Sampling is left to the built-in rules (the plugin defers by returning None).
+    Sampling is left to the built-in rules (the plugin defers by returning None). "The verifier's
+    argmax" is the built-in lossless rule in its greedy form, asked, not restated.
     """
 
     @hookimpl
@@ -34,14 +29,16 @@ class GreedyArgmaxAcceptance:
         if not greedy:
             return None
         builtin = BUILTIN_RULES.viasd_gate1_accept_prob(tokens=tokens, p=p, u=u, settings=settings, greedy=greedy)
-        return torch.maximum(builtin, argmax_match(tokens, u))
+        return torch.maximum(builtin, BUILTIN_RULES.viasd_lossless_accept_prob(tokens=tokens, proposer=p, verifier=u,
+                                                                               greedy=greedy))
 
     @hookimpl
     def viasd_escalation_accept_prob(self, tokens, p, q, settings, greedy):
         if not greedy:
             return None
         builtin = BUILTIN_RULES.viasd_escalation_accept_prob(tokens=tokens, p=p, q=q, settings=settings, greedy=greedy)
-        return torch.maximum(builtin, argmax_match(tokens, q))
+        return torch.maximum(builtin, BUILTIN_RULES.viasd_lossless_accept_prob(tokens=tokens, proposer=p, verifier=q,
+                                                                               greedy=greedy))
 
 
-__all__ = ["GreedyArgmaxAcceptance", "argmax_match"]
+__all__ = ["GreedyArgmaxAcceptance"]

@@ -19,9 +19,9 @@ from enum import IntEnum
 
 import torch
 
-from viasd_adapt.core.rules import BUILTIN_RULES, TierRules, gather_token_probs
+from viasd_adapt.core.rules import BUILTIN_RULES, TierRules, gather_token_probs, rule_for
 from viasd_adapt.core.sampling import normalise_residual, sample_or_argmax
-from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.core.settings import Mode, TierSettings
 
 
 class Tier(IntEnum):
@@ -149,7 +149,7 @@ def route_block(
     """Tiers 1 and 2: gate 1 on every draft, then the router lets the slim verifier resolve the
     first rejected position (or the bonus position) itself, or asks for escalation (tier 3)."""
     _check_block(tokens, p, u)
-    gate1 = rules.viasd_gate1_accept_prob(tokens=tokens, p=p, u=u, settings=settings, greedy=greedy)
+    gate1 = rule_for(Mode.LOSSY).drafts.accept_prob(rules, tokens, p, u, settings, greedy)
     passed = _acceptance_draws(gate1, greedy, generator)
     confidence = rules.viasd_slim_confidence(p=p, u=u, settings=settings)
     resolves = rules.viasd_slim_resolves(confidence=confidence, settings=settings).bool()
@@ -181,7 +181,7 @@ def escalate(
     """Tier 3: q verifies ``tokens[start:]`` (the first of them already failed gate 1)."""
     _check_block(tokens, p, q)
     rest, p_rest, q_rest = tokens[start:], p[start:], q[start:]
-    accept = rules.viasd_escalation_accept_prob(tokens=rest, p=p_rest, q=q_rest, settings=settings, greedy=greedy)
+    accept = rule_for(Mode.LOSSY).then.accept_prob(rules, rest, p_rest, q_rest, settings, greedy)
     return verify_block(rest, p_rest, q_rest, accept, greedy, generator)
 
 
@@ -260,7 +260,7 @@ def cascade_candidates(
     with the lossless rule yields exactly q's distribution: the slim tier changes cost, never
     output.
     """
-    accept = rules.viasd_lossless_accept_prob(tokens=tokens, proposer=p, verifier=u[:-1], greedy=greedy)
+    accept = rule_for(Mode.LOSSLESS).drafts.accept_prob(rules, tokens, p, u, None, greedy)
     verdict = verify_block(tokens, p, u, accept, greedy, generator)
     n = verdict.n_accepted
     candidates = torch.cat([tokens[:n], tokens.new_tensor([verdict.next_token])])
@@ -290,19 +290,19 @@ def _tv(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(0.5 * (a - b).abs().sum())
 
 
-def _gate_mass(proposer: torch.Tensor, verifier: torch.Tensor, alpha: float) -> torch.Tensor:
-    """Per-token probability of "drafted as v and accepted" under the tolerant rule."""
-    return torch.minimum(proposer, verifier / (1.0 - alpha))
+def _kept_mass(check, rules: TierRules, proposer: torch.Tensor, verifier: torch.Tensor,
+               settings: TierSettings) -> torch.Tensor:
+    """Per-token probability of "drafted as v and accepted" at one position: ``p(v)`` times the
+    probability the check accepts v, asked of ``rules`` about every token of the vocabulary."""
+    return proposer * check.every_token_accept_prob(rules, proposer, verifier, settings)
 
 
-def _escalated_position_distribution(
-    p: torch.Tensor, q: torch.Tensor, tolerance: float, gate_mass_1: torch.Tensor
-) -> torch.Tensor:
+def _escalated_position_distribution(p: torch.Tensor, q: torch.Tensor, gate_mass_1: torch.Tensor,
+                                     escalation_accept: torch.Tensor) -> torch.Tensor:
     """Distribution of the token q commits at a position whose draft already failed gate 1."""
     rejected_mass = (1.0 - gate_mass_1.sum()).clamp_min(1e-30)
     draft_given_rejection = (p - gate_mass_1).clamp_min(0.0) / rejected_mass
-    accept_q = torch.where(p > 0, (q / ((1.0 - tolerance) * p).clamp_min(1e-30)).clamp(max=1.0), torch.ones_like(p))
-    kept = draft_given_rejection * accept_q
+    kept = draft_given_rejection * escalation_accept
     return kept + (1.0 - kept.sum()).clamp_min(0.0) * normalise_residual(q - p, q)
 
 
@@ -313,24 +313,28 @@ def effective_distribution(
     settings: TierSettings,
     slim_resolves: bool,
     after_escalation: bool = False,
+    rules: TierRules = BUILTIN_RULES,
 ) -> torch.Tensor:
-    """Exact distribution of the token the lossy sampler commits at one position (built-in gates).
+    """Exact distribution of the token the lossy sampler commits at one position.
 
     ``p is None`` marks the bonus position (no draft). ``after_escalation`` marks positions that q
     verifies directly, after an earlier position in the same block was escalated. This is what the
     audit compares with q; it realises the paper's mixture pi = (1-d2)((1-d1) p + d1 u) + d2 q.
+    Gate 1 and escalation are asked of ``rules`` (:func:`~viasd_adapt.core.rules.rule_for`), so a
+    plugin that answers them is what the audit scores.
     """
-    tolerance = settings.escalation_tolerance
+    checks = rule_for(Mode.LOSSY)
     if p is None:
         return q if after_escalation or not slim_resolves else u
     if after_escalation:
-        kept = _gate_mass(p, q, tolerance)
+        kept = _kept_mass(checks.then, rules, p, q, settings)
         return kept + (1.0 - kept.sum()).clamp_min(0.0) * normalise_residual(q - p, q)
-    kept = _gate_mass(p, u, settings.alpha1)
+    kept = _kept_mass(checks.drafts, rules, p, u, settings)
     rejected = (1.0 - kept.sum()).clamp_min(0.0)
     if slim_resolves:
         return kept + rejected * normalise_residual(u - p, u)
-    return kept + rejected * _escalated_position_distribution(p, q, tolerance, kept)
+    escalation_accept = checks.then.every_token_accept_prob(rules, p, q, settings)
+    return kept + rejected * _escalated_position_distribution(p, q, kept, escalation_accept)
 
 
 @dataclass
@@ -375,13 +379,14 @@ def audit_cycle(
     result: CycleResult,
     settings: TierSettings,
     greedy: bool,
+    rules: TierRules = BUILTIN_RULES,
 ) -> AuditRecord:
     """Scores a lossy cycle against the full verifier run in shadow (see :func:`_score_token`)."""
     g, k = tokens.shape[0], slim.n_accepted
 
     def effective(j: int) -> torch.Tensor:
         return effective_distribution(p[j] if j < g else None, u[j], q[j], settings, bool(slim.resolves[min(j, g)]),
-                                      after_escalation=j > k)
+                                      after_escalation=j > k, rules=rules)
 
     return _audit(result, q, greedy, effective)
 
@@ -400,19 +405,21 @@ def _audit(result: CycleResult, q: torch.Tensor, greedy: bool, effective) -> Aud
 
 
 def audit_lenient_cycle(
-    tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, result: CycleResult, lenience: float, greedy: bool
+    tokens: torch.Tensor, p: torch.Tensor, q: torch.Tensor, result: CycleResult, settings: TierSettings, greedy: bool,
+    rules: TierRules = BUILTIN_RULES,
 ) -> AuditRecord:
     """The same audit for the lenient baseline, which has q at hand anyway (so it is free).
 
-    At a draft position the lenient sampler commits ``min(p, q / (1 - a))`` plus the leftover
-    mass spread as ``norm(max(0, q - p))``; at the bonus position it samples q itself.
+    At a draft position the lenient sampler commits each token v with probability ``p(v)`` times
+    the lenient rule's acceptance of v (asked of ``rules``), plus the leftover mass spread as
+    ``norm(max(0, q - p))``; at the bonus position it samples q itself.
     """
     g = tokens.shape[0]
 
     def effective(j: int) -> torch.Tensor:
         if j >= g:
             return q[j]
-        kept = _gate_mass(p[j], q[j], lenience)
+        kept = _kept_mass(rule_for(Mode.LENIENT).drafts, rules, p[j], q[j], settings)
         return kept + (1.0 - kept.sum()).clamp_min(0.0) * normalise_residual(q[j] - p[j], q[j])
 
     return _audit(result, q, greedy, effective)

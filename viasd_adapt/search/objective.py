@@ -22,11 +22,11 @@ import torch
 from torch import nn
 
 from viasd_adapt.core.cost import block_cost, routed_path_cost, routing_delta, top1_margin_cost
-from viasd_adapt.core.rules import BUILTIN_RULES, TierRules
+from viasd_adapt.core.rules import BUILTIN_RULES, TierRules, rule_for
 from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.search.decoder_windows import CalibrationSet, TokenWindows, batch_size_for, scored_log_probs
-from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.core.settings import Mode, TierSettings
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ def escalation_rate(logp_slim: torch.Tensor, logp_draft: torch.Tensor, settings:
     for start in range(0, x.shape[0], RULE_CHUNK):  # the rules take probabilities: a chunk at a time
         rows = slice(start, start + RULE_CHUNK)
         p, u = logp_draft[rows].exp(), logp_slim[rows].exp()
-        gate1 = rules.viasd_gate1_accept_prob(tokens=x[rows], p=p, u=u, settings=settings, greedy=True)
+        gate1 = rule_for(Mode.LOSSY).drafts.accept_prob(rules, x[rows], p, u, settings, greedy=True)
         accept_parts.append(gate1 > 0.5)  # greedy rules answer 0/1 (tiers' acceptance draws)
         confidence = rules.viasd_slim_confidence(p=p, u=u, settings=settings)
         confident_parts.append(rules.viasd_slim_resolves(confidence=confidence, settings=settings).bool())

@@ -8,12 +8,15 @@ lenient rule: accepted drafts are the lenient ones, the correction at the first 
 own argmax (that row was not touched), and the bonus row is never touched. Nothing of vLLM's
 sampling code is copied or replaced; the plugin calls it.
 
-The test is the lenient rule of the core (the greedy form of the built-in
-``viasd_lenient_accept_prob``, :func:`~viasd_adapt.core.rules.top_relative_accept`) in the log-space
-form the core derives from it, :func:`~viasd_adapt.core.rules.top_relative_log_accept`:
-``q(x) / max q = exp(l_x - l_max)`` for logits l, so it is ``l_x - l_max >= log(1 - a)`` and needs
-no softmax. At ``a = 0`` the transform is the identity (the same tensor is returned), which is what
-makes lenience 0 token-identical to stock vLLM by construction.
+The test is the lenient rule as the run's rules answer it: the check mode ``lenient`` applies
+(:func:`~viasd_adapt.core.rules.rule_for`), asked of a rules object, by default the built-in rules
+(greedy: ``q(x) >= (1 - a) max q``), in the engine a plugin manager with the ``viasd_adapt``
+entry-point plugins, so a plugin's lenient rule is the one vLLM serves. The rule takes
+probabilities: q is the softmax of the target's rows, and p, which vLLM's sampler step does not
+have, is the point mass at each draft (exactly the n-gram drafter's distribution, as for prompt
+lookup in the engine). Rows are asked a chunk at a time. At ``a = 0`` the transform is the identity
+(the same tensor is returned), which is what makes lenience 0 token-identical to stock vLLM by
+construction.
 
 The same numbers give the audit the tuner reports: a committed draft that is not q's argmax is one
 the full verifier would have *overruled*, and its per-token regret is ``l_max - l_x`` (greedy
@@ -30,14 +33,19 @@ from dataclasses import dataclass, field
 
 import torch
 
-from viasd_adapt.core.rules import top_relative_log_accept
+from viasd_adapt.core.rules import BUILTIN_RULES, TierRules, rule_for
+from viasd_adapt.core.settings import Mode, TierSettings
 
 BOOST = 1.0  # how far above the row maximum an accepted draft's logit is put
+#: draft rows asked of the rule at once (each as two vocabulary-wide rows of probabilities)
+RULE_CHUNK = 256
 
 
-def lenient_mask(draft_logits: torch.Tensor, draft_ids: torch.Tensor, lenience: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(passes, regret)`` per draft row: whether the lenient test accepts the drafted token, and
-    ``l_max - l_x`` (0 for q's argmax). ``draft_logits`` is ``[n, vocab]``, ``draft_ids`` ``[n]``."""
+def lenient_mask(draft_logits: torch.Tensor, draft_ids: torch.Tensor, lenience: float,
+                 rules: TierRules = BUILTIN_RULES) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(passes, regret)`` per draft row: whether the lenient rule of ``rules`` accepts the drafted
+    token (greedy), and ``l_max - l_x`` (0 for q's argmax). ``draft_logits`` is ``[n, vocab]``,
+    ``draft_ids`` ``[n]``."""
     if draft_logits.dim() != 2 or draft_ids.dim() != 1 or draft_logits.shape[0] != draft_ids.shape[0]:
         raise ValueError(f"draft logits [n, vocab] and ids [n] expected, got {tuple(draft_logits.shape)} and "
                          f"{tuple(draft_ids.shape)}")
@@ -46,18 +54,27 @@ def lenient_mask(draft_logits: torch.Tensor, draft_ids: torch.Tensor, lenience: 
     logits = draft_logits.float()
     ids = draft_ids.long().clamp_min(0)
     regret = (logits.max(dim=-1).values - logits.gather(-1, ids[:, None]).squeeze(-1)).clamp_min(0.0)
-    return top_relative_log_accept(ids, logits, lenience), regret
+    settings = TierSettings(mode=Mode.LENIENT, lenience=lenience)
+    check = rule_for(Mode.LENIENT).drafts
+    passes = [torch.zeros(0, dtype=torch.bool, device=logits.device)]
+    for start in range(0, ids.shape[0], RULE_CHUNK):
+        chunk = ids[start : start + RULE_CHUNK]
+        q = logits[start : start + RULE_CHUNK].softmax(dim=-1)
+        p = torch.nn.functional.one_hot(chunk, logits.shape[-1]).to(q.dtype)
+        passes.append(check.accept_prob(rules, chunk, p, q, settings, greedy=True) > 0.5)
+    return torch.cat(passes), regret
 
 
 def apply_lenience(logits: torch.Tensor, rows: torch.Tensor, draft_ids: torch.Tensor, lenience: float,
-                   row_allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   row_allowed: torch.Tensor | None = None,
+                   rules: TierRules = BUILTIN_RULES) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Raises, in ``logits`` (in place), each drafted token that passes the lenient test above its
     row's maximum. ``rows`` index the draft rows of ``logits`` (one per draft token, in order),
     ``row_allowed`` marks those the rule may touch (greedy requests). Returns ``(logits, boosted,
     regret)``: which rows were raised because the draft was not already q's argmax (the overrules,
     should they be committed) and every row's regret. ``lenience == 0`` touches nothing."""
     draft_logits = logits.index_select(0, rows)
-    passes, regret = lenient_mask(draft_logits, draft_ids, lenience)
+    passes, regret = lenient_mask(draft_logits, draft_ids, lenience, rules)
     boosted = passes & (regret > 0)
     if row_allowed is not None:
         boosted &= row_allowed

@@ -100,10 +100,14 @@ class LenientAttachment:
     def __init__(self, sampler: Any, rule: ServingRule):
         import torch
 
+        from viasd_adapt.core.hooks import hook_rules, make_plugin_manager
         from viasd_adapt.serving.lenient import AuditCounts
 
         self.torch = torch
         self.rule = rule
+        #: the rules the lenient test asks: the built-in ones and the ``viasd_adapt`` entry-point
+        #: plugins, as every other run of the tier has them
+        self.rules = hook_rules(make_plugin_manager())
         self.counts = AuditCounts(extra={"lenience": rule.lenience, "tuned": rule.tuned_path})
         self._pending: tuple | None = None
         self._stock_processors = sampler.apply_logits_processors
@@ -128,7 +132,8 @@ class LenientAttachment:
             allowed = per_request.repeat_interleave(counts)
             untouched = int((~allowed).sum())
         rows = self.torch.arange(logits.shape[0], device=logits.device)
-        logits, boosted, regret = apply_lenience(logits, rows, metadata.draft_token_ids, self.rule.lenience, allowed)
+        logits, boosted, regret = apply_lenience(logits, rows, metadata.draft_token_ids, self.rule.lenience, allowed,
+                                                 self.rules)
         self._pending = (boosted.cpu(), regret.cpu(), untouched)
         return logits
 
