@@ -12,7 +12,8 @@ from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.search.config import CalibrationConfig, SearchConfig
-from viasd_adapt.search.decoder_windows import build_calibration, build_windows, check_compatible
+from viasd_adapt.checks import check_drafter_pair
+from viasd_adapt.search.decoder_windows import build_calibration, build_windows
 from viasd_adapt.search.objective import AgreementProbe, MaskObjective
 from viasd_adapt.search.pipeline import run_stages
 from viasd_adapt.search.prompt_ids import PromptIds
@@ -148,8 +149,8 @@ def test_pipeline_artifact_roundtrip_and_refuses_other_model(pair, tmp_path):
 def test_mismatched_vocabularies_are_refused():
     target = tiny_model("qwen2", seed=0, num_layers=4)
     draft = tiny_model("qwen2", seed=1, num_layers=1, vocab_size=128)
-    with pytest.raises(ModelMismatchError, match="different vocabularies"):
-        check_compatible(target, draft)
+    with pytest.raises(ModelMismatchError, match="vocabulary mismatch: the target has 96 tokens, the drafter 128"):
+        check_drafter_pair(target, draft)
     with pytest.raises(ModelMismatchError):
         search(target, draft, prompts(1, 0), ratio=0.5, steps=2)
 
@@ -166,9 +167,9 @@ def test_mismatched_tokenizers_are_refused():
     draft = tiny_model("gpt2", seed=1, num_layers=1)
     same = {f"t{i}": i for i in range(VOCAB)}
     swapped = dict(same, t0=1, t1=0)
-    check_compatible(target, draft, Tok(same), Tok(dict(same)))
-    with pytest.raises(ModelMismatchError, match="tokenizers differ"):
-        check_compatible(target, draft, Tok(same), Tok(swapped))
+    check_drafter_pair(target, draft, Tok(same), Tok(dict(same)))
+    with pytest.raises(ModelMismatchError, match="tokenizers have different vocabularies"):
+        check_drafter_pair(target, draft, Tok(same), Tok(swapped))
 
 
 def test_ratio_errors_before_any_forward():

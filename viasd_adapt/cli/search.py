@@ -177,12 +177,13 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     from tqdm import tqdm
 
     from viasd_adapt.routing.layers import find_decoder_stack
-    from viasd_adapt.search.decoder_windows import WindowCache, check_compatible
+    from viasd_adapt.checks import check_drafter_pair
+    from viasd_adapt.search.decoder_windows import WindowCache
     from viasd_adapt.search.pipeline import search_pair
     from viasd_adapt.search.plot import plot_convergence
     from viasd_adapt.search.report import ReportInput, describe
 
-    check_compatible(target, draft, target_tok, draft_tok)
+    check_drafter_pair(target, draft, target_tok, draft_tok)
     total_steps = config.total_steps(find_decoder_stack(target).num_layers)
     window_cache = None if no_window_cache else WindowCache(window_cache_path, say=lambda m: click.echo(m, err=True))
     bars = []  # created at the first step, so that calibration time does not count as a step

@@ -25,7 +25,6 @@ _NAMES = {
     "SearchConfig": "config",
     "SearchResult": "dimr",
     "build_calibration": "decoder_windows",
-    "check_compatible": "decoder_windows",
     "dimr_search": "dimr",
     "guided_search": "guided",
     "search_pair": "pipeline",

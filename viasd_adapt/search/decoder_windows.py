@@ -22,52 +22,13 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from viasd_adapt.checks import check_drafter_pair, max_positions, vocab_size_of
 from viasd_adapt.search.windows import CalibrationSet  # also importable from here, as before
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
 from viasd_adapt.routing.runner import CachedRunner
 from viasd_adapt.search.config import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS
 
 BATCH_TOKENS = 16_384  # tokens per teacher-forced forward (all windows of a default calibration)
-
-
-# ---------------------------------------------------------------------------- compatibility
-
-
-def vocab_size_of(model: nn.Module) -> int:
-    """Rows of the output head: the size of the distribution the cost compares."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if head is not None and getattr(head, "weight", None) is not None:
-        return int(head.weight.shape[0])
-    return int(model.config.vocab_size)
-
-
-def check_compatible(target: nn.Module, draft: nn.Module, target_tokenizer=None, draft_tokenizer=None) -> None:
-    """Refuses a drafter whose distribution is not over the target's vocabulary.
-
-    The KL-style cost compares p and q token by token, so the two vocabularies must be the same
-    list in the same order: equal head sizes, and equal tokenizer vocabularies when given.
-    """
-    v_target, v_draft = vocab_size_of(target), vocab_size_of(draft)
-    if v_target != v_draft:
-        raise ModelMismatchError(
-            f"drafter and target have different vocabularies: {v_draft} vs {v_target} output tokens; "
-            "DIMR compares their next-token distributions token by token, so they must share one tokenizer"
-        )
-    if target_tokenizer is not None and draft_tokenizer is not None:
-        if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
-            raise ModelMismatchError(
-                "drafter and target tokenizers differ (same size, different token ids); "
-                "use a drafter trained with the target's tokenizer"
-            )
-
-
-def max_positions(model: nn.Module) -> int | None:
-    config = model.config
-    for name in ("max_position_embeddings", "n_positions"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 # ---------------------------------------------------------------------------- windows
@@ -135,9 +96,9 @@ def build_windows(
         ids = list(ids)
         if not ids:
             raise ConfigError("a calibration prompt has no tokens")
-        if max(ids) >= vocab or min(ids) < 0:
+        if min(ids) < 0 or (vocab is not None and max(ids) >= vocab):
             raise ModelMismatchError(
-                f"prompt token id {max(ids)} is outside the target's vocabulary of {vocab} tokens "
+                f"prompt token id {max(ids) if min(ids) >= 0 else min(ids)} is outside the target's vocabulary of {vocab} tokens "
                 "(tokenizer and model do not belong together?)"
             )
         if limit is not None and len(ids) + new_tokens > limit:
@@ -213,7 +174,7 @@ def build_calibration(
 ) -> CalibrationSet:
     """Greedy windows from the target (or ``windows``, e.g. from a :class:`WindowCache`), then p's
     and q's scored log-probs (once)."""
-    check_compatible(target, draft)
+    check_drafter_pair(target, draft)
     if windows is None:
         windows = build_windows(target, prompt_ids, new_tokens, pad_id)
     logp_full = scored_log_probs(target, windows, batch_size)
@@ -272,7 +233,8 @@ def windows_digest(input_ids: torch.Tensor, scored: torch.Tensor) -> str:
     return tensors_digest({"input_ids": input_ids, "scored": scored})
 
 
-def window_entry_problem(entry: object, prompt_ids: Sequence[Sequence[int]], new_tokens: int, vocab: int) -> str | None:
+def window_entry_problem(entry: object, prompt_ids: Sequence[Sequence[int]], new_tokens: int,
+                         vocab: int | None) -> str | None:
     """Why a cached entry cannot be the windows of ``prompt_ids`` (None: it can).
 
     Checked before use, so that a damaged or hand-edited entry is regenerated instead of scored on
@@ -295,8 +257,8 @@ def window_entry_problem(entry: object, prompt_ids: Sequence[Sequence[int]], new
                 f"({len(prompt_ids)})")
     if not isinstance(digest, str) or digest != windows_digest(ids, scored):
         return "its content does not match the digest stored with it (damaged or edited)"
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
-        bad = int(ids.max()) if int(ids.max()) >= vocab else int(ids.min())
+    if ids.numel() and (int(ids.min()) < 0 or (vocab is not None and int(ids.max()) >= vocab)):
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
         return f"token id {bad} is outside the target's vocabulary of {vocab}"
     ends = []
     for row, prompt in enumerate(prompt_ids):

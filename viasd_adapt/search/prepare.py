@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from viasd_adapt.checks import check_drafter_pair
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.search import decoder_windows as cal
 from viasd_adapt.search.config import DEFAULTS, SearchConfig
@@ -63,7 +64,7 @@ def prepare(target: nn.Module, draft: nn.Module, ids: PromptIds, config: SearchC
     ``window_cache`` reuses the target's greedy windows of a decoder-only target between runs.
     A drafter over another vocabulary is refused before any forward (:class:`ModelMismatchError`).
     """
-    cal.check_compatible(target, draft)
+    check_drafter_pair(target, draft)
     started = time.perf_counter()
     calibration = config.calibration
     new_tokens = calibration.new_tokens
