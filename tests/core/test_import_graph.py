@@ -10,8 +10,9 @@ and checks both.
 How the graph is built (each rule is deliberate):
 
 * Nodes are the project's modules, named as they are installed: ``viasd_adapt/...`` as
-  ``viasd_adapt...`` and ``adapters/...`` as ``viasd_adapt.adapters...`` (pyproject.toml's
-  ``package-dir``). A package is its ``__init__.py``, named by the package (``viasd_adapt.routing``).
+  ``viasd_adapt...`` and ``adapters/...`` as ``viasd_adapt.adapters...`` (``viasd_adapt/adapters``
+  is a symlink to ``adapters/``, which the walk of ``viasd_adapt/`` does not follow, so
+  ``adapters/`` is walked on its own). A package is its ``__init__.py``, named by the package (``viasd_adapt.routing``).
 * Every ``import`` / ``from ... import`` statement counts, wherever it sits: at the top, inside a
   function or method, under ``try``, and under ``if TYPE_CHECKING:``. A type-only import names a
   dependency just as much as a runtime one (a cycle that only closes in type hints still means the
@@ -36,7 +37,8 @@ How the graph is built (each rule is deliberate):
 * Not imports, and so not edges: string-based lazy registries, such as the ``"module:function"``
   runner strings of :mod:`viasd_adapt.frameworks` loaded by :func:`importlib.import_module`. They
   are a plugin registry: the core names a plugin by a string and never depends on its code, which
-  is exactly how a third-party framework would register itself.
+  is exactly how a third-party framework would register itself. tests/core/test_rooms.py reads
+  those strings and checks them against the rooms table (docs/architecture.md, "by string").
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import pytest
 
 from tests.support import REPO_ROOT
 
-#: Source folder -> the package name it is installed as (pyproject.toml's ``package-dir``).
+#: Source folder -> the package name it is installed as (``viasd_adapt/adapters`` is a symlink to ``adapters/``).
 SOURCE_ROOTS = {"viasd_adapt": "viasd_adapt", "adapters": "viasd_adapt.adapters"}
 ADAPTERS = "viasd_adapt.adapters"
 

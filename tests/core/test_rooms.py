@@ -1,47 +1,62 @@
 """The rooms of the package keep to docs/architecture.md: which room may import which.
 
-The import graph is read with ``ast`` by :func:`tests.core.test_import_graph.import_graph` (every
-``import`` counts, inside functions and under ``TYPE_CHECKING`` too). Each module belongs to one
-room; every edge between two rooms must be one the table of docs/architecture.md allows. A control
-feeds the checker a graph with forbidden edges and asserts it names them.
+The table is read from the page itself (:func:`allowed_imports`), so the page and the test cannot
+drift. The import graph is read with ``ast`` by :func:`tests.core.test_import_graph.import_graph`
+(every ``import`` counts, inside functions and under ``TYPE_CHECKING`` too), and so are the
+``"module:function"`` strings a room imports on first use (:func:`string_edges`, the frameworks'
+runners). Each module belongs to one room; every edge between two rooms must be one the table
+allows. Controls feed the parser a table and the checker graphs with forbidden edges.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pytest
 
-from tests.core.test_import_graph import import_graph
+from tests.core.test_import_graph import import_graph, project_modules
 from tests.support import REPO_ROOT
 
-BASE = {"errors", "io"}
-#: room -> the rooms it may import (besides itself and the base modules), as docs/architecture.md says
-ALLOWED: dict[str, set[str]] = {}
-ALLOWED["prompts"] = set()
-ALLOWED["model_kind"] = {"prompts"}
-ALLOWED["checks"] = {"prompts", "model_kind"}
-ALLOWED["core"] = {"checks"}
-ALLOWED["config"] = {"core"}
-ALLOWED["routing"] = {"checks", "model_kind", "core", "config"}
-_below_engine = {"prompts", "model_kind", "checks", "core", "config", "routing"}
-ALLOWED["engine"] = _below_engine
-ALLOWED["models"] = _below_engine | {"engine"}
-ALLOWED["frameworks"] = ALLOWED["models"] | {"models"}
-ALLOWED["search"] = {"prompts", "model_kind", "checks", "core", "config", "routing"}
-ALLOWED["bench"] = ALLOWED["frameworks"] | {"frameworks"}
-ALLOWED["tuning"] = ALLOWED["bench"] | {"bench", "search"}
-ALLOWED["serving"] = {"core", "config", "routing"}
-ALLOWED["cli"] = ALLOWED["tuning"] | {"tuning", "package"}  # the package root: its version (viasd --version)
-ALLOWED["adapters"] = {"checks", "model_kind", "core", "config", "routing", "engine", "models", "frameworks"}
-# cache_check (how a cache checks what it reads back) sits beside checks: open to every room checks is
-for room, allowed in list(ALLOWED.items()):
-    if "checks" in allowed:
-        allowed.add("cache_check")
-ALLOWED["cache_check"] = set()
-ALLOWED["package"] = set()  # viasd_adapt/__init__.py: the version, and names it hands out lazily by string
-for base in BASE:
-    ALLOWED[base] = set() if base == "errors" else {"errors"}
+ARCHITECTURE = REPO_ROOT / "docs" / "architecture.md"
+RUNNER_STRING = re.compile(r"^(viasd_adapt(?:\.\w+)+):(\w+)$")
+
+
+def _rooms_of_row(cell: str) -> list[str]:
+    return re.findall(r"`([a-z_]+)/?`", re.sub(r"\(package root\)", "", cell))
+
+
+def allowed_imports(page: str) -> tuple[dict[str, set[str]], dict[str, set[str]], set[str]]:
+    """``(imports, by_string, base)`` read off the rooms table of docs/architecture.md, by the rules
+    the page states above it: room -> the rooms it may import, room -> the rooms it may reach by
+    ``"module:function"`` string, and the base rooms (the first row), open to every room."""
+    lines = [line for line in page.splitlines() if line.startswith("| `")]
+    imports: dict[str, set[str]] = {}
+    by_string: dict[str, set[str]] = {}
+    above: list[str] = []
+    base: set[str] = set()
+    for line in lines:
+        first, _, may = (cell.strip() for cell in line.strip("|").split("|"))
+        rooms = _rooms_of_row(first)
+        may = re.sub(r"\([^)]*\)", "", may)  # comments
+        may, _, strings = may.partition("by string:")
+        may, _, excluded = may.partition("except")
+        allowed = set(re.findall(r"`([a-z_]+)/?`", may))
+        if re.search(r"\bbase\b", may):
+            allowed |= base
+        if "above" in may:
+            allowed |= set(above)
+        allowed -= set(re.findall(r"`([a-z_]+)/?`", excluded))
+        for position, room in enumerate(rooms):
+            imports[room] = allowed | set(rooms[:position])
+            by_string[room] = set(re.findall(r"`([a-z_]+)/?`", strings))
+        if not base:
+            base = set(rooms)
+        above += rooms
+    return imports, by_string, base
+
+
+ALLOWED, BY_STRING, BASE = allowed_imports(ARCHITECTURE.read_text(encoding="utf-8"))
 
 
 def room_of(module: str) -> str:
@@ -52,18 +67,53 @@ def room_of(module: str) -> str:
     return parts[1]
 
 
-def forbidden_edges(graph: dict[str, set[str]]) -> list[str]:
-    """``importer -> imported (room -> room)`` for every import the table does not allow."""
+def forbidden_edges(graph: dict[str, set[str]], strings: dict[str, set[str]] | None = None) -> list[str]:
+    """``importer -> imported (room -> room)`` for every import the table does not allow, and for
+    every ``"module:function"`` string (``strings``) the table allows neither as an import nor by string."""
     found = []
-    for importer, imported in sorted(graph.items()):
-        source = room_of(importer)
-        for target in sorted(imported):
-            room = room_of(target)
-            if room == source or room in BASE:
-                continue
-            if room not in ALLOWED.get(source, set()):
-                found.append(f"{importer} -> {target} ({source} -> {room})")
+    for edges, by_string in ((graph, False), (strings or {}, True)):
+        for importer, imported in sorted(edges.items()):
+            source = room_of(importer)
+            for target in sorted(imported):
+                room = room_of(target)
+                if room == source or room in BASE:
+                    continue
+                if room not in ALLOWED.get(source, set()) | (BY_STRING.get(source, set()) if by_string else set()):
+                    found.append(f"{importer} -> {target} ({source} -> {room}{', by string' if by_string else ''})")
     return found
+
+
+def string_edges(modules: dict | None = None) -> tuple[dict[str, set[str]], list[str]]:
+    """Module -> the project modules it names in ``"module:function"`` strings, and the strings that
+    name no module of the project or no top-level name of it (a runner that cannot load)."""
+    modules = project_modules() if modules is None else modules
+    edges: dict[str, set[str]] = {}
+    broken = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            match = RUNNER_STRING.match(node.value) if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+            if match is None:
+                continue
+            module, function = match.groups()
+            if module not in modules or function not in top_level_names(modules[module].read_text(encoding="utf-8")):
+                broken.append(f"{name}: {node.value!r}")
+            else:
+                edges.setdefault(name, set()).add(module)
+    return edges, broken
+
+
+def top_level_names(source: str) -> set[str]:
+    """The names a module binds at its top level (functions, classes, assignments, imports)."""
+    names = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
 
 
 def test_every_module_is_in_a_room_the_table_names():
@@ -73,8 +123,36 @@ def test_every_module_is_in_a_room_the_table_names():
 
 
 def test_every_import_between_rooms_is_allowed():
-    problems = forbidden_edges(import_graph())
+    strings, broken = string_edges()
+    assert not broken, f"runner strings that name nothing: {broken}"
+    assert "viasd_adapt.adapters.hf" in strings["viasd_adapt.frameworks.registry"]  # the strings are seen
+    problems = forbidden_edges(import_graph(), strings)
     assert not problems, "imports docs/architecture.md does not allow:\n  " + "\n  ".join(problems)
+
+
+def test_the_table_is_read_as_the_page_states_it():
+    """Spot checks of the parsed table, so that a parser that allows everything cannot pass."""
+    assert BASE == {"errors", "io", "deprecated"}
+    assert ALLOWED["core"] == BASE | {"checks", "cache_check"}
+    assert ALLOWED["checks"] == BASE | {"prompts", "model_kind"} and ALLOWED["model_kind"] == BASE | {"prompts"}
+    assert "search" not in ALLOWED["bench"] and {"frameworks", "models"} <= ALLOWED["bench"]
+    assert {"engine", "models", "frameworks"}.isdisjoint(ALLOWED["search"])
+    assert {"serving", "tuning", "package"} <= ALLOWED["cli"] and "adapters" not in ALLOWED["cli"]
+    assert "adapters" not in ALLOWED["frameworks"] and BY_STRING["frameworks"] == {"adapters"}
+    assert ALLOWED["errors"] == set() and ALLOWED["io"] == {"errors"}
+
+
+def test_the_parser_reads_a_control_table():
+    page = (
+        "| `a`, `b` (package root) | base rooms | nothing else |\n"
+        "| `c/` | one | base, `a` (never `d`) |\n"
+        "| `d/` | two | the rooms above; by string: `f` |\n"
+        "| `e/` | three | everything above except `c` |\n"
+    )
+    imports, by_string, base = allowed_imports(page)
+    assert base == {"a", "b"}
+    assert imports == {"a": set(), "b": {"a"}, "c": {"a", "b"}, "d": {"a", "b", "c"}, "e": {"a", "b", "d"}}
+    assert by_string["d"] == {"f"} and by_string["e"] == set()
 
 
 def test_the_control_forbidden_imports_are_named():
@@ -84,22 +162,33 @@ def test_the_control_forbidden_imports_are_named():
         "viasd_adapt.bench.run": {"viasd_adapt.tuning.tune"},  # the bench sits below tuning
         "viasd_adapt.config.tuned": {"viasd_adapt.core.settings", "viasd_adapt.io"},  # allowed
         "viasd_adapt.engine.tier": {"viasd_adapt.adapters.hf"},  # the core never imports an adapter
+        "viasd_adapt.frameworks.registry": {"viasd_adapt.adapters.hf"},  # only by string
     }
-    problems = forbidden_edges(graph)
+    strings = {
+        "viasd_adapt.frameworks.registry": {"viasd_adapt.adapters.hf", "viasd_adapt.cli.main"},  # cli: not even by string
+        "viasd_adapt.search.run": {"viasd_adapt.adapters.hf"},  # the search reaches no adapter, by string or not
+    }
+    problems = forbidden_edges(graph, strings)
     assert problems == [
         "viasd_adapt.bench.run -> viasd_adapt.tuning.tune (bench -> tuning)",
         "viasd_adapt.core.cycle -> viasd_adapt.config.tuned (core -> config)",
         "viasd_adapt.engine.tier -> viasd_adapt.adapters.hf (engine -> adapters)",
+        "viasd_adapt.frameworks.registry -> viasd_adapt.adapters.hf (frameworks -> adapters)",
         "viasd_adapt.search.run -> viasd_adapt.engine.loop (search -> engine)",
+        "viasd_adapt.frameworks.registry -> viasd_adapt.cli.main (frameworks -> cli, by string)",
+        "viasd_adapt.search.run -> viasd_adapt.adapters.hf (search -> adapters, by string)",
     ]
 
 
-def test_the_architecture_page_names_every_room():
-    page = (REPO_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    table_rooms = set(re.findall(r"^\| `([a-z_]+)/?`", page, flags=re.M))
-    table_rooms |= {name for row in re.findall(r"^\| (`[a-z_]+`(?:, `[a-z_]+`)+) \(package root\)", page, flags=re.M)
-                    for name in re.findall(r"`([a-z_]+)`", row)}
-    assert set(ALLOWED) - {"package"} <= table_rooms, sorted(set(ALLOWED) - {"package"} - table_rooms)
+def test_a_runner_string_that_names_nothing_is_found(tmp_path):
+    package = tmp_path / "viasd_adapt"
+    package.mkdir()
+    (package / "runners.py").write_text("def run(pair, request):\n    pass\n")
+    (package / "registry.py").write_text('RUNNERS = ["viasd_adapt.runners:run", "viasd_adapt.runners:gone", "viasd_adapt.nowhere:run"]\n')
+    modules = {"viasd_adapt.runners": package / "runners.py", "viasd_adapt.registry": package / "registry.py"}
+    edges, broken = string_edges(modules)
+    assert edges == {"viasd_adapt.registry": {"viasd_adapt.runners"}}
+    assert broken == ["viasd_adapt.registry: 'viasd_adapt.runners:gone'", "viasd_adapt.registry: 'viasd_adapt.nowhere:run'"]
 
 
 @pytest.mark.parametrize("module", ["viasd_adapt.config.tuned", "viasd_adapt.config.resolve", "viasd_adapt.config.mask",

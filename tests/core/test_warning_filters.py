@@ -9,7 +9,7 @@ import tomllib
 
 from tests.support import REPO_ROOT
 
-#: Source folder -> the package it is installed as (pyproject.toml's ``package-dir``).
+#: Source folder -> the package it is installed as (``viasd_adapt/adapters`` is a symlink to ``adapters/``).
 SOURCE_ROOTS = {"viasd_adapt": "viasd_adapt", "adapters": "viasd_adapt.adapters"}
 
 
