@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 
+from viasd_adapt import deprecated
+
 __version__ = "0.3.0"
 
 #: name -> the module that defines it
@@ -21,6 +23,8 @@ _LAZY = {
 }
 
 __all__ = ["__version__", *_LAZY]
+
+deprecated.install()  # the import paths of 0.2.0 that moved keep working, with a warning, until 0.4.0
 
 
 def __getattr__(name: str):

@@ -12,3 +12,10 @@ __all__ = [
     "find_decoder_stack",
     "model_fingerprint",
 ]
+
+
+def __getattr__(name: str):
+    """Names this package handed out in 0.2.0 that moved (:mod:`viasd_adapt.deprecated`)."""
+    from viasd_adapt.deprecated import moved_name
+
+    return moved_name(__name__, name)
