@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import platform
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from viasd_adapt.bench.report import load_bench_report
+from viasd_adapt.io import write_json
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MAX_COST_VS_NONE = 1.03
@@ -155,10 +157,10 @@ def run(pair: str, extra: list[str]) -> None:
         cli.main(args, standalone_mode=False)
     finally:
         click.echo = original
-    data = json.loads(stem.with_suffix(".json").read_text())
+    data = load_bench_report(stem.with_suffix(".json")).to_json()
     found = goals(pair, data["rows"])
     data["adaptive_goals"] = {"pair": pair, "goals": found, "header": header, "seconds": round(time.time() - started, 1)}
-    stem.with_suffix(".json").write_text(json.dumps(data, indent=1))
+    write_json(stem.with_suffix(".json"), data, "bench report")
     echo("\ngoals:")
     for line in goal_lines(found):
         echo(line)
@@ -231,7 +233,7 @@ def report() -> None:
         if not path.is_file():
             lines.append(f"{pair}: not run")
             continue
-        data = json.loads(path.read_text())
+        data = load_bench_report(path).to_json()
         info = data["adaptive_goals"]
         lines.append(f"== {pair} ({info['seconds']:.0f}s): {info['header'][1]}")
         lines += goal_lines(info["goals"])

@@ -16,7 +16,6 @@ target, ``draft`` is the new drafter), so each is an ordinary pair directory for
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -28,6 +27,8 @@ from viasd_adapt.models import corpus, evaluate
 from viasd_adapt.models.presets import DEMO, ModelShape
 from viasd_adapt.models.registry import cache_dir, demo_pair_paths
 from viasd_adapt.models.train import chunk, llama_config, new_model, token_stream, train_model
+from viasd_adapt.config.build_report import BuildReport
+from viasd_adapt.io import json_text
 
 
 @dataclass(frozen=True)
@@ -98,20 +99,20 @@ def train(names: list[str], seed: int, threads: int) -> None:
         link = staging / "target"
         if not link.exists():
             os.symlink(demo.target, link)
-        (staging / "build_report.json").write_text(json.dumps(report, indent=2) + "\n")
+        BuildReport.from_json(report).save(staging / "build_report.json")
         staging.rename(out)
-        print(json.dumps(report))
+        print(json_text(report, indent=None), end="")
 
 
 def _drafters() -> list[tuple[str, Path, float]]:
     """(name, drafter directory, held-out loss) of every study drafter plus the demo pair's own."""
     demo = demo_pair_paths()
-    report = json.loads((demo.root / "build_report.json").read_text())
+    report = BuildReport.load(demo.root / "build_report.json").to_json()
     found = [("d160x1 (demo)", demo.draft, report["heldout_loss"]["draft"])]
     for spec in DRAFTERS:
         root = study_root() / spec.name
         if (root / "draft" / "config.json").is_file():
-            loss = json.loads((root / "build_report.json").read_text())["heldout_loss"]["draft"]
+            loss = BuildReport.load(root / "build_report.json").to_json()["heldout_loss"]["draft"]
             found.append((spec.name, root / "draft", loss))
     return sorted(found, key=lambda item: -item[2])
 

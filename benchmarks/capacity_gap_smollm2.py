@@ -28,7 +28,6 @@ them first if the cache is cold: about an hour on 2 cores). Pairs are written to
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +35,8 @@ from pathlib import Path
 import torch
 
 from viasd_adapt.models.registry import cache_dir
+from viasd_adapt.config.build_report import BuildReport
+from viasd_adapt.config.pair_file import PairFile
 
 CHECKPOINTS = {"steps-1": 1, "steps-38": 38, "steps-76": 76}
 #: the shipped smollm2 tune's grid (benchmarks/run_results.sh), not TuneGrid()'s 30 points: a weak
@@ -74,7 +75,7 @@ def train(names: list[str], seed: int, threads: int) -> None:
                                      preset.max_new_tokens, preset.generation_batch_size, preset.top_k,
                                      preset.max_prompt_tokens, lambda m: print(m, flush=True))
     train_examples = len(split_examples(examples, preset.heldout_every)[0])
-    declaration = json.loads((shipped_dir() / "smollm2" / DECLARATION).read_text(encoding="utf-8"))
+    declaration = PairFile.load(shipped_dir() / "smollm2" / DECLARATION).to_json()
     for name, steps in CHECKPOINTS.items():
         if names and name not in names:
             continue
@@ -102,11 +103,11 @@ def _drafters() -> list[tuple[str, Path, float]]:
 
     shipped = shipped_dir() / "smollm2"
     found = [("shipped (304 steps)", shipped,
-              json.loads((shipped / "build_report.json").read_text())["drafter"]["heldout"]["top1_agreement"])]
+              BuildReport.load(shipped / "build_report.json").to_json()["drafter"]["heldout"]["top1_agreement"])]
     for name in CHECKPOINTS:
         root = study_root() / f"smollm2-{name}"
         if (root / "draft").is_dir():
-            found.append((name, root, json.loads((root / "build_report.json").read_text())["drafter"]["heldout"]["top1_agreement"]))
+            found.append((name, root, BuildReport.load(root / "build_report.json").to_json()["drafter"]["heldout"]["top1_agreement"]))
     return sorted(found, key=lambda item: item[2])
 
 

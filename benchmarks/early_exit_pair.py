@@ -20,7 +20,6 @@ shipped drafter).
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import time
 from dataclasses import replace
@@ -31,6 +30,8 @@ from viasd_adapt.models import corpus, evaluate
 from viasd_adapt.models.presets import DEMO, DEMO_EE
 from viasd_adapt.models.registry import cache_dir, demo_pair_paths
 from viasd_adapt.models.train import chunk, llama_config, new_model, token_stream, train_model
+from viasd_adapt.config.build_report import BuildReport
+from viasd_adapt.io import json_text
 
 EXIT_LAYERS = DEMO_EE.target_training.early_exit_layers
 EXIT_WEIGHT = DEMO_EE.target_training.early_exit_weight
@@ -89,11 +90,11 @@ def main() -> None:
     target.half().save_pretrained(staging / "target")
     tokenizer.save_pretrained(staging / "target")
     shutil.copytree(demo.draft, staging / "draft")
-    (staging / "build_report.json").write_text(json.dumps(report, indent=2) + "\n")
+    BuildReport.from_json(report).save(staging / "build_report.json")
     if out.exists():
         raise SystemExit(f"{out} exists; remove it or pass --name")
     staging.rename(out)
-    print(json.dumps(report, indent=2))
+    print(json_text(report), end="")
 
 
 if __name__ == "__main__":

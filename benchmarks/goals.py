@@ -17,9 +17,11 @@ Targets (their short names in brackets):
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from viasd_adapt.bench.report import load_bench_report
+from viasd_adapt.config.tune_points import TunePoints
 
 FEQ_GAIN_MIN = 0.15
 LOSSY_VS_SD_MIN = 1.2
@@ -88,8 +90,8 @@ def main() -> None:
     parser.add_argument("bench", type=Path)
     parser.add_argument("--tune", type=Path, default=None)
     args = parser.parse_args()
-    tune = json.loads(args.tune.read_text()) if args.tune else None
-    for goal in check(json.loads(args.bench.read_text()), tune):
+    tune = TunePoints.load(args.tune).to_json() if args.tune else None
+    for goal in check(load_bench_report(args.bench).to_json(), tune):
         print(goal.line())
 
 

@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+
+from viasd_adapt.config.schema import read_json
+from viasd_adapt.errors import ConfigError
 
 
 def load(folder: Path, name: str):
@@ -15,8 +17,8 @@ def load(folder: Path, name: str):
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, OSError) as err:
+        return read_json(path, name)
+    except ConfigError as err:
         return {"error": f"unreadable {name}: {err}"}
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 import time
 import warnings
@@ -49,6 +48,8 @@ import torch
 from viasd_adapt.core.markers import hookimpl
 from viasd_adapt.core.monitor import DrafterEvidence, JunkThresholds, ViasdQualityWarning, looks_like_junk
 from viasd_adapt.core.tiers import Tier
+from viasd_adapt.config.schema import read_json
+from viasd_adapt.io import write_json
 
 NEW_TOKENS = 64
 SAMPLINGS = {"greedy": dict(do_sample=False), "T=1": dict(do_sample=True, temperature=1.0)}
@@ -363,12 +364,12 @@ def main() -> None:
         records = measure([p for p in args.pairs.split(",") if p], args.prompts, say)
         for name in [p for p in args.eagle.split(",") if p]:
             records += measure_eagle(name, args.prompts, say)
-        args.json.write_text(json.dumps(records) + "\n")
+        write_json(args.json, records)
         return
-    records = [record for path in args.raw for record in json.loads(path.read_text())]
+    records = [record for path in args.raw for record in read_json(path, "raw monitor records")]
     data = report(records)
     if args.json is not None:
-        args.json.write_text(json.dumps(data, indent=1) + "\n")
+        write_json(args.json, data)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,11 @@ measurement: it assumes time is spent in forwards only.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from viasd_adapt.bench.projection import load_cost_model, project_rows
 from viasd_adapt.config.mask import RoutingMask
+from viasd_adapt.bench.report import load_bench_report
 
 
 def projected(report: dict, costs: str) -> list[dict]:
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--costs", default="h200-llama2-7b")
     args = parser.parse_args(argv)
     for path in args.reports:
-        report = json.loads(path.read_text())
+        report = load_bench_report(path).to_json()
         print(f"# {path}: {report['run']['command']}\n# priced with --costs {args.costs} (a projection)")
         print(f"{'row':24s} {'feq/tok measured':>17s} {'feq/tok projected':>18s} {'x_ar projected':>15s}")
         for row in projected(report, args.costs):

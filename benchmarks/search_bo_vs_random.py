@@ -31,13 +31,13 @@ held-out agreement uses other calibration-split questions; other pairs use held-
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
+from viasd_adapt.io import write_json
 
 METHODS = ("random", "dimr-bo", "guided", "probe", "warm", "local", "gp")
 
@@ -230,11 +230,11 @@ def main(argv=None) -> int:
         results["ratios"][str(ratio)] = {"k": k, "rows": rows, "summary": summary}
         print_table(ratio, k, summary)
         if args.json_path:
-            Path(args.json_path).write_text(json.dumps(results, indent=1))
+            write_json(args.json_path, results)
     results["mean_eval_seconds"] = statistics.mean(eval_seconds.values()) if eval_seconds else None
     results["distinct_masks"] = len(memo)
     if args.json_path:
-        Path(args.json_path).write_text(json.dumps(results, indent=1))
+        write_json(args.json_path, results)
     if args.plot_path:
         plot(results, args.plot_path, methods)
     return 0

@@ -15,13 +15,14 @@ on enough positions to mean something. It runs no search.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+from viasd_adapt.config.schema import read_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -44,7 +45,7 @@ def recheck(paths: list[Path], threads: int, window_cache: Path | None) -> dict:
     from viasd_adapt.search.objective import AgreementProbe
 
     torch.set_num_threads(threads)
-    runs = [json.loads(p.read_text()) for p in paths]
+    runs = [read_json(p, "search run record") for p in paths]
     first = runs[0]
     for run in runs[1:]:
         for key in ("pair_name", "calib_prompts", "new_tokens"):

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import math
 import random
 import textwrap
@@ -45,6 +44,8 @@ import torch
 
 from viasd_adapt.search.seq2seq_windows import pad_rows
 from viasd_adapt.routing.mask import load_mask
+from viasd_adapt.config.schema import read_json
+from viasd_adapt.io import json_text
 
 MAX_SOURCE_CHARS = 700
 MAX_SOURCE_TOKENS = 160
@@ -286,7 +287,7 @@ def build(args) -> None:
     write_json(root / "data.json", {"train": [e.__dict__ for e in train_examples],
                                     "heldout": [e.__dict__ for e in heldout_examples]})
     write_json(root / "build.json", report)
-    print(json.dumps(report, indent=2))
+    print(json_text(report), end="")
 
 
 # ============================================================================ search
@@ -304,7 +305,7 @@ def load_built():
     for model in (target, draft):
         model.generation_config.forced_eos_token_id = None
         model.generation_config.max_length = None
-    data = json.loads((root / "data.json").read_text())
+    data = read_json(root / "data.json", "docstring data file")
     return root, tokenizer, target, draft, data
 
 
@@ -392,7 +393,7 @@ def search(args) -> None:
                             search=search_section, fingerprint=model_fingerprint(target))
     artifact.save(root / "mask.json")
     write_json(root / "search.json", report)
-    print(json.dumps(report, indent=2))
+    print(json_text(report), end="")
 
 
 # ============================================================================ eval
@@ -513,20 +514,20 @@ def evaluate(args) -> None:
         else:  # autoregressive: one full pass per token
             entry.update({"full_per_token": 1.0, "slim_per_token": 0.0, "draft_per_token": 0.0, "full_equiv_per_token": 1.0})
         results.append(entry)
-        print(json.dumps(entry), flush=True)
+        print(json_text(entry, indent=None), end="", flush=True)
     greedy_loglik = results[0]["loglik_per_token"]
     for entry in results:
         entry["loglik_drop"] = round(greedy_loglik - entry["loglik_per_token"], 4)
     comparison = same_budget_comparison(results)
     report = {"examples": len(examples), "mask_skipped": list(mask.skipped), "pass_weights": {k: round(v, 4) for k, v in weights.items()},
               "rows": results, "lossy_vs_lenient_at_same_fidelity": comparison,
-              "build": json.loads((root / "build.json").read_text()),
-              "search": json.loads((root / "search.json").read_text())}
+              "build": read_json(root / "build.json", "build record"),
+              "search": read_json(root / "search.json", "search record")}
     write_json(root / "eval.json", report)
     table = format_table(results)
-    write_text(root / "eval.txt", table + "\n\n" + json.dumps(comparison, indent=2) + "\n")
+    write_text(root / "eval.txt", table + "\n\n" + json_text(comparison))
     print(table)
-    print(json.dumps(comparison, indent=2))
+    print(json_text(comparison), end="")
 
 
 def same_budget_comparison(results: list[dict]) -> list[dict]:

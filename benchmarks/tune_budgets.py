@@ -13,8 +13,9 @@ full-equivalent passes per token than lenient at the same regret.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from viasd_adapt.config.tune_points import TunePoints
 
 
 def admitted(points: list[dict], family: str, regret_bound: float) -> list[dict]:
@@ -78,7 +79,7 @@ def main() -> None:
     parser.add_argument("tune_json", type=Path)
     parser.add_argument("--regrets", default="0.01,0.02,0.03,0.05,0.08,0.12")
     args = parser.parse_args()
-    points = json.loads(args.tune_json.read_text())["points"]
+    points = TunePoints.load(args.tune_json).to_json()["points"]
     rows = table(points, [float(r) for r in args.regrets.split(",")])
     pct = lambda x: "-" if x is None else f"{100 * x:+.0f}%"  # noqa: E731
     cell = lambda d: "-" if d is None else f"{d['feq']:.3f} (regret {d['regret']:.3f}; {d['setting']})"  # noqa: E731

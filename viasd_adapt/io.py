@@ -143,7 +143,18 @@ def write_text(path: str | os.PathLike, text: str, what: str = "file") -> Path:
 
 
 def write_json(path: str | os.PathLike, data: Any, what: str = "JSON file") -> Path:
-    return write_text(path, json.dumps(data, indent=2) + "\n", what)
+    return write_text(path, json_text(data), what)
+
+
+def json_text(data: Any, indent: int | None = 2) -> str:
+    """The JSON text of ``data``, as the project writes it (a file's content, a command's output)."""
+    return json.dumps(data, indent=indent) + "\n"
+
+
+def key_text(data: Any, sort_keys: bool = False, compact: bool = False) -> str:
+    """The JSON text a cache key digests (not a file): the same bytes for the same data, so a cache
+    keyed on it is found again; ``sort_keys`` and ``compact`` as the key was first written."""
+    return json.dumps(data, sort_keys=sort_keys, separators=(",", ":") if compact else None)
 
 
 def save_figure(figure, path: str | os.PathLike, dpi: int = 110) -> Path:

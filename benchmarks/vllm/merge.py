@@ -13,9 +13,10 @@ kernel comparison: vLLM batches and runs its own CPU kernels; viasd runs HF tran
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
+
+from viasd_adapt.bench.report import load_bench_report
+from viasd_adapt.config.schema import read_json
 
 
 def _fmt(value, spec=".2f") -> str:
@@ -42,14 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("bench_json", nargs="?")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
-    vdata = json.loads(Path(args.vllm_json).read_text())
+    vdata = read_json(args.vllm_json, "run_vllm.py result")
     if vdata.get("format") != "viasd-adapt/vllm-anchor":
         raise SystemExit(f"{args.vllm_json} is not a run_vllm.py result")
     rows = vllm_rows(vdata)
     if args.bench_json:
-        bdata = json.loads(Path(args.bench_json).read_text())
-        if "rows" not in bdata or "run" not in bdata:
-            raise SystemExit(f"{args.bench_json} is not a `viasd bench --json` file")
+        bdata = load_bench_report(args.bench_json).to_json()
         run = bdata["run"]
         mine = (run.get("max_new_tokens"), run.get("per_category"))
         theirs = (vdata.get("max_new_tokens"), None)

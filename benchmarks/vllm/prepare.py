@@ -19,9 +19,11 @@ must come from the project's code path, not from vLLM.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
+
+from viasd_adapt.config.schema import read_json
+from viasd_adapt.io import json_text, write_text
 
 
 def export_draft(draft: Path, target_folder: Path, out: Path) -> None:
@@ -34,7 +36,6 @@ def export_draft(draft: Path, target_folder: Path, out: Path) -> None:
     a *different* drafter (same layers, full vocabulary, no bias). Its rows are still lossless SD
     (the output is the target's); only how many drafts it gets accepted differs.
     """
-    import json as _json
     import shutil
 
     from safetensors import safe_open
@@ -55,17 +56,17 @@ def export_draft(draft: Path, target_folder: Path, out: Path) -> None:
             tensors["model.embed_tokens.weight"] = handle.get_tensor("model.embed_tokens.weight").float()
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"))
-    config = _json.loads((draft / "config.json").read_text())
+    config = read_json(draft / "config.json", "drafter config")
     config["tie_word_embeddings"] = True
     config["torch_dtype"] = config["dtype"] = "float32"
-    (out / "config.json").write_text(_json.dumps(config, indent=1))
+    write_text(out / "config.json", json_text(config))
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                  "generation_config.json"):
         if (target_folder / name).is_file():
             shutil.copy(target_folder / name, out / name)
-    (out / "viasd_export.json").write_text(_json.dumps({
+    write_text(out / "viasd_export.json", json_text({
         "source": str(draft), "approximate": True, "dropped": dropped,
-        "why": "vLLM's Llama draft model has no logit bias and no drafting-vocabulary restriction"}, indent=1))
+        "why": "vLLM's Llama draft model has no logit bias and no drafting-vocabulary restriction"}))
     print(f"wrote {out} (APPROXIMATE drafter: dropped {', '.join(dropped) or 'nothing'})")
 
 
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
            "max_new_tokens": args.max_new_tokens, "eos_token_ids": sorted(pair.eos_token_ids), "prompts": rows,
            "command": "viasd bench --pair %s --prompts %s --per-category %d --max-new-tokens %d"
                       % (args.pair, args.prompts, args.per_category, args.max_new_tokens)}
-    Path(args.out).write_text(json.dumps(out, indent=1))
+    write_text(args.out, json_text(out))
     print(f"wrote {args.out}: {len(rows)} prompts, model folder {folder}")
     return 0
 

@@ -32,13 +32,15 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import platform
 import re
 import sys
 import time
 from pathlib import Path
+
+from viasd_adapt.config.schema import read_json
+from viasd_adapt.io import json_text, write_text
 
 GAMMA = 5  # the project's default draft block (TierSettings.gamma)
 MAX_NGRAM = 2  # viasd_adapt.engine.prompt_lookup.DEFAULT_MAX_NGRAM
@@ -56,7 +58,7 @@ def portable(text: str) -> str:
 
 
 def write_result(path: str, result: dict) -> None:
-    Path(path).write_text(portable(json.dumps(result, indent=1)))
+    write_text(path, portable(json_text(result)))
 
 
 def agreement(tokens: list[int], reference: list[int]) -> int:
@@ -77,9 +79,12 @@ def spec_counters(llm) -> dict:
 
 
 def read_audit(path: str | None) -> dict | None:
+    """The plugin's audit file (a typed artifact), as the plain counters this script records."""
+    from viasd_adapt.config.serving_audit import ServingAudit
+
     if not path or not Path(path).is_file():
         return None
-    return json.loads(Path(path).read_text())
+    return ServingAudit.load(path).to_json()
 
 
 def _eagle_head_problem(head: str) -> str | None:
@@ -87,7 +92,7 @@ def _eagle_head_problem(head: str) -> str | None:
     config = Path(head) / "config.json"
     if not config.is_file():
         return f"{head} has no config.json"
-    data = json.loads(config.read_text())
+    data = read_json(config, "EAGLE head config")
     if data.get("bias") or data.get("viasd_format") == "viasd-adapt/eagle-head":
         return ("the project's EAGLE head is in eagle-llm 1.2.1's format (fc with a bias: 'fc.bias'); vLLM 0.32's "
                 "EAGLE-1 Llama head (model_executor/models/llama_eagle.py) builds fc with bias=False, so loading it "
@@ -211,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-model-len", type=int, default=1024)
     args = parser.parse_args(argv)
 
-    data = json.loads(Path(args.prompts).read_text())
+    data = read_json(args.prompts, "prompts file (prepare.py)")
     if args.limit:
         data["prompts"] = data["prompts"][: args.limit]
     batches = [int(b) for b in args.batches.split(",")]

@@ -10,7 +10,6 @@ the public API). Each checker has a control.
 
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.util
 import re

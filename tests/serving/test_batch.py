@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from viasd_adapt.errors import ConfigError
+from viasd_adapt.config.tune_points import TunePoints
 from viasd_adapt.serving.batch import (break_even_rate, escalation_points, main, p_no_escalation, step_saving,
                                        tiered_step_cost, tuned_viasd_point)
 
@@ -64,18 +65,24 @@ def test_bad_costs_are_refused():
 
 
 def test_rates_read_from_the_shipped_tune_results():
-    data = json.loads((RESULTS / "tune_demo-ee.json").read_text())
+    data = TunePoints.load(RESULTS / "tune_demo-ee.json")
     points = escalation_points(data, "demo-ee")
     assert points and all(0.0 <= p.rate <= 1.0 for p in points)
     tuned = tuned_viasd_point(data, "demo-ee")
-    best = data["tuned"]["report"]["best_within_budget"]["viasd"]["metrics"]
+    best = json.loads((RESULTS / "tune_demo-ee.json").read_text())["tuned"]["report"]["best_within_budget"]["viasd"]["metrics"]
     assert (tuned.escalated_cycles, tuned.cycles) == (best["escalated_cycles"], best["cycles"])
     assert tuned.slim_cost is not None and 0 < tuned.slim_cost < 1
 
 
-def test_not_a_tune_file_is_refused():
-    with pytest.raises(ConfigError, match="not a `viasd tune --json` file"):
-        escalation_points({"rows": []}, "bench.json")
+def test_not_a_tune_file_is_refused(tmp_path):
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"format": "viasd-adapt/bench-report", "rows": []}))
+    with pytest.raises(ConfigError, match=r"bench.json is not a viasd tune --json file \(this is a viasd-adapt/bench-report file\)"):
+        main([str(bench)])
+    untagged = tmp_path / "old.json"
+    untagged.write_text(json.dumps({"rows": []}))
+    with pytest.raises(ConfigError, match=r"old.json is not a viasd tune --json file \(it needs 'points' and 'tuned'\)"):
+        main([str(untagged)])
 
 
 def test_cli_prints_the_table(capsys):

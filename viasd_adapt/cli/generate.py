@@ -130,7 +130,7 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     from viasd_adapt.frameworks import registry as frameworks
     from viasd_adapt.checks import check_max_new_tokens
     from viasd_adapt.bench.display import TokenStream, legend, metrics_summary, run_summary
-    from viasd_adapt.io import write_json
+    from viasd_adapt.config.generation import GenerationRecord
     from viasd_adapt.frameworks.requests import RunRequest
     from viasd_adapt.models.pair import load_pair
     from viasd_adapt.core.sampling import SamplingConfig
@@ -232,19 +232,11 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     for line in result.notes:
         note(f"note: {line}")
     if json_path is not None:
-        data = {
-            "framework": framework,
-            "mode": settings.mode.value,
-            "prompt": prompt,
-            "prompt_ids": prompt_ids,
-            "tokens": result.tokens,
-            "tiers": tiers,
-            "text": text,
-            "metrics": result.metrics.to_dict() if result.metrics is not None else None,
-            "settings": settings.to_dict(),
-            "sampling": {"temperature": temperature, "top_p": top_p, "seed": seed},
-            "paths": {k: (str(v) if v else None) for k, v in
-                      dict(target=target, draft=draft, mask=mask, eagle_head=eagle_head).items()},
-            "seconds": seconds,
-        }
-        note(f"wrote {write_json(json_path, data)}")
+        record = GenerationRecord(
+            framework=framework, mode=settings.mode.value, prompt=prompt, prompt_ids=prompt_ids, tokens=result.tokens,
+            tiers=tiers, text=text, metrics=result.metrics.to_dict() if result.metrics is not None else None,
+            settings=settings, sampling={"temperature": temperature, "top_p": top_p, "seed": seed},
+            paths={k: (str(v) if v else None) for k, v in
+                   dict(target=target, draft=draft, mask=mask, eagle_head=eagle_head).items()},
+            seconds=seconds)
+        note(f"wrote {record.save(json_path)}")

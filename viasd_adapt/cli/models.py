@@ -6,11 +6,11 @@ Heavy imports (torch, transformers) happen inside ``build`` only, so ``viasd mod
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
+from viasd_adapt.io import json_text
 from viasd_adapt.models.presets import PRESETS
 
 # Recipes that distil drafters for a real target instead of training a stdlib pair
@@ -99,7 +99,7 @@ def list_command(as_json: bool) -> None:
     """Show built pairs (in the cache) and shipped pairs (in the package)."""
     pairs = list_pairs()
     if as_json:
-        click.echo(json.dumps([pair.to_json() for pair in pairs], indent=2))
+        click.echo(json_text([pair.to_json() for pair in pairs]), nl=False)
         return
     click.echo(f"cache: {cache_dir()}")
     if not pairs:

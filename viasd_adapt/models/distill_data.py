@@ -133,11 +133,11 @@ _TENSORS = ("ids", "topk_ids", "topk_logits")
 
 def _shard_key(target_sketch: dict, prompts: Sequence[str], settings: dict) -> str:
     import hashlib
-    import json
+
+    from viasd_adapt.io import key_text
 
     digest = hashlib.sha256()
-    digest.update(json.dumps({"format": DATA_FORMAT, "target": target_sketch, "settings": settings},
-                             sort_keys=True).encode())
+    digest.update(key_text({"format": DATA_FORMAT, "target": target_sketch, "settings": settings}, sort_keys=True).encode())
     for prompt in prompts:
         digest.update(prompt.encode("utf-8") + b"\0")
     return digest.hexdigest()[:32]

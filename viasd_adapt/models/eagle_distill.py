@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 import torch
 from torch.nn import functional as F
 
+from viasd_adapt.config.cache_records import CompletedHeadDigests
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.models.distill_data import DistillExample
 from viasd_adapt.models.train import optimizer_step
@@ -218,8 +219,8 @@ def complete_head(head_path: str | Path, base_model_path: str | Path) -> Path:
     def write(directory: Path) -> None:
         torch.save(state, directory / "pytorch_model.bin")
         (directory / "config.json").write_text(json.dumps(fields, indent=2) + "\n", encoding="utf-8")
-        record = {name: file_digest(directory / name) for name in COMPLETED_FILES}
-        (directory / DIGESTS_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        CompletedHeadDigests(files={name: file_digest(directory / name) for name in COMPLETED_FILES}).save(
+            directory / DIGESTS_FILE)
 
     write_directory(folder, write, "completed EAGLE head")
     _CHECKED.add(folder)
@@ -243,11 +244,11 @@ def completed_head_problem(folder: Path) -> str | None:
     if not all((folder / name).is_file() for name in COMPLETED_FILES):
         return "missing"
     try:
-        record = json.loads((folder / DIGESTS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return "missing"  # written before digests were recorded: made again, silently
+        record = CompletedHeadDigests.load(folder / DIGESTS_FILE)
+    except ConfigError:
+        return "missing"  # written before digests were recorded (or as an untyped record): made again, silently
     for name in COMPLETED_FILES:
-        if not isinstance(record, dict) or record.get(name) != file_digest(folder / name):
+        if record.files.get(name) != file_digest(folder / name):
             return f"{name} does not match the digest recorded when it was written (damaged or edited)"
     _CHECKED.add(folder)
     return None

@@ -24,12 +24,13 @@ temporary folders that a killed load left in the cache are swept on the next loa
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import warnings
 from pathlib import Path
 
+from viasd_adapt.config.cache_records import GGUFCacheRecord
+from viasd_adapt.config.schema import read_json
 from viasd_adapt.errors import ConfigError, UnsupportedModelError, ViasdError
 from viasd_adapt.io import file_digest, sweep_stale_temporaries, write_directory
 from viasd_adapt.models.registry import cache_dir
@@ -126,16 +127,22 @@ def _entry_problem(folder: Path, transformers_version: str) -> str | None:
     """Why the cache entry ``folder`` cannot be used as it is (None: it can). A missing entry and one
     written by another transformers or an older cache format are simply stale; anything else
     (a file missing, altered or truncated) is damage."""
-    try:
-        source = json.loads((folder / SOURCE_FILE).read_text())
-    except FileNotFoundError:
+    if not (folder / SOURCE_FILE).is_file():
         return "missing"
-    except (OSError, ValueError):
+    try:
+        data = read_json(folder / SOURCE_FILE, GGUFCacheRecord.WHAT)
+    except ConfigError:
         return f"its {SOURCE_FILE} is unreadable"
-    if not isinstance(source, dict) or source.get("format") != CACHE_FORMAT or source.get("transformers") != transformers_version:
+    if not isinstance(data, dict) or data.get("format") not in (CACHE_FORMAT, GGUFCacheRecord.FORMAT):
+        return "stale"  # a layout before the record said what it is
+    try:
+        source = GGUFCacheRecord.from_json(data, str(folder / SOURCE_FILE))
+    except ConfigError as err:
+        return f"its {SOURCE_FILE} is not a cache record this version reads ({err})"
+    if source.cache != CACHE_FORMAT or source.transformers != transformers_version:
         return "stale"
-    digests = source.get("files")
-    if not isinstance(digests, dict) or "config.json" not in digests:
+    digests = source.files
+    if "config.json" not in digests:
         return f"its {SOURCE_FILE} lists no files"
     if folder in _VERIFIED:
         return None
@@ -177,10 +184,8 @@ def _dequantize_into(path: Path, folder: Path, sha256: str, transformers_version
     except Exception as err:  # noqa: BLE001 - safetensors raises its own SafetensorError (e.g. on a full disk)
         raise OSError(28 if "space" in str(err).lower() else 5, str(err).strip().splitlines()[0]) from None
     files = {entry.name: file_digest(entry) for entry in sorted(folder.iterdir()) if entry.is_file()}
-    (folder / SOURCE_FILE).write_text(json.dumps({
-        "format": CACHE_FORMAT, "file": path.name, "sha256": sha256, "transformers": transformers_version,
-        "files": files,
-    }, indent=2) + "\n")
+    GGUFCacheRecord(cache=CACHE_FORMAT, file=path.name, sha256=sha256, transformers=transformers_version,
+                    files=files).save(folder / SOURCE_FILE)
 
 
 def gguf_model_folder(path: str | os.PathLike, rebuild: bool = False) -> Path:

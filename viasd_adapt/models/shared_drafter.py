@@ -21,7 +21,6 @@ target by name, before anything is built.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -29,10 +28,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from viasd_adapt.config.cache_records import SharedDrafterMarker
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
 
 MARKER = "viasd_drafter.json"
-FORMAT = "viasd-adapt/shared-embedding-drafter"
+FORMAT = SharedDrafterMarker.FORMAT
 WEIGHTS = "model.safetensors"
 BIAS_KEY = "viasd.draft_vocab_bias"  # in WEIGHTS: the drafting vocabulary's logit bias
 
@@ -124,44 +124,28 @@ def save_drafter(model: nn.Module, token_ids: torch.Tensor, target: nn.Module, d
     tensors[BIAS_KEY] = bias.detach().to(dtype).contiguous()
     save_file(tensors, str(directory / WEIGHTS), metadata={"format": "pt"})
     os.chmod(directory / WEIGHTS, 0o666 & ~_umask())  # safetensors writes 0600; the other files are 0644
-    marker = {
-        "format": FORMAT,
-        "embedding": "target",
-        "vocab_size": int(target.config.vocab_size),
-        "draft_vocab": [int(t) for t in token_ids.tolist()],
-        "target_fingerprint": model_fingerprint(target),
-        **record,
-    }
-    (directory / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+    SharedDrafterMarker(vocab_size=int(target.config.vocab_size), draft_vocab=[int(t) for t in token_ids.tolist()],
+                        target_fingerprint=model_fingerprint(target), **record).save(directory / MARKER)
 
 
-def read_marker(path: str | Path) -> dict:
-    """The marker of a shared-embedding drafter folder, checked for its format."""
-    marker_path = Path(path) / MARKER
-    try:
-        marker = json.loads(marker_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ViasdError(f"cannot read the drafter marker {marker_path}: {err}") from None
-    if not isinstance(marker, dict) or marker.get("format") != FORMAT:
-        raise ViasdError(f"{marker_path} is not a {FORMAT} marker (format {marker.get('format') if isinstance(marker, dict) else None!r})")
-    for key in ("vocab_size", "draft_vocab", "target_fingerprint"):
-        if key not in marker:
-            raise ViasdError(f"{marker_path} lacks {key!r}; rebuild the drafter")
-    return marker
+def read_marker(path: str | Path) -> SharedDrafterMarker:
+    """The marker of a shared-embedding drafter folder (a typed artifact: format and fields checked,
+    errors naming the file and the field)."""
+    return SharedDrafterMarker.load(Path(path) / MARKER)
 
 
-def check_drafter_target(path: str | Path, target: nn.Module, marker: dict | None = None) -> None:
+def check_drafter_target(path: str | Path, target: nn.Module, marker: SharedDrafterMarker | None = None) -> None:
     """Refuses ``target`` unless it is the model the drafter at ``path`` was distilled from:
     same vocabulary size, same weight sketch (within dtype rounding)."""
     from viasd_adapt.routing.mask import model_mismatches
 
     marker = marker if marker is not None else read_marker(path)
     vocab = getattr(target.config, "vocab_size", None)
-    if vocab != marker["vocab_size"]:
+    if vocab != marker.vocab_size:
         raise ModelMismatchError(
-            f"the drafter in {path} was built for a target with a {marker['vocab_size']}-token vocabulary; this "
+            f"the drafter in {path} was built for a target with a {marker.vocab_size}-token vocabulary; this "
             f"target has {vocab}: it belongs to another target (rebuild it with `viasd models build`)")
-    problems = model_mismatches(marker["target_fingerprint"], target)
+    problems = model_mismatches(marker.target_fingerprint, target)
     if problems:
         raise ModelMismatchError(
             f"the drafter in {path} was distilled from another target (fingerprint): {'; '.join(problems)}")
@@ -193,7 +177,7 @@ def assemble_drafter(path: str | Path, target: nn.Module, device: torch.device |
     missing = [name for name in missing if not name.startswith(("model.embed_tokens.", "lm_head."))]
     if missing or unexpected:
         raise ViasdError(f"the drafter weights in {path} do not fit its config (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    token_ids = torch.tensor(marker["draft_vocab"], dtype=torch.long)
+    token_ids = torch.tensor(marker.draft_vocab, dtype=torch.long)
     if token_ids.numel() == 0 or int(token_ids.min()) < 0 or int(token_ids.max()) >= config_vocab:
         raise ViasdError(f"{path / MARKER}: draft_vocab holds ids outside the {config_vocab}-token vocabulary")
     if bias is not None and bias.shape != token_ids.shape:

@@ -219,10 +219,11 @@ def window_key(weights: str, prompt_ids: Sequence[Sequence[int]], new_tokens: in
     """What a set of greedy windows depends on: the target's weights, the prompt token ids (so the
     prompt text, its template and its cut), the number of new tokens and the pad id."""
     import hashlib
-    import json
 
-    payload = json.dumps({"format": WINDOW_CACHE_FORMAT, "weights": weights, "prompts": [list(map(int, p)) for p in prompt_ids],
-                          "new_tokens": int(new_tokens), "pad_id": int(pad_id)}, separators=(",", ":"))
+    from viasd_adapt.io import key_text
+
+    payload = key_text({"format": WINDOW_CACHE_FORMAT, "weights": weights, "prompts": [list(map(int, p)) for p in prompt_ids],
+                        "new_tokens": int(new_tokens), "pad_id": int(pad_id)}, compact=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 

@@ -14,18 +14,19 @@ target resumes at the slim verifier's first skipped layer, the shared prefix). I
 requests is an assumption (requests from one workload are positively correlated, which raises the
 no-escalation chance a little; it cannot lift 0.5**64 off zero).
 
-    python -m viasd_adapt.serving.batch benchmarks/results/tune_demo.json [more tune or bench JSON ...]
+    python -m viasd_adapt.serving.batch benchmarks/results/tune_demo.json [more viasd tune --json files ...]
 """
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from viasd_adapt.config.tune_points import TunePoint, TunePoints
+from viasd_adapt.config.tuned import TunedPoint
 from viasd_adapt.errors import ConfigError
 
 BATCH_SIZES = (1, 8, 64)
@@ -102,10 +103,10 @@ class EscalationPoint:
         return self.escalated_cycles / self.cycles
 
 
-def _point_label(point: dict[str, Any]) -> str:
-    s = point.get("settings", {})
-    mask = Path(str(point.get("mask"))).name if point.get("mask") else "-"
-    return (f"{s.get('mode')} a1={s.get('alpha1')} a2={s.get('alpha2')} gates={s.get('greedy_gates')} mask={mask}")
+def _point_label(point: TunePoint | TunedPoint) -> str:
+    s = point.settings
+    mask = Path(str(point.mask)).name if point.mask else "-"
+    return f"{s.mode.value} a1={s.alpha1} a2={s.alpha2} gates={s.greedy_gates} mask={mask}"
 
 
 def _relative_costs(costs: dict[str, Any], mask: Any) -> tuple[float | None, float | None]:
@@ -118,38 +119,29 @@ def _relative_costs(costs: dict[str, Any], mask: Any) -> tuple[float | None, flo
     return (slim / full if slim else None), (resume / full if resume else None)
 
 
-def escalation_points(data: Any, source: str = "results") -> list[EscalationPoint]:
-    """The lossy/audit points of a ``viasd tune --json`` file (``{"points": [...], "tuned": {...}}``),
-    each with its measured escalation rate and, from the tuner's cost table, its slim and resumed
-    pass costs relative to a full block pass."""
-    if not isinstance(data, dict) or not isinstance(data.get("points"), list):
-        raise ConfigError(f"{source}: not a `viasd tune --json` file (no 'points' list)")
-    costs = ((data.get("tuned") or {}).get("report") or {}).get("costs") or {}
-    found: list[EscalationPoint] = []
-    for point in data["points"]:
-        metrics = point.get("metrics") or {}
-        if (point.get("settings") or {}).get("mode") not in TIERED_MODES or not metrics.get("cycles"):
-            continue
-        slim, resume = _relative_costs(costs, point.get("mask"))
-        found.append(EscalationPoint(source, _point_label(point), int(metrics["escalated_cycles"]), int(metrics["cycles"]),
-                                     point.get("regret"), point.get("full_equivalent"), slim, resume))
+def _escalation_point(point: TunePoint | TunedPoint, costs: dict[str, Any], source: str, label: str) -> EscalationPoint:
+    slim, resume = _relative_costs(costs, point.mask)
+    return EscalationPoint(source, label, int(point.metrics["escalated_cycles"]), int(point.metrics["cycles"]),
+                           point.regret, point.full_equivalent, slim, resume)
+
+
+def escalation_points(results: TunePoints, source: str = "results") -> list[EscalationPoint]:
+    """The lossy/audit points of a ``viasd tune --json`` file, each with its measured escalation rate
+    and, from the tuner's cost table, its slim and resumed pass costs relative to a full block pass."""
+    costs = results.tuned.report.costs
+    found = [_escalation_point(point, costs, source, _point_label(point)) for point in results.points
+             if point.settings.mode.value in TIERED_MODES and point.metrics.get("cycles")]
     if not found:
         raise ConfigError(f"{source}: no lossy/audit point with escalation counts")
     return found
 
 
-def tuned_viasd_point(data: Any, source: str = "results") -> EscalationPoint | None:
+def tuned_viasd_point(results: TunePoints, source: str = "results") -> EscalationPoint | None:
     """The tuner's best VIA-SD point within its budget (``tuned.report.best_within_budget.viasd``)."""
-    best = (((data.get("tuned") or {}).get("report") or {}).get("best_within_budget") or {}).get("viasd")
-    if not best:
+    best = results.tuned.report.best("viasd")
+    if best is None or not best.metrics.get("cycles"):
         return None
-    costs = ((data.get("tuned") or {}).get("report") or {}).get("costs") or {}
-    metrics = best.get("metrics") or {}
-    if not metrics.get("cycles"):
-        return None
-    slim, resume = _relative_costs(costs, best.get("mask"))
-    return EscalationPoint(source, "tuned VIA-SD point: " + _point_label(best), int(metrics["escalated_cycles"]),
-                           int(metrics["cycles"]), best.get("regret"), best.get("full_equivalent"), slim, resume)
+    return _escalation_point(best, results.tuned.report.costs, source, "tuned VIA-SD point: " + _point_label(best))
 
 
 def table(points: Iterable[EscalationPoint], batches: Sequence[int] = BATCH_SIZES) -> str:
@@ -177,10 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     chosen: list[EscalationPoint] = []
     for path in args:
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise ConfigError(f"cannot read {path}: {err}") from None
+        data = TunePoints.load(path)
         name = Path(path).stem
         points = escalation_points(data, name)
         tuned = tuned_viasd_point(data, name)

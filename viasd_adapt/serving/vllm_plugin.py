@@ -32,12 +32,9 @@ processed-logprobs mode reports the raised logit of an accepted draft.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import re
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from viasd_adapt.errors import ConfigError, ViasdError
@@ -151,12 +148,10 @@ class LenientAttachment:
         return output
 
     def write_audit(self) -> None:
-        path = Path(str(self.rule.audit_path))
-        data = {**self.counts.to_json(), "regret_sum": self.counts.regret_sum}
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle)
-        os.replace(tmp, path)
+        """Rewrites the audit file (atomically: a reader sees the last step's counters or the one before)."""
+        from viasd_adapt.config.serving_audit import ServingAudit
+
+        ServingAudit(**self.counts.to_json(), regret_sum=self.counts.regret_sum).save(str(self.rule.audit_path))
 
 
 def attach(runner: Any, vllm_config: Any) -> LenientAttachment | None:
