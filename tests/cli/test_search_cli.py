@@ -160,7 +160,7 @@ def test_empty_calibration_file(checkpoints, tmp_path):
     assert result.exit_code == 2 and "empty" in result.output
 
 
-@pytest.mark.parametrize("draft, message", [("draft_vocab", "different vocabularies"), ("draft_tok", "tokenizers differ")])
+@pytest.mark.parametrize("draft, message", [("draft_vocab", "vocabulary mismatch"), ("draft_tok", "tokenizers have different vocabularies")])
 def test_mismatched_drafter(checkpoints, calib, tmp_path, draft, message):
     result = run(["--target", checkpoints["target"], "--draft", checkpoints[draft], "--calib", calib,
                   "--heldout-prompts", 1, "--out", tmp_path / "m.json", "--no-progress"])
