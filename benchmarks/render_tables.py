@@ -25,12 +25,14 @@ report), :data:`BENCH_TABLES` and :data:`TASK_TABLES` (docs/results.md's bench t
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from viasd_adapt.bench.report import load_bench_report
+from viasd_adapt.config.mask import MaskArtifact
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -194,7 +196,7 @@ def load_from(folder: Path) -> Loader:
 
     def load(name: str) -> dict:
         if name not in cache:
-            cache[name] = json.loads((folder / name).read_text())
+            cache[name] = load_bench_report(folder / name).to_json()
         return cache[name]
 
     return load
@@ -392,7 +394,7 @@ def render_paper_measured(load: Loader) -> str:
         report = load(pair.report)
         rows, costs = rows_by_key(report), report["costs_seconds"]
         none, lossy = rows["hf/none"], rows["hf/lossy"]
-        mask = json.loads((REPO / pair.mask).read_text())
+        mask = MaskArtifact.load(REPO / pair.mask).to_json()
         slim = lossy["slim_passes_per_token"]
         body.append([pair.label, number(costs["c_slim"] / costs["c_full_block"], 2),
                      number(costs["c_resume"] / costs["c_full_block"], 2), number(mask["report"]["heldout_agreement"], 2),
