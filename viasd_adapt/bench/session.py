@@ -117,6 +117,7 @@ class BenchConfig:
     temperature: float = 0.0
     cost_repeats: int = 15
     device: str = "auto"
+    threads: int | None = None  # torch CPU threads (None: $VIASD_BENCH_THREADS, else 1)
     # --- the verdict
     max_ll_drop: float = DEFAULT_MAX_LL_DROP
     max_regret: float = DEFAULT_MAX_REGRET
@@ -181,8 +182,8 @@ class BenchConfig:
 # ============================================================================ 2. settings, prompts, pair
 
 
-def set_threads() -> int:
-    threads = int(os.environ.get("VIASD_BENCH_THREADS", DEFAULT_THREADS))
+def set_threads(threads: int | None = None) -> int:
+    threads = threads or int(os.environ.get("VIASD_BENCH_THREADS", DEFAULT_THREADS))
     torch.set_num_threads(max(1, threads))
     return torch.get_num_threads()
 
@@ -379,7 +380,7 @@ def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = prin
     ``pair``: the pair, when the caller has already loaded it (``viasd demo``); ``tuned``: the tuned
     file beside the mask, when the caller has already read it."""
     check_outputs(config)
-    threads = set_threads()
+    threads = set_threads(config.threads)
     quiet_transformers()
     spec = resolve_bench_settings(config, tuned)
     cost_model = load_cost_model(config.costs) if config.costs else None  # a bad file fails before any model loads
