@@ -16,8 +16,9 @@ loaded, so a mask searched on one dtype's weights is refused for another's.
 
 Before a first load writes a cache entry, a line on stderr says how many parameters the file
 holds, how much disk the entry takes and how much is free; an entry that would not fit is refused
-before any dequantizing. A first load takes about 60 s per billion parameters on 2 busy cores
-(docs/results.md, "Your own pair").
+before any dequantizing. A first load took about 15 minutes per billion parameters on 2 cores
+shared with other work (a 0.63B-parameter Qwen2-shaped file in 9 minutes; docs/results.md, "Your
+own pair"), and needs memory for the float32 weights twice over while it dequantizes.
 
 Everything a GGUF load can fail on gets a :class:`~viasd_adapt.errors.ViasdError` naming the
 ``.gguf`` file the user gave (never only the cache folder): the ``gguf`` package missing (``pip
@@ -126,6 +127,10 @@ def _cache_root() -> Path:
     return cache_dir() / "gguf"
 
 
+#: A first load's minutes per billion parameters, measured on 2 cores shared with other work
+#: (docs/results.md, "Your own pair"): what the note before a first load says to expect.
+FIRST_LOAD_MINUTES_PER_B = 15
+
 #: Bytes per parameter of a cache entry, by the dtype its weights are saved in.
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -159,7 +164,8 @@ def check_cache_space(path: Path, root: Path, dtype: str, say=_say) -> int:
     root.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(root).free
     say(f"first load of {path.name}: dequantizing {parameters / 1e9:.2f}B parameters into a {dtype} cache of "
-        f"{needed / 1e9:.1f} GB in {root} ({free / 1e9:.1f} GB free; about 60 s per billion parameters on 2 cores)")
+        f"{needed / 1e9:.1f} GB in {root} ({free / 1e9:.1f} GB free); once per file, about {FIRST_LOAD_MINUTES_PER_B:g} min "
+        "per billion parameters on 2 busy cores")
     if needed * 1.05 > free:
         raise ViasdError(f"the {dtype} cache of {path} needs {needed / 1e9:.1f} GB and {root} has {free / 1e9:.1f} GB free: "
                          "free some space, set VIASD_CACHE to a folder with room, or load in bfloat16 (half the size)")
