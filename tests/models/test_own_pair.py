@@ -182,13 +182,15 @@ def test_a_killed_run_leaves_no_pair(cache, user_files, tmp_path):
 
 def test_a_work_folder_of_other_inputs_is_refused_until_restart(cache, user_files, tmp_path):
     request = request_of(user_files, cache)
-    onboard.open_work_folder(request, restart=False, say=lambda line: None)
+    work = onboard.open_work_folder(request, restart=False, say=lambda line: None)
+    (work / "mask.json").write_text("{}")  # a finished stage of the first inputs' run
     other_target = write_tiny_gguf(tmp_path / "other.gguf", tiny_model("llama", seed=8, vocab_size=64))
     other = onboard.AddRequest(name="mine", target=other_target, draft="prompt-lookup", root=cache)
     with pytest.raises(ConfigError, match="with other inputs"):
         onboard.open_work_folder(other, restart=False, say=lambda line: None)
     onboard.open_work_folder(other, restart=True, say=lambda line: None)  # removes only its own work folder
-    assert user_files[0].is_file()
+    assert user_files[0].is_file() and not (work / "mask.json").exists()
+    onboard.open_work_folder(request, restart=False, say=lambda line: None)  # control: nothing finished, nothing refused
 
 
 def test_a_budget_is_turned_into_sizes_that_fit_it():

@@ -110,13 +110,16 @@ def open_work_folder(request: AddRequest, restart: bool, say: Callable[[str], No
     if work.exists() and restart:
         say(f"restart: removing the interrupted run's work folder {work}")
         shutil.rmtree(work)
+    finished = [f for f in (MASK_FILENAME, TUNED_FILENAME) if (work / f).is_file()]
+    if work.exists() and not finished:  # nothing of another run's to keep: this run's inputs replace its own
+        wanted.save(declaration)
+        return work
     if work.exists():
         found = PairFile.load(declaration) if declaration.is_file() else None
         if found is None or not _same_inputs(found, wanted):
             raise ConfigError(f"an interrupted `viasd models add {request.name}` with other inputs left {work}; "
                               "pass --restart to start over (it removes only that work folder)")
-        done = [f for f in (MASK_FILENAME, TUNED_FILENAME) if (work / f).is_file()]
-        say(f"resuming the interrupted run in {work}" + (f" (kept: {', '.join(done)})" if done else ""))
+        say(f"resuming the interrupted run in {work} (kept: {', '.join(finished)})")
         return work
     work.mkdir(parents=True)
     wanted.save(declaration)
