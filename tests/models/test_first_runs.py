@@ -68,7 +68,7 @@ def test_an_adapter_set_up_without_mask_or_settings_runs_untiered(tiny_pair):
 
 def test_a_gguf_cache_in_bfloat16_is_its_own_entry_at_half_the_size(cache, target_file, capsys):
     from viasd_adapt.models.loading import load_model
-    from viasd_adapt.routing.mask import model_fingerprint
+    from viasd_adapt.routing.mask import fingerprint_mismatches, model_fingerprint
 
     full = load_model(target_file, torch.device("cpu"), "target")
     half = load_model(target_file, torch.device("cpu"), "target", dtype="bfloat16")
@@ -80,7 +80,9 @@ def test_a_gguf_cache_in_bfloat16_is_its_own_entry_at_half_the_size(cache, targe
     size = lambda folder: sum(f.stat().st_size for f in folder.glob("*.safetensors"))  # noqa: E731
     assert size(entries / f"{sha}-bfloat16") < 0.6 * size(entries / sha)
     assert next(half.parameters()).dtype == torch.bfloat16 and next(full.parameters()).dtype == torch.float32
-    assert model_fingerprint(half) != model_fingerprint(full)  # a mask searched on one is refused for the other
+    other = tiny_model("llama", seed=9, vocab_size=64)
+    assert not fingerprint_mismatches(model_fingerprint(half), model_fingerprint(full))  # the same weights, cast
+    assert fingerprint_mismatches(model_fingerprint(other), model_fingerprint(full))  # control: other weights
 
 
 def test_a_cache_that_would_not_fit_is_refused_before_dequantizing(cache, target_file, monkeypatch):

@@ -6,6 +6,7 @@ name; interrupted or killed at any point it leaves no half-written pair and resu
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -202,3 +203,22 @@ def test_a_budget_is_turned_into_sizes_that_fit_it():
     assert small.search_steps < large.search_steps <= 24 + 36 + 15
     assert small.tune_points <= large.tune_points and large.expected_minutes <= 60 * 1.1
     assert search["steps"] == large.search_steps and large_grid.alpha1 and small_grid.alpha1
+
+
+def test_a_bfloat16_pair_runs_by_name_with_the_mask_searched_on_its_bfloat16_weights(cache, user_files):
+    import torch
+
+    from viasd_adapt.models.gguf import file_sha256
+    from viasd_adapt.models.pair import load_pair
+
+    target, prompts = user_files
+    shutil.rmtree(cache / "gguf")  # no float32 entry to start from: every load of this pair reads the bfloat16 one
+    request = onboard.AddRequest(name="half", target=target, draft="prompt-lookup", calib=prompts, minutes=0.05,
+                                 dtype="bfloat16", root=cache)
+    onboard.add_pair(request, say=lambda line: None, progress=False)
+    pair = load_pair("half")
+    assert next(pair.target.parameters()).dtype == torch.bfloat16 and not pair.mask.is_fallback
+    generated = CliRunner().invoke(cli, ["generate", "--pair", "half", "--prompt", "abc", "--max-new-tokens", "3",
+                                         "--no-color"])
+    assert generated.exit_code == 0, generated.output
+    assert [p.name for p in (cache / "gguf").iterdir()] == [f"{file_sha256(target)}-bfloat16"]  # no float32 copy made

@@ -118,6 +118,7 @@ class BenchConfig:
     cost_repeats: int = 15
     device: str = "auto"
     threads: int | None = None  # torch CPU threads (None: $VIASD_BENCH_THREADS, else 1)
+    dtype: str | None = None  # the weights' dtype (a --pair's pair.json; None: float32 on the CPU)
     # --- the verdict
     max_ll_drop: float = DEFAULT_MAX_LL_DROP
     max_regret: float = DEFAULT_MAX_REGRET
@@ -229,7 +230,7 @@ def read_text_prompts(config: BenchConfig) -> list[str] | None:
 def load_bench_pair(config: BenchConfig, spec: RunSpec) -> LoadedPair:
     """The target, drafter, EAGLE head and the resolved mask (each mask file read once: ``spec.masks``)."""
     return load_pair(config.target, config.draft, spec.mask_path, need_mask=config.needs_mask, device=config.device,
-                     eagle_head=config.eagle_head, ratio=spec.settings.ratio, read_masks=spec.masks)
+                     eagle_head=config.eagle_head, ratio=spec.settings.ratio, read_masks=spec.masks, dtype=config.dtype)
 
 
 def bench_drafter(config: BenchConfig, pair: LoadedPair):

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from viasd_adapt.cli.threads import threads_option
-from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
+from viasd_adapt.cli.options import (DRAFT_HELP, pair_dtype, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
                                      finite, pair_option, preset_option)
 from viasd_adapt.prompts.spec_bench import is_spec_bench
 
@@ -125,5 +125,6 @@ def bench(target_path, draft_path, pair, eagle_head, **options) -> None:
 
         options["modes"] = UNTIERED_MODES  # a first run on the user's own target: the modes that need no mask
         click.echo(f"note: {how_to_get_a_mask(choice.target, choice.draft)}; benching modes {UNTIERED_MODES}")
-    config = BenchConfig(choice.target, choice.draft, eagle_head=choice.eagle_head, pair_mask=choice.mask, **options)
+    config = BenchConfig(choice.target, choice.draft, eagle_head=choice.eagle_head, pair_mask=choice.mask,
+                         dtype=pair_dtype(choice), **options)
     run_bench_session(config, echo=click.echo)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
+from viasd_adapt.cli.options import (DRAFT_HELP, pair_dtype, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
                                      finite, pair_option, preset_option, registered_pair)
 from viasd_adapt.cli.threads import threads_option, use_threads
 from viasd_adapt.errors import ConfigError
@@ -159,7 +159,8 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     if not frameworks.get(framework).honours(frameworks.DRAFTER):
         draft = None  # the pair's drafter (--pair, the demo pair) is not loaded, nor recorded, where it is not used
     pair = load_pair(target, draft, mask, need_mask=spec.settings.mode.uses_slim,
-                     device="cpu", eagle_head=eagle_head, ratio=spec.settings.ratio, read_masks=spec.masks)
+                     device="cpu", eagle_head=eagle_head, ratio=spec.settings.ratio, read_masks=spec.masks,
+                     dtype=pair_dtype(choice))
     # its settings were applied above: refused for another model, like bench; not applied for another drafter
     spec = check_spec_model(spec, pair.target, drafter_of(framework, pair))
     settings = spec.settings

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
+from viasd_adapt.cli.options import (DRAFT_HELP, pair_dtype, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
                                      finite, pair_option)
 from viasd_adapt.cli.threads import threads_option
 from viasd_adapt.routing.mask import check_tuned_model
@@ -119,7 +119,7 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     cost_model = load_cost_model(costs) if costs else None  # a bad cost file fails before any load
     torch.set_num_threads(threads)
     quiet_transformers()
-    loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device="cpu")
+    loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device="cpu", dtype=pair_dtype(choice))
     if loaded.mask.is_fallback:
         click.echo(f"note: no mask.json for this pair; tuning with the {loaded.mask.source}")
     if reuse_path is not None:

@@ -11,8 +11,9 @@ that dequantized it and is rebuilt under another one (its GGUF readers change be
 Weights are saved in float32 by default: Q4_1 blocks dequantize to ``scale * q + min`` in float32,
 which float16 would round. A run that loads its weights in bfloat16 or float16 (``viasd models add
 --dtype``, ``load_pair(..., dtype=)``) gets a cache entry of its own in that dtype
-(``<sha256>-bfloat16/``), half the disk space; a mask's fingerprint is taken on the weights as
-loaded, so a mask searched on one dtype's weights is refused for another's.
+(``<sha256>-bfloat16/``), half the disk space. A mask's fingerprint samples the weights with a
+tolerance that covers a cast (:func:`viasd_adapt.routing.mask.model_fingerprint`): a mask searched
+on the bfloat16 weights of a file holds for its float32 weights, and is refused for any other model.
 
 Before a first load writes a cache entry, a line on stderr says how many parameters the file
 holds, how much disk the entry takes and how much is free; an entry that would not fit is refused
