@@ -102,9 +102,9 @@ def _load_tokenizer(path: Path, role: str, required: bool):
 @click.option("--calib-prompts", type=click.IntRange(min=1), default=_CAL.n_calibration, show_default=True,
               help="Stdlib snippets or Spec-Bench questions calibrated on (a --calib file gives all its prompts but "
                    "the held-out ones).")
-@click.option("--heldout-prompts", type=click.IntRange(min=0), default=None,
-              help=f"Held-out prompts for the agreement report, of the same kind as the calibration prompts [default: "
-                   f"{_CAL.n_heldout}, or a quarter of a smaller --calib file].")
+@click.option("--heldout-prompts", type=click.IntRange(min=0), default=_CAL.n_heldout, show_default=True,
+              help="Held-out prompts for the agreement report, of the same kind as the calibration prompts (not given: "
+                   "a --calib file with fewer prompts holds out a quarter of them).")
 @chat_option
 @click.option("--new-tokens", type=click.IntRange(min=1), default=_CAL.new_tokens, show_default=True,
               help="Target's greedy tokens per calibration prompt.")
@@ -144,15 +144,16 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     from viasd_adapt.search.config import CalibrationConfig, SearchConfig
     from viasd_adapt.search.prompt_ids import check_prompt_sources
 
-    asked_heldout = heldout_prompts
-    heldout_prompts = _CAL.n_heldout if heldout_prompts is None else heldout_prompts
+    from click.core import ParameterSource
+
+    given_heldout = click.get_current_context().get_parameter_source("heldout_prompts") != ParameterSource.DEFAULT
     calibration = CalibrationConfig(calib_file=calib_file, n_calibration=calib_prompts, n_heldout=heldout_prompts,
                                     new_tokens=new_tokens, max_prompt_tokens=prompt_tokens, pairs_file=calib_pairs,
                                     continuation=calib_continuation, chat=chat)
     config = SearchConfig(ratio=ratio, space=space, slim_cost=slim_cost, price=price, escalation_rate=escalation_rate,
                           cycle_cost=cycle_cost, strategy=strategy, steps=steps, bo_every=bo_every, patience=patience,
                           seed=seed, objective=objective, compare_random=compare_random, calibration=calibration)
-    if asked_heldout is None:  # a small --calib file holds out what it can, and says so
+    if not given_heldout:  # a small --calib file holds out what it can, and says so
         from viasd_adapt.search.prompt_ids import fit_heldout
 
         config, fitted = fit_heldout(config)
