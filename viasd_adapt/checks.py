@@ -99,13 +99,19 @@ def check_token_ids_in_vocabulary(ids: Sequence[int], model: nn.Module, what: st
         )
 
 
+#: Why a drafter with another tokenizer is refused, named as transformers names what it would be.
+UNIVERSAL_ASSISTED = ("universal assisted generation (a drafter with another tokenizer, transformers' "
+                      "assistant_tokenizer= with a different vocabulary) is not supported: its drafts are re-tokenized "
+                      "as text and carry no distribution over the target's tokens for the slim tier to judge")
+
+
 def check_same_vocabulary(target: nn.Module, drafter: nn.Module, role: str = "drafter") -> None:
-    """Drafter and target must score the same vocabulary, token by token."""
+    """Drafter and target must score the same vocabulary, token by token (:data:`UNIVERSAL_ASSISTED`)."""
     v_target, v_draft = vocab_size_of(target), vocab_size_of(drafter)
     if v_target is not None and v_draft is not None and v_target != v_draft:
         raise ModelMismatchError(
             f"vocabulary mismatch: the target has {v_target} tokens, the {role} {v_draft}; the tiers compare "
-            "their distributions token by token, so they must share one tokenizer"
+            f"their distributions token by token, so they must share one tokenizer; {UNIVERSAL_ASSISTED}"
         )
 
 
@@ -116,7 +122,7 @@ def check_same_tokenizer(tokenizer, other, role: str = "drafter") -> None:
     if tokenizer.get_vocab() != other.get_vocab():
         raise ModelMismatchError(
             f"the target and {role} tokenizers have different vocabularies; the tiers compare distributions "
-            f"token by token, so the {role} must use the target's tokenizer"
+            f"token by token, so the {role} must use the target's tokenizer; {UNIVERSAL_ASSISTED}"
         )
 
 
@@ -285,4 +291,4 @@ def check_fits_decoder(model: nn.Module, prompt_length: int, max_new_tokens: int
                          "decoder prompt")
 
 
-__all__ = ["as_prompt_list", "check_decoder_cache_layers", "check_draft_block", "check_drafter_pair", "check_drafter_reads_source", "check_encoder_source", "check_fits_context", "check_fits_decoder", "check_fits_encoder", "check_fits_positions", "check_max_new_tokens", "check_prompt_batch", "check_prompt_ids", "check_same_tokenizer", "check_same_vocabulary", "check_token_ids_in_vocabulary", "decoder_position_limit", "encoder_position_limit", "eos_ids", "max_positions", "vocab_size_of"]
+__all__ = ["UNIVERSAL_ASSISTED", "as_prompt_list", "check_decoder_cache_layers", "check_draft_block", "check_drafter_pair", "check_drafter_reads_source", "check_encoder_source", "check_fits_context", "check_fits_decoder", "check_fits_encoder", "check_fits_positions", "check_max_new_tokens", "check_prompt_batch", "check_prompt_ids", "check_same_tokenizer", "check_same_vocabulary", "check_token_ids_in_vocabulary", "decoder_position_limit", "encoder_position_limit", "eos_ids", "max_positions", "vocab_size_of"]

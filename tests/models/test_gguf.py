@@ -197,11 +197,11 @@ def test_an_entry_that_loads_badly_despite_its_digests_is_rebuilt_once(cache, ti
     good = _logits(load_model(path, CPU, "target"))
     real, calls = loading._load_folder, []
 
-    def fails_first(folder, device, role):
+    def fails_first(folder, device, role, *dtype):
         calls.append(folder)
         if len(calls) == 1:
             raise ViasdError(f"cannot load the {role} model from {folder}: a weights file is damaged")
-        return real(folder, device, role)
+        return real(folder, device, role, *dtype)
 
     monkeypatch.setattr(loading, "_load_folder", fails_first)
     with pytest.warns(gguf_module.GGUFCacheRebuiltWarning, match="could not be loaded"):

@@ -8,6 +8,8 @@ the suite (pyproject.toml turns them into errors).
   flat, so the drafts gate 1 commits are their argmax about half the time or less; and the monitor
   also judges every draft gate 1 judged (20 or more, 40 for EAGLE), which the tiny EAGLE heads and
   some tiny layer-skipped drafters fail.
+* :func:`untiered_without_mask_warning`: an adapter set up with no mask and no settings
+  (:class:`~viasd_adapt.engine.tier.UntieredWithoutMaskWarning`), which runs untiered SD.
 * :func:`negative_delta_warning`: a lossy or audit tier opened on a mask whose searched Delta(u) is
   negative (:class:`~viasd_adapt.config.advice.NegativeDeltaWarning`), as the shipped demo mask's is.
 """
@@ -39,4 +41,12 @@ def negative_delta_warning(expected: bool = True):
                                                     r"p -> u -> q costs more than q checking p directly")
 
 
-__all__ = ["junk_drafter_warning", "negative_delta_warning"]
+def untiered_without_mask_warning():
+    """Expects the first-run rule's warning: an adapter set up with no mask and no settings runs untiered."""
+    from viasd_adapt.engine.tier import UntieredWithoutMaskWarning
+
+    return pytest.warns(UntieredWithoutMaskWarning, match=r"^viasd-adapt: no mask and no settings given, so this runs "
+                                                          r"untiered SD \(mode none")
+
+
+__all__ = ["junk_drafter_warning", "negative_delta_warning", "untiered_without_mask_warning"]

@@ -194,6 +194,7 @@ def run_demo(
     chat: str = "auto",
     progress: bool = True,
     pairs: Sequence[PairPaths] | None = None,
+    threads: int | None = None,
 ) -> dict:
     """The whole demo (module docstring). ``echo`` prints a line, ``write`` a piece of streamed text
     (default: stdout, flushed); ``progress`` shows bars on stderr; ``pairs`` is what the default
@@ -223,7 +224,7 @@ def run_demo(
         paths, hint = demo_pair(pairs)
     if hint:
         echo(bold(hint, colour, fg="yellow"))
-    threads = set_threads()
+    threads = set_threads(threads)
     quiet_transformers()
     cost_model = load_cost_model(PROJECTION_COSTS)
     config = BenchConfig(

@@ -117,6 +117,8 @@ class BenchConfig:
     temperature: float = 0.0
     cost_repeats: int = 15
     device: str = "auto"
+    threads: int | None = None  # torch CPU threads (None: $VIASD_BENCH_THREADS, else 1)
+    dtype: str | None = None  # the weights' dtype (a --pair's pair.json; None: float32 on the CPU)
     # --- the verdict
     max_ll_drop: float = DEFAULT_MAX_LL_DROP
     max_regret: float = DEFAULT_MAX_REGRET
@@ -181,8 +183,8 @@ class BenchConfig:
 # ============================================================================ 2. settings, prompts, pair
 
 
-def set_threads() -> int:
-    threads = int(os.environ.get("VIASD_BENCH_THREADS", DEFAULT_THREADS))
+def set_threads(threads: int | None = None) -> int:
+    threads = threads or int(os.environ.get("VIASD_BENCH_THREADS", DEFAULT_THREADS))
     torch.set_num_threads(max(1, threads))
     return torch.get_num_threads()
 
@@ -228,7 +230,7 @@ def read_text_prompts(config: BenchConfig) -> list[str] | None:
 def load_bench_pair(config: BenchConfig, spec: RunSpec) -> LoadedPair:
     """The target, drafter, EAGLE head and the resolved mask (each mask file read once: ``spec.masks``)."""
     return load_pair(config.target, config.draft, spec.mask_path, need_mask=config.needs_mask, device=config.device,
-                     eagle_head=config.eagle_head, ratio=spec.settings.ratio, read_masks=spec.masks)
+                     eagle_head=config.eagle_head, ratio=spec.settings.ratio, read_masks=spec.masks, dtype=config.dtype)
 
 
 def bench_drafter(config: BenchConfig, pair: LoadedPair):
@@ -379,7 +381,7 @@ def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = prin
     ``pair``: the pair, when the caller has already loaded it (``viasd demo``); ``tuned``: the tuned
     file beside the mask, when the caller has already read it."""
     check_outputs(config)
-    threads = set_threads()
+    threads = set_threads(config.threads)
     quiet_transformers()
     spec = resolve_bench_settings(config, tuned)
     cost_model = load_cost_model(config.costs) if config.costs else None  # a bad file fails before any model loads

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
+from viasd_adapt.cli.threads import threads_option
+from viasd_adapt.cli.options import (DRAFT_HELP, pair_dtype, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
                                      finite, pair_option, preset_option)
 from viasd_adapt.prompts.spec_bench import is_spec_bench
 
@@ -35,6 +36,8 @@ class PromptsSource(click.Path):
 
 DEFAULT_FRAMEWORKS = "hf,pearl"
 DEFAULT_MODES = "none,lenient,lossless,lossy,audit"
+#: The default modes of a target with no mask (viasd_adapt.cli.first_run).
+UNTIERED_MODES = "none,lenient"
 
 
 def bench_options(function):
@@ -80,6 +83,7 @@ def bench_options(function):
         click.option("--max-overrule", type=finite(min=0.0, max=1.0), default=None,
                      help="Also cap the overrule rate (share of tokens q would overrule), as viasd tune --max-overrule."),
         click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
+        threads_option,
         click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the rows as JSON."),
         click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a PNG."),
         chat_option,
@@ -115,5 +119,12 @@ def bench(target_path, draft_path, pair, eagle_head, **options) -> None:
     if choice.paths is None and not (choice.target and choice.draft):
         raise ConfigError("give --target and --draft (model directories), or --pair NAME")
     # The pair's mask is resolved with its tuned.json, read once (viasd_adapt.config.resolve.resolve_settings).
-    config = BenchConfig(choice.target, choice.draft, eagle_head=choice.eagle_head, pair_mask=choice.mask, **options)
+    if options["mask_path"] is None and choice.mask is None and options["modes"] == DEFAULT_MODES \
+            and not (Path(choice.target).expanduser().parent / "mask.json").is_file():
+        from viasd_adapt.cli.first_run import how_to_get_a_mask
+
+        options["modes"] = UNTIERED_MODES  # a first run on the user's own target: the modes that need no mask
+        click.echo(f"note: {how_to_get_a_mask(choice.target, choice.draft)}; benching modes {UNTIERED_MODES}")
+    config = BenchConfig(choice.target, choice.draft, eagle_head=choice.eagle_head, pair_mask=choice.mask,
+                         dtype=pair_dtype(choice), **options)
     run_bench_session(config, echo=click.echo)

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from viasd_adapt.cli.options import chat_option
+from viasd_adapt.cli.threads import threads_option
 
 
 @click.command()
@@ -21,7 +22,8 @@ from viasd_adapt.cli.options import chat_option
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the bench plot (PNG).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bars on stderr.")
 @chat_option
-def demo(pair, quick, frameworks, json_path, plot_path, progress, chat) -> None:
+@threads_option
+def demo(pair, quick, frameworks, json_path, plot_path, progress, chat, threads) -> None:
     """Run the real model (about 2 min on 2 CPU cores): one question answered by the target alone and by
     the tuned setting, then a small bench, its verdict and a projection to an H200."""
     import sys
@@ -35,4 +37,5 @@ def demo(pair, quick, frameworks, json_path, plot_path, progress, chat) -> None:
         sys.stdout.flush()
 
     run_demo(pair=pair, budget=budget_from_env(quick), echo=lambda line: click.echo(line, color=colour), write=write,
-             colour=colour, json_path=json_path, plot_path=plot_path, frameworks=frameworks, chat=chat, progress=progress)
+             colour=colour, json_path=json_path, plot_path=plot_path, frameworks=frameworks, chat=chat, progress=progress,
+             threads=threads)

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
+from viasd_adapt.cli.options import (DRAFT_HELP, pair_dtype, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
                                      finite, pair_option, preset_option, registered_pair)
+from viasd_adapt.cli.threads import threads_option, use_threads
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.engine.tier import EAGLE_HEAD, check_spec_model
@@ -53,6 +54,9 @@ def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: P
         raise ConfigError(f"--framework {framework} needs --draft")
     spec = resolve_settings(mask, pair_mask=choice.mask if mask is None else None, framework=framework, preset=preset,
                             flags=flags)
+    from viasd_adapt.cli.first_run import without_mask
+
+    spec = without_mask(spec) or spec  # a first run on the user's own target: untiered (generate says how to get the tier)
     if spec.settings.mode.uses_slim and spec.mask_path is None:
         raise ConfigError(f"--mode {spec.settings.mode.value} needs --mask (a mask.json searched for this target)")
     return spec, choice
@@ -117,10 +121,11 @@ FRAMEWORK_CHOICES = ("ar", "engine", "hf", "pearl", "eagle", "lookup")
                    "--no-show-tiers writes the plain answer, for scripts.")
 @click.option("--color/--no-color", "colour", default=None, help="Colour by tier [default: when stdout is a terminal].")
 @chat_option
+@threads_option
 @click.option("--explain", is_flag=True, help="First print each setting, its value and where it came from (default, "
               "tuned.json, preset, flag), the mask and which framework the tuned settings were measured on; then generate.")
 def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, input_features, max_new_tokens, temperature, top_p,
-             seed, preset, gamma, alpha1, alpha2, lenience, adaptive, json_path, show_tiers, colour, chat, explain) -> None:
+             seed, preset, gamma, alpha1, alpha2, lenience, adaptive, json_path, show_tiers, colour, chat, threads, explain) -> None:
     """Generate a completion, streamed as it is committed, and show which tier committed each token.
 
     The answer goes to stdout, everything else (prompt, legend, summary) to stderr: `viasd generate
@@ -154,7 +159,8 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     if not frameworks.get(framework).honours(frameworks.DRAFTER):
         draft = None  # the pair's drafter (--pair, the demo pair) is not loaded, nor recorded, where it is not used
     pair = load_pair(target, draft, mask, need_mask=spec.settings.mode.uses_slim,
-                     device="cpu", eagle_head=eagle_head, ratio=spec.settings.ratio, read_masks=spec.masks)
+                     device="cpu", eagle_head=eagle_head, ratio=spec.settings.ratio, read_masks=spec.masks,
+                     dtype=pair_dtype(choice))
     # its settings were applied above: refused for another model, like bench; not applied for another drafter
     spec = check_spec_model(spec, pair.target, drafter_of(framework, pair))
     settings = spec.settings
@@ -170,6 +176,10 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     if explain:
         for line in spec.explain():
             note(line)
+    from viasd_adapt.cli.first_run import NO_MASK_SOURCE, how_to_get_a_mask
+
+    if spec.sources.get("mode") == NO_MASK_SOURCE:
+        note(f"note: {how_to_get_a_mask(target, draft)}")
     from viasd_adapt.frameworks.baselines import TUNED_KEY
 
     pair.loaded[TUNED_KEY] = spec.evidence  # the adaptive tier's prices and priors: the file already read
@@ -189,7 +199,7 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     if not prompt_ids and features is None:
         raise ConfigError("the prompt is empty: pass --prompt with some text" + (" (the source), or --input-features"
                                                                                    if encoder_decoder else ""))
-    torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
+    use_threads(threads)
     tokenizer = pair.tokenizer
     heading = ("source:" if encoder_decoder else "chat turn (user):" if uses_chat(tokenizer, chat) else "prompt:")
     note(click.style(heading, bold=True) if colour else heading)

@@ -112,3 +112,8 @@ def list_command(as_json: bool) -> None:
         click.echo(f"{pair.name:12s} {pair.source:8s} {pair.root}{suffix}")
         if pair.missing:
             click.echo(f"{'':12s} NOT INSTALLED: {pair.missing}")
+
+
+from viasd_adapt.cli.models_add import add  # noqa: E402  (its own module: the onboarding command)
+
+models.add_command(add)

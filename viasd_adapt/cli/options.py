@@ -116,6 +116,13 @@ def choose_pair(pair: str | None, target, draft, eagle_head=None, demo_default: 
     return PairChoice(paths, paths.target, draft or paths.draft, eagle_head if eagle_head is not None else paths.eagle_head)
 
 
+def pair_dtype(choice: PairChoice) -> str | None:
+    """The dtype a ``--pair``'s weights load in (its ``pair.json``'s; None: the default), so that its
+    mask, searched on those weights, matches them."""
+    dtype = getattr(choice.paths, "dtype", "float32") if choice.paths is not None else "float32"
+    return None if dtype == "float32" else dtype
+
+
 chat_option = click.option(
     "--chat", type=click.Choice(CHAT_CHOICES), default="auto", show_default=True,
     help="Prompts through the tokenizer's chat template: auto (when it has one), on, or off (plain text).")
@@ -167,4 +174,4 @@ def finite(min: float | None = None, max: float | None = None, min_open: bool = 
 
 __all__ = ["DRAFT_HELP", "PAIR_HELP", "TARGET_HELP", "DraftPath", "FiniteFloat", "ModelPath", "PairChoice", "adaptive_option",
            "chat_option",
-           "choose_pair", "finite", "pair_option", "preset_option", "registered_pair"]
+           "choose_pair", "finite", "pair_dtype", "pair_option", "preset_option", "registered_pair"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from viasd_adapt.cli.options import chat_option, choose_pair, finite, pair_option
+from viasd_adapt.cli.threads import threads_option
 
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.registry import PROMPT_LOOKUP
@@ -102,7 +103,8 @@ def _load_tokenizer(path: Path, role: str, required: bool):
               help="Stdlib snippets or Spec-Bench questions calibrated on (a --calib file gives all its prompts but "
                    "the held-out ones).")
 @click.option("--heldout-prompts", type=click.IntRange(min=0), default=_CAL.n_heldout, show_default=True,
-              help="Held-out prompts for the agreement report, of the same kind as the calibration prompts.")
+              help="Held-out prompts for the agreement report, of the same kind as the calibration prompts (not given: "
+                   "a --calib file with fewer prompts holds out a quarter of them).")
 @chat_option
 @click.option("--new-tokens", type=click.IntRange(min=1), default=_CAL.new_tokens, show_default=True,
               help="Target's greedy tokens per calibration prompt.")
@@ -115,7 +117,7 @@ def _load_tokenizer(path: Path, role: str, required: bool):
               help="Convergence PNG [default: <out>-convergence.png].")
 @click.option("--compare-random", "compare_random", type=int, default=DEFAULTS.compare_random, show_default=True,
               help="Also score K seeded random masks at the same r and record them in the report.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads [default: torch's choice].")
+@threads_option
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, steps, price, escalation_rate, cycle_cost,
            window_cache_path, no_window_cache, objective, bo_every, patience, seed, calib_file,
@@ -142,18 +144,26 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     from viasd_adapt.search.config import CalibrationConfig, SearchConfig
     from viasd_adapt.search.prompt_ids import check_prompt_sources
 
+    from click.core import ParameterSource
+
+    given_heldout = click.get_current_context().get_parameter_source("heldout_prompts") != ParameterSource.DEFAULT
     calibration = CalibrationConfig(calib_file=calib_file, n_calibration=calib_prompts, n_heldout=heldout_prompts,
                                     new_tokens=new_tokens, max_prompt_tokens=prompt_tokens, pairs_file=calib_pairs,
                                     continuation=calib_continuation, chat=chat)
     config = SearchConfig(ratio=ratio, space=space, slim_cost=slim_cost, price=price, escalation_rate=escalation_rate,
                           cycle_cost=cycle_cost, strategy=strategy, steps=steps, bo_every=bo_every, patience=patience,
                           seed=seed, objective=objective, compare_random=compare_random, calibration=calibration)
+    if not given_heldout:  # a small --calib file holds out what it can, and says so
+        from viasd_adapt.search.prompt_ids import fit_heldout
+
+        config, fitted = fit_heldout(config)
+        if fitted:
+            click.echo(f"note: {fitted}", err=True)
     check_prompt_sources(config)  # fail fast on an empty, unreadable or too short prompts file
 
     import torch
 
-    if threads is not None:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads)
     torch.manual_seed(seed)
     target = _load_model(Path(target_path), "target")
     target_tok = _load_tokenizer(Path(target_path), "target", required=True)

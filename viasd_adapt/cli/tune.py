@@ -10,8 +10,9 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
+from viasd_adapt.cli.options import (DRAFT_HELP, pair_dtype, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
                                      finite, pair_option)
+from viasd_adapt.cli.threads import threads_option
 from viasd_adapt.routing.mask import check_tuned_model
 
 
@@ -71,11 +72,12 @@ def _floats(value: str, option: str = "") -> tuple[float, ...]:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Every point as JSON.")
 @adaptive_option("Also measure the adaptive tier (the lossless point and the cheapest lossy point within budget of "
                  "each mask, the tier chosen cycle by cycle) beside the tier on every cycle.", default=True)
+@threads_option
 @click.option("--costs", default=None, help="Also price every point's measured pass counts with another machine's forward costs "
               "(a cost file, or a shipped one: h200-llama2-7b, h200-llama2-13b) and print the projected verdict (not written).")
 def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, alpha1_values, alpha2_values, lenience_values,
          greedy_gates, gamma, max_ll_drop, max_overrule, max_regret, reuse_path, retime, num_prompts, calib, chat, max_new_tokens,
-         temperature, out_path, force, plot_path, json_path, adaptive, costs) -> None:
+         temperature, out_path, force, plot_path, json_path, adaptive, threads, costs) -> None:
     """Sweep VIA-SD (alpha1, alpha2, r) and the lenient baseline; write the cheapest setting within a fidelity budget."""
     import torch
     from tqdm import tqdm
@@ -115,9 +117,9 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     from viasd_adapt.bench.projection import load_cost_model
 
     cost_model = load_cost_model(costs) if costs else None  # a bad cost file fails before any load
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     quiet_transformers()
-    loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device="cpu")
+    loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device="cpu", dtype=pair_dtype(choice))
     if loaded.mask.is_fallback:
         click.echo(f"note: no mask.json for this pair; tuning with the {loaded.mask.source}")
     if reuse_path is not None:

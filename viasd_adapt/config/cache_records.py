@@ -51,6 +51,8 @@ class GGUFCacheRecord(Artifact):
     file: str
     sha256: str
     transformers: str
+    #: the dtype the entry's weights are saved in; records written before entries had dtypes are float32
+    dtype: str = "float32"
     files: dict[str, str]
 
     @classmethod

@@ -218,6 +218,15 @@ class TunedDrafterCheck:
         return self.tier if self._checked[key] else self._untuned
 
 
+class UntieredWithoutMaskWarning(UserWarning):
+    """An adapter was set up with neither settings nor a mask: it runs untiered SD (mode none)."""
+
+
+NO_MASK_MESSAGE = ("viasd-adapt: no mask and no settings given, so this runs untiered SD (mode none, the target's own "
+                   "output); for the tier, `viasd models add NAME --target ... --draft ...` searches a mask and tunes it "
+                   "(its --minutes budget, 30 by default), then pass mask= the pair's mask or load_pair('NAME')")
+
+
 def open_tier(
     target: nn.Module,
     mask: MaskLike | None = None,
@@ -257,6 +266,9 @@ def open_tier(
     """
     spec: RunSpec | None = None
     path = Path(mask).expanduser() if isinstance(mask, (str, os.PathLike)) else None
+    if settings is None and mask is None:  # a first run on the user's own target: untiered, and how to get the tier
+        settings = TierSettings(mode=Mode.NONE)
+        warnings.warn(NO_MASK_MESSAGE, UntieredWithoutMaskWarning, stacklevel=stacklevel + 1)
     if settings is None and path is not None:
         spec = resolve_settings(path, warn_stacklevel=stacklevel + 2)
         check_spec_model(spec, target)
@@ -283,5 +295,5 @@ def open_tier(
     return tier
 
 
-__all__ = ["EAGLE_HEAD", "OpenTier", "TunedDrafterCheck", "check_spec_model", "check_tier_drafter", "drafter_identity",
+__all__ = ["EAGLE_HEAD", "NO_MASK_MESSAGE", "OpenTier", "UntieredWithoutMaskWarning", "TunedDrafterCheck", "check_spec_model", "check_tier_drafter", "drafter_identity",
            "open_tier", "tuned_drafter_mismatch", "warn_other_drafter"]

@@ -8,8 +8,18 @@ seconds). Keying by the file's content, not its path, means a moved or renamed c
 cache and a changed file never reads a stale one. The folder records the transformers version
 that dequantized it and is rebuilt under another one (its GGUF readers change between releases).
 
-Weights are saved in float32: Q4_1 blocks dequantize to ``scale * q + min`` in float32, which
-float16 would round, and a mask's fingerprint is taken on those very weights.
+Weights are saved in float32 by default: Q4_1 blocks dequantize to ``scale * q + min`` in float32,
+which float16 would round. A run that loads its weights in bfloat16 or float16 (``viasd models add
+--dtype``, ``load_pair(..., dtype=)``) gets a cache entry of its own in that dtype
+(``<sha256>-bfloat16/``), half the disk space. A mask's fingerprint samples the weights with a
+tolerance that covers a cast (:func:`viasd_adapt.routing.mask.model_fingerprint`): a mask searched
+on the bfloat16 weights of a file holds for its float32 weights, and is refused for any other model.
+
+Before a first load writes a cache entry, a line on stderr says how many parameters the file
+holds, how much disk the entry takes and how much is free; an entry that would not fit is refused
+before any dequantizing. A first load took about 15 minutes per billion parameters on 2 cores
+shared with other work (a 0.63B-parameter Qwen2-shaped file in 9 minutes; docs/results.md, "Your
+own pair"), and needs memory for the float32 weights twice over while it dequantizes.
 
 Everything a GGUF load can fail on gets a :class:`~viasd_adapt.errors.ViasdError` naming the
 ``.gguf`` file the user gave (never only the cache folder): the ``gguf`` package missing (``pip
@@ -119,6 +129,51 @@ def _cache_root() -> Path:
     return cache_dir() / "gguf"
 
 
+#: A first load's minutes per billion parameters, measured on 2 cores shared with other work
+#: (docs/results.md, "Your own pair"): what the note before a first load says to expect.
+FIRST_LOAD_MINUTES_PER_B = 15
+
+#: Bytes per parameter of a cache entry, by the dtype its weights are saved in.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _entry_name(sha256: str, dtype: str) -> str:
+    """The cache folder's name: the file's digest (float32, as before dtypes existed), else ``<digest>-<dtype>``."""
+    if dtype not in DTYPE_BYTES:
+        raise ConfigError(f"unknown dtype {dtype!r} for a GGUF cache (known: {', '.join(DTYPE_BYTES)})")
+    return sha256 if dtype == "float32" else f"{sha256}-{dtype}"
+
+
+def gguf_parameter_count(path: Path) -> int:
+    """How many parameters the GGUF file holds (every tensor's elements), read from its header."""
+    from gguf import GGUFReader
+
+    return sum(int(tensor.n_elements) for tensor in GGUFReader(str(path)).tensors)
+
+
+def _say(line: str) -> None:
+    """A note to the user on stderr (the answer of ``viasd generate`` is stdout's alone)."""
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def check_cache_space(path: Path, root: Path, dtype: str, say=_say) -> int:
+    """Says, before a first load writes it, how large the cache entry of ``path`` will be and how much
+    space ``root`` has; refuses by name an entry that would not fit. Returns the bytes it will take."""
+    parameters = gguf_parameter_count(path)
+    needed = parameters * DTYPE_BYTES[dtype]
+    root.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(root).free
+    say(f"first load of {path.name}: dequantizing {parameters / 1e9:.2f}B parameters into a {dtype} cache of "
+        f"{needed / 1e9:.1f} GB in {root} ({free / 1e9:.1f} GB free); once per file, about {FIRST_LOAD_MINUTES_PER_B:g} min "
+        "per billion parameters on 2 busy cores")
+    if needed * 1.05 > free:
+        raise ViasdError(f"the {dtype} cache of {path} needs {needed / 1e9:.1f} GB and {root} has {free / 1e9:.1f} GB free: "
+                         "free some space, set VIASD_CACHE to a folder with room, or load in bfloat16 (half the size)")
+    return needed
+
+
 #: Cache folders whose file digests were checked in this process (checked once, not on every load).
 _VERIFIED: set[Path] = set()
 
@@ -156,7 +211,7 @@ def _entry_problem(folder: Path, transformers_version: str) -> str | None:
     return None
 
 
-def _dequantize_into(path: Path, folder: Path, sha256: str, transformers_version: str) -> None:
+def _dequantize_into(path: Path, folder: Path, sha256: str, transformers_version: str, dtype: str = "float32") -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -171,6 +226,8 @@ def _dequantize_into(path: Path, folder: Path, sha256: str, transformers_version
         raise ViasdError(f"transformers could not read the GGUF model {path}: {detail}") from None
     finally:
         hf_logging.set_verbosity(verbosity)
+    if dtype != "float32":
+        model = model.to(getattr(torch, dtype))
     model.config.name_or_path = path.name  # the folder, not the developer's path, names it from now on
     # The weights are plain floats now: saved as such, the folder loads without GGUF's quantizer.
     model.hf_quantizer = None
@@ -185,13 +242,14 @@ def _dequantize_into(path: Path, folder: Path, sha256: str, transformers_version
         raise OSError(28 if "space" in str(err).lower() else 5, str(err).strip().splitlines()[0]) from None
     files = {entry.name: file_digest(entry) for entry in sorted(folder.iterdir()) if entry.is_file()}
     GGUFCacheRecord(cache=CACHE_FORMAT, file=path.name, sha256=sha256, transformers=transformers_version,
-                    files=files).save(folder / SOURCE_FILE)
+                    dtype=dtype, files=files).save(folder / SOURCE_FILE)
 
 
-def gguf_model_folder(path: str | os.PathLike, rebuild: bool = False) -> Path:
+def gguf_model_folder(path: str | os.PathLike, rebuild: bool = False, dtype: str = "float32") -> Path:
     """The cached ``save_pretrained`` folder of a GGUF file (model and tokenizer), made on first use,
     checked before use (module docstring) and rebuilt when damaged; ``rebuild`` forces a rebuild
-    (a caller that could not load the entry).
+    (a caller that could not load the entry). ``dtype``: the dtype the entry's weights are saved in
+    (each dtype has an entry of its own).
 
     The folder is written beside its final place and renamed in (:func:`viasd_adapt.io.write_directory`),
     so an interrupted first load leaves no half-written cache entry, and temporary folders left by
@@ -204,7 +262,7 @@ def gguf_model_folder(path: str | os.PathLike, rebuild: bool = False) -> Path:
         check_gguf_file(path)  # says what the path is instead
     sha256 = file_sha256(path)
     root = _cache_root()
-    folder = root / sha256
+    folder = root / _entry_name(sha256, dtype)
     version = transformers.__version__
     problem = "unloadable" if rebuild else _entry_problem(folder, version)
     if problem is None:
@@ -215,8 +273,9 @@ def gguf_model_folder(path: str | os.PathLike, rebuild: bool = False) -> Path:
     _VERIFIED.discard(folder)
     sweep_stale_temporaries(root)
     check_gguf_file(path)  # parsing the whole header takes seconds: only before a first read
+    check_cache_space(path, root, dtype)
     try:
-        write_directory(folder, lambda tmp: _dequantize_into(path, tmp, sha256, version), what="GGUF cache folder")
+        write_directory(folder, lambda tmp: _dequantize_into(path, tmp, sha256, version, dtype), what="GGUF cache folder")
     except ViasdError as err:
         raise ViasdError(f"cannot cache the dequantized model of {path}: {err} (free some space, or set "
                          f"VIASD_CACHE to a writable folder with room for it)") from None
@@ -224,28 +283,29 @@ def gguf_model_folder(path: str | os.PathLike, rebuild: bool = False) -> Path:
     return folder
 
 
-def load_gguf(path: Path, load):
-    """``load(folder)`` on the cache folder of the GGUF file ``path``; when the entry cannot be loaded
-    (damaged in a way its digests did not show), it is rebuilt once and loaded again. Errors name
-    ``path``, the file the user gave."""
-    folder = gguf_model_folder(path)  # a file that cannot be read or cached fails here, naming itself
+def load_gguf(path: Path, load, dtype: str = "float32"):
+    """``load(folder)`` on the cache folder of the GGUF file ``path`` (its ``dtype`` entry); when the
+    entry cannot be loaded (damaged in a way its digests did not show), it is rebuilt once and loaded
+    again. Errors name ``path``, the file the user gave."""
+    folder = gguf_model_folder(path, dtype=dtype)  # a file that cannot be read or cached fails here, naming itself
     try:
         return load(folder)
     except ViasdError as first:
         warnings.warn(f"viasd-adapt: the cached copy of {path.name} could not be loaded ({first}); rebuilding it "
                       "from the .gguf file", GGUFCacheRebuiltWarning, stacklevel=3)
     try:
-        return load(gguf_model_folder(path, rebuild=True))
+        return load(gguf_model_folder(path, rebuild=True, dtype=dtype))
     except ViasdError as err:
         raise ViasdError(f"cannot load the GGUF model {path}: {err}") from None
 
 
-def forget_cache_entry(path: str | os.PathLike) -> None:
-    """Removes the cache entry of a GGUF file (the next load dequantizes it again)."""
-    folder = _cache_root() / file_sha256(Path(path).expanduser())
+def forget_cache_entry(path: str | os.PathLike, dtype: str = "float32") -> None:
+    """Removes the ``dtype`` cache entry of a GGUF file (the next load dequantizes it again)."""
+    folder = _cache_root() / _entry_name(file_sha256(Path(path).expanduser()), dtype)
     _VERIFIED.discard(folder)
     shutil.rmtree(folder, ignore_errors=True)
 
 
-__all__ = ["GGUFCacheRebuiltWarning", "GGUF_SUFFIX", "INSTALL_HINT", "check_gguf_file", "file_sha256", "forget_cache_entry",
-           "gguf_architecture", "gguf_model_folder", "is_gguf_path", "load_gguf"]
+__all__ = ["DTYPE_BYTES", "GGUFCacheRebuiltWarning", "GGUF_SUFFIX", "INSTALL_HINT", "check_cache_space", "check_gguf_file",
+           "file_sha256", "forget_cache_entry", "gguf_architecture", "gguf_model_folder", "gguf_parameter_count",
+           "is_gguf_path", "load_gguf"]

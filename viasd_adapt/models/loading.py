@@ -55,15 +55,20 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def load_model(path: str | Path, device: torch.device, role: str, target: nn.Module | None = None) -> nn.Module:
+def load_model(path: str | Path, device: torch.device, role: str, target: nn.Module | None = None,
+               dtype: str | None = None) -> nn.Module:
     """An eval-mode causal LM (or encoder-decoder model: T5, BART, Marian, Whisper, ...) from a
     local directory or a ``.gguf`` file (:mod:`viasd_adapt.models.gguf`), with a clear error if it
     is not one (missing, no config.json, unknown architecture, missing or damaged weights).
 
     A drafter folder that shares its target's embedding (:mod:`viasd_adapt.models.shared_drafter`)
-    is assembled with ``target`` and refused for any other target."""
+    is assembled with ``target`` and refused for any other target. ``dtype`` (``"bfloat16"``, ...):
+    the weights' dtype (default float32 on the CPU, the stored one on CUDA); a GGUF file is cached
+    in it. A name that is no local path is a hub id, loaded where a hub is reachable."""
     from viasd_adapt.models.shared_drafter import assemble_drafter, is_shared_drafter
 
+    if not is_local_path(path):
+        return _load_folder(str(path), device, role, dtype)  # a hub id: from_pretrained fetches it
     path = Path(path).expanduser()
     if not path.exists():
         raise ViasdError(f"{role} path {path} does not exist")
@@ -73,18 +78,18 @@ def load_model(path: str | Path, device: torch.device, role: str, target: nn.Mod
                               "(viasd_adapt.models.shared_drafter.assemble_drafter(path, target))")
         return assemble_drafter(path, target, device)
     if is_gguf_path(path):  # dequantized once, then read from the (checked) cache
-        return load_gguf(path, lambda folder: _load_folder(folder, device, role))
-    return _load_folder(path, device, role)
+        return load_gguf(path, lambda folder: _load_folder(folder, device, role, dtype), dtype=dtype or "float32")
+    return _load_folder(path, device, role, dtype)
 
 
-def _load_folder(path: Path, device: torch.device, role: str) -> nn.Module:
-    """A model saved with ``save_pretrained`` in ``path`` (module docstring for the errors)."""
+def _load_folder(path: Path | str, device: torch.device, role: str, dtype_name: str | None = None) -> nn.Module:
+    """A model saved with ``save_pretrained`` in ``path``, or a hub id (module docstring for the errors)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq
 
-    if not (path / "config.json").is_file():
+    if isinstance(path, Path) and not (path / "config.json").is_file():
         raise ViasdError(f"{role} path {path} is not a model directory (no config.json)")
     try:
-        dtype = torch.float32 if device.type == "cpu" else "auto"
+        dtype = getattr(torch, dtype_name) if dtype_name else torch.float32 if device.type == "cpu" else "auto"
         auto = AutoModelForCausalLM
         config = AutoConfig.from_pretrained(str(path))
         if getattr(config, "is_encoder_decoder", False):
@@ -94,6 +99,8 @@ def _load_folder(path: Path, device: torch.device, role: str) -> nn.Module:
         detail = _first_line(err)
         if "deserializ" in detail or "incomplete metadata" in detail or isinstance(err, (EOFError,)):
             detail = f"a weights file is damaged or truncated ({detail})"
+        if not isinstance(path, Path):
+            detail += " (no such local path, so it was read as a hub id)"
         raise ViasdError(f"cannot load the {role} model from {path}: {detail}") from None
     return model.to(device).eval()
 
@@ -104,14 +111,15 @@ def is_local_path(path: str | Path) -> bool:
     return isinstance(path, Path) or text.startswith(("/", ".", "~")) or Path(text).expanduser().exists()
 
 
-def load_tokenizer(path: str | Path):
-    """The tokenizer saved in a model directory or a ``.gguf`` file (or a hub id where a hub is reachable)."""
+def load_tokenizer(path: str | Path, dtype: str | None = None):
+    """The tokenizer saved in a model directory or a ``.gguf`` file (or a hub id where a hub is reachable);
+    ``dtype``: which cache entry of a ``.gguf`` file to read it from (the one its model loads from)."""
     if is_local_path(path):
         local = Path(path).expanduser()
         if not local.exists():
             raise ViasdError(f"tokenizer path {local} does not exist")
         if is_gguf_path(local):
-            tokenizer = load_gguf(local, _tokenizer_from)
+            tokenizer = load_gguf(local, _tokenizer_from, dtype=dtype or "float32")
             tokenizer.name_or_path = str(local)  # errors about it (no chat template) name the .gguf, not the cache
             return tokenizer
         if not local.is_dir():

@@ -150,40 +150,74 @@ _PAIRS_OWN: Any = object()
 
 
 def load_pair(
-    target_path: str | Path,
-    draft_path: str | Path | None = _PAIRS_OWN,
+    target_path: str | Path | nn.Module,
+    draft_path: str | Path | nn.Module | None = _PAIRS_OWN,
     mask_path: str | Path | None = None,
     need_mask: bool = True,
     device: str = "auto",
     eagle_head: str | Path | None = None,
     ratio: float = TierSettings().ratio,
     read_masks: Mapping[Path, MaskArtifact] | None = None,
+    *,
+    tokenizer: Any = None,
+    dtype: str | None = None,
 ) -> LoadedPair:
     """Loads a pair and its mask; checks that drafter and target share a vocabulary.
 
     ``load_pair("demo")`` (a name, no drafter): the pair of that name (:func:`load_named_pair`),
-    with its tuned settings. Otherwise ``target_path`` is a model folder, a ``.gguf`` file or a
-    hub id, and ``draft_path`` a model folder or ``.gguf`` file, ``"prompt-lookup"`` (no model:
-    the drafter copies n-grams of the text, :mod:`viasd_adapt.engine.prompt_lookup`), or None
-    (no drafter). ``read_masks``: mask files the run already read (the resolver's ``RunSpec.masks``)."""
+    with its tuned settings; ``viasd models add`` names the user's own pairs. Otherwise
+    ``target_path`` is a model folder, a ``.gguf`` file, a hub id (where a hub is reachable) or a
+    model object already loaded (``AutoModelForCausalLM.from_pretrained(...)``: then pass its
+    ``tokenizer``), and ``draft_path`` the same, ``"prompt-lookup"`` (no model: the drafter copies
+    n-grams of the text, :mod:`viasd_adapt.engine.prompt_lookup`), or None (no drafter).
+    ``read_masks``: mask files the run already read (the resolver's ``RunSpec.masks``); ``dtype``:
+    the dtype weights load in (``"bfloat16"``, ...; default float32 on the CPU)."""
     if draft_path is _PAIRS_OWN:
-        if mask_path is not None or eagle_head is not None or read_masks is not None:
+        if mask_path is not None or eagle_head is not None or read_masks is not None or tokenizer is not None:
             raise ConfigError("load_pair(name) takes the pair's own mask and head; pass paths to choose others "
                               "(load_pair(target, drafter, mask))")
         return load_named_pair(str(target_path), device=device)
-    dev = pick_device(device)
-    target = load_model(target_path, dev, "target")
-    lookup = PromptLookupSpec() if str(draft_path) == PROMPT_LOOKUP else None
-    draft = load_model(draft_path, dev, "draft", target=target) if draft_path is not None and lookup is None else None
-    tokenizer = load_tokenizer(target_path)
+    given = isinstance(target_path, nn.Module)
+    dev = _device_of(target_path) if given else pick_device(device)
+    target = target_path.eval() if given else load_model(target_path, dev, "target", dtype=dtype)
+    lookup = PromptLookupSpec() if isinstance(draft_path, (str, Path)) and str(draft_path) == PROMPT_LOOKUP else None
+    if isinstance(draft_path, nn.Module):
+        draft = draft_path.eval()
+    else:
+        draft = (load_model(draft_path, dev, "draft", target=target, dtype=dtype)
+                 if draft_path is not None and lookup is None else None)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(_model_source(target) if given else target_path, dtype=dtype)
     if draft is not None:
         check_same_vocabulary(target, draft)
         check_drafter_reads_source(target, draft)
-        _check_draft_tokenizer(tokenizer, draft_path)
-    search = [Path(target_path).expanduser().parent]
+        if not isinstance(draft_path, nn.Module):
+            _check_draft_tokenizer(tokenizer, draft_path)
+    search = [] if given else [Path(target_path).expanduser().parent]
     mask = resolve_mask_info(target, mask_path, ratio, search, read_masks) if need_mask else None
-    return LoadedPair(target, draft, tokenizer, mask, dev, str(target_path), str(draft_path or ""),
+    target_name = _model_name(target) if given else str(target_path)
+    draft_name = _model_name(draft) if isinstance(draft_path, nn.Module) else str(draft_path or "")
+    return LoadedPair(target, draft, tokenizer, mask, dev, target_name, draft_name,
                       str(eagle_head) if eagle_head else None, lookup=lookup)
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    parameter = next(model.parameters(), None)
+    return parameter.device if parameter is not None else torch.device("cpu")
+
+
+def _model_name(model: nn.Module) -> str:
+    """A model object's ``name_or_path``, else its class name (what reports call it)."""
+    return str(getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__)
+
+
+def _model_source(model: nn.Module) -> str:
+    """Where a model object came from (its ``name_or_path``: a hub id or folder), for the tokenizer and reports."""
+    source = getattr(getattr(model, "config", None), "name_or_path", "") or ""
+    if not source:
+        raise ConfigError("load_pair got a model object that does not say where it came from (config.name_or_path "
+                          "is empty): pass its tokenizer, load_pair(target, drafter, tokenizer=tokenizer)")
+    return str(source)
 
 
 def model_and_mask(model_or_pair: Any, mask: Any) -> tuple[Any, Any]:
@@ -210,7 +244,8 @@ def load_named_pair(name: str, device: str = "auto") -> LoadedPair:
     spec = resolve_settings(pair_mask=paths.mask) if paths.mask is not None else None
     pair = load_pair(paths.target, paths.draft, spec.mask_path if spec is not None else None,
                      need_mask=paths.mask is not None, device=device, eagle_head=paths.eagle_head,
-                     read_masks=spec.masks if spec is not None else None)
+                     read_masks=spec.masks if spec is not None else None,
+                     dtype=paths.dtype if paths.dtype != "float32" else None)
     if spec is not None:
         from viasd_adapt.engine.tier import check_spec_model
 

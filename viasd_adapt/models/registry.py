@@ -39,6 +39,7 @@ class PairPaths:
     eagle_head: Path | None
     mask: Path | None
     missing: str | None = None  # how to install what a declared pair needs
+    dtype: str = "float32"  # what its weights load in (pair.json's; viasd models add --dtype)
 
     def to_json(self) -> dict:
         return {
@@ -61,22 +62,34 @@ def shipped_dir() -> Path:
 DECLARATION = "pair.json"
 
 
-def _declared_target(root: Path) -> tuple[Path | None, str | str, str | None] | None:
+def _declared_target(root: Path) -> tuple[Path | None, Path | str, str | None] | None:
     """``(target file or None, drafter, install hint)`` of a ``pair.json`` pair; None without one."""
     declaration = root / DECLARATION
     if not declaration.is_file():
         return None
     data = PairFile.load(declaration)
-    package, filename, install = data.target.package, data.target.file, data.target.install
     drafter = data.drafter
+    drafter_path = drafter if drafter == PROMPT_LOOKUP else root / Path(drafter).expanduser()  # an absolute path stays
+    if data.target.path is not None:  # the user's own model (viasd models add): used where it is
+        target = root / Path(data.target.path).expanduser()
+        if not target.exists():
+            return None, drafter_path, (f"the {root.name} pair's target {target} is missing (moved or deleted?); "
+                                        f"put it back, or add the pair again with `viasd models add`")
+        return target, drafter_path, None
+    package, filename, install = data.target.package, data.target.file, data.target.install
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
         return None, drafter, f"the {root.name} pair needs the package providing {package!r}: {install}"
     target = Path(spec.origin).parent / filename
     if not target.is_file():
         return None, drafter, f"{target} is missing from the installed {package!r}; reinstall it: {install}"
-    drafter_path = drafter if drafter == PROMPT_LOOKUP else root / drafter
     return target, drafter_path, None
+
+
+def pair_declaration(root: Path) -> PairFile | None:
+    """The ``pair.json`` of the pair in ``root`` (None for a pair without one)."""
+    declaration = Path(root) / DECLARATION
+    return PairFile.load(declaration) if declaration.is_file() else None
 
 
 def read_pair(root: Path, name: str | None = None, source: str = "built") -> PairPaths | None:
@@ -86,9 +99,14 @@ def read_pair(root: Path, name: str | None = None, source: str = "built") -> Pai
     declared = _declared_target(root)
     if declared is not None:
         target, draft, missing = declared
+        data = PairFile.load(root / DECLARATION)
+        if data.eagle_head is not None:
+            eagle_head = root / Path(data.eagle_head).expanduser()
+        if data.mask is not None:
+            mask = root / data.mask
         return PairPaths(name=name or root.name, source=source, root=root, target=target, draft=draft,
                          eagle_head=eagle_head if eagle_head.is_dir() else None,
-                         mask=mask if mask.is_file() else None, missing=missing)
+                         mask=mask if mask.is_file() else None, missing=missing, dtype=data.dtype)
     target, draft = root / "target", root / "draft"
     if not ((target / "config.json").is_file() and (draft / "config.json").is_file()):
         return None

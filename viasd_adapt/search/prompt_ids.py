@@ -147,6 +147,32 @@ def calibration_record(tokenizer, config: SearchConfig, prompt_lookup: bool = Fa
     return record
 
 
+def count_file_prompts(calib_file) -> int | None:
+    """How many prompts a ``--calib`` file holds (None for no file, or Spec-Bench)."""
+    if calib_file is None or is_spec_bench(str(calib_file)):
+        return None
+    from viasd_adapt.prompts.files import read_prompts_file
+
+    return len(read_prompts_file(calib_file, "calibration file"))
+
+
+def fit_heldout(config: SearchConfig) -> tuple[SearchConfig, str | None]:
+    """``config`` with as many prompts held out as its ``--calib`` file allows (a quarter of a file too
+    short for the asked number, at least one left to calibrate on), and the sentence that says so
+    (None when nothing changed): a small prompt file works instead of being refused."""
+    from dataclasses import replace
+
+    calibration = config.calibration
+    count = count_file_prompts(calibration.calib_file)
+    if count is None or count > calibration.n_heldout:
+        return config, None
+    held = count // 4
+    note = (f"{calibration.calib_file} has {count} prompts: {held} held out for the agreement report "
+            f"(not {calibration.n_heldout}), {count - held} calibrated on"
+            + ("; give more prompts for a held-out check" if held == 0 else ""))
+    return replace(config, calibration=replace(calibration, n_heldout=held)), note
+
+
 def check_prompt_sources(config: SearchConfig) -> None:
     """Fails fast, before any model is loaded, on a calibration file or pairs file that is missing,
     empty, or too short to hold out ``--heldout-prompts`` of its entries, and on a Spec-Bench
@@ -161,5 +187,6 @@ def check_prompt_sources(config: SearchConfig) -> None:
         splits.search_pairs_file(calibration.pairs_file, calibration.n_heldout)
 
 
-__all__ = ["PromptIds", "calibration_record", "chat_prompt_ids", "check_prompt_sources", "encode_texts", "pair_ids",
+__all__ = ["PromptIds", "calibration_record", "chat_prompt_ids", "check_prompt_sources", "count_file_prompts", "encode_texts",
+           "fit_heldout", "pair_ids",
            "prompt_ids", "prompt_texts", "uses_spec_bench"]

@@ -1,0 +1,389 @@
+"""``viasd models add``: a user's target and drafter to a tuned, named pair, in one call.
+
+:func:`add_pair` checks the pair (loads both, same vocabulary), measures one decode step and one
+calibration window of the target and sizes the mask search and the tuning sweep to a budget given
+in minutes (the estimate is said before anything long starts), searches the mask with a progress
+bar, tunes, and writes a pair folder that ``--pair NAME`` and ``load_pair("NAME")`` find:
+``pair.json`` naming the user's files where they are (never copied, so never deleted), the mask,
+``tuned.json`` and ``report.json``.
+
+Why a hidden work folder and one rename: the pair is built in ``<root>/.NAME.adding/`` and renamed
+to ``<root>/NAME`` only when every file is in it. A kill at any point leaves either no pair or the
+whole pair (``os.rename`` of a folder onto a free name is atomic), and the registry skips hidden
+folders. The work folder also makes the command resumable stage by stage: a second run with the
+same inputs reuses the mask and ``tuned.json`` already written there (each stage's file is written
+atomically), and a run with other inputs is refused until ``restart`` removes that work folder
+(ours; nothing of the user's is ever removed).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from viasd_adapt.config.onboard_report import REPORT_FILENAME, OnboardEstimate, OnboardReport, StageTime
+from viasd_adapt.config.pair_file import DTYPES, PROMPT_LOOKUP, PairFile, PairTarget
+from viasd_adapt.config.tuned import TUNED_FILENAME
+from viasd_adapt.errors import ConfigError, ViasdError
+from viasd_adapt.models.registry import DECLARATION, cache_dir
+
+MASK_FILENAME = "mask.json"
+#: The budget ``viasd models add`` gives itself when none is asked for (minutes).
+DEFAULT_MINUTES = 30.0
+#: Shares of the budget: the mask search (calibration included) and the tuning sweep.
+SEARCH_SHARE, TUNE_SHARE = 0.45, 0.45
+#: Tokens each tuning prompt generates, and the fewest prompts a verdict is stated on.
+TUNE_NEW_TOKENS, MIN_TUNE_PROMPTS, MAX_TUNE_PROMPTS = 32, 4, 12
+#: The fewest and most masks the search evaluates, whatever the budget.
+MIN_SEARCH_STEPS = 4
+
+
+@dataclass(frozen=True)
+class AddRequest:
+    """What to onboard: the pair's name, the user's files, the budget and how to run."""
+
+    name: str
+    target: str | Path
+    draft: str | Path  # a model folder, a .gguf file, or "prompt-lookup"
+    eagle_head: str | Path | None = None
+    calib: str | Path | None = None  # a prompts file, or "spec-bench[:TASKS]"; None: the search's default
+    minutes: float = DEFAULT_MINUTES
+    threads: int = 1
+    dtype: str = "float32"
+    chat: str = "auto"
+    root: Path | None = None  # where pairs live [default: the cache, $VIASD_CACHE]
+    seed: int = 0
+
+    @property
+    def folder(self) -> Path:
+        return (self.root or cache_dir()) / self.name
+
+    @property
+    def work(self) -> Path:
+        return (self.root or cache_dir()) / f".{self.name}.adding"
+
+
+def check_request(request: AddRequest) -> None:
+    """Every input error, before a model loads: the name, the files, the budget, an existing pair."""
+    name = request.name
+    if not name or name.startswith(".") or "/" in name or os.sep in name or name != name.strip():
+        raise ConfigError(f"{name!r} is not a pair name: use letters, digits, '-' or '_' (no '/', not starting with '.')")
+    if request.folder.exists():
+        raise ConfigError(f"a pair named {name!r} already exists at {request.folder}; choose another name "
+                          "(viasd models add never replaces or deletes a folder)")
+    if not request.minutes > 0:
+        raise ConfigError(f"--minutes must be more than 0, got {request.minutes}")
+    if request.dtype not in DTYPES:
+        raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {request.dtype!r}")
+    for role, path in (("target", request.target), ("drafter", request.draft), ("EAGLE head", request.eagle_head)):
+        if path is not None and str(path) != PROMPT_LOOKUP and not Path(path).expanduser().exists():
+            raise ConfigError(f"the {role} {path} does not exist")
+
+
+def _declaration(request: AddRequest, **files: str | None) -> PairFile:
+    """``pair.json``: the user's files by absolute path, where they are."""
+    draft = str(request.draft) if str(request.draft) == PROMPT_LOOKUP else str(Path(request.draft).expanduser().resolve())
+    head = str(Path(request.eagle_head).expanduser().resolve()) if request.eagle_head else None
+    return PairFile(description=f"added with viasd models add: {Path(request.target).name} with {Path(str(request.draft)).name}",
+                    target=PairTarget(path=str(Path(request.target).expanduser().resolve())), drafter=draft,
+                    eagle_head=head, dtype=request.dtype, **files)
+
+
+def _same_inputs(found: PairFile, wanted: PairFile) -> bool:
+    keys = ("drafter", "eagle_head", "dtype")
+    return found.target.path == wanted.target.path and all(getattr(found, k) == getattr(wanted, k) for k in keys)
+
+
+def open_work_folder(request: AddRequest, restart: bool, say: Callable[[str], None]) -> Path:
+    """The work folder: new, or an interrupted run's with the same inputs (resumed); another run's
+    inputs are refused unless ``restart`` (then that folder, which this command made, is removed)."""
+    import shutil
+
+    work, wanted = request.work, _declaration(request)
+    declaration = work / DECLARATION
+    if work.exists() and restart:
+        say(f"restart: removing the interrupted run's work folder {work}")
+        shutil.rmtree(work)
+    finished = [f for f in (MASK_FILENAME, TUNED_FILENAME) if (work / f).is_file()]
+    if work.exists() and not finished:  # nothing of another run's to keep: this run's inputs replace its own
+        wanted.save(declaration)
+        return work
+    if work.exists():
+        found = PairFile.load(declaration) if declaration.is_file() else None
+        if found is None or not _same_inputs(found, wanted):
+            raise ConfigError(f"an interrupted `viasd models add {request.name}` with other inputs left {work}; "
+                              "pass --restart to start over (it removes only that work folder)")
+        say(f"resuming the interrupted run in {work} (kept: {', '.join(finished)})")
+        return work
+    work.mkdir(parents=True)
+    wanted.save(declaration)
+    return work
+
+
+# ----------------------------------------------------------------------------- estimate
+
+
+def _median_seconds(run: Callable[[], Any], repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def measure_step(target, window_tokens: int) -> tuple[float, float]:
+    """``(one decode step with a KV cache, one forward over a window of window_tokens)`` of the target, in seconds."""
+    import torch
+
+    device = next(target.parameters()).device
+    ids = torch.ones((1, window_tokens), dtype=torch.long, device=device)
+    with torch.no_grad():
+        window = _median_seconds(lambda: target(ids, use_cache=False), repeats=2)
+        # a one-token forward: a decode step without its history (attention over a short history is a small part)
+        step = _median_seconds(lambda: target(ids[:, -1:], use_cache=False), repeats=3)
+    return step, window
+
+
+def tune_points(grid, adaptive: bool) -> int:
+    """How many settings a sweep of ``grid`` on one mask measures (plain SD, the lossless cascade,
+    each lenient tolerance, each lossy setting, and the two adaptive twins)."""
+    lossy = len(grid.alpha1) * len(grid.alpha2) * len(grid.greedy_gates)
+    return 2 + len(grid.lenience) + lossy + (2 if adaptive else 0)
+
+
+def plan(request: AddRequest, step: float, window: float, num_layers: int, ratio: float, file_prompts: int | None):
+    """The sizes that fit the budget: ``(OnboardEstimate, SearchConfig changes, TuneGrid)``.
+
+    Priced in measured seconds: a calibration prompt costs its greedy tokens in decode steps, a mask
+    evaluation one slim forward over every calibration window, a tuning point its prompts' tokens
+    in decode steps (an upper bound: speculative decoding runs fewer target passes)."""
+    from viasd_adapt.search.config import DEFAULT_NEW_TOKENS, default_steps
+    from viasd_adapt.tuning.tune import TuneGrid
+
+    budget = request.minutes * 60
+    notes: list[str] = []
+    n_cal, n_held = 16, 16
+    if file_prompts is not None:  # the whole file; what it can spare held out (search.prompt_ids.fit_heldout)
+        n_held = n_held if file_prompts > n_held else file_prompts // 4
+        n_cal = file_prompts - n_held
+    per_prompt = DEFAULT_NEW_TOKENS * step
+    search_budget = budget * SEARCH_SHARE
+    while file_prompts is None and n_cal > 4 and (n_cal + n_held) * per_prompt > search_budget / 2:
+        n_cal, n_held = max(4, n_cal // 2), max(2, n_held // 2)
+    calibrate = (n_cal + n_held) * per_prompt
+    evaluation = n_cal * window * (1 - ratio) + 1e-3
+    steps = int(max(0.0, search_budget - calibrate) / evaluation)
+    most = default_steps(num_layers)
+    steps = max(MIN_SEARCH_STEPS, min(most, steps))
+    if steps < most:
+        notes.append(f"the search evaluates {steps} masks (the budget's share), not the {most} it would take unbounded")
+    tune_budget = budget * TUNE_SHARE
+    grids = [TuneGrid(), TuneGrid(alpha1=(0.0, 0.5), alpha2=(0.0, 0.3), lenience=(0.4, 0.8), greedy_gates=("proposer",)),
+             TuneGrid(alpha1=(0.5,), alpha2=(0.3,), lenience=(0.6,), greedy_gates=("proposer",))]
+    for grid in grids:
+        prompts = int(tune_budget / (tune_points(grid, True) + 1) / (TUNE_NEW_TOKENS * step))
+        if prompts >= MIN_TUNE_PROMPTS:
+            break
+    prompts = max(MIN_TUNE_PROMPTS, min(MAX_TUNE_PROMPTS, prompts))
+    points = tune_points(grid, True)
+    expected = calibrate + steps * evaluation + (points + 1) * prompts * TUNE_NEW_TOKENS * step
+    if expected > budget * 1.1:
+        notes.append(f"even the smallest sizes take about {expected / 60:.1f} min here, over the {request.minutes:g} asked")
+    estimate = OnboardEstimate(minutes=request.minutes, step_seconds=round(step, 4), window_seconds=round(window, 4),
+                               calibration_prompts=n_cal, heldout_prompts=n_held, search_steps=steps, tune_prompts=prompts,
+                               tune_points=points, expected_minutes=round(expected / 60, 2), notes=notes)
+    strategy = "guided" if steps >= 2 * num_layers else "dimr"
+    search = dict(steps=steps, strategy=strategy, patience=max(steps, 1), compare_random=0)
+    return estimate, search, grid
+
+
+# ----------------------------------------------------------------------------- stages
+
+
+def _say_default(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _peak_memory_mb() -> float:
+    """This process's peak resident memory (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _stand_in_drafter(target):
+    """Prompt lookup has no distribution to score a mask against: the target's first layer and head stand in."""
+    from viasd_adapt.config.mask import RoutingMask
+    from viasd_adapt.routing.layers import find_decoder_stack
+    from viasd_adapt.routing.slim import SlimVerifier
+
+    layers = find_decoder_stack(target).num_layers
+    return SlimVerifier(target, RoutingMask.from_bits([1] + [0] * (layers - 1))).model
+
+
+def _calibration(request: AddRequest, estimate: OnboardEstimate, search: dict):
+    from viasd_adapt.search.config import DEFAULTS, CalibrationConfig
+
+    calibration = CalibrationConfig(calib_file=request.calib, n_calibration=estimate.calibration_prompts,
+                                    n_heldout=estimate.heldout_prompts, chat=request.chat)
+    return replace(DEFAULTS, seed=request.seed, calibration=calibration, **search)
+
+
+def _tune_prompts(request: AddRequest, pair, count: int):
+    """Prompts for the sweep: the user's file (all of it), else Spec-Bench's calibration split for a
+    chat model, else held-out stdlib snippets (what ``viasd tune`` calibrates on)."""
+    from viasd_adapt.prompts.chat import has_chat_template
+    from viasd_adapt.prompts.files import read_prompts_file
+    from viasd_adapt.prompts.spec_bench import is_spec_bench
+    from viasd_adapt.prompts.splits import tune_snippets
+
+    calib = str(request.calib) if request.calib is not None else None
+    if calib is not None and not is_spec_bench(calib):
+        return read_prompts_file(calib, "calibration file")[:count]
+    if calib is not None or has_chat_template(pair.tokenizer):
+        from viasd_adapt.bench.prompt_sets import tune_spec_bench_prompts
+
+        return tune_spec_bench_prompts(pair, count, request.chat, TUNE_NEW_TOKENS)
+    return tune_snippets(count)
+
+
+def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str], None] | None = None,
+             progress: bool = True) -> Path:
+    """Onboards ``request``'s pair (module docstring) and returns its folder.
+
+    ``say`` gets every line meant for the user (default: stderr); ``progress`` shows tqdm bars."""
+    import torch
+    from tqdm import tqdm
+
+    from viasd_adapt.bench.session import quiet_transformers
+    from viasd_adapt.models.pair import load_pair
+    from viasd_adapt.routing.layers import find_decoder_stack
+    from viasd_adapt.search.config import DEFAULTS
+    from viasd_adapt.search.prompt_ids import count_file_prompts
+    from viasd_adapt.tuning.tune import Budget, artifact_of, describe
+    from viasd_adapt.tuning.tune import tune as run_tune
+
+    say = say or _say_default
+    started = time.perf_counter()
+    check_request(request)
+    file_prompts = count_file_prompts(request.calib)
+    torch.set_num_threads(request.threads)
+    quiet_transformers()
+    stages: list[StageTime] = []
+
+    def stage(name: str, began: float, resumed: bool = False) -> None:
+        stages.append(StageTime(stage=name, seconds=round(time.perf_counter() - began, 2), resumed=resumed))
+        say(f"[{name}] {stages[-1].seconds:.1f}s" + (" (resumed)" if resumed else ""))
+
+    work = open_work_folder(request, restart, say)
+    began = time.perf_counter()
+    dtype = request.dtype if request.dtype != "float32" else None
+    pair = load_pair(request.target, request.draft, need_mask=False, device="cpu", eagle_head=request.eagle_head,
+                     dtype=dtype)
+    num_layers = find_decoder_stack(pair.target).num_layers
+    say(f"checked: {num_layers}-layer target, drafter {'prompt lookup' if pair.lookup else type(pair.draft).__name__} "
+        "on the same vocabulary")
+    stage("load and check", began)
+
+    began = time.perf_counter()
+    step, window = measure_step(pair.target, DEFAULTS.calibration.max_prompt_tokens + DEFAULTS.calibration.new_tokens)
+    estimate, search, grid = plan(request, step, window, num_layers, DEFAULTS.ratio, file_prompts)
+    say(f"estimate: about {estimate.expected_minutes:.1f} min within the {request.minutes:g} min budget "
+        f"(a decode step {step * 1000:.0f} ms, a calibration window {window:.2f}s): calibrate on "
+        f"{estimate.calibration_prompts} prompts, search {estimate.search_steps} masks, tune {estimate.tune_points} "
+        f"settings on {estimate.tune_prompts} prompts")
+    if file_prompts is not None and estimate.heldout_prompts < DEFAULTS.calibration.n_heldout:
+        say(f"note: {request.calib} has {file_prompts} prompts: {estimate.heldout_prompts} held out for the agreement "
+            f"report (of {DEFAULTS.calibration.n_heldout} by default), {estimate.calibration_prompts} calibrated on")
+    for note in estimate.notes:
+        say(f"note: {note}")
+    stage("estimate", began)
+
+    mask_path = work / MASK_FILENAME
+    began = time.perf_counter()
+    if mask_path.is_file():
+        from viasd_adapt.routing.mask import load_mask
+
+        load_mask(mask_path, pair.target)  # a mask of other weights is refused, naming the file
+        stage("search", began, resumed=True)
+    else:
+        from viasd_adapt.search.pipeline import search_pair
+        from viasd_adapt.search.report import ReportInput, describe as describe_search
+
+        config = _calibration(request, estimate, search)
+        draft = _stand_in_drafter(pair.target) if pair.lookup is not None else pair.draft
+        bar = tqdm(total=estimate.search_steps, desc="mask search", unit="mask", disable=not progress, leave=False)
+
+        def on_step(evaluation, best):
+            bar.update(1)
+            bar.set_postfix(best=f"{best:.3f}")
+
+        info = ReportInput(target_name=Path(request.target).name, draft_name=Path(str(request.draft)).name,
+                           out=mask_path, started=began)
+        try:
+            outcome = search_pair(pair.target, draft, pair.tokenizer, config, prompt_lookup=pair.lookup is not None,
+                                  on_step=on_step, info=info, say=say)
+        finally:
+            bar.close()
+        for line in describe_search(outcome):
+            say(line)
+        stage("search", began)
+
+    tuned_path = work / TUNED_FILENAME
+    began = time.perf_counter()
+    verdict: list[str]
+    if tuned_path.is_file():
+        from viasd_adapt.config.tuned import TunedSettings
+        from viasd_adapt.routing.mask import check_tuned_model
+
+        tuned = TunedSettings.load(tuned_path)
+        check_tuned_model(tuned, pair.target, source=str(tuned_path))
+        verdict = list(getattr(tuned.report, "verdict", None) or [])
+        stage("tune", began, resumed=True)
+    else:
+        tuning = load_pair(pair.target, pair.draft if pair.lookup is None else PROMPT_LOOKUP, mask_path,
+                           tokenizer=pair.tokenizer)
+        prompts = _tune_prompts(request, tuning, estimate.tune_prompts)
+        bar = tqdm(total=estimate.tune_points, desc="tune", unit="setting", disable=not progress, leave=False)
+        try:
+            result = run_tune(tuning, prompts, TUNE_NEW_TOKENS, grid, Budget(), seed=request.seed,
+                              progress=lambda m: None, bar=lambda total: bar, chat=request.chat)
+        finally:
+            bar.close()
+        verdict = describe(result)
+        artifact = artifact_of(result, tuning, folder=work)
+        artifact.report.verdict = verdict  # an extra field of the report: what a resumed run prints again
+        artifact.save(tuned_path)
+        stage("tune", began)
+    for line in verdict:
+        say(line)
+
+    began = time.perf_counter()
+    report = OnboardReport(name=request.name, target=Path(request.target).name, drafter=Path(str(request.draft)).name,
+                           threads=request.threads, dtype=request.dtype, estimate=estimate, stages=stages, verdict=verdict,
+                           peak_memory_mb=round(_peak_memory_mb(), 1),
+                           total_seconds=round(time.perf_counter() - started, 1))
+    report.save(work / REPORT_FILENAME)
+    _declaration(request, mask=MASK_FILENAME, tuned=TUNED_FILENAME, report=REPORT_FILENAME).save(work / DECLARATION)
+    publish(work, request.folder)
+    stage("write the pair", began)
+    say(f"pair {request.name!r} -> {request.folder} (peak memory {report.peak_memory_mb:.0f} MB, "
+        f"{time.perf_counter() - started:.0f}s); use it with `viasd generate --pair {request.name}` or "
+        f"load_pair({request.name!r})")
+    return request.folder
+
+
+def publish(work: Path, folder: Path) -> None:
+    """Renames the finished work folder onto the pair's name: atomic, and never over an existing folder."""
+    if folder.exists():
+        raise ViasdError(f"{folder} appeared while the pair was being made; the finished pair stays in {work}")
+    os.rename(work, folder)
+
+
+__all__ = ["AddRequest", "DEFAULT_MINUTES", "MASK_FILENAME", "add_pair", "check_request", "measure_step", "open_work_folder",
+           "plan", "publish", "tune_points"]
