@@ -45,6 +45,7 @@ SNAPSHOT: dict[str, set[str]] = {
     "viasd_adapt.engine.loop": {"speculative_generate"},
     "viasd_adapt.search.config": {"CalibrationConfig", "GuidedConfig", "SearchConfig"},
     "viasd_adapt.search.pipeline": {"search_pair"},
+    "viasd_adapt.tuning.onboard": {"add_pair", "AddRequest"},
     "viasd_adapt.search.report": {"ReportInput"},
     "viasd_adapt.bench.session": {"BenchConfig", "run_bench_session"},
     "viasd_adapt.prompts.chat": {"encode_prompt"},
