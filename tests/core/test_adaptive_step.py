@@ -18,7 +18,7 @@ from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.config.tuned import TunedSettings
 from viasd_adapt.core.adaptive import AdaptivePlan, Arm, ArmPrior, PassPrices, RelativePrior, TierController
 from viasd_adapt.core.cycle import StopRule, Verifiers
-from viasd_adapt.core.settings import ADAPTIVE_SUFFIX, Mode, TierSettings, label_settings, mode_label
+from viasd_adapt.core.settings import ADAPTIVE_SUFFIX, FIXED_SUFFIX, Mode, TierSettings, label_settings, mode_label, renamed_row
 from viasd_adapt.core.verify_step import VerifyStep
 from viasd_adapt.errors import ConfigError
 
@@ -100,9 +100,9 @@ def test_the_controller_sees_the_priced_passes_and_the_tokens_after_the_stop_cut
     seen = []
 
     class Watching(TierController):
-        def observe(self, arm, cost, tokens):
+        def observe(self, arm, cost, tokens, revealed=None):
             seen.append((arm, cost, tokens))
-            super().observe(arm, cost, tokens)
+            super().observe(arm, cost, tokens, revealed)
 
     class Plan(AdaptivePlan):
         def controller(self):
@@ -145,7 +145,7 @@ def test_each_arm_is_chosen_from_the_cycles_before_it(seed):
         changed[t] = 3 - changed[t]
         assert arms(changed)[: t + 1] == base[: t + 1]
     # ...and it does read the past: changing every cycle changes some later arm
-    assert arms([3 - o for o in outcomes]) != base
+    assert any(arms(stream) != base for stream in ([3 - o for o in outcomes], [0] * 30, [3] * 30))
 
 
 def test_the_tier_pinned_on_every_cycle_is_exactly_adaptive_false():
@@ -185,12 +185,18 @@ def test_which_settings_adapt_and_how_rows_are_named():
     for mode in ("lossless", "lossy"):
         assert VerifyStep(TierSettings(mode=mode), "test").controller is not None
         assert VerifyStep(TierSettings(mode=mode, adaptive=False), "test").controller is None
-        assert mode_label(TierSettings(mode=mode)) == mode + ADAPTIVE_SUFFIX
-        assert mode_label(TierSettings(mode=mode, adaptive=False)) == mode
+        # the bare mode names what a default run does (adaptive); -fixed the tier on every cycle
+        assert mode_label(TierSettings(mode=mode)) == mode
+        assert mode_label(TierSettings(mode=mode, adaptive=False)) == mode + FIXED_SUFFIX
+        assert label_settings(mode) == {"mode": Mode(mode), "adaptive": True}
+        assert label_settings(mode + FIXED_SUFFIX) == {"mode": Mode(mode), "adaptive": False}
+        # the older names still read: -adaptive was the default, the bare name the fixed tier
         assert label_settings(mode + ADAPTIVE_SUFFIX) == {"mode": Mode(mode), "adaptive": True}
-        assert label_settings(mode) == {"mode": Mode(mode), "adaptive": False}
-    with pytest.raises(ConfigError, match="audit keeps the tier"):
-        label_settings("audit-adaptive")
+        assert renamed_row(mode + ADAPTIVE_SUFFIX) == mode and renamed_row(mode) == mode + FIXED_SUFFIX
+    assert label_settings("audit") == {"mode": Mode.AUDIT, "adaptive": False} and renamed_row("audit") == "audit"
+    for wrong in ("audit-adaptive", "audit-fixed", "none-fixed"):
+        with pytest.raises(ConfigError, match="audit keeps the tier"):
+            label_settings(wrong)
     with pytest.raises(ConfigError, match="adaptive .* must be True or False"):
         TierSettings(adaptive="yes")
     # the fallback plan: the slim pass by the skip ratio, lossless stated against the untiered arm
@@ -264,7 +270,7 @@ def _tuned(target, mask: RoutingMask, *, c_draft=0.001, lossless_ok=True, viasd_
 
 
 def test_prices_and_priors_come_from_the_tuned_files_measurements_for_this_mask():
-    from viasd_adapt.engine.priors import adaptive_plan
+    from viasd_adapt.engine.priors import PRIOR_WEIGHT, adaptive_plan
     from viasd_adapt.models.tiny import tiny_model
 
     target, drafter = tiny_model("llama", 0, num_layers=4), tiny_model("llama", 1, num_layers=1)
@@ -272,31 +278,37 @@ def test_prices_and_priors_come_from_the_tuned_files_measurements_for_this_mask(
     tuned = _tuned(target, mask)
     plan = adaptive_plan(TierSettings(mode="lossless", gamma=5), target, mask, tuned, drafter)
     assert (plan.prices.draft, plan.prices.slim, plan.prices.resumed) == pytest.approx((0.1, 0.6, 0.9))
-    # the untiered arm from its point, worth its cycles up to the controller's memory (100 cycles)...
-    assert plan.priors == {Arm.PLAIN: ArmPrior(0.6, weight=100.0, tokens_per_cycle=2.5)} and plan.most_tokens == 6
-    # ...and the tier stated against it: 0.7 * 2.9 - 0.6 * 2.5 more per cycle, for 0.4 more tokens
+    # no absolute prior: the untiered arm is what the sequence measures...
+    assert plan.priors == {} and plan.most_tokens == 6
+    # ...and the tier stated against it: 0.7 * 2.9 - 0.6 * 2.5 more per cycle, for 0.4 more tokens,
+    # worth a few cycles (PRIOR_WEIGHT), however many the calibration ran
     relative = plan.relative
-    assert (relative.extra_cost, relative.extra_tokens, relative.weight) == (pytest.approx(0.53), pytest.approx(0.4), 40.0)
+    assert (relative.extra_cost, relative.extra_tokens, relative.weight) == (pytest.approx(0.53), pytest.approx(0.4), PRIOR_WEIGHT)
     lossy = adaptive_plan(TierSettings(mode="lossy", gamma=5), target, mask, tuned, drafter)
     # a lossy cycle that skips q may cost less (0.5 * 4.2 - 1.5 < 0.6...); its extra tokens bounded to one
-    relative = lossy.relative  # a point stating no cycles is worth the default weight
-    assert (relative.extra_cost, relative.extra_tokens, relative.weight) == (pytest.approx(0.6), 1.0, 8.0)
+    relative = lossy.relative  # a point stating no cycles is worth the same
+    assert (relative.extra_cost, relative.extra_tokens, relative.weight) == (pytest.approx(0.6), 1.0, PRIOR_WEIGHT)
     # another mask, another block length, other tolerances: the points do not describe the run
     other = RoutingMask.from_skipped(4, [1, 3])
     by_layers = adaptive_plan(TierSettings(mode="lossless", gamma=5), target, other, tuned, drafter)
     assert (by_layers.prices.slim, by_layers.prices.resumed) == (0.5, 0.75) and 0 < by_layers.prices.draft < 1
-    assert by_layers.priors == {} and by_layers.relative == RelativePrior(extra_cost=0.5)
-    assert Arm.TIER not in adaptive_plan(TierSettings(mode="lossless", gamma=4), target, mask, tuned, drafter).priors
-    assert Arm.TIER not in adaptive_plan(TierSettings(mode="lossy", gamma=5, alpha1=0.3), target, mask, tuned, drafter).priors
-    assert adaptive_plan(TierSettings(mode="lossy", gamma=5), target, other, tuned, drafter).relative == RelativePrior(extra_cost=0.5)
+    cautious = RelativePrior(extra_cost=0.5, weight=PRIOR_WEIGHT)
+    assert by_layers.priors == {} and by_layers.relative == cautious
+    assert adaptive_plan(TierSettings(mode="lossless", gamma=4), target, mask, tuned, drafter).relative.extra_cost == pytest.approx(0.6)
+    assert adaptive_plan(TierSettings(mode="lossy", gamma=5, alpha1=0.3), target, mask, tuned, drafter).relative.extra_cost \
+        == pytest.approx(0.6)
+    assert adaptive_plan(TierSettings(mode="lossy", gamma=5), target, other, tuned, drafter).relative == cautious
     # prompt lookup (no drafter model) against points measured with one: measured slim prices, no priors
     lookup = adaptive_plan(TierSettings(mode="lossless", gamma=5), target, mask, tuned, None)
-    assert lookup.prices.draft == 0.0 and lookup.prices.slim == pytest.approx(0.6) and lookup.priors == {}
-    # EAGLE: its tree is not what the points measured
-    assert adaptive_plan(TierSettings(mode="lossless", gamma=5), target, mask, tuned, drafter, use_measured=False).priors == {}
+    assert lookup.prices.draft == 0.0 and lookup.prices.slim == pytest.approx(0.6)
+    assert (lookup.relative.extra_cost, lookup.relative.weight) == (pytest.approx(0.6), PRIOR_WEIGHT)  # the cautious prior
+    # EAGLE: its tree is not what the points measured (prices by layer counts, the cautious prior)
+    eagle = adaptive_plan(TierSettings(mode="lossless", gamma=5), target, mask, tuned, drafter, use_measured=False)
+    assert eagle.relative == RelativePrior(extra_cost=0.5, weight=PRIOR_WEIGHT)
     # a tuned file of another model is not evidence; settings that do not adapt need no plan
     foreign = _tuned(tiny_model("llama", 7, num_layers=4, vocab_size=112), mask)
-    assert adaptive_plan(TierSettings(mode="lossless", gamma=5), target, mask, foreign, drafter).priors == {}
+    assert adaptive_plan(TierSettings(mode="lossless", gamma=5), target, mask, foreign, drafter).relative == \
+        RelativePrior(extra_cost=0.5, weight=PRIOR_WEIGHT)
     assert adaptive_plan(TierSettings(mode="lossless", adaptive=False), target, mask, tuned, drafter) is None
     assert adaptive_plan(TierSettings(mode="audit"), target, mask, tuned, drafter) is None
 

@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from viasd_adapt.bench.run import ROW_FIELDS, BenchResult
+from viasd_adapt.core.settings import renamed_row
 from viasd_adapt.io import save_figure, write_json
 from viasd_adapt.config.schema import Artifact, SparseRecord, load_artifact
 
 BENCH_FORMAT = "viasd-adapt/bench"
-BENCH_VERSION = 2
+BENCH_VERSION = 3  # 3: the bare lossless/lossy rows are adaptive, the fixed tier is -fixed
 
 
 class PromptSumsRecord(SparseRecord):
@@ -87,6 +88,25 @@ class BenchReport(Artifact):
     groups: dict[str, list[BenchRow]] = Field(default_factory=dict)
     group_sizes: dict[str, int] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _rows_by_todays_names(cls, data: Any) -> Any:
+        """A report of version 2 or less named the fixed tier ``lossless``/``lossy`` and the adaptive
+        tier ``-adaptive``: read under today's names (:func:`~viasd_adapt.core.settings.renamed_row`)."""
+        if not isinstance(data, dict) or not isinstance(data.get("version", 1), int) or data.get("version", 1) >= 3:
+            return data
+
+        def renamed(rows: Any) -> Any:
+            if not isinstance(rows, list):
+                return rows
+            return [{**row, "mode": renamed_row(row["mode"])} if isinstance(row, dict) and isinstance(row.get("mode"), str)
+                    else row for row in rows]
+
+        data = {**data, "rows": renamed(data.get("rows"))}
+        if isinstance(data.get("groups"), dict):
+            data["groups"] = {name: renamed(rows) for name, rows in data["groups"].items()}
+        return data
+
 
 def load_bench_report(path: str | os.PathLike) -> BenchReport:
     """A ``viasd bench --json`` file, its fields typed; errors name the file and the field."""
@@ -142,7 +162,7 @@ TASK_COLUMNS = (
     ("overrule", "overrule_rate", "{:.3f}"),
 )
 MODE_COLOURS = {"-": "#7f7f7f", "plain": "#bcbd22", "none": "#1f77b4", "lenient": "#ff7f0e", "lossless": "#2ca02c",
-                "lossy": "#d62728", "audit": "#9467bd", "lossless-adaptive": "#98df8a", "lossy-adaptive": "#ff9896"}
+                "lossy": "#d62728", "audit": "#9467bd", "lossless-fixed": "#98df8a", "lossy-fixed": "#ff9896"}
 
 
 def row_label(row: dict) -> str:

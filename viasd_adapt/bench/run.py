@@ -3,10 +3,11 @@
 Rows: ``ar`` (the target alone), and per framework ``plain`` (no viasd-adapt, where such a path
 exists), ``none`` (the tier installed but off: untiered lossless SD), ``lenient`` (the simple
 lossy baseline) and each VIA-SD mode. One process, the same prompts, pair and seeds for every row.
-The VIA-SD rows ``lossless`` and ``lossy`` run the tier on every cycle (``adaptive=False``), so their
-figures compare with every bench before the adaptive tier; beside each, ``lossless-adaptive`` and
-``lossy-adaptive`` run the same mode with the adaptive tier (:mod:`viasd_adapt.core.adaptive`),
-unless ``RunPlan.adaptive`` is off (``viasd bench --no-adaptive``).
+The VIA-SD rows ``lossless`` and ``lossy`` run what a default run of that mode runs: the adaptive
+tier (:mod:`viasd_adapt.core.adaptive`); beside each, ``lossless-fixed`` and ``lossy-fixed`` run the
+same mode with the tier on every cycle (``adaptive=False``), unless ``RunPlan.adaptive`` is off
+(``viasd bench --no-adaptive``). Reports written before (version 2) named the fixed rows
+``lossless``/``lossy`` and the adaptive ones ``-adaptive``; they read under today's names.
 
 Schedule: for each repeat, for each prompt, every row runs once, in an order rotated by
 ``repeat + prompt index`` so that no row always runs first (warm caches) or last (drift); one
@@ -51,12 +52,15 @@ from viasd_adapt.models.pair import LoadedPair
 from viasd_adapt.frameworks.requests import RunRequest
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.core.sampling import SamplingConfig
-from viasd_adapt.core.settings import ADAPTIVE_MODES, ADAPTIVE_SUFFIX, TierSettings, label_settings
+from viasd_adapt.core.settings import ADAPTIVE_MODES, ADAPTIVE_SUFFIX, FIXED_SUFFIX, TierSettings, label_settings
 
 AR = "ar"
 TIER_MODES = frameworks.TIER_MODES
-#: every row a plan may name: the tier modes, and the adaptive twins of lossless and lossy
-ROW_MODES = TIER_MODES + tuple(mode.value + ADAPTIVE_SUFFIX for mode in ADAPTIVE_MODES)
+#: every row a plan may name: the tier modes (lossless and lossy adaptive, as a default run), and
+#: lossless and lossy with the tier on every cycle (``-fixed``)
+ROW_MODES = TIER_MODES + tuple(mode.value + FIXED_SUFFIX for mode in ADAPTIVE_MODES)
+#: the rows' older names, still accepted: ``lossless-adaptive`` is now ``lossless``
+OLD_ROW_MODES = tuple(mode.value + ADAPTIVE_SUFFIX for mode in ADAPTIVE_MODES)
 DEFAULT_MODES = ("none", "lenient", "lossless", "lossy", "audit")
 # The next-line task keeps the last this-many tokens of each prefix: enough code context, and
 # room for EAGLE's tree in small models' position tables.
@@ -88,10 +92,13 @@ class RunPlan:
     task_tokens: int = 24  # tokens generated per next-line example
     stop_at_eos: bool = False
     plain_rows: bool = True  # the frameworks' stock (viasd-adapt-free) rows; ``viasd demo`` leaves them out
-    adaptive: bool = True  # each lossless and lossy row gets its adaptive twin (module docstring)
+    adaptive: bool = True  # each lossless and lossy row gets its fixed-tier twin (module docstring)
 
     def __post_init__(self) -> None:
         check_max_new_tokens(self.max_new_tokens)
+        # the older names of the adaptive rows (lossless-adaptive) name the bare rows now
+        object.__setattr__(self, "modes", tuple(dict.fromkeys(
+            mode[: -len(ADAPTIVE_SUFFIX)] if mode in OLD_ROW_MODES else mode for mode in self.modes)))
         if self.repeats < 1:
             raise ConfigError(f"repeats must be >= 1, got {self.repeats}")
         unknown = [m for m in self.modes if m not in ROW_MODES]
@@ -104,11 +111,11 @@ class RunPlan:
 
     @property
     def row_modes(self) -> list[str]:
-        """The tier rows of each framework, in order: ``modes``, each lossless and lossy row followed
-        by its adaptive twin when ``adaptive`` is on."""
+        """The tier rows of each framework, in order: ``modes``, each lossless and lossy row (the
+        adaptive tier, as a default run) followed by its fixed-tier twin when ``adaptive`` is on."""
         rows: list[str] = []
         for mode in self.modes:
-            twin = mode + ADAPTIVE_SUFFIX
+            twin = mode + FIXED_SUFFIX
             rows += [mode] + ([twin] if self.adaptive and twin in ROW_MODES and twin not in self.modes else [])
         return list(dict.fromkeys(rows))
 

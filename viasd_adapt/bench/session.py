@@ -110,7 +110,7 @@ class BenchConfig:
     # --- what runs
     frameworks: tuple[str, ...] = DEFAULT_FRAMEWORKS
     modes: tuple[str, ...] = DEFAULT_MODES
-    adaptive: bool = True  # each lossless and lossy row gets its adaptive twin (viasd_adapt.bench.run)
+    adaptive: bool = True  # each lossless and lossy row gets its fixed-tier twin (viasd_adapt.bench.run)
     max_new_tokens: int = 64
     repeats: int = 3
     seed: int = 0

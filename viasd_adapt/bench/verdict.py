@@ -20,14 +20,16 @@ from viasd_adapt.config.budget import (
     Budget,
     recommend,
 )
-from viasd_adapt.core.settings import ADAPTIVE_MODES, ADAPTIVE_SUFFIX
+from viasd_adapt.core.settings import ADAPTIVE_MODES, FIXED_SUFFIX
 
-#: the adaptive rows (:mod:`viasd_adapt.bench.run`): weighed like any tier row
-ADAPTIVE_ROWS = tuple(mode.value + ADAPTIVE_SUFFIX for mode in ADAPTIVE_MODES)
+#: the fixed-tier rows (:mod:`viasd_adapt.bench.run`): weighed like any tier row
+FIXED_ROWS = tuple(mode.value + FIXED_SUFFIX for mode in ADAPTIVE_MODES)
+#: the adaptive rows: the bare lossless and lossy, what a default run costs
+ADAPTIVE_ROWS = tuple(mode.value for mode in ADAPTIVE_MODES)
 #: the rows a framework's verdict weighs (with the baselines ar and lookup)
-CANDIDATE_MODES = ("none", "lenient", "lossless", "lossy") + ADAPTIVE_ROWS
+CANDIDATE_MODES = ("none", "lenient", "lossless", "lossy") + FIXED_ROWS
 #: the rows whose output is exactly the target's (the adaptive tier keeps lossless exact)
-EXACT_MODES = ("none", "lossless", "lossless" + ADAPTIVE_SUFFIX)
+EXACT_MODES = ("none", "lossless", "lossless" + FIXED_SUFFIX)
 
 
 def _mode_label(row: dict) -> str:
@@ -52,8 +54,8 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
     """Per framework: the cheapest row (full-equivalent passes per token) within the fidelity
     budget (:class:`Budget`: LL drop, regret and, when set, the overrule rate), among plain
     autoregressive decoding (the ``ar`` row, when the bench ran it), untiered SD (none), lenient,
-    lossless and lossy with the tier on every cycle and with the adaptive tier (``lossless-adaptive``,
-    ``lossy-adaptive``), and whether the tier won. AR is a candidate because speculative decoding
+    lossless and lossy as a default run (the adaptive tier) and with the tier on every cycle
+    (``lossless-fixed``, ``lossy-fixed``), and whether the tier won. AR is a candidate because speculative decoding
     itself may not pay: on a CPU a block pass costs well over one single-token pass, and a weak
     drafter may not make up for it.
 
@@ -78,7 +80,7 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
         described = ", ".join(
             f"{_mode_label(r)} {r['full_equivalent_per_token']:.3f}"
             + (f" (LL drop {r['ll_drop']:+.3f})" if r.get("ll_drop") is not None
-               and r["mode"] in ("lenient", "lossy", "lossy" + ADAPTIVE_SUFFIX) else "")
+               and r["mode"] in ("lenient", "lossy", "lossy" + FIXED_SUFFIX) else "")
             for r in candidates
         )
         uncertainty = _uncertainty(candidates, use, budget)
@@ -108,11 +110,11 @@ def _judgement(cheapest: dict, use: dict) -> str:
     if use["framework"] == "lookup":
         return ("Stock prompt lookup (no drafter model, no tier) is the cheapest here, so the slim tier does not pay: "
                 "use lookup (generate(prompt_lookup_num_tokens=...)).")
-    if use["mode"] in TIER_MODES:
-        return "The slim tier pays here."
     if use["mode"] in ADAPTIVE_ROWS:
-        return ("The adaptive tier pays here (the slim tier on the cycles where it pays, untiered verification on "
-                "the others).")
+        return ("The default (adaptive) tier is the cheapest here (the slim tier on the cycles where it pays, "
+                "untiered verification on the others).")
+    if use["mode"] in TIER_MODES or use["mode"] in FIXED_ROWS:
+        return "The slim tier pays here."
     return f"The slim tier does not pay here: use {use['mode']}."
 
 

@@ -60,10 +60,10 @@ def bench_options(function):
         click.option("--frameworks", default=DEFAULT_FRAMEWORKS, show_default=True,
                      help="Comma-separated: hf, pearl, eagle, engine (the tier's own classic SD loop), lookup (stock HF prompt lookup, a baseline)."),
         click.option("--modes", default=DEFAULT_MODES, show_default=True,
-                     help="Comma-separated tier modes (none is always run); lossless and lossy run the tier on every cycle, "
-                          "lossless-adaptive and lossy-adaptive with the adaptive tier."),
-        adaptive_option("Beside each lossless and lossy row, its adaptive twin (lossless-adaptive, lossy-adaptive): the "
-                        "tier chosen cycle by cycle.", default=True),
+                     help="Comma-separated tier modes (none is always run); lossless and lossy run as a default run does "
+                          "(the adaptive tier), lossless-fixed and lossy-fixed with the tier on every cycle."),
+        adaptive_option("Beside each lossless and lossy row (the adaptive tier), its fixed twin (lossless-fixed, "
+                        "lossy-fixed): the tier on every cycle.", default=True),
         click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Interleaved repeats; medians are reported."),
         click.option("--seed", type=int, default=0, show_default=True,
                      help="Base seed of sampling (--temperature > 0; each prompt and repeat draws from a seed derived "

@@ -127,7 +127,7 @@ class ArmPrior:
     how many cycles that belief is worth (``weight``), at ``tokens_per_cycle`` committed tokens."""
 
     cost_per_token: float
-    weight: float = 8.0
+    weight: float = 2.0
     tokens_per_cycle: float = 2.0
 
     def __post_init__(self) -> None:
@@ -152,7 +152,7 @@ class RelativePrior:
 
     extra_cost: float
     extra_tokens: float = 0.0
-    weight: float = 3.0
+    weight: float = 2.0
 
     def __post_init__(self) -> None:
         if isinstance(self.extra_cost, bool) or not isinstance(self.extra_cost, (int, float)) \
@@ -167,73 +167,103 @@ class RelativePrior:
 
 @dataclass(frozen=True)
 class AdaptiveSettings:
-    """The controller's knobs (module docstring).
+    """The controller's knobs (module docstring; ``docs/adaptive.md`` says how they were chosen).
 
     Attributes:
-        confidence: how many standard errors of optimism an arm gets (0: purely greedy, never tries
-            an arm believed worse once both are known).
-        discount: weight kept per cycle by older observations and the prior, in (0, 1].
-        first_probe: with nothing known of the other arm, try it after this many cycles.
-        prior_cycles: how many cycles' worth the spread of a uniform draw counts for, against the
-            spread actually seen (module docstring).
+        discount: weight kept per cycle by older observations and the prior, in (0, 1]: with 0.9 an
+            arm's estimate rests mostly on its last ten or so observations, so it follows the text.
+        probe_budget: the share of a run's cost the controller may spend probing the idle arm while
+            it loses: the idle arm is tried once every ``gap / probe_budget`` cycles, where ``gap`` is
+            how much more it is believed to cost per token (a cheap probe may come often; one that
+            costs the tier's slim pass for nothing comes rarely).
+        min_interval, max_interval: the fewest and the most cycles between two probes of the idle arm.
+        first_probe: with nothing known of the other arm (no prior), try it after this many cycles.
     """
 
-    confidence: float = 1.0
-    discount: float = 0.99
+    discount: float = 0.9
+    probe_budget: float = 0.01
+    min_interval: int = 4
+    max_interval: int = 40
     first_probe: int = 2
-    prior_cycles: float = 2.0
 
     def __post_init__(self) -> None:
-        for name in ("confidence", "prior_cycles"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < float("inf"):
-                raise ConfigError(f"adaptive {name} must be a finite number >= 0, got {value!r}")
         if isinstance(self.discount, bool) or not isinstance(self.discount, (int, float)) or not 0.0 < self.discount <= 1.0:
             raise ConfigError(f"adaptive discount must be in (0, 1], got {self.discount!r}")
-        if isinstance(self.first_probe, bool) or not isinstance(self.first_probe, int) or self.first_probe < 1:
-            raise ConfigError(f"adaptive first_probe must be an integer >= 1, got {self.first_probe!r}")
+        if isinstance(self.probe_budget, bool) or not isinstance(self.probe_budget, (int, float)) \
+                or not 0.0 < self.probe_budget < float("inf"):
+            raise ConfigError(f"adaptive probe_budget must be a finite number > 0, got {self.probe_budget!r}")
+        for name in ("min_interval", "max_interval", "first_probe"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"adaptive {name} must be an integer >= 1, got {value!r}")
+        if self.max_interval < self.min_interval:
+            raise ConfigError(f"adaptive max_interval ({self.max_interval}) must be >= min_interval ({self.min_interval})")
 
 
-#: The relative spread of a prior's tokens per cycle (a cycle commits 1 to gamma + 1 tokens).
-PRIOR_SPREAD = 0.5
+@dataclass(frozen=True)
+class Revealed:
+    """What a cycle of one arm showed about the other arm's cycle over the same drafts.
+
+    A tier cycle whose full pass saw the draft block (the lossless cascade's q over the kept
+    drafts; a lossy cycle that escalated) knows, for every draft that pass saw, the probability
+    that untiered SD's rule accepts it (0 or 1 when greedy): ``accept``, in draft order, for the
+    first drafts of the block. ``drafted``: the drafts in the block; ``bonus``: whether a block
+    accepted whole earns a token after it; ``cost``: the priced passes that untiered cycle would
+    have run (a drafter pass per draft and one full pass).
+    """
+
+    accept: tuple[float, ...]
+    drafted: int
+    cost: float
+    bonus: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.drafted, bool) or not isinstance(self.drafted, int) or self.drafted < 1:
+            raise ValueError(f"a revealed cycle drafts at least one token, got {self.drafted!r}")
+        if len(self.accept) > self.drafted or any(not 0.0 <= a <= 1.0 for a in self.accept):
+            raise ValueError(f"accept must be at most {self.drafted} probabilities, got {self.accept!r}")
+        if not self.cost >= 0:
+            raise ValueError(f"a revealed cycle cannot cost {self.cost}")
+
+    def expected_tokens(self, unseen_accept: float) -> float:
+        """The tokens the untiered cycle commits, in expectation over its acceptance draws: the drafts
+        it accepts, then one token (its correction, or the bonus after a whole block). A draft the
+        full pass did not see is accepted with probability ``unseen_accept``."""
+        accepted, reach = 0.0, 1.0  # reach: the chance that the first k drafts are all accepted
+        for k in range(self.drafted):
+            reach *= self.accept[k] if k < len(self.accept) else unseen_accept
+            if reach <= 0.0:
+                break
+            accepted += reach
+        return accepted + (1.0 - reach) + (reach if self.bonus else 0.0)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the cycle is known without a guess: every draft seen, or one rejected outright."""
+        return len(self.accept) == self.drafted or 0.0 in self.accept
 
 
 @dataclass
 class _ArmState:
-    """Discounted sums of one arm: priced cost, committed tokens and their squares, cycles (prior
-    pseudo-cycles included)."""
+    """Discounted sums of one arm's observations (its own cycles and what other cycles revealed of
+    it): priced cost, committed tokens, cycles."""
 
     cost: float = 0.0
     tokens: float = 0.0
-    squares: float = 0.0
     cycles: float = 0.0
 
     def estimate(self) -> float | None:
         """Cost per committed token, or None when nothing is known of the arm."""
         return self.cost / self.tokens if self.tokens > 0 else None
 
-    def optimistic(self, confidence: float, most_tokens: int, prior_cycles: float) -> float | None:
-        """The cost per token if the arm commits ``confidence`` standard errors more tokens per cycle
-        than seen (at most ``most_tokens``); None when nothing is known of the arm."""
-        if self.cycles <= 0 or self.tokens <= 0:
-            return None
-        mean = self.tokens / self.cycles
-        seen = max(0.0, self.squares / self.cycles - mean * mean)
-        uniform = (most_tokens - 1) ** 2 / 12.0  # the variance of a uniform draw over 1 .. most_tokens
-        variance = (self.cycles * seen + prior_cycles * uniform) / (self.cycles + prior_cycles)
-        bound = min(float(most_tokens), mean + confidence * math.sqrt(variance / self.cycles))
-        return (self.cost / self.cycles) / bound
-
-    def add(self, cost: float, tokens: float, cycles: float = 1.0, squares: float | None = None) -> None:
+    def add(self, cost: float, tokens: float, cycles: float = 1.0) -> None:
         self.cost += cost
         self.tokens += tokens
-        self.squares += tokens * tokens if squares is None else squares
         self.cycles += cycles
 
     def decay(self, factor: float) -> None:
         self.cost *= factor
         self.tokens *= factor
-        self.squares *= factor
         self.cycles *= factor
 
 
@@ -241,9 +271,9 @@ class _ArmState:
 class TierController:
     """Chooses each cycle's arm from the cycles before it (module docstring).
 
-    Use: ``arm = controller.choose()`` before the cycle, ``controller.observe(arm, cost, tokens)``
-    after it. ``choose`` is a pure function of what was observed: calling it twice gives the
-    same arm, and it never looks at the cycle it decides. ``most_tokens``: the most tokens one
+    Use: ``arm = controller.choose()`` before the cycle, ``controller.observe(arm, cost, tokens,
+    revealed)`` after it. ``choose`` is a pure function of what was observed: calling it twice gives
+    the same arm, and it never looks at the cycle it decides. ``most_tokens``: the most tokens one
     cycle can commit (gamma + 1).
     """
 
@@ -258,24 +288,39 @@ class TierController:
         self._arms = {arm: _ArmState() for arm in Arm}
         for arm, prior in self.priors.items():
             tokens = prior.weight * prior.tokens_per_cycle
-            self._arms[Arm(arm)].add(tokens * prior.cost_per_token, tokens, prior.weight,
-                                     squares=tokens * prior.tokens_per_cycle * (1 + PRIOR_SPREAD ** 2))
+            self._arms[Arm(arm)].add(tokens * prior.cost_per_token, tokens, prior.weight)
         self.cycles = 0
         self._relative_weight = self.relative.weight if self.relative is not None else 0.0
+        # discounted sums of the tier's difference from untiered SD on the cycles that showed both
+        self._paired = _ArmState()
+        # cycles since each arm was last observed (run, or revealed by the other arm's cycle)
+        self._since = {arm: 0 for arm in Arm}
+        # untiered SD's acceptance of a draft its full pass did not see: discounted sums, from a
+        # prior of one draft accepted half the time
+        self._accepted, self._judged = 0.5, 1.0
         self.history: list[Arm] = []
+        #: per cycle, whether it revealed the arm it did not run
+        self.revealed: list[bool] = []
 
     # ------------------------------------------------------------------ decisions
     def _views(self) -> dict[Arm, _ArmState]:
-        """What is known of each arm: its own cycles, and for the tier the relative prior's
-        pseudo-cycles, stated against the untiered arm's cycles as measured so far."""
+        """What is known of each arm: its observations, and for the tier its difference from the
+        untiered arm, stated against the untiered arm's cycles as measured so far. That difference
+        is the relative prior's, fading, and what the cycles that ran both arms over the same drafts
+        showed (a tier cycle revealing the untiered one): paired on the same drafts, it is known far
+        better than either arm's level, which moves with the text."""
         plain, tier = self._arms[Arm.PLAIN], self._arms[Arm.TIER]
-        if self._relative_weight <= 0 or plain.cycles <= 0:
+        paired = self._paired
+        weight = self._relative_weight + paired.cycles
+        if weight <= 0 or plain.cycles <= 0:
             return self._arms
-        view = _ArmState(tier.cost, tier.tokens, tier.squares, tier.cycles)
-        weight, relative = self._relative_weight, self.relative
-        cost = max(plain.cost / plain.cycles + relative.extra_cost, 1e-6)
-        tokens = max(1.0, plain.tokens / plain.cycles + relative.extra_tokens)
-        view.add(weight * cost, weight * tokens, weight, squares=weight * tokens * tokens * (1 + PRIOR_SPREAD ** 2))
+        relative = self.relative or RelativePrior(0.0, weight=0.0)
+        extra_cost = (self._relative_weight * relative.extra_cost + paired.cost) / weight
+        extra_tokens = (self._relative_weight * relative.extra_tokens + paired.tokens) / weight
+        view = _ArmState(tier.cost, tier.tokens, tier.cycles)
+        cost = max(plain.cost / plain.cycles + extra_cost, 1e-6)
+        tokens = max(1.0, plain.tokens / plain.cycles + extra_tokens)
+        view.add(weight * cost, weight * tokens, weight)
         return {Arm.TIER: view, Arm.PLAIN: plain}
 
     def estimates(self) -> dict[Arm, float | None]:
@@ -293,28 +338,54 @@ class TierController:
             return Arm.TIER if plain is None else Arm.PLAIN
         return Arm.TIER if tier < plain else Arm.PLAIN
 
+    def probe_interval(self) -> int:
+        """Cycles between two probes of the idle arm: ``gap / probe_budget`` (AdaptiveSettings),
+        within ``min_interval .. max_interval``."""
+        estimates, best = self.estimates(), self.exploited()
+        if estimates[best] is None or estimates[best.other] is None:
+            return self.settings.min_interval
+        gap = max(0.0, estimates[best.other] / estimates[best] - 1.0)
+        interval = math.ceil(gap / self.settings.probe_budget)
+        return min(self.settings.max_interval, max(self.settings.min_interval, interval))
+
     def choose(self) -> Arm:
-        """The arm of the next cycle, from the cycles before it only."""
+        """The arm of the next cycle, from the cycles before it only: the arm believed cheaper,
+        unless the other one has gone unobserved for :meth:`probe_interval` cycles."""
         best = self.exploited()
-        views = self._views()
-        other = views[best.other]
-        if other.estimate() is None:  # never seen: tried once the exploited arm has a first measure
+        if self.estimates()[best.other] is None:  # never seen: tried once the exploited arm has a first measure
             return best.other if self.cycles >= self.settings.first_probe else best
-        optimistic = other.optimistic(self.settings.confidence, self.most_tokens, self.settings.prior_cycles)
-        return best.other if optimistic < views[best].estimate() else best
+        return best.other if self._since[best.other] >= self.probe_interval() else best
 
     # ------------------------------------------------------------------ observations
-    def observe(self, arm: Arm, cost: float, tokens: int) -> None:
-        """One finished cycle of ``arm``: its priced passes and the tokens it committed."""
+    def unseen_accept(self) -> float:
+        """How often untiered SD accepts a draft, as the revealed cycles show it (discounted)."""
+        return self._accepted / self._judged
+
+    def observe(self, arm: Arm, cost: float, tokens: int, revealed: Revealed | None = None) -> None:
+        """One finished cycle of ``arm``: its priced passes and the tokens it committed, and what it
+        revealed of the untiered arm when ``arm`` is the tier (:class:`Revealed`)."""
         arm = Arm(arm)
         if not cost >= 0 or not tokens >= 0:
             raise ValueError(f"a cycle cannot cost {cost} or commit {tokens} tokens")
+        discount = self.settings.discount
         for state in self._arms.values():
-            state.decay(self.settings.discount)
-        self._relative_weight *= self.settings.discount
+            state.decay(discount)
+        self._relative_weight *= discount
+        self._paired.decay(discount)
         self._arms[arm].add(cost, tokens)
+        self._since[arm] = 0
+        self._since[arm.other] += 1
+        if revealed is not None and arm is Arm.TIER:
+            self._accepted, self._judged = self._accepted * discount, self._judged * discount
+            self._accepted += sum(revealed.accept)
+            self._judged += len(revealed.accept)
+            plain_tokens = revealed.expected_tokens(self.unseen_accept())
+            self._arms[Arm.PLAIN].add(revealed.cost, plain_tokens)
+            self._paired.add(cost - revealed.cost, tokens - plain_tokens)
+            self._since[Arm.PLAIN] = 0
         self.cycles += 1
         self.history.append(arm)
+        self.revealed.append(revealed is not None and arm is Arm.TIER)
 
     @property
     def tier_cycles(self) -> int:
@@ -355,4 +426,4 @@ class AdaptivePlan:
                             "priors: the tier stated against the untiered arm (nothing measured)"))
 
 
-__all__ = ["AdaptivePlan", "AdaptiveSettings", "Arm", "ArmPrior", "PassPrices", "RelativePrior", "TierController"]
+__all__ = ["AdaptivePlan", "AdaptiveSettings", "Arm", "ArmPrior", "PassPrices", "RelativePrior", "Revealed", "TierController"]

@@ -77,6 +77,7 @@ class CyclePolicy:
     rules: TierRules = BUILTIN_RULES
     bonus_after_block: bool = True
     slim_extends_only: bool = False
+    reveal_untiered: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,10 @@ class CycleOutcome:
     slim_passes: int = 0
     full_passes: int = 0
     audit: AuditRecord | None = None
+    #: with ``CyclePolicy.reveal_untiered``, in a tiered cycle whose full pass saw drafts: the
+    #: probability that untiered SD's rule accepts each of the first drafts that pass saw (0 or 1
+    #: when greedy), in order; None when the cycle ran no full pass over the drafts
+    untiered_accept: tuple[float, ...] | None = None
 
 
 @dataclass
@@ -129,6 +134,7 @@ class _Calls:
     verifiers: Verifiers
     slim_passes: int = 0
     full_passes: int = 0
+    untiered_accept: tuple[float, ...] | None = None
 
     def slim(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.verifiers.slim is None:
@@ -185,7 +191,19 @@ def decide_cycle(
         result, audit = _cascade(drafts, ids, p, calls, policy, generator, stop), None
     else:
         result, audit = _three_tiers(drafts, ids, p, calls, policy, generator, stop)
-    return CycleOutcome(result, calls.slim_passes, calls.full_passes, audit)
+    return CycleOutcome(result, calls.slim_passes, calls.full_passes, audit, calls.untiered_accept)
+
+
+def untiered_accept(drafts: torch.Tensor, p: torch.Tensor, q: torch.Tensor, seen: int, policy: CyclePolicy) -> tuple[float, ...]:
+    """What a full pass over the first ``seen`` drafts shows of untiered SD's cycle: the probability
+    that its rule (the lossless one, asked of the run's rules, as mode ``none`` asks it) accepts each
+    of those drafts. ``q``'s rows ``0 .. seen - 1`` must be q's distributions at those drafts.
+    Computed after the cycle's own decision and from no random draw, so the cycle is unchanged."""
+    if seen <= 0:
+        return ()
+    accept = policy.rules.viasd_lossless_accept_prob(tokens=drafts[:seen], proposer=p[:seen], verifier=q[:seen],
+                                                     greedy=policy.greedy)
+    return tuple(float(a) for a in accept.clamp(0.0, 1.0).tolist())
 
 
 def _finish(result: CycleResult, ids: list[int], policy: CyclePolicy, stop: StopRule) -> CycleResult:
@@ -221,6 +239,8 @@ def _cascade(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, stop
     accept = rule_for(policy.settings.mode).then.accept_prob(rules, candidates, candidate_probs, q, policy.settings, greedy)
     verdict = verify_block(candidates, candidate_probs, q, accept, greedy, generator)
     n = verdict.n_accepted
+    if policy.reveal_untiered:  # q's rows 0 .. n_kept follow the kept drafts, which are the block's first
+        calls.untiered_accept = untiered_accept(drafts, p, q, min(n_kept + 1, g), policy)
     # the kept drafts are known on the host; only u's own token (when q kept it) is read back
     candidate_ids = ids[: min(n, n_kept)] + (candidates[n_kept:n].tolist() if n > n_kept else [])
     result = verified_cycle(candidate_ids + [verdict.next_token], n, n_kept, g)
@@ -241,6 +261,8 @@ def _three_tiers(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, 
         if route.escalate_at is not None:
             q = q if q is not None else calls.full(drafts)
             escalation = escalate(drafts, p, q, route.escalate_at, settings, greedy, generator, policy.rules)
+            if policy.reveal_untiered:  # q saw the whole block
+                calls.untiered_accept = untiered_accept(drafts, p, q, g, policy)
         result = join_cycle(ids, route, escalation)
     result = _finish(result, ids, policy, stop)
     record = audit_cycle(drafts, p, u, q, route, result, settings, greedy, policy.rules) if audit else None
@@ -255,4 +277,5 @@ __all__ = [
     "Verifiers",
     "decide_cycle",
     "end_at_block",
+    "untiered_accept",
 ]

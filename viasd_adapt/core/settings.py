@@ -161,26 +161,46 @@ class TierSettings:
 
 #: The modes the adaptive tier applies to (:attr:`TierSettings.adapts`).
 ADAPTIVE_MODES = (Mode.LOSSLESS, Mode.LOSSY)
-#: How a row (bench) or a family (tune) that runs a mode with the adaptive tier is named: the mode's
-#: name and this suffix, ``lossless-adaptive``; the bare mode names the tier on every cycle.
+#: How a row (bench) that runs a mode with the tier on every cycle is named: the mode's name and
+#: this suffix, ``lossless-fixed``. The bare mode names what a default run does: the adaptive tier.
+FIXED_SUFFIX = "-fixed"
+#: How reports written before the default rows took the bare names named the adaptive rows
+#: (``lossless-adaptive``); still read (:func:`label_settings`, :func:`renamed_row`).
 ADAPTIVE_SUFFIX = "-adaptive"
 
 
 def mode_label(settings: "TierSettings") -> str:
-    """The row name of ``settings``: its mode, with :data:`ADAPTIVE_SUFFIX` when the tier adapts."""
-    return settings.mode.value + (ADAPTIVE_SUFFIX if settings.adapts else "")
+    """The row name of ``settings``: its mode, with :data:`FIXED_SUFFIX` when a mode that can adapt
+    runs the tier on every cycle."""
+    fixed = settings.mode in ADAPTIVE_MODES and not settings.adapts
+    return settings.mode.value + (FIXED_SUFFIX if fixed else "")
 
 
 def label_settings(label: str) -> dict[str, Any]:
     """The settings a row named ``label`` runs (:func:`mode_label`'s inverse): ``{"mode": ...,
-    "adaptive": ...}``. A bare tiered mode is the tier on every cycle (``adaptive=False``), so that
-    its figures stay comparable with rows measured before the adaptive tier existed."""
-    adaptive = label.endswith(ADAPTIVE_SUFFIX)
-    mode = Mode.parse(label[: -len(ADAPTIVE_SUFFIX)] if adaptive else label)
-    if adaptive and mode not in ADAPTIVE_MODES:
-        choices = ", ".join(m.value + ADAPTIVE_SUFFIX for m in ADAPTIVE_MODES)
-        raise ConfigError(f"{label!r}: only {choices} adapt (audit keeps the tier on every cycle)")
-    return {"mode": mode, "adaptive": adaptive}
+    "adaptive": ...}``. A bare lossless or lossy row is the default, adaptive; ``-fixed`` is the tier
+    on every cycle; the older ``-adaptive`` names still read as the adaptive tier."""
+    for suffix, adaptive in ((FIXED_SUFFIX, False), (ADAPTIVE_SUFFIX, True)):
+        if label.endswith(suffix):
+            mode = Mode.parse(label[: -len(suffix)])
+            if mode not in ADAPTIVE_MODES:
+                choices = ", ".join(m.value + suffix for m in ADAPTIVE_MODES)
+                raise ConfigError(f"{label!r}: only {choices} exist (audit keeps the tier on every cycle; "
+                                  "none and lenient run no slim tier)")
+            return {"mode": mode, "adaptive": adaptive}
+    mode = Mode.parse(label)
+    return {"mode": mode, "adaptive": mode in ADAPTIVE_MODES}
+
+
+def renamed_row(label: str) -> str:
+    """A row name of a report written before the default rows took the bare names (bench reports
+    up to version 2, tune points whose family ends in ``-adaptive``) as it is named now: the bare
+    ``lossless`` / ``lossy`` were the tier on every cycle (now ``-fixed``), ``-adaptive`` the default."""
+    if label.endswith(ADAPTIVE_SUFFIX):
+        return label[: -len(ADAPTIVE_SUFFIX)]
+    if label in tuple(mode.value for mode in ADAPTIVE_MODES):
+        return label + FIXED_SUFFIX
+    return label
 
 
 # A documented preset that trades some speed for fidelity: a stricter gate 1 and a slim tier that

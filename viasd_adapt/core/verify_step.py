@@ -30,7 +30,9 @@ When the settings adapt (:attr:`~viasd_adapt.core.settings.TierSettings.adapts`)
 * :meth:`decide` decides with the arm's policy: the run's (TIER), or the same with mode ``none``
   (PLAIN: the untiered framework's verification, so the slim verifier is never called);
 * :meth:`record` counts the cycle (``TierMetrics.tier_cycles`` counts the tier's) and, after the
-  stop cut, shows the controller its priced passes and committed tokens.
+  stop cut, shows the controller its priced passes and committed tokens, and, for a tier cycle
+  whose full pass saw the drafts, what untiered SD would have committed over them
+  (:class:`~viasd_adapt.core.adaptive.Revealed`: the untiered arm is learnt on tier cycles too).
 
 A step whose settings do not adapt has a fixed arm: the tier in the tiered modes, untiered in none
 and lenient. Nothing else changes for it: same decisions, same tokens, same metrics.
@@ -46,7 +48,7 @@ import contextlib
 import pluggy
 import torch
 
-from viasd_adapt.core.adaptive import AdaptivePlan, Arm, TierController
+from viasd_adapt.core.adaptive import AdaptivePlan, Arm, Revealed, TierController
 from viasd_adapt.core.settings import check_settings
 from viasd_adapt.core.cycle import CycleOutcome, CyclePolicy, StopRule, Verifiers, decide_cycle
 from viasd_adapt.core.hooks import TierObserver, hook_rules, make_plugin_manager
@@ -114,7 +116,8 @@ class VerifyStep:
         (EAGLE: its tree's depth + 1); the plan's otherwise.
         """
         greedy = self.policy.greedy if greedy is None else greedy
-        self.policy = CyclePolicy(self.settings, greedy, self.rules, self.bonus_after_block)
+        self.policy = CyclePolicy(self.settings, greedy, self.rules, self.bonus_after_block,
+                                  reveal_untiered=self.adaptive is not None)
         self.monitor = DrafterQualityMonitor(self.settings.mode, greedy, self.framework, self.thresholds)
         self.ledger = CycleLedger(self.observer, stop=stop)
         if self.adaptive is not None and most_tokens is not None and most_tokens != self.adaptive.most_tokens:
@@ -207,15 +210,19 @@ class VerifyStep:
         engine, HF and PEARL count their drafter's passes once, at the end of the generation.
         """
         if measured is not None:
-            outcome = CycleOutcome(outcome.result, measured.slim, measured.full, outcome.audit)
+            outcome = CycleOutcome(outcome.result, measured.slim, measured.full, outcome.audit, outcome.untiered_accept)
         arm = self.next_arm()
         self._arm = None
         with self._watched():
             self.ledger.record(outcome, drafted, draft_passes, resumed_full_passes, tier=arm is Arm.TIER)
         if self.controller is not None:
-            cost = self.adaptive.prices.cycle_cost(draft_passes or drafted, outcome.slim_passes, outcome.full_passes,
-                                                   resumed_full_passes)
-            self.controller.observe(arm, cost, len(outcome.result.tokens))
+            prices = self.adaptive.prices
+            cost = prices.cycle_cost(draft_passes or drafted, outcome.slim_passes, outcome.full_passes, resumed_full_passes)
+            revealed = None
+            if arm is Arm.TIER and outcome.untiered_accept is not None and drafted > 0:
+                revealed = Revealed(outcome.untiered_accept, drafted, prices.cycle_cost(draft_passes or drafted, 0, 1),
+                                    bonus=self.bonus_after_block)
+            self.controller.observe(arm, cost, len(outcome.result.tokens), revealed)
 
     def verify(self, drafts: torch.Tensor, p: torch.Tensor, verifiers: Verifiers,
                generator: torch.Generator | None = None, stop: StopRule = StopRule(),

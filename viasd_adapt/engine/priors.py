@@ -58,7 +58,7 @@ from torch import nn
 
 from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.config.tuned import TunedPoint, TunedSettings
-from viasd_adapt.core.adaptive import AdaptivePlan, AdaptiveSettings, Arm, ArmPrior, PassPrices, RelativePrior
+from viasd_adapt.core.adaptive import AdaptivePlan, ArmPrior, PassPrices, RelativePrior
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.routing.layers import find_decoder_stack
@@ -112,17 +112,19 @@ def _measured_prices(costs: Any) -> PassPrices | None:
         return None
 
 
-def prior_weight(point: TunedPoint, settings: AdaptiveSettings = AdaptiveSettings()) -> float:
-    """How many cycles a measured point is worth: the cycles it measured, up to the controller's
-    memory (``1 / (1 - discount)`` cycles: with the default discount, 100). The calibration ran
-    hundreds of cycles; the controller never holds more evidence than its memory, and a sequence's
-    own cycles still move it (each one weighs as much as one measured cycle). A point that states
-    no cycles (written by hand) is worth :class:`ArmPrior`'s default."""
-    memory = 1.0 / (1.0 - settings.discount) if settings.discount < 1.0 else float("inf")
+#: How many cycles a calibration point is worth as a prior: a few, so that the sequence's own cycles
+#: outweigh it after a few cycles (docs/adaptive.md: how it was chosen, on synthetic arms and on the
+#: bench's mixed prompts). The calibration ran other prompts, often under another load.
+PRIOR_WEIGHT = 2.0
+
+
+def prior_weight(point: TunedPoint) -> float:
+    """How many cycles a measured point is worth: :data:`PRIOR_WEIGHT`, or fewer when the point
+    measured fewer cycles (written by hand with one or two, say)."""
     cycles = point.metrics.get("cycles") if isinstance(point.metrics, dict) else None
     if isinstance(cycles, bool) or not isinstance(cycles, (int, float)) or not cycles > 0:
-        return ArmPrior.__dataclass_fields__["weight"].default
-    return float(min(cycles, round(memory, 6)))
+        return PRIOR_WEIGHT
+    return float(min(cycles, PRIOR_WEIGHT))
 
 
 def _prior(point: TunedPoint | None) -> ArmPrior | None:
@@ -176,27 +178,20 @@ def adaptive_plan(settings: TierSettings, target: nn.Module, routing: RoutingMas
     else:
         prices = layer_prices(target, routing, drafter_price(target, drafter))
         sources.append("prices: by layer counts of the mask and parameter counts of the drafter")
-    priors: dict[Arm, ArmPrior] = {}
     relative = None
     if same_drafter:
-        plain = tuned.best("sd")
-        if _describes(plain, settings, ("gamma",)) and _prior(plain) is not None:
-            priors[Arm.PLAIN] = _prior(plain)
-        tier = tuned.best(_FAMILY[settings.mode])
-        if _describes(tier, settings, _PRIOR_FIELDS[settings.mode]) and tier.mask is not None \
+        plain, tier = tuned.best("sd"), tuned.best(_FAMILY[settings.mode])
+        if _describes(plain, settings, ("gamma",)) and _prior(plain) is not None \
+                and _describes(tier, settings, _PRIOR_FIELDS[settings.mode]) and tier.mask is not None \
                 and Path(tier.mask).name == Path(name).name and _prior(tier) is not None:
-            if Arm.PLAIN in priors:
-                relative = _relative(priors[Arm.PLAIN], _prior(tier))
-                sources.append("priors: measured points of tuned.json (untiered; the tier stated against it)")
-            else:
-                priors[Arm.TIER] = _prior(tier)
-    if priors and relative is None:
-        sources.append("priors: measured points of tuned.json (" + ", ".join(arm.value for arm in priors) + ")")
-    if relative is None and Arm.TIER not in priors:
-        relative = RelativePrior(extra_cost=prices.slim)
+            relative = _relative(_prior(plain), _prior(tier))
+            sources.append("priors: the tier stated against the untiered arm by the measured points of tuned.json "
+                           f"(worth {relative.weight:g} cycles)")
+    if relative is None:
+        relative = RelativePrior(extra_cost=prices.slim, weight=PRIOR_WEIGHT)
         sources.append("priors: the tier stated against the untiered arm (a slim pass more per cycle, "
                        "nothing measured)")
-    return AdaptivePlan(prices, priors, relative, settings.gamma + 1, sources=tuple(sources))
+    return AdaptivePlan(prices, {}, relative, settings.gamma + 1, sources=tuple(sources))
 
 
-__all__ = ["adaptive_plan", "drafter_price", "layer_prices", "parameter_count", "prior_weight", "tuned_mask_name"]
+__all__ = ["PRIOR_WEIGHT", "adaptive_plan", "drafter_price", "layer_prices", "parameter_count", "prior_weight", "tuned_mask_name"]
