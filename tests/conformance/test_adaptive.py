@@ -22,11 +22,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support.adaptive import AnticipatingStep, both_arms_ran, switching
+from tests.support.adaptive import AnticipatingStep, both_arms_ran, real_switching, switching
 from tests.support.expected_warnings import junk_drafter_warning
 from tests.support.frameworks import Recorder
 from tests.support.stats import ALPHA, chi_square_pvalue, exact_joint, joint_counts, outside_support
-from viasd_adapt.core.adaptive import Arm
+from viasd_adapt.core.adaptive import Arm, TierController
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
@@ -37,11 +37,12 @@ FRAMEWORKS = ["engine", "hf", "pearl", "eagle", "seq2seq"]
 N, GAMMA = 24, 4
 
 
-def _generate(driver, prompt, n, settings, **kwargs):
+def _generate(driver, prompt, n, settings, controllers=switching, **kwargs):
     """One generation with a switching controller; returns it and the controller that decided it
     (a step makes one when it is built, and one per generation; EAGLE may continue past EOS with
-    another ``eagenerate`` call: its arms, in order, are the generation's)."""
-    with switching() as controllers:
+    another ``eagenerate`` call: its arms, in order, are the generation's). ``controllers``: the
+    forced alternating ones, or :func:`~tests.support.adaptive.real_switching`'s real ones."""
+    with controllers() as controllers:
         out = driver.generate(prompt, n, settings, **kwargs)
     used = [c for c in controllers if c.history]
     assert used
@@ -62,6 +63,26 @@ def test_adaptive_lossless_is_the_targets_greedy_output_while_switching(drivers,
             m = out.metrics
             assert m.tier_cycles == controller.history.count(Arm.TIER) and m.slim_passes <= m.tier_cycles
             assert m.full_passes == m.cycles  # q on every cycle, on either arm
+    driver.assert_pristine()
+
+
+@pytest.mark.parametrize("framework, family", [("engine", "llama"), ("hf", "llama"), ("pearl", "llama"), ("eagle", "llama"),
+                                               ("seq2seq", "bart")])
+def test_the_real_controller_keeps_adaptive_lossless_the_targets_greedy_output(drivers, request, framework, family):
+    """The same identity with the real controller and the plan each framework's run builds (its
+    prices and priors), its knobs set to probe an idle arm after one cycle so that both arms run (the forced
+    alternating test above holds the control: a lossy run overrules the target)."""
+    driver = drivers.greedy(request, framework, family)
+    switched = 0
+    for variant in ("route", "cascade") if framework == "eagle" else (None,):
+        for prompt, n, gamma in zip(driver.prompts[1:], (9, 26), (1, 6)):
+            out, controller = _generate(driver, prompt, n, TierSettings(mode="lossless", gamma=gamma),
+                                        controllers=real_switching, variant=variant)
+            assert type(controller) is TierController
+            assert out.tokens == driver.reference(prompt, n), (variant, prompt)
+            switched += both_arms_ran(controller)
+            assert out.metrics.tier_cycles == controller.history.count(Arm.TIER)
+    assert switched >= 1
     driver.assert_pristine()
 
 

@@ -43,22 +43,24 @@ N_SAMPLES = 300
 
 
 #: lossless: the cascade on every cycle; lossless-switching: the adaptive tier, its controller made to
-#: alternate (tests/support/adaptive.py), so that both arms decide tokens of one joint
+#: alternate (tests/support/adaptive.py), so that both arms decide tokens of one joint;
+#: lossless-real: the real controller, from the plan the run built, with knobs that make it switch
 MODES_SAMPLED = {"none": TierSettings(mode="none", gamma=2), "lossless": TierSettings(mode="lossless", gamma=2, adaptive=False),
-                 "lossless-switching": TierSettings(mode="lossless", gamma=2)}
+                 "lossless-switching": TierSettings(mode="lossless", gamma=2),
+                 "lossless-real": TierSettings(mode="lossless", gamma=2)}
 
 
-def _sampled_counts(driver, settings, switches: bool):
-    """The joint counts of N_SAMPLES generations, their summed metrics, and (switching) how many
-    generations ran both arms."""
-    from tests.support.adaptive import both_arms_ran, switching
+def _sampled_counts(driver, settings, switches):
+    """The joint counts of N_SAMPLES generations, their summed metrics, and (switching: a context
+    of tests/support/adaptive.py) how many generations ran both arms."""
+    from tests.support.adaptive import both_arms_ran
 
     sampling, prompt, skip = SAMPLING, driver.prompts[0], driver.first_drafted
     total, mixed = TierMetrics(), 0
 
     def sample(seed: int) -> list[int]:
         nonlocal total, mixed
-        with switching() if switches else contextlib.nullcontext([]) as controllers:
+        with switches() if switches else contextlib.nullcontext([]) as controllers:
             out = driver.generate(prompt, skip + 2, settings, sampling=sampling, seed=seed)
         mixed += any(both_arms_ran(c) for c in controllers)
         total = total.merge(out.metrics)
@@ -72,7 +74,9 @@ def _sampled_counts(driver, settings, switches: bool):
 def test_two_generated_tokens_follow_the_targets_exact_joint(drivers, request, framework, mode):
     driver = drivers.sampling(request, framework)
     sampling, prompt, skip = SAMPLING, driver.prompts[0], driver.first_drafted
-    switches = mode == "lossless-switching"
+    from tests.support.adaptive import real_switching, switching
+
+    switches = {"lossless-switching": switching, "lossless-real": real_switching}.get(mode)
     counts, total, mixed = _sampled_counts(driver, MODES_SAMPLED[mode], switches)
     mode = "lossless" if switches else mode
     assert counts.sum() == N_SAMPLES

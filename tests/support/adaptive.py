@@ -6,6 +6,9 @@
   which the real controller does only where the arms cost about the same.
 * :func:`switching`: every verify step opened inside it (any framework: the adaptive plan builds
   each generation's controller) gets an :class:`Alternating` controller; scoped, restored on exit.
+* :func:`real_switching`: every verify step opened inside it gets the real controller, from the plan
+  its run built, with knobs that make it probe an idle arm after one cycle: both arms run in short
+  sequences, and every decision is still the real one.
 * :class:`AnticipatingStep`: the CONTROL. A verify step that decides each cycle both ways (the tier,
   then untiered, each with its own draws) and keeps the decision that commits more tokens: its arm
   depends on the cycle's outcome. Each decision alone is exact; keeping the longer one is not, and
@@ -15,9 +18,10 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Iterator
 
-from viasd_adapt.core.adaptive import AdaptivePlan, Arm, TierController
+from viasd_adapt.core.adaptive import AdaptivePlan, AdaptiveSettings, Arm, TierController
 from viasd_adapt.core.cycle import StopRule
 from viasd_adapt.core.verify_step import VerifyStep
 
@@ -64,4 +68,32 @@ class AnticipatingStep(VerifyStep):
         return outcome
 
 
-__all__ = ["Alternating", "AnticipatingStep", "both_arms_ran", "switching"]
+
+
+#: Knobs under which the real controller switches every other cycle or so: the idle arm is probed
+#: as soon as it has gone unobserved for a cycle (a tier cycle that reveals the untiered one counts
+#: as observing both). The decisions are still
+#: the real :class:`TierController`'s, from the plan the run built (its prices and priors).
+SWITCHING_SETTINGS = AdaptiveSettings(min_interval=1, max_interval=1, first_probe=1)
+
+
+@contextlib.contextmanager
+def real_switching(settings: AdaptiveSettings = SWITCHING_SETTINGS) -> Iterator[list[TierController]]:
+    """Every generation's controller is the real one, from the plan its run built (any framework),
+    with ``settings`` as its knobs; yields them, in order. Scoped, restored on exit."""
+    made: list[TierController] = []
+    original = AdaptivePlan.controller
+
+    def real(plan: AdaptivePlan) -> TierController:
+        controller = original(replace(plan, settings=settings))
+        made.append(controller)
+        return controller
+
+    AdaptivePlan.controller = real
+    try:
+        yield made
+    finally:
+        AdaptivePlan.controller = original
+
+
+__all__ = ["SWITCHING_SETTINGS", "Alternating", "AnticipatingStep", "both_arms_ran", "real_switching", "switching"]

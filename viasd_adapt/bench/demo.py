@@ -15,7 +15,10 @@ What it prints, in order:
    best points (:mod:`viasd_adapt.bench.run`); its table; the verdict with its uncertainty (a few
    prompts rarely settle it, and the verdict says so);
 3. the same pass counts priced with an H200's forward costs at a 7B shape, labelled as the
-   projection it is (:mod:`viasd_adapt.bench.projection`).
+   projection it is (:mod:`viasd_adapt.bench.projection`);
+4. one case where the adaptive tier is on and pays: the shipped ``demo-ee`` pair, lossy, beside
+   untiered SD (:mod:`viasd_adapt.bench.tier_case`), with one line on why the tier stays off on the
+   pair above (the bench's ``tier`` column: the share of cycles it ran).
 
 Progress bars go to stderr (:mod:`viasd_adapt.bench.progress`). Budget: about two minutes on 2 CPU
 cores with the GGUF cache cold (its first load dequantizes the file, about 20 s), so that README
@@ -63,11 +66,14 @@ class DemoBudget:
     answer_tokens: int = 48
     repeats: int = 1
     cost_repeats: int = 5
+    #: tokens per prompt of the closing case where the tier is on (:mod:`viasd_adapt.bench.tier_case`); 0: none
+    tier_case_tokens: int = 48
 
 
 BUDGETS = {
     "default": DemoBudget(),
-    "tiny": DemoBudget(tasks=("translation",), snippets=1, tokens=6, answer_tokens=6, repeats=1, cost_repeats=2),
+    "tiny": DemoBudget(tasks=("translation",), snippets=1, tokens=6, answer_tokens=6, repeats=1, cost_repeats=2,
+                       tier_case_tokens=0),
 }
 
 
@@ -176,6 +182,7 @@ DEMO_COLUMNS = (
     ("feq/tok", "full_equivalent_per_token", "{:.3f}"),
     ("tok/s", "tokens_per_s", "{:.1f}"),
     ("x_ar", "speedup_vs_ar", "{:.2f}"),
+    ("tier", "tier_share", "{:.2f}"),
     ("LL_drop", "ll_drop", "{:+.3f}"),
     ("regret", "regret", "{:.3f}"),
     ("identical", "identical_outputs", "{:.2f}"),
@@ -268,8 +275,8 @@ def run_demo(
     # 2. the small bench
     prompts = shown.prompts
     # the stock rows of hf (and eagle) are left out: stock prompt lookup is the stock row that matters
-    # here; so are the adaptive twins (viasd bench runs them): the demo keeps to a few minutes, and its
-    # lossless and lossy rows show what the tier costs on every cycle
+    # here; so are the fixed-tier twins (viasd bench runs them): the demo keeps to a few minutes, and
+    # its lossless and lossy rows show what a default (adaptive) run costs
     plan = replace(config.plan, plain_rows=False, adaptive=False, stop_at_eos=uses_chat(loaded.tokenizer, chat))
     rows, _, _ = plan_rows(loaded, plan)
     total = len(prompts) + len(rows) * (1 + len(prompts) * budget.repeats)
@@ -302,6 +309,15 @@ def run_demo(
     for line in lines:
         echo(line)
     echo(bold(preview_line(judgement, len(prompts)), colour))
+    case = None
+    if budget.tier_case_tokens:
+        from viasd_adapt.bench.tier_case import CASE_PAIR, run_tier_case
+
+        echo("")
+        with bars.waiting(f"the tier at work: {CASE_PAIR}, lossy", enabled=progress):
+            case = run_tier_case(prompts=1, tokens=budget.tier_case_tokens, cost_repeats=2)
+        for line in case.lines():
+            echo(bold(line, colour) if not line.startswith(" ") else line)
     echo(f"demo wall time {time.perf_counter() - started:.0f} s")
     info = run_info(config, spec, loaded, len(prompts), threads, judgement, projection, sys.argv, Path.cwd())
     data = result_json(result, info)
@@ -309,7 +325,7 @@ def run_demo(
         echo(f"wrote {save_json(json_path, data)}")
     if plot_path:
         echo(f"wrote {plot_rows(result.rows, plot_path, title=config.label)}")
-    return {"answers": answers, "bench": data, "hint": hint}
+    return {"answers": answers, "bench": data, "hint": hint, "tier_case": case}
 
 
 def preview_line(verdict: list[str], prompts: int) -> str:
