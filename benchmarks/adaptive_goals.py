@@ -82,12 +82,11 @@ def machine() -> str:
 def _row(rows: list[dict], framework: str, mode: str) -> dict | None:
     """A row by today's name; a report written with the older names (``lossless`` fixed,
     ``lossless-adaptive``) reads too."""
-    found = next((r for r in rows if r["framework"] == framework and r["mode"] == mode), None)
-    if found is None and any(r["mode"].endswith("-adaptive") for r in rows):
-        old = {"lossless": "lossless-adaptive", "lossy": "lossy-adaptive", "lossless-fixed": "lossless",
-               "lossy-fixed": "lossy"}.get(mode, mode)
-        found = next((r for r in rows if r["framework"] == framework and r["mode"] == old), None)
-    return found
+    from viasd_adapt.core.settings import renamed_row
+
+    old_names = any(r["mode"].endswith("-adaptive") for r in rows)
+    return next((r for r in rows if r["framework"] == framework
+                  and (renamed_row(r["mode"]) if old_names else r["mode"]) == mode), None)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -197,7 +196,10 @@ def run(pair: str, extra: list[str]) -> None:
         click.echo = original
     data = load_bench_report(stem.with_suffix(".json")).to_json()
     found = goals(pair, data["rows"])
-    data["adaptive_goals"] = {"pair": pair, "goals": found, "header": header, "seconds": round(time.time() - started, 1)}
+    load = "load average {} at the end".format(" ".join(Path("/proc/loadavg").read_text().split()[:3])) \
+        if Path("/proc/loadavg").is_file() else ""
+    data["adaptive_goals"] = {"pair": pair, "goals": found, "header": header, "seconds": round(time.time() - started, 1),
+                              "load": load}
     write_json(stem.with_suffix(".json"), data, "bench report")
     echo("\ngoals:")
     for line in goal_lines(found):
@@ -251,49 +253,61 @@ def overhead(cycles: int = 20000) -> dict:
     return result
 
 
+def _cell(value, fmt: str = "{:.3f}") -> str:
+    return "-" if not isinstance(value, (int, float)) else fmt.format(value)
+
+
 def _markdown_goals(found: list[dict]) -> list[str]:
-    lines = ["| row | goal | value | fixed tier | tier on | threshold | |", "|---|---|---|---|---|---|---|"]
-    for g in found:
-        value = "-" if g["value"] is None else f"{g['value']:.3f}"
-        fixed = f"{g['fixed']:.3f}" if isinstance(g.get("fixed"), float) else "-"
-        share = f"{g['tier_share']:.0%}" if isinstance(g.get("tier_share"), float) else "-"
-        status = {True: "met", False: "**missed**", None: "n/a"}[g["met"]]
-        lines.append(f"| {g['framework']}/{g['mode']}-adaptive | {g['goal']} | {value} | {fixed} | {share} | {g['threshold']} | {status} |")
-    return lines
+    """One table per goal, one unit per column."""
+    status = {True: "met", False: "**missed**", None: "n/a"}
+    md = []
+    for goal, (title, unit) in GOAL_TABLES.items():
+        mine = [g for g in found if g["goal"] == goal]
+        if not mine:
+            continue
+        md += [f"{title}:", ""]
+        if goal == "tokens/s":
+            md += [f"| row | {unit} | fixed / untiered tok/s (ratio) | goal | |", "|---|---|---|---|---|"]
+            md += [f"| {g['framework']}/{g['mode']} | {_cell(g['value'])} | {_cell(g.get('fixed_speed'))} | {g['threshold']} | "
+                   f"{status[g['met']]} |" for g in mine]
+        elif goal == "saving kept":
+            md += [f"| row | untiered (feq/token) | fixed (feq/token) | adaptive (feq/token) | tier on (% of cycles) | {unit} "
+                   "| goal | |", "|---|---|---|---|---|---|---|---|"]
+            md += [f"| {g['framework']}/{g['mode']} | {_cell(g['none'])} | {_cell(g['fixed'])} | {_cell(g['adaptive'])} | "
+                   f"{_cell(g.get('tier_share'), '{:.0%}')} | {_cell(g['value'])} | {g['threshold']} | {status[g['met']]} |"
+                   for g in mine]
+        else:
+            md += [f"| row | adaptive (feq/token) | fixed (feq/token) | untiered (feq/token) | tier on (% of cycles) | {unit} "
+                   "| goal | |", "|---|---|---|---|---|---|---|---|"]
+            md += [f"| {g['framework']}/{g['mode']} | {_cell(g['adaptive'])} | {_cell(g['fixed'])} | {_cell(g['none'])} | "
+                   f"{_cell(g.get('tier_share'), '{:.0%}')} | {_cell(g['value'])} | {g['threshold']} | {status[g['met']]} |"
+                   for g in mine]
+        md.append("")
+    return md
 
 
 def report() -> None:
-    """Every saved run's goals as text, and as markdown (benchmarks/results/adaptive_goals.md): per pair,
-    and per Spec-Bench task for the Spec-Bench runs."""
-    lines, md = [], []
-    for pair in PAIRS:
-        path = RESULTS / f"adaptive_goals_{pair}.json"
+    """Every saved run's goals as text, and as markdown (benchmarks/results/adaptive_goals.md), one
+    table per goal and run, one unit per column."""
+    lines, md = [], ["# The adaptive tier's goals, measured", "",
+                     "Written by `python benchmarks/adaptive_goals.py report` from the runs below (each run: its "
+                     "command, date, machine and load). feq/token = full-equivalent passes per token, each pass priced "
+                     "by its forward time measured in the same run. The adaptive row is the bare mode (what a default "
+                     "run costs); fixed = the tier on every cycle; untiered = mode none.", ""]
+    for name in RUNS:
+        path = RESULTS / f"adaptive_goals_{name}.json"
         if not path.is_file():
-            lines.append(f"{pair}: not run")
+            lines.append(f"{name}: not run")
+            md += [f"## {name}", "", "not run (the size of the whole benchmark left it out; see the runs above).", ""]
             continue
         data = load_bench_report(path).to_json()
         info = data["adaptive_goals"]
-        lines.append(f"== {pair} ({info['seconds']:.0f}s): {info['header'][1]}")
-        lines += goal_lines(info["goals"])
-        md += [f"### {pair}", "", f"`{info['header'][0][2:]}` ({info['header'][2][2:]}; {info['seconds'] / 60:.0f} min)", ""]
-        md += _markdown_goals(info["goals"]) + [""]
-        if data.get("groups"):
-            md += ["Per Spec-Bench task: adaptive / untiered full-equivalent passes per token (tier share):", "",
-                   "| task | " + " | ".join(f"{g['framework']}/{g['mode']}" for g in info["goals"] if g["goal"].startswith("cost"))
-                   + " |", "|---|" + "---|" * sum(g["goal"].startswith("cost") for g in info["goals"])]
-            for group, rows in data["groups"].items():
-                found = {(g["framework"], g["mode"]): g for g in goals(pair, rows) if g["goal"].startswith("cost")}
-                cells = []
-                for g in info["goals"]:
-                    if not g["goal"].startswith("cost"):
-                        continue
-                    mine = found.get((g["framework"], g["mode"]))
-                    cells.append("-" if mine is None or mine["value"] is None else
-                                 f"{mine['value']:.3f} ({mine['tier_share']:.0%})" if isinstance(mine.get("tier_share"), float)
-                                 else f"{mine['value']:.3f}")
-                lines.append(f"  [{group}] " + ", ".join(cells))
-                md.append(f"| {group} | " + " | ".join(cells) + " |")
-            md.append("")
+        found = goals(name, data["rows"])
+        lines.append(f"== {name} ({info['seconds']:.0f}s): {info['header'][1]}")
+        lines += goal_lines(found)
+        load = f"; {info['load']}" if info.get("load") else ""
+        md += [f"## {name}", "", f"`{info['header'][0][2:]}` ({info['header'][2][2:]}{load}; {info['seconds'] / 60:.0f} min)", ""]
+        md += _markdown_goals(found)
     print("\n".join(lines))
     (RESULTS / "adaptive_goals.md").write_text("\n".join(md) + "\n")
 
@@ -301,8 +315,8 @@ def report() -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    one = sub.add_parser("run", help="one pair's bench and its goals")
-    one.add_argument("pair", choices=sorted(PAIRS))
+    one = sub.add_parser("run", help="one run's bench and its goals")
+    one.add_argument("pair", choices=sorted(RUNS), metavar="RUN")
     sub.add_parser("overhead", help="the controller's own cost per cycle")
     sub.add_parser("report", help="every saved run's goals")
     args, extra = parser.parse_known_args(argv)
