@@ -42,8 +42,8 @@ torch.set_num_threads(1)
 PROMPTS = CHAR_PROMPTS
 LAYERS = CHAR_LAYERS
 MODES = ("none", "lenient", "lossless", "lossy", "audit")
-#: the rows each framework runs: the modes, lossless and lossy each followed by its adaptive twin
-ROWS = ("none", "lenient", "lossless", "lossless-adaptive", "lossy", "lossy-adaptive", "audit")
+#: the rows each framework runs: the modes, lossless and lossy (adaptive) each followed by its fixed twin
+ROWS = ("none", "lenient", "lossless", "lossless-fixed", "lossy", "lossy-fixed", "audit")
 TASK = [("def add(a, b):", "    return a + b"), ("for i in range(10):", "    print(i)")]
 
 
@@ -94,7 +94,7 @@ def test_reported_values_are_medians_of_the_repeats(result):
 def test_exact_rows_reproduce_the_targets_greedy_output_and_likelihood(result):
     ar = _row(result.rows, "ar", "-")
     for framework, mode in [("hf", "plain"), ("hf", "none"), ("hf", "lossless"), ("pearl", "none"), ("pearl", "lossless"),
-                            ("hf", "lossless-adaptive"), ("pearl", "lossless-adaptive")]:
+                            ("hf", "lossless-fixed"), ("pearl", "lossless-fixed")]:
         row = _row(result.rows, framework, mode)
         assert row["greedy_agreement"] == 1.0 and row["target_argmax_agreement"] == 1.0, (framework, mode)
         assert row["ll_drop"] == pytest.approx(0.0, abs=1e-6) and row["target_ll"] == pytest.approx(ar["target_ll"])
@@ -244,14 +244,17 @@ def test_verdict_weighs_the_adaptive_rows_like_any_tier_row():
     def row(mode, feq, drop=0.0):
         return {"framework": "hf", "mode": mode, "full_equivalent_per_token": feq, "ll_drop": drop, "regret": 0.0}
 
-    rows = [row("none", 1.0), row("lenient", 0.95, 0.01), row("lossless", 1.2), row("lossless-adaptive", 0.9),
-            row("lossy", 0.8, 0.05), row("lossy-adaptive", 0.85, 0.03)]
-    (line,) = verdict(rows, max_ll_drop=0.02)  # lossless-adaptive is exact: admitted with no fidelity measured
-    assert "is lossless-adaptive" in line and "The adaptive tier pays here" in line and "lossy-adaptive 0.850 (LL drop" in line
-    (line,) = verdict(rows, max_ll_drop=0.04)  # lossy-adaptive within, fixed lossy not
-    assert "is lossy-adaptive" in line and "The adaptive tier pays here" in line
-    (line,) = verdict([rows[0], rows[2], row("lossless-adaptive", 0.99)], max_ll_drop=0.02)  # within the noise margin of none
-    assert "lossless-adaptive is only 1.0% cheaper than none" in line and "use none" in line
+    rows = [row("none", 1.0), row("lenient", 0.95, 0.01), row("lossless-fixed", 1.2), row("lossless", 0.9),
+            row("lossy-fixed", 0.8, 0.05), row("lossy", 0.85, 0.03)]
+    (line,) = verdict(rows, max_ll_drop=0.02)  # lossless (adaptive) is exact: admitted with no fidelity measured
+    assert "is lossless " in line and "The default (adaptive) tier is the cheapest here" in line and "lossy 0.850 (LL drop" in line
+    (line,) = verdict(rows, max_ll_drop=0.04)  # lossy (adaptive) within, fixed lossy not
+    assert "is lossy " in line and "The default (adaptive) tier is the cheapest here" in line
+    (line,) = verdict([rows[0], rows[2], row("lossless", 0.99)], max_ll_drop=0.02)  # within the noise margin of none
+    assert "lossless is only 1.0% cheaper than none" in line and "use none" in line
+    # the fixed tier is weighed too: where it is the cheapest, the slim tier pays
+    (line,) = verdict([rows[0], row("lossless-fixed", 0.7), row("lossless", 0.9)], max_ll_drop=0.02)
+    assert "is lossless-fixed" in line and "The slim tier pays here." in line
 
 
 def test_verdict_recommends_plain_decoding_when_no_drafting_row_beats_it():
@@ -345,7 +348,7 @@ def test_cli_bench_writes_json_and_plot(tmp_path, char_pair):
     assert "feq/tok" in res.output and "LL_drop" in res.output
     data = json.loads(out_json.read_text())
     assert [(r["framework"], r["mode"]) for r in data["rows"]] == [
-        ("ar", "-"), ("hf", "plain"), ("hf", "none"), ("hf", "lenient"), ("hf", "lossy"), ("hf", "lossy-adaptive"), ("hf", "audit")]
+        ("ar", "-"), ("hf", "plain"), ("hf", "none"), ("hf", "lenient"), ("hf", "lossy"), ("hf", "lossy-fixed"), ("hf", "audit")]
     assert data["run"]["settings"]["alpha1"] == 0.2 and data["run"]["settings"]["alpha2"] == 0.1
     assert data["run"]["mask"]["skipped_layers"] == [2, 4] and not data["run"]["mask"]["is_fallback"]
     assert data["peak_mem_source"].startswith("parameter bytes") and data["run"]["verdict"]
@@ -368,9 +371,11 @@ def test_bad_inputs_give_clear_errors(tmp_path, pair):
         RunPlan(modes=("fast",))
     with pytest.raises(ConfigError, match="unknown mode"):
         RunPlan(modes=("audit-adaptive",))
-    # the adaptive twins: beside their fixed rows, named once, none with --no-adaptive
-    assert RunPlan(modes=("lossy", "lossless")).row_modes == ["lossy", "lossy-adaptive", "lossless", "lossless-adaptive"]
-    assert RunPlan(modes=("lossy", "lossy-adaptive")).row_modes == ["lossy", "lossy-adaptive"]
+    with pytest.raises(ConfigError, match="unknown mode"):
+        RunPlan(modes=("audit-fixed",))
+    # the fixed twins: beside the default (adaptive) rows, named once, none with --no-adaptive
+    assert RunPlan(modes=("lossy", "lossless")).row_modes == ["lossy", "lossy-fixed", "lossless", "lossless-fixed"]
+    assert RunPlan(modes=("lossy", "lossy-fixed")).row_modes == ["lossy", "lossy-fixed"]
     assert RunPlan(modes=("lossy", "lossless"), adaptive=False).row_modes == ["lossy", "lossless"]
     other = tiny_model("llama", 5, num_layers=LAYERS, vocab_size=CHAR_VOCAB)
     MaskArtifact(char_mask(), 0.33, fingerprint=model_fingerprint(other)).save(tmp_path / "other.json")

@@ -33,13 +33,13 @@ def test_eagle_rows_plain_none_and_tiers(tmp_path, char_pair):
         res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     rows = {(r["framework"], r["mode"]): r for r in json.loads(out.read_text())["rows"]}
-    assert set(rows) == {("ar", "-"), ("eagle", "plain"), ("eagle", "none"), ("eagle", "lossy"), ("eagle", "lossy-adaptive")}
+    assert set(rows) == {("ar", "-"), ("eagle", "plain"), ("eagle", "none"), ("eagle", "lossy"), ("eagle", "lossy-fixed")}
     assert rows[("eagle", "plain")]["greedy_agreement"] == 1.0  # EAGLE unpatched is lossless
     assert rows[("eagle", "none")]["greedy_agreement"] == 1.0
     for mode in ("none", "lossy"):  # passes come from the tier's metrics (plain eagle keeps none)
         row = rows[("eagle", mode)]
         assert row["full_passes_per_token"] > 0 and row["draft_passes_per_token"] > 0  # its own base copy + head
-    for mode in ("plain", "none", "lossy", "lossy-adaptive"):
+    for mode in ("plain", "none", "lossy", "lossy-fixed"):
         assert rows[("eagle", mode)]["analytic_bound"] is None  # the block-cost model does not describe a tree
     assert rows[("eagle", "lossy")]["slim_passes_per_token"] > 0
     assert rows[("eagle", "none")]["slim_passes_per_token"] == 0

@@ -106,9 +106,9 @@ def test_bench_reports_spec_bench_per_task_with_prompt_lookup(chat_pair, tmp_pat
     assert data["run"]["prompts_source"] == "spec-bench:qa,mt_bench" and data["group_sizes"] == {"mt_bench": 2, "qa": 1}
     rows = {(r["framework"], r["mode"]): r for r in data["groups"]["qa"]}
     assert set(rows) == {("ar", "-"), ("hf", "plain"), ("hf", "none"), ("hf", "lossless"), ("engine", "none"),
-                         ("engine", "lossless"), ("hf", "lossless-adaptive"), ("engine", "lossless-adaptive")}
-    for key in [("hf", "plain"), ("hf", "none"), ("hf", "lossless"), ("engine", "lossless"), ("hf", "lossless-adaptive"),
-                ("engine", "lossless-adaptive")]:
+                         ("engine", "lossless"), ("hf", "lossless-fixed"), ("engine", "lossless-fixed")}
+    for key in [("hf", "plain"), ("hf", "none"), ("hf", "lossless"), ("engine", "lossless"), ("hf", "lossless-fixed"),
+                ("engine", "lossless-fixed")]:
         assert rows[key]["identical_outputs"] == 1.0, key  # lossless with a point-mass drafter: the target's tokens
     assert rows[("ar", "-")]["tau"] == 1.0 and all(r["tau"] >= 1.0 for r in data["rows"])
     assert all(r["draft_passes_per_token"] in (0.0, None) for r in data["rows"])  # lookup runs no model

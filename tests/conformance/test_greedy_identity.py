@@ -27,7 +27,7 @@ GAMMAS = (4, 1, 6)
 #: lossless twice: the cascade on every cycle, and with the adaptive tier (the default), which starts
 #: untiered and runs the cascade when it pays (both arms within one sequence: test_adaptive.py)
 EXACT = {"none": TierSettings(mode="none"), "lenient": TierSettings(mode="lenient", lenience=0.0),
-         "lossless": TierSettings(mode="lossless", adaptive=False), "lossless-adaptive": TierSettings(mode="lossless")}
+         "lossless-fixed": TierSettings(mode="lossless", adaptive=False), "lossless": TierSettings(mode="lossless")}
 #: EAGLE has two lossless strategies (route: the cascade on eagle's chosen path; cascade: over the tree)
 VARIANTS = {"eagle": ("route", "cascade")}
 
@@ -61,9 +61,9 @@ def test_exact_modes_are_token_identical_to_the_targets_greedy_output(drivers, r
                 totals[mode] = totals[mode].merge(m)
     # only lossless asked the slim verifier (that both the accept and the reject paths of a cycle
     # run is checked on the pair built for it, in test_modes.py); the adaptive tier only on its tier's cycles
-    assert totals["none"].slim_passes == totals["lenient"].slim_passes == 0 < totals["lossless"].slim_passes
-    assert totals["lossless"].tier_cycles == totals["lossless"].slim_passes  # every drafting cycle, one slim pass each
-    adaptive = totals["lossless-adaptive"]
+    assert totals["none"].slim_passes == totals["lenient"].slim_passes == 0 < totals["lossless-fixed"].slim_passes
+    assert totals["lossless-fixed"].tier_cycles == totals["lossless-fixed"].slim_passes  # every drafting cycle, one slim pass each
+    adaptive = totals["lossless"]
     assert adaptive.slim_passes <= adaptive.tier_cycles <= adaptive.cycles
     assert totals["lenient"].overrule_rate == 0.0  # lenience 0 accepts only what q would have picked
     driver.assert_pristine()
