@@ -38,3 +38,11 @@ def test_an_old_report_reads_under_todays_names(tmp_path):
     # the control: a report of today's version is read as written (its bare rows are the adaptive ones)
     new = BenchReport.from_json({**old, "version": BenchReport.VERSION})
     assert [row.mode for row in new.rows] == ["none", "lossless", "lossless-adaptive", "lossy", "lossy-adaptive", "audit"]
+
+
+def test_tune_reports_name_its_families_as_the_bench_names_its_rows():
+    from viasd_adapt.tuning.tune import FAMILIES, family_label
+
+    assert [family_label(f) for f in FAMILIES] == ["sd", "lossless-fixed", "lenient", "lossy-fixed", "lossless", "lossy"]
+    # the control: tuned.json keeps the family keys it always had, so files written before still read
+    assert FAMILIES == ("sd", "lossless", "lenient", "viasd", "lossless-adaptive", "viasd-adaptive")

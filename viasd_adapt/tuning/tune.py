@@ -559,6 +559,18 @@ def drafter_record(pair: LoadedPair):
     return PROMPT_LOOKUP_DRAFTER if pair.lookup is not None else None
 
 
+#: What tune's report calls each family, as the bench names its rows: the default (adaptive) run by
+#: the mode's name, the tier on every cycle with ``-fixed``. tuned.json keeps the family keys it
+#: always had (``lossless``, ``viasd``, ``lossless-adaptive``, ``viasd-adaptive``), so old files read.
+FAMILY_LABELS = {"lossless": "lossless-fixed", "viasd": "lossy-fixed",
+                 "lossless" + ADAPTIVE_SUFFIX: "lossless", "viasd" + ADAPTIVE_SUFFIX: "lossy"}
+
+
+def family_label(family: str) -> str:
+    """The report's name of a tune family (:data:`FAMILY_LABELS`; others as they are)."""
+    return FAMILY_LABELS.get(family, family)
+
+
 def describe(result: TuneResult) -> list[str]:
     """The tuner's verdict in sentences."""
     lines = []
@@ -566,9 +578,9 @@ def describe(result: TuneResult) -> list[str]:
     best = {family: result.best(family) for family in FAMILIES if family in measured or ADAPTIVE_SUFFIX not in family}
     for family, point in best.items():
         if point is None:
-            lines.append(f"{family}: no setting within the budget")
+            lines.append(f"{family_label(family)}: no setting within the budget")
             continue
-        lines.append(f"{family}: best within budget {point.full_equivalent:.3f} full-equivalent passes/token "
+        lines.append(f"{family_label(family)}: best within budget {point.full_equivalent:.3f} full-equivalent passes/token "
                      f"(LL drop {point.ll_drop:+.3f}, regret {point.regret if point.regret is not None else float('nan'):.3f}, "
                      f"overrule {point.overrule if point.overrule is not None else float('nan'):.3f}) "
                      f"with {_short(point.settings)}" + (f", mask {point.mask}" if point.mask else ""))
@@ -578,7 +590,7 @@ def describe(result: TuneResult) -> list[str]:
     if chosen.family.endswith(ADAPTIVE_SUFFIX):
         fixed = best.get(chosen.family[: -len(ADAPTIVE_SUFFIX)])
         gain = 1 - chosen.full_equivalent / fixed.full_equivalent if fixed else None
-        lines.append(f"VERDICT: the adaptive tier pays on this pair: {chosen.family} ({_short(chosen.settings)}) is the "
+        lines.append(f"VERDICT: the adaptive tier pays on this pair: {family_label(chosen.family)} ({_short(chosen.settings)}) is the "
                      "cheapest setting within the budget; it runs the slim tier on the cycles where it pays"
                      + (f", {gain:.0%} fewer full-equivalent passes than the tier on every cycle" if gain is not None else "")
                      + f", and {written}")
@@ -589,11 +601,11 @@ def describe(result: TuneResult) -> list[str]:
     elif viasd is not None and viasd.full_equivalent < chosen.full_equivalent:
         gain = 1 - viasd.full_equivalent / chosen.full_equivalent
         lines.append(f"VERDICT: the slim tier does not pay on this pair at this budget: VIA-SD lossy is only {gain:.1%} "
-                     f"cheaper than {chosen.family} ({_short(chosen.settings)}), within the {TIE_MARGIN:.0%} margin of "
-                     f"timing noise, so the simpler {chosen.family} is preferred, and {written}")
+                     f"cheaper than {family_label(chosen.family)} ({_short(chosen.settings)}), within the {TIE_MARGIN:.0%} "
+                     f"margin of timing noise, so the simpler {family_label(chosen.family)} is preferred, and {written}")
     else:
         lines.append(f"VERDICT: the slim tier does not pay on this pair at this budget; the cheapest setting is "
-                     f"{chosen.family} ({_short(chosen.settings)}), and {written}")
+                     f"{family_label(chosen.family)} ({_short(chosen.settings)}), and {written}")
     lines.extend(_uncertainty_lines(result, lines))
     plain = ar_full_equivalent(result)
     if plain is not None and plain < chosen.full_equivalent:
@@ -660,10 +672,10 @@ def plot_frontiers(result: TuneResult, path: str | Path, title: str = "") -> Pat
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
-    styles = {"viasd": ("#d62728", "VIA-SD lossy"), "lenient": ("#ff7f0e", "lenient baseline"),
-              "sd": ("#1f77b4", "untiered SD"), "lossless": ("#2ca02c", "lossless cascade"),
-              "viasd" + ADAPTIVE_SUFFIX: ("#ff9896", "VIA-SD lossy, adaptive"),
-              "lossless" + ADAPTIVE_SUFFIX: ("#98df8a", "lossless cascade, adaptive")}
+    styles = {"viasd": ("#d62728", "VIA-SD lossy, tier on every cycle (lossy-fixed)"), "lenient": ("#ff7f0e", "lenient baseline"),
+              "sd": ("#1f77b4", "untiered SD"), "lossless": ("#2ca02c", "lossless cascade, tier on every cycle (lossless-fixed)"),
+              "viasd" + ADAPTIVE_SUFFIX: ("#ff9896", "VIA-SD lossy (adaptive, the default)"),
+              "lossless" + ADAPTIVE_SUFFIX: ("#98df8a", "lossless cascade (adaptive, the default)")}
     panels = ((axes[0], "ll_drop", result.budget.max_ll_drop, "target log-likelihood drop per token"),
               (axes[1], "regret", result.budget.max_regret, "regret per token (nats, teacher-forced)"))
     for ax, key, limit, label in panels:
@@ -679,7 +691,7 @@ def plot_frontiers(result: TuneResult, path: str | Path, title: str = "") -> Pat
         if limit is not None:
             ax.axhline(limit, color="black", linestyle="--", linewidth=0.8, label="fidelity budget")
         ax.scatter([result.chosen.full_equivalent], [getattr(result.chosen, key)], marker="*", s=250, color="gold",
-                   edgecolor="black", zorder=5, label=f"chosen: {result.chosen.family}")
+                   edgecolor="black", zorder=5, label=f"chosen: {family_label(result.chosen.family)}")
         ax.set_xlabel("full-equivalent passes per token (lower is cheaper)")
         ax.set_ylabel(f"{label} (lower is more faithful)")
         ax.grid(alpha=0.3)
