@@ -330,7 +330,10 @@ class TierController:
     def exploited(self) -> Arm:
         """The arm believed cheaper. With nothing known of either, the untiered arm: it is the
         baseline the tier must beat, and the one whose cost the first cycles measure."""
-        estimates = self.estimates()
+        return self._cheaper(self.estimates())
+
+    @staticmethod
+    def _cheaper(estimates: dict[Arm, float | None]) -> Arm:
         tier, plain = estimates[Arm.TIER], estimates[Arm.PLAIN]
         if tier is None and plain is None:
             return Arm.PLAIN
@@ -341,7 +344,10 @@ class TierController:
     def probe_interval(self) -> int:
         """Cycles between two probes of the idle arm: ``gap / probe_budget`` (AdaptiveSettings),
         within ``min_interval .. max_interval``."""
-        estimates, best = self.estimates(), self.exploited()
+        estimates = self.estimates()
+        return self._interval(estimates, self._cheaper(estimates))
+
+    def _interval(self, estimates: dict[Arm, float | None], best: Arm) -> int:
         if estimates[best] is None or estimates[best.other] is None:
             return self.settings.min_interval
         gap = max(0.0, estimates[best.other] / estimates[best] - 1.0)
@@ -351,10 +357,11 @@ class TierController:
     def choose(self) -> Arm:
         """The arm of the next cycle, from the cycles before it only: the arm believed cheaper,
         unless the other one has gone unobserved for :meth:`probe_interval` cycles."""
-        best = self.exploited()
-        if self.estimates()[best.other] is None:  # never seen: tried once the exploited arm has a first measure
+        estimates = self.estimates()
+        best = self._cheaper(estimates)
+        if estimates[best.other] is None:  # never seen: tried once the exploited arm has a first measure
             return best.other if self.cycles >= self.settings.first_probe else best
-        return best.other if self._since[best.other] >= self.probe_interval() else best
+        return best.other if self._since[best.other] >= self._interval(estimates, best) else best
 
     # ------------------------------------------------------------------ observations
     def unseen_accept(self) -> float:
