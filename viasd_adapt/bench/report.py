@@ -92,8 +92,10 @@ class BenchReport(Artifact):
     @classmethod
     def _rows_by_todays_names(cls, data: Any) -> Any:
         """A report of version 2 or less named the fixed tier ``lossless``/``lossy`` and the adaptive
-        tier ``-adaptive``: read under today's names (:func:`~viasd_adapt.core.settings.renamed_row`)."""
-        if not isinstance(data, dict) or not isinstance(data.get("version", 1), int) or data.get("version", 1) >= 3:
+        tier ``-adaptive``: read under today's names (:func:`~viasd_adapt.core.settings.renamed_row`).
+        Only a file says its version (it always carries ``format``); a report built in memory is today's."""
+        if not isinstance(data, dict) or "format" not in data or not isinstance(data.get("version", 1), int) \
+                or data.get("version", 1) >= 3:
             return data
 
         def renamed(rows: Any) -> Any:
