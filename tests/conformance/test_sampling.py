@@ -88,7 +88,8 @@ def test_two_generated_tokens_follow_the_targets_exact_joint(drivers, request, f
     assert p_value > ALPHA, f"the sampled joint differs from the target's (p = {p_value:.2e})"
     # the cycle's accept and residual-resampling paths both ran, and in lossless the slim tier did
     assert total.draft_tokens > 0 and 0 < total.drafts_rejected < total.drafts_judged
-    assert (total.slim_tokens > 0) == (mode == "lossless")
+    if switches is not real_switching:  # the real controller may run the tier on cycles where u adds nothing
+        assert (total.slim_tokens > 0) == (mode == "lossless")
 
     hotter = dataclasses.replace(sampling, temperature=sampling.temperature * 1.5)
     hot = exact_joint(driver.next_probs(driver.target, prompt, hotter), skip)

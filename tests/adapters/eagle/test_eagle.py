@@ -365,7 +365,9 @@ def test_options_are_typed_and_checked(ea_model):
 
 def test_full_head_features_cost_one_q_pass_per_cycle(ea_model):
     ids = _prompts(ea_model, 1)[0]
-    settings = TierSettings(mode="lossy", alpha1=0.5, alpha2=0.99)  # u resolves (nearly) every position itself
+    # u resolves (nearly) every position itself; the tier on every cycle (the adaptive tier would verify
+    # untiered here, where the tiny head's drafts do not pay for a slim pass)
+    settings = TierSettings(mode="lossy", alpha1=0.5, alpha2=0.99, adaptive=False)
     with junk_drafter_warning("eagle"):  # the tiny head looks unrelated to the monitor, whichever features it reads
         slim = eagle.generate(ea_model, ids, 24, mask=MASK, settings=settings)
     with junk_drafter_warning("eagle"):
