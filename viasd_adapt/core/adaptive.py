@@ -8,34 +8,36 @@ between two *arms*:
 * :attr:`Arm.PLAIN`: the cycle verifies the way the untiered framework does (mode ``none``).
 
 It decides on **cost per committed token**, not on acceptance: each arm's estimate is the ratio of
-its (discounted) priced passes to its (discounted) committed tokens, where every pass is priced in
-full-equivalent units by a :class:`PassPrices` table. Acceptance alone is a poor signal: a tier
-can raise acceptance and still cost more, because its slim pass is not free.
+the (discounted) priced passes to the (discounted) committed tokens of the cycles that measured it,
+where every pass is priced in full-equivalent units by a :class:`PassPrices` table. Acceptance alone
+is a poor signal: a tier can raise acceptance and still cost more, because its slim pass is not free.
 
-The rule is an optimistic two-armed bandit on that cost, in the family of discounted UCB
-(Garivier and Moulines, "On Upper-Confidence Bound Policies for Switching Bandit Problems", 2011),
-written for a cost to minimise and a ratio estimate:
+Its estimates describe the sequence being generated:
 
-* each arm's estimate is ``cost / tokens`` over its cycles. The noise is in the tokens: a cycle
-  commits 1 to gamma + 1 of them while its priced passes hardly vary. So the arm's *optimistic*
-  estimate divides its cost per cycle by an upper confidence bound on its mean tokens per cycle,
-  ``mean + confidence * spread / sqrt(cycles)``, where the spread is the tokens' standard deviation,
-  shrunk towards that of a uniform draw over 1 .. gamma + 1 while few cycles are seen (two
-  unlucky one-token cycles must not condemn an arm);
-* it runs the arm whose estimate is lower, unless the other arm's optimistic estimate is lower
-  still: then it tries the other arm. So
-  an arm that is clearly worse is tried rarely, and one that might be better is tried until the
-  evidence says which;
-* older cycles are **discounted** (``discount`` per cycle): a neglected arm's evidence fades, its
-  error grows, and it is tried again now and then. That is how the choice goes both ways, and how
-  a sequence whose text changes character (prose, then code) moves its estimates with it;
-* it **starts from a prior**: :class:`ArmPrior` pseudo-cycles per arm, which fade with the same
-  discount, and a :class:`RelativePrior` that states the tier against the untiered arm as it is
-  being measured: from ``tuned.json``'s measured points, the difference the calibration measured
-  between the arms; with nothing measured, the lossless cascade's a slim pass more per cycle, for
-  at most one more token, which lossy is presumed too (:mod:`viasd_adapt.engine.priors` says which,
-  and why). A controller made with no prior at all starts untiered (the baseline the tier must
-  beat) and tries the tier after ``first_probe`` cycles.
+* **both arms are learnt from the sequence.** A tier cycle whose full pass saw the drafts (the
+  lossless cascade's q over the kept drafts; a lossy cycle that escalated) shows what untiered SD
+  would have committed over the same drafts (:class:`Revealed`): the untiered arm is observed on
+  that cycle too, at no cost. Such paired cycles also measure the tier's *difference* from untiered
+  SD on the same drafts, known far better than either arm's level, which moves with the text; while
+  the tier is idle, its estimate is the untiered arm's current level plus that difference;
+* **older observations are discounted** (``discount`` per cycle, 0.9): an estimate rests on the
+  last ten or so observations, so a sequence whose text changes character (prose, then code) moves
+  its estimates with it;
+* **the idle arm is probed** where nothing reveals it (an untiered cycle shows nothing of the tier;
+  a lossy cycle that does not escalate shows nothing of untiered SD): once it has gone unobserved
+  for ``gap / probe_budget`` cycles (bounded), where ``gap`` is how much more it is believed to cost
+  per token. A probe costs about ``probe_budget`` of the run while the idle arm loses: rare where
+  it loses badly, frequent where the arms are close and a wrong choice costs little;
+* **priors are relative and fade**: a :class:`RelativePrior` states the tier against the untiered
+  arm as it is being measured (from ``tuned.json``'s measured points, the difference the
+  calibration measured between the arms; with nothing measured, a slim pass more per cycle for no
+  more tokens: :mod:`viasd_adapt.engine.priors` says which, and why), worth a few pseudo-cycles that
+  fade with the same discount, so the sequence's own cycles outweigh it after a few cycles. A
+  controller made with no prior at all starts untiered (the baseline the tier must beat) and tries
+  the tier after ``first_probe`` cycles.
+
+The knobs (:class:`AdaptiveSettings`) were chosen on synthetic sequences with fixed seeds
+(``tests/support/synthetic_arms.py``; ``docs/adaptive.md`` states the sweep).
 
 It is deterministic: the same history gives the same choice, so runs repeat and greedy output
 stays reproducible.

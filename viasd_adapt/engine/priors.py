@@ -15,33 +15,25 @@ is believed to cost per token before the sequence shows it. Both come from the b
    lookup, which runs no model). Forward time on small batches grows with the weights a pass
    reads, so that is the best guess with nothing timed.
 
-**Priors**, for the first cycles:
+**Priors**, for the first cycles (relative, worth :data:`PRIOR_WEIGHT` cycles, fading):
 
 1. ``tuned.json``'s measured points (``report.best_within_budget``), when they describe this run:
-   the ``sd`` point for the untiered arm and the mode's point (``lossless``, or ``viasd`` for
-   lossy) for the tier, measured with this mask and the same block length (and, for lossy, the
-   same tolerances); cost per token is the point's ``full_equivalent``, tokens per cycle its
-   ``mean_accepted_length``. The untiered arm starts from its point
-   (:class:`~viasd_adapt.core.adaptive.ArmPrior`); the tier is stated against the untiered arm as
-   the sequence measures it, by the differences per cycle the two points show
-   (:class:`~viasd_adapt.core.adaptive.RelativePrior`; the extra tokens bounded to one either way,
-   as the controller takes them). Why relative: the calibration prompts are not the run's, and a
-   bench runs under other load; an absolute prior would set a level the untiered arm's own cycles
-   soon contradict, and the tier, still at the calibration's level, would look better or worse
-   than it is each time the untiered arm has a lucky or unlucky streak. The difference between the
-   arms is what the calibration measured best. A measured point is worth the cycles it measured,
-   up to the controller's memory (:func:`prior_weight`). Points measured with another kind of drafter (a
-   model against prompt lookup) do not describe this run and are not used;
+   the ``sd`` point and the mode's point (``lossless``, or ``viasd`` for lossy) measured with this
+   mask and the same block length (and, for lossy, the same tolerances). The tier is stated against
+   the untiered arm as the sequence measures it, by the differences per cycle the two points show
+   in priced passes and in tokens (:class:`~viasd_adapt.core.adaptive.RelativePrior`; the extra
+   tokens bounded to one either way). No absolute level is taken from the calibration: its prompts
+   are not the run's and it ran under another load, so the level the untiered arm's own cycles
+   measure is the run's; the difference between the arms is what the calibration measured best.
+   It is worth 2 cycles, however many the calibration ran, so the sequence's own cycles outweigh it
+   after a few cycles (``docs/adaptive.md``: how the weight was chosen). Points measured with
+   another kind of drafter (a model against prompt lookup) do not describe this run and are not used;
 2. else :class:`~viasd_adapt.core.adaptive.RelativePrior` with the slim pass as its extra cost and
-   no extra tokens: the tier must show that it buys its slim pass before it runs often. For
-   lossless that is close to the truth (the cascade pays a slim pass per cycle for at most one more
-   token). For lossy it is a cautious guess: a lossy cycle may commit more tokens, or skip q
-   altogether, so it may pay; but with nothing measured the tier is presumed not to, because
-   trying it costs most on short sequences, where a few probing cycles are a large share of the
-   whole (with no prior, lossy on SmolLM2 ran the tier on about a fifth of 32-token answers and
-   cost 1.05-1.19x untiered). ``viasd tune`` measures the lossy point that lets the tier run where
-   it pays. Stated against the untiered arm as the sequence measures it, the guess needs no timing
-   of this pair.
+   no extra tokens: the tier must show that it buys its slim pass. For lossless that is close to
+   the truth (the cascade pays a slim pass per cycle for at most one more token). For lossy it is a
+   cautious guess: a lossy cycle may commit more tokens, or skip q altogether. It sets only where
+   the controller starts: the tier is probed once the prior's gap allows
+   (:class:`~viasd_adapt.core.adaptive.AdaptiveSettings`), and where it pays it runs from then on.
 
 Why not always the measured points: ``tuned.json`` measures the engine's loop with the pair's own
 drafter. EAGLE drafts a tree with its head, so those points describe other cycles; it takes its
