@@ -325,3 +325,29 @@ def test_an_old_tuned_file_without_the_adaptive_flag_means_the_default(tmp_path)
     path.write_text(json.dumps(data))
     old = TunedSettings.load(path)
     assert old.settings.adaptive is True and "adaptive" not in old.stated_settings  # the default, credited to it
+
+
+@pytest.mark.parametrize("q_agrees, u_agrees, expected", [
+    (1, 3, (1.0, 0.0, 0.0)),        # u kept the block, q saw it and rejects draft 2: untiered SD commits 2 tokens
+    (3, 3, (1.0, 1.0, 1.0)),        # q accepts the whole block: untiered SD takes all three and the bonus
+    (0, 1, (0.0, 0.0)),             # u kept draft 1 only: q's pass saw drafts 1-2, not draft 3
+])
+def test_a_tier_cycle_reveals_what_untiered_sd_would_have_committed(q_agrees, u_agrees, expected):
+    """The cascade's q pass over the kept drafts says, for each draft it saw, whether untiered SD
+    accepts it; the controller is shown that cycle for the untiered arm too (the control: the
+    untiered arm's own cycle, which runs no slim pass, reveals nothing of the tier)."""
+    calls = Calls(q_agrees=q_agrees, u_agrees=u_agrees)
+    step = VerifyStep(LOSSLESS, "test", adaptive=_plan((Arm.TIER, Arm.PLAIN)))
+    drafts, p, verifiers = calls.block()
+    outcome = step.decide(drafts, p, verifiers)
+    assert outcome.untiered_accept == expected
+    plain_view = step.controller._arms[Arm.PLAIN].cycles
+    step.record(outcome, drafted=G)
+    assert step.controller.revealed == [True] and step.controller._arms[Arm.PLAIN].cycles > plain_view
+    untiered = step.decide(drafts, p, verifiers)  # the scripted untiered cycle
+    assert untiered.untiered_accept is None
+    step.record(untiered, drafted=G)
+    assert step.controller.revealed == [True, False]
+    # fixed-tier runs ask nothing of the kind (no controller, no extra work)
+    fixed = VerifyStep(LOSSLESS.with_(adaptive=False), "test")
+    assert fixed.decide(*calls.block()).untiered_accept is None
