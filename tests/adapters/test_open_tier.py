@@ -141,12 +141,15 @@ def test_an_adaptive_tier_reads_the_tuned_file_once_for_its_priors(case, tmp_pat
     """Settings given and adapting: tuned.json beside the mask path chooses nothing, but its
     measurements price the adaptive tier's passes and give its priors, so HF and PEARL read it
     once; EAGLE, whose tree those points do not describe, does not read it."""
+    from tests.support.adaptive import real_switching
+
     mask_path = _write_pair_files(tmp_path, case)
     adapting = CHOSEN.with_(adaptive=True)
     with monkeypatch.context() as patched:
         mask_reads = count_loads(patched, MaskArtifact)
         tuned_reads = count_loads(patched, TunedSettings)
-        with pytest.warns(NegativeDeltaWarning):
+        # the real controller, probing often, so that the tier runs and shows the settings it ran with
+        with pytest.warns(NegativeDeltaWarning), real_switching():
             _, ran = case.run(mask_path, adapting)
     assert ran == adapting and mask_reads == [str(mask_path)]
     assert tuned_reads == ([] if case.name == "eagle" else [str(tmp_path / "tuned.json")])
