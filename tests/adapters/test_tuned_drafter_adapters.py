@@ -60,7 +60,9 @@ def test_pearl_checks_its_drafter_against_the_tuned_drafter(demo):
     pair, target, drafter, other, ids = demo
     own = pearl_generate(target, drafter, ids[0].tolist(), 4, mask=pair.mask, parallel=False, seed=0)
     assert own.metrics.slim_passes == 0
-    with another_drafter():
+    from tests.support.adaptive import real_switching
+
+    with another_drafter(), real_switching():  # the defaults (lossy, adaptive) ran: their tier, probed, calls u
         out = pearl_generate(target, other, ids[0].tolist(), 4, mask=pair.mask, parallel=False, seed=0)
     assert out.metrics.slim_passes > 0
 

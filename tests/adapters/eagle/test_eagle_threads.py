@@ -85,7 +85,7 @@ def test_scopes_on_two_models_in_two_threads_run_side_by_side(ea_model, second_m
     barrier = threading.Barrier(2, timeout=60)
 
     def lossless(model, strategy):
-        with eagle.tiered(model, mask=MASK, settings=TierSettings(mode="lossless"),
+        with eagle.tiered(model, mask=MASK, settings=TierSettings(mode="lossless", adaptive=False),
                           options=eagle.EagleOptions(lossless_strategy=strategy)) as session:
             barrier.wait()  # both scopes are open before either generates
             tokens = model.eagenerate(ids, max_new_tokens=20)[0, ids.shape[1] :].tolist()[:20]

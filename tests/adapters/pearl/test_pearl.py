@@ -235,7 +235,7 @@ def test_target_error_propagates_without_deadlock_or_leak(pair, mask, parallel):
     before = threading.active_count()
     with pytest.raises(ValueError, match="gate exploded"):
         pearl_generate(
-            target, drafter, PROMPTS[0], 30, settings=TierSettings(mode="lossy", gamma=4), mask=mask,
+            target, drafter, PROMPTS[0], 30, settings=TierSettings(mode="lossy", gamma=4, adaptive=False), mask=mask,
             plugins=[ExplodingGate()], parallel=parallel,
         )
     assert threading.active_count() == before and not pearl_threads()
