@@ -183,7 +183,7 @@ def run(pair: str, extra: list[str]) -> None:
     stem = RESULTS / f"adaptive_goals_{pair}"
     json_path = stem.with_suffix(".json")
     shown = json_path.relative_to(RESULTS.parent.parent)  # results name no path of the machine that ran them
-    args = ["bench", *PAIRS[pair], "--modes", MODES, "--json", str(json_path), *extra]
+    args = ["bench", *PAIRS[pair], "--modes", MODES, "--task-prompts", "0", "--json", str(json_path), *extra]
     lines: list[str] = []
     started = time.time()
 

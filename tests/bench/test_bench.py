@@ -115,11 +115,11 @@ def test_pass_counts_and_full_equivalents_reflect_what_each_row_ran(result):
         for mode in ("none", "lenient"):
             assert _row(result.rows, fw, mode)["slim_passes_per_token"] == 0
             assert _row(result.rows, fw, mode)["draft_passes_per_token"] > 0
-        for mode in ("lossless", "lossy", "audit"):
+        for mode in ("lossless-fixed", "lossy-fixed", "audit"):  # the tier on every cycle
             assert _row(result.rows, fw, mode)["slim_passes_per_token"] > 0
         # audit runs q in shadow every cycle, lossy only on escalation
-        assert _row(result.rows, fw, "audit")["full_passes_per_token"] >= _row(result.rows, fw, "lossy")["full_passes_per_token"]
-        lossy = _row(result.rows, fw, "lossy")
+        assert _row(result.rows, fw, "audit")["full_passes_per_token"] >= _row(result.rows, fw, "lossy-fixed")["full_passes_per_token"]
+        lossy = _row(result.rows, fw, "lossy-fixed")
         assert lossy["resumed_passes_per_token"] > 0  # s1 = 2: q resumes on u's blocks
         assert lossy["full_equivalent_per_token"] == pytest.approx(statistics.median([
             full_equivalent(c, PassCounts(lossy["draft_passes_per_token"], lossy["slim_passes_per_token"],
@@ -236,8 +236,8 @@ def test_verdict_calls_a_tier_win_inside_the_noise_margin_a_tie_and_recommends_t
     (line,) = verdict([row("none", 1.003), row("lenient", 1.003), row("lossless", 1.000), row("lossy", 1.039)])
     assert "lossless is only 0.3% cheaper than none" in line and "does not pay here: use none" in line
     assert "pays here." not in line
-    (line,) = verdict([row("none", 1.0), row("lenient", 0.9), row("lossy", 0.85)])  # 5.6% better than lenient: a win
-    assert "is lossy" in line and "The slim tier pays here." in line
+    (line,) = verdict([row("none", 1.0), row("lenient", 0.9), row("lossy-fixed", 0.85)])  # 5.6% better than lenient: a win
+    assert "is lossy-fixed" in line and "The slim tier pays here." in line
 
 
 def test_verdict_weighs_the_adaptive_rows_like_any_tier_row():
@@ -261,7 +261,7 @@ def test_verdict_recommends_plain_decoding_when_no_drafting_row_beats_it():
     def row(framework, mode, feq, drop=0.0):
         return {"framework": framework, "mode": mode, "full_equivalent_per_token": feq, "ll_drop": drop, "regret": 0.0}
 
-    rows = [row("ar", "-", 0.55), row("hf", "none", 0.71), row("hf", "lenient", 0.66), row("hf", "lossy", 0.60, 0.01)]
+    rows = [row("ar", "-", 0.55), row("hf", "none", 0.71), row("hf", "lenient", 0.66), row("hf", "lossy-fixed", 0.60, 0.01)]
     (line,) = verdict(rows)
     assert "is ar (0.550" in line and "Speculative decoding itself does not pay here" in line and "use ar" in line
     (line,) = verdict([row("ar", "-", 0.80)] + rows[1:])  # cheaper drafting rows: AR is only a candidate

@@ -47,8 +47,9 @@ def paths(root, mask=True, framework="hf"):
                                             ("hf", "audit"), ("engine", "lossy")])
 def test_generate_writes_tokens_text_and_metrics(pair_dir, tmp_path, framework, mode):
     out_json = tmp_path / "out.json"
+    fixed = ("--no-adaptive",) if mode in ("lossless", "lossy") else ()  # the tier on every cycle: it must run
     result = invoke("--framework", framework, *paths(pair_dir, framework=framework), "--mode", mode, "--prompt", "def add(a, b):",
-                    "--max-new-tokens", 12, "--json", out_json, "--no-color")
+                    "--max-new-tokens", 12, "--json", out_json, "--no-color", *fixed)
     assert result.exit_code == 0, result.output
     data = json.loads(out_json.read_text())
     assert 1 <= len(data["tokens"]) <= 12 and len(data["tiers"]) == len(data["tokens"])
