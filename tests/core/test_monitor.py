@@ -208,6 +208,7 @@ def test_the_cli_warns_for_a_rejected_junk_drafter(demo, tmp_path):
 
     with pytest.warns(ViasdQualityWarning, match=r"drafts gate 1 judged .* the drafter looks unrelated to the target"), \
             pytest.warns(TunedForAnotherDrafterWarning):  # the demo pair's tuned.json was measured with its own drafter
+        # the tier on every cycle: the adaptive tier judges only its tier cycles, and verifies untiered here
         result = CliRunner().invoke(cli, ["generate", "--framework", "hf", "--draft", str(junk), "--mode", "lossy",
-                                          "--prompt", PROMPT, "--max-new-tokens", "32", "--no-color"])
+                                          "--no-adaptive", "--prompt", PROMPT, "--max-new-tokens", "32", "--no-color"])
     assert result.exit_code == 0, result.output
