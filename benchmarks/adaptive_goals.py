@@ -308,7 +308,8 @@ def report() -> None:
         path = RESULTS / f"adaptive_goals_{name}.json"
         if not path.is_file():
             lines.append(f"{name}: not run")
-            md += [f"## {name}", "", "not run (the size of the whole benchmark left it out; see the runs above).", ""]
+            md += [f"## {name}", "", "not run: no saved run of it (on a shared machine the runs go in RUNS' order "
+                   "and the later ones may not have run).", ""]
             continue
         data = load_bench_report(path).to_json()
         info = data["adaptive_goals"]
