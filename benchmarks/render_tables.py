@@ -46,13 +46,13 @@ VERDICT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("AR", "ar"),
     ("untiered SD", "hf/none"),
     ("lenient", "hf/lenient"),
-    ("fixed lossless tier", "hf/lossless"),
-    ("fixed lossy tier", "hf/lossy"),
+    ("fixed lossless tier", "hf/lossless-fixed"),
+    ("fixed lossy tier", "hf/lossy-fixed"),
 )
 
 #: The verdict table's projected columns (priced with the report's own projection, or with
 #: :data:`PROJECTION_COSTS` where the report has none).
-PROJECTED_COLUMNS: tuple[str, ...] = ("hf/none", "hf/lenient", "hf/lossy")
+PROJECTED_COLUMNS: tuple[str, ...] = ("hf/none", "hf/lenient", "hf/lossy-fixed")
 PROJECTION_COSTS = "h200-llama2-7b"
 
 #: The framework whose verdict the verdict table quotes.
@@ -90,7 +90,7 @@ class BenchTable:
     columns: tuple[str, ...]
 
 
-_BENCH_MODES = ("none", "lenient", "lossless", "lossy", "audit")
+_BENCH_MODES = ("none", "lenient", "lossless-fixed", "lossy-fixed", "audit")
 _DEMO_COLUMNS = ("row", "feq/tok", "tok/s", "x_unt", "LL drop", "regret", "overrule")
 
 BENCH_TABLES: dict[str, BenchTable] = {
@@ -104,10 +104,10 @@ BENCH_TABLES: dict[str, BenchTable] = {
     "bench-smollm2-drafter": BenchTable(
         (("bench_smollm2_drafter_spec_bench.json",
           ("ar", "lookup/plain", "hf/plain", *(f"{fw}/{m}" for fw in ("hf", "pearl")
-                                                for m in ("none", "lenient", "lossless", "lossy")))),),
+                                                for m in ("none", "lenient", "lossless-fixed", "lossy-fixed")))),),
         ("row", "tau", "x_ar", "feq/tok", "LL drop", "regret", "identical to AR", "feq/tok projected (H200, 7B shape)")),
     "bench-smollm2-lookup": BenchTable(
-        (("bench_smollm2_spec_bench.json", ("ar", "hf/none", "hf/lenient", "hf/lossless", "hf/lossy")),),
+        (("bench_smollm2_spec_bench.json", ("ar", "hf/none", "hf/lenient", "hf/lossless-fixed", "hf/lossy-fixed")),),
         ("row", "tau", "x_ar", "feq/tok", "LL drop", "regret", "identical to AR", "feq/tok projected (H200, 7B shape)")),
 }
 
@@ -123,21 +123,21 @@ class TaskTable:
 
 TASK_TABLES: dict[str, TaskTable] = {
     "bench-smollm2-lookup-tasks": TaskTable(
-        "bench_smollm2_spec_bench.json", ("ar", "hf/none", "hf/lenient", "hf/lossless", "hf/lossy"),
+        "bench_smollm2_spec_bench.json", ("ar", "hf/none", "hf/lenient", "hf/lossless-fixed", "hf/lossy-fixed"),
         {"ar": ("feq/tok",), "hf/none": ("tau", "feq/tok", "x_ar"), "hf/lenient": ("tau", "feq/tok", "LL drop"),
-         "hf/lossless": ("tau", "feq/tok"), "hf/lossy": ("tau", "feq/tok", "LL drop")}),
+         "hf/lossless-fixed": ("tau", "feq/tok"), "hf/lossy-fixed": ("tau", "feq/tok", "LL drop")}),
 }
 
 #: The adaptive tier's table: (header, row key of the mode within each framework, what the cell
 #: shows). The adaptive rows are ``lossless-adaptive`` / ``lossy-adaptive`` and the fixed tier's
 #: ``lossless`` / ``lossy`` in these reports; when they are renamed, change the keys here.
 ADAPTIVE_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("adaptive lossless", "lossless-adaptive", "cost"),
-    ("adaptive lossy", "lossy-adaptive", "cost"),
-    ("fixed lossless", "lossless", "cost"),
-    ("fixed lossy", "lossy", "cost"),
-    ("tier on (adaptive lossy)", "lossy-adaptive", "tier_share"),
-    ("lossless tok/s vs untiered", "lossless-adaptive", "speed"),
+    ("adaptive lossless", "lossless", "cost"),
+    ("adaptive lossy", "lossy", "cost"),
+    ("fixed lossless", "lossless-fixed", "cost"),
+    ("fixed lossy", "lossy-fixed", "cost"),
+    ("tier on (adaptive lossy)", "lossy", "tier_share"),
+    ("lossless tok/s vs untiered", "lossless", "speed"),
 )
 
 #: (what the pair is, report) for the adaptive tier's table, in order; every framework of a report
@@ -179,7 +179,8 @@ FRAMEWORK_NAMES = {"hf": "hf", "pearl": "PEARL", "eagle": "EAGLE", "engine": "en
 
 #: How a verdict names each row it can pick.
 VERDICT_NAMES = {"ar": "AR", "lookup": "stock prompt lookup", "none": "untiered", "plain": "untiered",
-                 "lenient": "lenient", "lossless": "lossless tier", "lossy": "lossy tier"}
+                 "lenient": "lenient", "lossless": "adaptive lossless", "lossy": "adaptive lossy",
+                 "lossless-fixed": "lossless tier", "lossy-fixed": "lossy tier"}
 
 OLD_PRICING = ("priced before each target pass was priced by the tokens it fed: a pass that fed one token "
                "(prompt lookup with no match) counts as a block pass, so prompt lookup reads dearer, and AR's "
@@ -318,8 +319,8 @@ def render_verdict(load: Loader) -> str:
         shown += ")"
         body.append([label, *cells, verdict_summary(framework_verdict(report, VERDICT_FRAMEWORK)), shown])
         fidelity.append(f"{source.name}: lenient {number(rows['hf/lenient']['ll_drop'], sign=True)} / "
-                        f"{number(rows['hf/lenient']['regret'])}, lossy {number(rows['hf/lossy']['ll_drop'], sign=True)} / "
-                        f"{number(rows['hf/lossy']['regret'])}")
+                        f"{number(rows['hf/lenient']['regret'])}, lossy {number(rows['hf/lossy-fixed']['ll_drop'], sign=True)} / "
+                        f"{number(rows['hf/lossy-fixed']['regret'])}")
     lines = markdown_table(header, body) + ["", "Fidelity of those cells (LL drop / regret, nats/token; the default "
                                                "budget allows 0.02 each): " + "; ".join(fidelity) + "."]
     if marked:
@@ -393,7 +394,7 @@ def render_paper_measured(load: Loader) -> str:
     for pair in PAPER_PAIRS:
         report = load(pair.report)
         rows, costs = rows_by_key(report), report["costs_seconds"]
-        none, lossy = rows["hf/none"], rows["hf/lossy"]
+        none, lossy = rows["hf/none"], rows["hf/lossy-fixed"]
         mask = MaskArtifact.load(REPO / pair.mask).to_json()
         slim = lossy["slim_passes_per_token"]
         body.append([pair.label, number(costs["c_slim"] / costs["c_full_block"], 2),

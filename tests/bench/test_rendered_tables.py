@@ -63,8 +63,8 @@ def test_control_an_edited_cell_in_the_markdown_is_caught(render_tables, tmp_pat
         shutil.copy(REPO_ROOT / name, tmp_path / name)
     results = tmp_path / "docs" / "results.md"
     text = results.read_text()
-    assert text.count("| demo-ee | PEARL | 1.000 | 0.725 |") == 1
-    results.write_text(text.replace("| demo-ee | PEARL | 1.000 | 0.725 |", "| demo-ee | PEARL | 1.000 | 0.715 |"))
+    assert text.count("| demo | PEARL | 1.000 | 1.000 |") == 1
+    results.write_text(text.replace("| demo | PEARL | 1.000 | 1.000 |", "| demo | PEARL | 1.000 | 0.990 |"))
     load = render_tables.load_from(render_tables.RESULTS)
     assert render_tables.differing(tmp_path, load) == ["docs/results.md: adaptive"]
 
@@ -94,8 +94,8 @@ def test_a_row_priced_the_older_way_is_marked_and_read_from_one_report(render_ta
 
 def test_a_renamed_row_is_named_when_missing(render_tables, copied_reports):
     """A source table naming a row a report lacks (say, after a rename) fails with the report and its rows."""
-    table = render_tables.BenchTable((("bench_demo.json", ("hf/lossless-fixed",)),), ("row", "feq/tok"))
-    with pytest.raises(KeyError, match="bench_demo.json has no row 'hf/lossless-fixed'"):
+    table = render_tables.BenchTable((("bench_demo.json", ("hf/lossless-adaptive",)),), ("row", "feq/tok"))
+    with pytest.raises(KeyError, match="bench_demo.json has no row 'hf/lossless-adaptive'"):
         render_tables.render_bench(table, render_tables.load_from(copied_reports))
 
 

@@ -105,6 +105,9 @@ class BenchReport(Artifact):
                     else row for row in rows]
 
         data = {**data, "rows": renamed(data.get("rows"))}
+        projection = (data.get("run") or {}).get("projection") if isinstance(data.get("run"), dict) else None
+        if isinstance(projection, dict) and isinstance(projection.get("rows"), list):
+            data["run"] = {**data["run"], "projection": {**projection, "rows": renamed(projection["rows"])}}
         if isinstance(data.get("groups"), dict):
             data["groups"] = {name: renamed(rows) for name, rows in data["groups"].items()}
         return data
