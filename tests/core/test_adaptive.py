@@ -194,6 +194,26 @@ def test_a_revealed_cycle_says_what_untiered_sd_would_have_committed():
         Revealed((), 0, cost=1.0)
 
 
+def test_a_reveal_selected_by_escalation_tells_the_untiered_level_but_not_the_difference():
+    """A lossy cycle reveals untiered SD only when it escalated, its dearest cycles: such a reveal
+    (``paired=False``) updates the untiered arm's level but leaves the tier's learnt difference
+    alone. The control: the same cycles as fair samples (``paired=True``) move the tier's estimate
+    by the difference they show."""
+    def after(paired: bool) -> dict:
+        controller = TierController()
+        for _ in range(6):  # untiered cycles on easy text: 4 tokens each
+            controller.observe(Arm.PLAIN, 1.0, 4)
+        for _ in range(6):  # each tier cycle costs 2.0 for 2 tokens; untiered would have cost 1.0 for 3
+            controller.observe(Arm.TIER, 2.0, 2, Revealed((1.0, 1.0, 0.0), 4, cost=1.0, paired=paired))
+        return controller.estimates()
+
+    selected, fair = after(paired=False), after(paired=True)
+    assert selected[Arm.TIER] == pytest.approx(1.0)  # the tier's own cycles: 2.0 for 2 tokens
+    assert fair[Arm.TIER] < 0.95  # control: the paired difference (1.0 more for 1 token fewer) moves it
+    assert selected[Arm.PLAIN] == pytest.approx(fair[Arm.PLAIN])  # the level is learnt either way
+    assert 1.0 / 4.0 < selected[Arm.PLAIN] < 1.0 / 3.0
+
+
 def test_tier_cycles_that_reveal_untiered_sd_switch_the_tier_off_quickly():
     """The tier runs, then starts losing: the untiered cycles its full passes reveal show it, and
     half the sequences have switched it off within 15 cycles (all within 30). The control: the

@@ -212,12 +212,19 @@ class Revealed:
     first drafts of the block. ``drafted``: the drafts in the block; ``bonus``: whether a block
     accepted whole earns a token after it; ``cost``: the priced passes that untiered cycle would
     have run (a drafter pass per draft and one full pass).
+
+    ``paired``: whether the cycle is a fair sample of the two arms on the same drafts. A lossless
+    cascade reveals on every tier cycle, so its cycles are; a lossy cycle reveals only when it
+    escalated, which is when the slim verifier was unsure, its dearest cycles, so the difference
+    between the arms on those cycles overstates the tier's cost. Such a cycle still tells the
+    untiered arm's level, but not the difference.
     """
 
     accept: tuple[float, ...]
     drafted: int
     cost: float
     bonus: bool = True
+    paired: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.drafted, bool) or not isinstance(self.drafted, int) or self.drafted < 1:
@@ -390,7 +397,8 @@ class TierController:
             self._judged += len(revealed.accept)
             plain_tokens = revealed.expected_tokens(self.unseen_accept())
             self._arms[Arm.PLAIN].add(revealed.cost, plain_tokens)
-            self._paired.add(cost - revealed.cost, tokens - plain_tokens)
+            if revealed.paired:
+                self._paired.add(cost - revealed.cost, tokens - plain_tokens)
             self._since[Arm.PLAIN] = 0
         self.cycles += 1
         self.history.append(arm)

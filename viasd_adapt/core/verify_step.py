@@ -220,8 +220,9 @@ class VerifyStep:
             cost = prices.cycle_cost(draft_passes or drafted, outcome.slim_passes, outcome.full_passes, resumed_full_passes)
             revealed = None
             if arm is Arm.TIER and outcome.untiered_accept is not None and drafted > 0:
+                # only the cascade reveals on every tier cycle; lossy reveals on its escalations alone
                 revealed = Revealed(outcome.untiered_accept, drafted, prices.cycle_cost(draft_passes or drafted, 0, 1),
-                                    bonus=self.bonus_after_block)
+                                    bonus=self.bonus_after_block, paired=self.settings.mode is Mode.LOSSLESS)
             self.controller.observe(arm, cost, len(outcome.result.tokens), revealed)
 
     def verify(self, drafts: torch.Tensor, p: torch.Tensor, verifiers: Verifiers,
