@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import io
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.pairs import save_char_pair
 from viasd_adapt.cli.main import cli
 from viasd_adapt.cli.output import OUTPUT_FAILED
 
@@ -68,14 +66,9 @@ def _run(monkeypatch, device: _Device | None, args: list) -> int:
     return done.value.code
 
 
-@pytest.fixture(scope="module")
-def pair_template(tmp_path_factory):
-    return save_char_pair(tmp_path_factory.mktemp("char-pair") / "pair", with_mask=True)
-
-
 @pytest.fixture()
-def pair(pair_template, tmp_path):
-    return shutil.copytree(pair_template, tmp_path / "pair")
+def pair(char_pair):
+    return char_pair
 
 
 def _commands(pair: Path, out: Path) -> dict[str, tuple[list, Path | None]]:
