@@ -35,8 +35,11 @@ sys.meta_path.insert(0, HoldTorch())
 
 
 def _interrupted_while_importing_torch(code: str, args: list[str]) -> tuple[int, str]:
+    # SIGINT as a shell gives it: a test runner's worker may ignore it (pytest-xdist's do), an ignored
+    # signal stays ignored in a child, and Python then raises no KeyboardInterrupt there
     child = subprocess.Popen([sys.executable, "-c", HOLD_TORCH + code, *args], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert child.stderr.readline() == "importing torch\n"
         child.send_signal(signal.SIGINT)
