@@ -52,8 +52,8 @@ costs as its prices and the measured points as its priors, :mod:`viasd_adapt.eng
   ``metrics.cycles`` (the prior's weight) finite and >= 0. Negative or NaN: **refused**.
 * more ``metrics.cycles`` than the point's ``tokens`` (every cycle commits at least one token, so
   ``"cycles": 1e9`` over 1536 tokens cannot have been measured): **clamped** to ``tokens``, with a
-  :class:`TunedValueClampedWarning` naming the file and the field. The count only weighs the prior
-  (the controller never holds more than its memory of cycles), so the file stays usable.
+  :class:`TunedValueClampedWarning` naming the file and the field. The count only bounds the
+  prior's weight (:func:`viasd_adapt.engine.priors.prior_weight`), so the file stays usable.
 """
 
 
