@@ -102,33 +102,6 @@ def test_a_short_budget_is_judged_on_strong_evidence(demo):
     assert found == []
 
 
-def test_pearl_warns_of_a_random_drafter_with_the_adaptive_tier_and_not_of_the_shipped_one(demo):
-    """PEARL judges one draft per round after a rejection, and the adaptive tier (the default) runs
-    the tier on few rounds of a drafter that fails it: sampled at temperature 0.8, this random
-    drafter's 64-token answer had 9 drafts judged, and the monitor, judging from 20 as in hf, said
-    nothing while hf warned. PEARL judges from 8 (engine/pearl.PEARL_THRESHOLDS). The control: the
-    shipped drafter, sampled and greedy, gets no warning."""
-    from tests.support.expected_warnings import junk_drafter_warning
-    from viasd_adapt.adapters.pearl import pearl_generate
-
-    tokenizer, target, drafter, _, mask = demo
-    torch.manual_seed(1)
-    junk = AutoModelForCausalLM.from_config(drafter.config).eval()  # same vocabulary, random weights
-    ids = tokenizer(PROMPT)["input_ids"]
-    sampled = SamplingConfig(do_sample=True, temperature=0.8)
-
-    def run(model, sampling):
-        return pearl_generate(target, model, ids, 64, settings=TierSettings(mode="lossy"), mask=mask, seed=0,
-                              sampling=sampling, tuned=None)
-
-    with junk_drafter_warning("pearl"):
-        out = run(junk, sampled)
-    assert out.metrics.tier_cycles < out.metrics.cycles  # the adaptive tier ran: the case that was silent
-    for sampling in (sampled, SamplingConfig()):
-        with junk_drafter_warning("pearl", expected=False):
-            run(drafter, sampling)
-
-
 def test_every_framework_runs_the_monitor_through_the_cli(demo, tmp_path):
     """hf and pearl (and the engine) warn for a random drafter in lossy mode; EAGLE's session is
     covered in tests/adapters/eagle/test_eagle_demo.py."""

@@ -70,7 +70,6 @@ from torch import nn
 from viasd_adapt.checks import check_max_new_tokens
 from viasd_adapt.core.adaptive import AdaptivePlan
 from viasd_adapt.core.cycle import StopRule
-from viasd_adapt.core.monitor import JunkThresholds
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.core.tiers import CycleResult
@@ -82,19 +81,6 @@ from viasd_adapt.routing.slim import SlimVerifier
 
 #: The framework name the verify step reports (metrics, plugins' ``framework`` argument).
 FRAMEWORK = "pearl"
-
-#: The drafter-quality monitor's thresholds in PEARL: the judged drafts count from 8 on, not 20.
-#: After a rejected draft the next round is a pre-verify round, whose block is one draft: a junk
-#: drafter, rejected every round, has one draft judged per round the tier runs, where the other
-#: frameworks judge a block of gamma, and the adaptive tier (the default) runs the tier on few of
-#: those rounds. Measured on 64-token answers of the demo pair (4 prompts; 4 random drafters sampled
-#: at temperature 0.8, the shipped drafter greedy and sampled, 2 seeds): the random drafters had 4
-#: to 21 drafts judged, at a mean surprise excess of -9.1 to -13.0 nats (the threshold: -5.0); from
-#: 20 on, 2 of their 16 answers warned (hf warned on all it was run on), from 8 on, 10 of 16. The 6
-#: left had 4 or 5 drafts judged and none committed: their output is the untiered arm's. The shipped
-#: drafter's 16 answers: no warning (mean surprise excess -1.4 to +2.1 nats). Greedy random drafters
-#: commit their drafts and are caught by the committed drafts, 16 of 16.
-PEARL_THRESHOLDS = JunkThresholds(min_judged=8)
 
 
 # =============================================================================== the verify seam
@@ -113,8 +99,7 @@ def pearl_verifier(target: nn.Module, settings: TierSettings, sampling: Sampling
     settings adapt; its controller then picks each round's arm from the rounds before it.
     """
     return TieredVerifier(target, settings, sampling, slim=slim, plugin_manager=plugin_manager, framework=FRAMEWORK,
-                          bonus_after_block=False, share_prefix=share_prefix, adaptive=adaptive,
-                          thresholds=PEARL_THRESHOLDS)
+                          bonus_after_block=False, share_prefix=share_prefix, adaptive=adaptive)
 
 
 # =============================================================================== threads / streams

@@ -28,7 +28,7 @@ from viasd_adapt.core.cycle import CyclePolicy, StopRule, Verifiers
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.ledger import CycleLedger
 from viasd_adapt.core.metrics import TierMetrics
-from viasd_adapt.core.monitor import DrafterQualityMonitor, JunkThresholds
+from viasd_adapt.core.monitor import DrafterQualityMonitor
 from viasd_adapt.routing.shared import TargetRunners, make_target_runners
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.core.sampling import SamplingConfig, Warper, as_warper, sample_or_argmax
@@ -54,8 +54,6 @@ class TieredVerifier:
             (:func:`viasd_adapt.engine.priors.adaptive_plan`); None: the step's fallback. A cycle
             the controller gives the untiered arm runs q alone: the slim runner is not called and
             catches up on what it missed at its next pass (:mod:`viasd_adapt.routing.shared`).
-        thresholds: when the drafter-quality monitor of a step built here calls a drafter junk
-            (a framework whose cycles judge fewer drafts sets its own: PEARL).
     """
 
     target: nn.Module
@@ -69,14 +67,12 @@ class TieredVerifier:
     runners: TargetRunners | None = None
     step: VerifyStep | None = None
     adaptive: AdaptivePlan | None = None
-    thresholds: JunkThresholds = JunkThresholds()
 
     def __post_init__(self) -> None:
         self.warper = as_warper(self.sampling)
         if self.step is None:
             self.step = VerifyStep(self.settings, self.framework, self.plugin_manager, greedy=self.warper.greedy,
-                                   bonus_after_block=self.bonus_after_block, thresholds=self.thresholds,
-                                   adaptive=self.adaptive)
+                                   bonus_after_block=self.bonus_after_block, adaptive=self.adaptive)
         else:
             self.step.new_generation(self.warper.greedy)
         self.plugin_manager = self.step.plugin_manager
