@@ -51,11 +51,11 @@ def test_verdict_recommends_stock_prompt_lookup_when_it_is_cheapest():
     def row(framework, mode, feq, drop=0.0):
         return {"framework": framework, "mode": mode, "full_equivalent_per_token": feq, "ll_drop": drop, "regret": 0.0}
 
-    rows = [row("ar", "-", 0.60), row("lookup", "plain", 0.50), row("hf", "none", 0.71), row("hf", "lossy", 0.55, 0.01)]
+    rows = [row("ar", "-", 0.60), row("lookup", "plain", 0.50), row("hf", "none", 0.71), row("hf", "lossy-fixed", 0.55, 0.01)]
     (line,) = verdict(rows)
     assert "is lookup (0.500" in line and "use lookup" in line
     (line,) = verdict([row("lookup", "plain", 0.70)] + rows[2:])  # a cheaper tier row beats it by more than the margin
-    assert "is lossy" in line and "The slim tier pays here." in line
+    assert "is lossy-fixed" in line and "The slim tier pays here." in line
 
 
 def test_every_prompt_lookup_row_prices_its_one_token_forwards_as_one_token_passes(char_pair):
