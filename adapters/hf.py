@@ -60,7 +60,7 @@ import inspect
 import os
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
 import torch
@@ -90,8 +90,9 @@ from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import verified_cycle
 from viasd_adapt.config.resolve import UNREAD
 from viasd_adapt.config.tuned import PROMPT_LOOKUP_DRAFTER
-from viasd_adapt.models.pair import LoadedPair, model_and_mask
-from viasd_adapt.engine.tier import OpenTier, TunedDrafterCheck, open_tier
+from viasd_adapt.core.notices import caller_stacklevel, emit
+from viasd_adapt.models.pair import LoadedPair
+from viasd_adapt.engine.context import RunContext, drafter_identity, open_context
 from viasd_adapt.core.verify_step import VerifyStep
 
 FRAMEWORK = "hf"
@@ -111,20 +112,21 @@ class ViasdCacheWarning(UserWarning):
 
 @dataclass
 class TierSession:
-    """One ``patch``: the tier it opened (settings, slim verifier, plugins) and the metrics of the
-    calls made under it.
+    """One ``patch``: the run context it opened (settings, slim verifier, plugins) and the metrics of
+    the calls made under it.
 
     Attributes:
-        tier: the :class:`~viasd_adapt.engine.tier.OpenTier` the calls run (its settings, slim verifier,
-            plugin manager and adaptive plan); for a call whose drafter the tuned settings were not
-            measured with, the tier without them, for that call only.
+        context: the :class:`~viasd_adapt.engine.context.RunContext` the calls run (its settings, slim
+            verifier, plugin manager); each call runs it for the call's drafter
+            (:meth:`context_for`): for a drafter the tuned settings were not measured with, the
+            defaults, for that call only.
         metrics: the sum over every tiered ``generate`` call made under this patch (one call: that call).
         history: the metrics of each call, in order.
         fallbacks: why calls ran the stock path instead (one line per such call).
     """
 
     target: nn.Module
-    tier: OpenTier = field(repr=False)
+    context: RunContext = field(repr=False)
     tokenizer: Any = None
     assistant_tokenizer: Any = None
     thread_id: int = field(default_factory=threading.get_ident)
@@ -134,24 +136,40 @@ class TierSession:
     closed: bool = False
     share_prefix: bool = True
     _call: "_StockObserver | None" = field(default=None, repr=False)
-    # settings=None: the tuned settings, checked against each call's drafter (engine.tier.TunedDrafterCheck)
-    drafter_check: Any = field(default=None, repr=False)
+    # the context of each drafter seen (by object for a model: fingerprinted once per session)
+    _by_drafter: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def tier(self) -> RunContext:
+        """The session's run context, by its 0.2 name."""
+        return self.context
 
     @property
     def settings(self) -> TierSettings:
-        return self.tier.settings
+        return self.context.settings
 
     @property
     def slim(self) -> SlimVerifier | None:
-        return self.tier.slim
+        return self.context.slim
 
     @property
     def plugins(self) -> tuple:
-        return self.tier.plugins
+        return self.context.plugins
 
     @property
     def plugin_manager(self) -> Any:
-        return self.tier.plugin_manager
+        return self.context.plugin_manager
+
+    def context_for(self, drafter: Any) -> RunContext:
+        """The context of a call drafting with ``drafter`` (its assistant model, or prompt lookup):
+        :meth:`RunContext.for_drafter`, once per drafter; its notices (tuned settings measured with
+        another drafter) are given the first time."""
+        key = id(drafter) if isinstance(drafter, nn.Module) else hash(drafter_identity(drafter))
+        if key not in self._by_drafter:
+            context = self.context.for_drafter(drafter)
+            emit(context.notices)
+            self._by_drafter[key] = (drafter, replace(context, notices=()))  # the drafter kept: its id stays its own
+        return self._by_drafter[key][1]
 
     @property
     def mode(self) -> Mode:
@@ -230,6 +248,7 @@ def patch(
     assistant_tokenizer: Any = None,
     share_prefix: bool = True,
     tuned: Any = UNREAD,
+    context: RunContext | None = None,
 ) -> TierSession:
     """Adds the slim tier to ``target.generate(..., assistant_model=...)`` for the calling thread.
 
@@ -250,19 +269,26 @@ def patch(
         share_prefix: let q resume from the slim verifier's hidden states at its first skipped
             layer (:mod:`viasd_adapt.routing.shared`); False gives each verifier its own cache.
         tuned: the tuned file the adaptive tier's prices and priors come from (None: none); by
-            default the ``tuned.json`` beside a mask path (:func:`~viasd_adapt.engine.tier.open_tier`).
+            default the ``tuned.json`` beside a mask path (:func:`~viasd_adapt.engine.context.open_context`).
+        context: the run's context, when the caller built it (:mod:`viasd_adapt.frameworks`' requests);
+            ``mask``, ``settings``, ``plugins`` and ``tuned`` are then its own.
 
     Returns the session handle; pass it to :func:`unpatch`.
     """
-    target, mask = model_and_mask(target, mask)
+    if isinstance(target, LoadedPair):
+        pair, target = target, target.target
+        if context is None and mask is None:  # what the pair read when it loaded: nothing is read again
+            context = pair.run_context(settings, plugins)
     refuse_compile_wrapper(target)  # it has a generate() of sorts, but patching it would reach nothing
     if not hasattr(target, "generate") or not hasattr(type(target), "_get_candidate_generator"):
         raise ConfigError(f"{type(target).__name__} is not a transformers generation model (no generate())")
     find_decoder_stack(target)  # a clear UnsupportedModelError before anything is patched
-    tier = open_tier(target, mask, settings, plugins, tuned=tuned)
+    if context is None:
+        context = open_context(target, mask, settings, plugins, tuned=tuned)
+    else:
+        emit(context.notices)
     check_same_tokenizer(tokenizer, assistant_tokenizer, role="assistant")
-    session = TierSession(target, tier, tokenizer, assistant_tokenizer, share_prefix=share_prefix,
-                          drafter_check=TunedDrafterCheck(tier, target, mask))
+    session = TierSession(target, context, tokenizer, assistant_tokenizer, share_prefix=share_prefix)
     with _REGISTRY_LOCK:
         record = _PATCHES.get(id(target))
         if record is None or record.model is not target:
@@ -429,7 +455,7 @@ def _check_cache_options(target: nn.Module, call: dict) -> None:
         warnings.warn(
             f"viasd-adapt: cache_implementation={implementation!r} is not used by the slim tier's loop, which keeps "
             "dynamic KV caches it can crop and share between its verifiers; this call runs with those (same output)",
-            ViasdCacheWarning, stacklevel=4)
+            ViasdCacheWarning, stacklevel=caller_stacklevel())
         call["cache_implementation"] = "dynamic"
 
 
@@ -453,7 +479,7 @@ def _normalise_call(original, args: tuple, kwargs: dict) -> dict:
 
 def _fall_back(session: TierSession, reason: str, run):
     warnings.warn(f"viasd-adapt: the slim tier is off for this call ({reason}); running transformers' stock path",
-                  ViasdFallbackWarning, stacklevel=4)
+                  ViasdFallbackWarning, stacklevel=caller_stacklevel())
     session.fallbacks.append(reason)
     return run()
 
@@ -472,32 +498,16 @@ def _call_drafter(session: TierSession, original, args: tuple, kwargs: dict):
     return PROMPT_LOOKUP_DRAFTER if lookup is not None else None
 
 
-@contextlib.contextmanager
-def _running_untuned(session: TierSession, tier):
-    """For one call: the session runs ``tier`` (the defaults: its tuned settings were measured with
-    another drafter); its metrics still go to the session."""
-    saved = session.tier, session.drafter_check
-    session.tier, session.drafter_check = tier, None
-    try:
-        yield
-    finally:
-        session.tier, session.drafter_check = saved
-
-
 def _tiered_generate(session: TierSession, original, args: tuple, kwargs: dict):
     target = session.target
-    check = session.drafter_check
-    if check is not None and check.needed:  # settings=None ran the tuned choice: was it measured with this drafter?
-        drafter = _call_drafter(session, original, args, kwargs)
-        tier = check.tier_for(drafter, stacklevel=5) if drafter is not None else check.tier
-        if tier is not check.tier:
-            with _running_untuned(session, tier):
-                return _tiered_generate(session, original, args, kwargs)
+    # the call's context: for its drafter (settings=None ran the tuned choice: was it measured with it?)
+    drafter = _call_drafter(session, original, args, kwargs)
+    context = session.context_for(drafter) if drafter is not None else session.context
     if getattr(original, "__func__", None) is not getattr(type(target), "generate", None):
         return _fall_back(session, "generate() was replaced on this instance before patching; calling that replacement",
                           lambda: original(*args, **kwargs))
-    if session.mode is Mode.NONE:
-        return _generate_observed(session, original, args, kwargs)
+    if context.mode is Mode.NONE:
+        return _generate_observed(session, context, original, args, kwargs)
     call = _normalise_call(original, args, kwargs)
     reason = _fallback_reason(target, call) or _uncarried_inputs_reason(target, original, call)
     if reason is not None:
@@ -514,7 +524,7 @@ def _tiered_generate(session: TierSession, original, args: tuple, kwargs: dict):
         check_drafter_pair(target, call["assistant_model"], call.get("tokenizer", session.tokenizer),
                            call.get("assistant_tokenizer", session.assistant_tokenizer), role="assistant")
     call.pop("assistant_tokenizer", None)  # same vocabulary established above; stock would refuse it
-    return _generate_own_loop(session, original, call)
+    return _generate_own_loop(session, context, original, call)
 
 
 def _attach(output, metrics: TierMetrics):
@@ -535,8 +545,8 @@ class _StockObserver:
     Observation never raises into the stock loop: a generator it cannot read is simply not counted.
     """
 
-    def __init__(self, session: TierSession):
-        self.step = VerifyStep(session.settings, FRAMEWORK, session.plugin_manager)
+    def __init__(self, context: RunContext):
+        self.step = context.verify_step(FRAMEWORK, make=VerifyStep)
         self.pending: tuple[int, int] | None = None  # (committed length, drafts) of the open cycle
 
     def wrap(self, generator, kwargs: dict):
@@ -572,8 +582,8 @@ class _StockObserver:
         return verified_cycle(tokens, min(num_matches, len(tokens) - 1), drafted, drafted), drafted
 
 
-def _generate_observed(session: TierSession, original, args: tuple, kwargs: dict):
-    observer = _StockObserver(session)
+def _generate_observed(session: TierSession, context: RunContext, original, args: tuple, kwargs: dict):
+    observer = _StockObserver(context)
     session._call = observer
     try:
         output = original(*args, **kwargs)
@@ -597,9 +607,11 @@ class _OwnLoop:
     ``inputs_tensor`` the source; its rows are built by :class:`viasd_adapt.adapters.hf_seq2seq.Seq2SeqRows`.
     """
 
-    def __init__(self, session: TierSession, assistant: nn.Module | None, streamer,
+    def __init__(self, session: TierSession, context: RunContext, assistant: nn.Module | None, streamer,
                  lookup: tuple[int, PromptLookupSpec] | None = None):
         self.session, self.assistant, self.streamer = session, assistant, streamer
+        # the call's context: with prompt lookup, the call's prompt_lookup_num_tokens is the block length, as in stock
+        self.context = context if lookup is None else context.with_block_length(lookup[0])
         self.lookup = lookup  # (block length, spec) when the call asked for prompt lookup instead of an assistant
         self.metrics: TierMetrics | None = None
 
@@ -608,12 +620,9 @@ class _OwnLoop:
         config = generation_config
         max_new = check_max_new_tokens(int(config.max_length) - input_ids.shape[1])
         warper = ProcessorWarper(logits_processor, greedy=not bool(getattr(config, "do_sample", False)))
-        # One verify step for the call, every row's cycles through it. With prompt lookup the
-        # call's prompt_lookup_num_tokens is the block length, as in stock.
-        settings = self.session.settings if self.lookup is None else self.session.settings.with_(gamma=self.lookup[0])
-        # the adaptive tier (when the settings adapt) prices this call's drafter: the assistant, or none (lookup)
-        plan = self.session.tier.adaptive_plan(self.assistant, settings)
-        self.step = VerifyStep(settings, FRAMEWORK, self.session.plugin_manager, greedy=warper.greedy, adaptive=plan)
+        # One verify step for the call, every row's cycles through it; the adaptive tier (when the
+        # settings adapt) prices this call's drafter: the assistant, or none (lookup).
+        self.step = self.context.verify_step(FRAMEWORK, make=VerifyStep, greedy=warper.greedy)
         kind = model_kind(model)
         if kind.encoder_decoder:  # input_ids are decoder ids; each row also reads its source
             from viasd_adapt.adapters.hf_seq2seq_loop import Seq2SeqRows
@@ -651,8 +660,7 @@ class _OwnLoop:
         # No speculative margin: the engine shortens every block to the budget left, so no forward
         # (draft, verify or bonus) reaches past prompt + max_new positions.
         check_fits_context(model, prompt_ids.shape[0], max_new)
-        verifier = TieredVerifier(model, self.step.settings, warper, session.slim, session.plugin_manager,
-                                  framework=FRAMEWORK, share_prefix=session.share_prefix, step=self.step)
+        verifier = TieredVerifier.of(self.context, self.step, warper, share_prefix=session.share_prefix)
         if self.lookup is None:
             drafter = ModelDrafter(self.assistant, warper)
         else:
@@ -715,10 +723,10 @@ def _lookup_request(target: nn.Module, call: dict) -> tuple[int, PromptLookupSpe
     return int(num_tokens), PromptLookupSpec(int(max_ngram or DEFAULT_MAX_NGRAM))
 
 
-def _generate_own_loop(session: TierSession, original, call: dict):
+def _generate_own_loop(session: TierSession, context: RunContext, original, call: dict):
     lookup = _lookup_request(session.target, call)
     assistant = call.pop("assistant_model", None)
-    loop = _OwnLoop(session, assistant, call.get("streamer"), lookup)
+    loop = _OwnLoop(session, context, assistant, call.get("streamer"), lookup)
     call["custom_generate"] = loop
     output = original(**call)
     if loop.metrics is not None:
@@ -732,11 +740,27 @@ def _generate_own_loop(session: TierSession, original, call: dict):
 
 def fix_draft_length(draft: nn.Module, gamma: int) -> None:
     """Classic SD on the assistant: a constant block of ``gamma`` drafts, no early stop, so stock
-    assisted generation drafts exactly like the tier's loop (like-for-like rows)."""
-    config = draft.generation_config
+    assisted generation drafts exactly like the tier's loop (like-for-like rows). Changes ``draft``'s
+    generation config; :func:`drafting_blocks_of` leaves the drafter as it is."""
+    _constant_blocks(draft.generation_config, gamma)
+
+
+def _constant_blocks(config, gamma: int) -> None:
     config.num_assistant_tokens = gamma
     config.num_assistant_tokens_schedule = "constant"
     config.assistant_confidence_threshold = 0.0
+
+
+def drafting_blocks_of(draft: nn.Module, gamma: int) -> nn.Module:
+    """``draft`` as an assistant that drafts constant blocks of ``gamma`` (:func:`fix_draft_length`),
+    without changing it: a shallow copy that shares its weights and has its own generation config
+    (stock assisted generation reads the block length from the assistant's config), so that runs
+    with other block lengths on the same pair, in other threads too, do not see each other's."""
+    view = copy.copy(draft)
+    config = copy.deepcopy(draft.generation_config)
+    _constant_blocks(config, gamma)
+    view.generation_config = config
+    return view
 
 
 def run(pair, request):
@@ -744,13 +768,12 @@ def run(pair, request):
     with no viasd-adapt at all (``plain``) or inside :func:`tiered` in the requested mode (the
     session is opened per call, as a user would, so its set-up is part of the measured time)."""
     from viasd_adapt.frameworks.registry import PLAIN
-    from viasd_adapt.frameworks.baselines import assistant_config_notice_dropped, generation_config_for, pair_tuned
+    from viasd_adapt.frameworks.baselines import assistant_config_notice_dropped, generation_config_for
     from viasd_adapt.frameworks.requests import RunOutput
 
     ids = torch.tensor([request.prompt_ids], dtype=torch.long, device=pair.device)
     if pair.lookup is None:
-        fix_draft_length(pair.draft, request.settings.gamma)
-        drafter = dict(assistant_model=pair.draft)
+        drafter = dict(assistant_model=drafting_blocks_of(pair.draft, request.settings.gamma))
     else:  # stock prompt lookup (plain), or the tier's loop with the lookup drafter
         drafter = dict(prompt_lookup_num_tokens=request.settings.gamma, max_matching_ngram_size=pair.lookup.max_ngram)
     config = generation_config_for(pair, request, **{k: v for k, v in drafter.items() if k != "assistant_model"})
@@ -763,8 +786,7 @@ def run(pair, request):
 
     if request.mode == PLAIN:
         return RunOutput(generate()[0, ids.shape[1]:].tolist())
-    with tiered(pair.target, mask=pair.routing, settings=request.settings, plugins=request.stream_plugins,
-                tuned=pair_tuned(pair)) as session:
+    with tiered(pair.target, context=request.context_on(pair)) as session:
         out = generate()
     if session.fallbacks:
         raise ViasdError(f"the hf adapter fell back to the stock path: {session.fallbacks[-1]}")
@@ -776,6 +798,7 @@ __all__ = [
     "TierSettings",
     "ViasdFallbackWarning",
     "is_patched",
+    "drafting_blocks_of",
     "fix_draft_length",
     "patch",
     "run",

@@ -209,7 +209,7 @@ def run_demo(
     from viasd_adapt.prompts.chat import uses_chat
     from viasd_adapt.bench.verdict import verdict
     from viasd_adapt.config.resolve import resolve_settings
-    from viasd_adapt.engine.tier import check_spec_model
+    from viasd_adapt.engine.context import check_spec_model
     from viasd_adapt.models.gguf import is_gguf_path
     from viasd_adapt.models.pair import FALLBACK_MASK_LABEL
     from viasd_adapt.models.registry import resolve_pair

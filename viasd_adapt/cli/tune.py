@@ -117,7 +117,8 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     cost_model = load_cost_model(costs) if costs else None  # a bad cost file fails before any load
     torch.set_num_threads(1)
     quiet_transformers()
-    loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device="cpu")
+    # the sweep measures its own points: a tuned.json already beside the mask is not read (it is the file rewritten)
+    loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device="cpu", spec=None)
     if loaded.mask.is_fallback:
         click.echo(f"note: no mask.json for this pair; tuning with the {loaded.mask.source}")
     if reuse_path is not None:

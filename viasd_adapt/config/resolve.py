@@ -20,7 +20,6 @@ bench``, ``viasd demo`` and the adapters' ``settings=None`` all call it, and it 
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -28,6 +27,7 @@ from typing import Any, Mapping
 
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.config.mask import MaskArtifact
+from viasd_adapt.core.notices import Notice, emit
 from viasd_adapt.core.settings import CONSERVATIVE, Mode, TierSettings
 from viasd_adapt.config.tuned import OTHER_DRAFTER, TunedForAnotherMaskWarning, TunedSettings, recorded_mask, tuned_path_beside
 
@@ -64,6 +64,9 @@ class RunSpec:
     not_applied: str = ""
     #: what the run knows of the drafter the tuned settings were measured with (``--explain``), "" when unchecked
     drafter_note: str = ""
+    #: what the user should be told about this resolution (tuned settings measured with another
+    #: mask), given as warnings by the caller that read the files (:func:`resolve_settings`)
+    notices: tuple[Notice, ...] = ()
 
     def without_tuned(self, reason: str) -> "RunSpec":
         """The same resolution without the tuned file's layers (its choice and its best points): every
@@ -153,9 +156,9 @@ def resolve_settings(
     preset: str = "default",
     flags: Mapping[str, Any] | None = None,
     tuned: Any = UNREAD,
-    warn_stacklevel: int = 2,
 ) -> RunSpec:
-    """Resolves a run's settings through the layers of the module docstring, reading each file once.
+    """Resolves a run's settings through the layers of the module docstring, reading each file once,
+    and gives the resolution's notices as warnings (:func:`read_settings` returns them instead).
 
     Args:
         mask: the mask the user named (``--mask``); when None, ``pair_mask``'s folder decides:
@@ -171,6 +174,24 @@ def resolve_settings(
         tuned: the tuned file beside the mask, already loaded (or None: there is none); read
             here when not given.
     """
+    spec = read_settings(mask, pair_mask=pair_mask, framework=framework, best_points=best_points, preset=preset,
+                         flags=flags, tuned=tuned)
+    emit(spec.notices)
+    return spec
+
+
+def read_settings(
+    mask: str | os.PathLike | None = None,
+    *,
+    pair_mask: str | os.PathLike | None = None,
+    framework: str | None = None,
+    best_points: bool = False,
+    preset: str = "default",
+    flags: Mapping[str, Any] | None = None,
+    tuned: Any = UNREAD,
+) -> RunSpec:
+    """:func:`resolve_settings` without giving its notices: they are in ``RunSpec.notices``, for a
+    caller that gives them with its own (:func:`viasd_adapt.engine.context.open_context`)."""
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     unknown = sorted(set(flags) - set(SETTING_FIELDS))
     if unknown:
@@ -200,6 +221,7 @@ def resolve_settings(
     notes: list[str] = []
     applied = False
     not_applied = ""
+    notices: list[Notice] = []
 
     def apply(values: Mapping[str, Any], source: str) -> None:
         nonlocal settings
@@ -217,25 +239,13 @@ def resolve_settings(
             # Settings tuned for one mask are not a choice for another; say so rather than run the
             # defaults silently (the usual cause: the tuner picked a mask saved beside mask.json).
             measured_with = tuned.report.mask_file or "another mask"
-            warnings.warn(f"{tuned_path} was measured with {measured_with}, not {mask_path.name}; running "
-                          f"TierSettings() defaults. Pass mask=viasd_adapt.config.resolve.tuned_mask_path({mask_path.name!r}) "
-                          "to run the tuned choice.", TunedForAnotherMaskWarning, stacklevel=warn_stacklevel)
+            notices.append(Notice(TunedForAnotherMaskWarning, (
+                f"{tuned_path} was measured with {measured_with}, not {mask_path.name}; running TierSettings() defaults. "
+                f"Pass mask=viasd_adapt.config.resolve.tuned_mask_path({mask_path.name!r}) to run the tuned choice.")))
 
     if best_points and tuned is not None:
-        lenient = tuned.best("lenient")
-        if lenient is not None and "lenience" not in flags:  # the lenient rows run the tuner's best lenient point
-            apply({"lenience": lenient.settings.lenience}, f"tuned.json {tuned_path} (best lenient point)")
-        point = tuned.best("viasd") if tuned.choice not in ("viasd", "viasd-adaptive") else None
-        point_mask = recorded_mask(mask_path, point.mask) if point is not None else None
-        if (point is not None and "alpha1" not in flags and "alpha2" not in flags and point_mask is not None
-                and mask_path is not None and mask_path.is_file() and mask_bits(point_mask) == mask_bits(mask_path)):
-            # The verdict was not VIA-SD, yet its rows must still run the tuner's best VIA-SD point, not
-            # defaults: a bench that pits the winner against untuned rivals proves nothing.
-            tier = point.settings
-            apply({name: getattr(tier, name) for name in TIERED_POINT_FIELDS},
-                  f"tuned.json {tuned_path} (best VIA-SD point)")
-            notes.append(f"tiered rows: the tuner's best VIA-SD point alpha1={tier.alpha1} alpha2={tier.alpha2} "
-                         f"gates={tier.greedy_gates} (measured with {point_mask.name})")
+        for values, source in _best_points(tuned, tuned_path, mask_path, flags, mask_bits, notes):
+            apply(values, source)
 
     if preset != "default":
         apply(PRESETS[preset], f"preset {preset}")
@@ -248,7 +258,29 @@ def resolve_settings(
     for name, value in flags.items():
         apply({name: value}, f"flag --{name.replace('_', '-')}")
     return RunSpec(settings, sources, mask_path, mask_source, tuned, tuned_path if tuned is not None else None, framework,
-                   notes, applied, dict(mask_bits.read), not_applied)
+                   notes, applied, dict(mask_bits.read), not_applied, notices=tuple(notices))
+
+
+def _best_points(tuned: TunedSettings, tuned_path: Path | None, mask_path: Path | None, flags: Mapping[str, Any],
+                 mask_bits: _MaskBits, notes: list[str]) -> list[tuple[dict[str, Any], str]]:
+    """The layer of the tuner's best points (the bench's rows), as ``(values, source)`` to apply;
+    what it says for people goes to ``notes``."""
+    layers = []
+    lenient = tuned.best("lenient")
+    if lenient is not None and "lenience" not in flags:  # the lenient rows run the tuner's best lenient point
+        layers.append(({"lenience": lenient.settings.lenience}, f"tuned.json {tuned_path} (best lenient point)"))
+    point = tuned.best("viasd") if tuned.choice not in ("viasd", "viasd-adaptive") else None
+    point_mask = recorded_mask(mask_path, point.mask) if point is not None else None
+    if (point is not None and "alpha1" not in flags and "alpha2" not in flags and point_mask is not None
+            and mask_path is not None and mask_path.is_file() and mask_bits(point_mask) == mask_bits(mask_path)):
+        # The verdict was not VIA-SD, yet its rows must still run the tuner's best VIA-SD point, not
+        # defaults: a bench that pits the winner against untuned rivals proves nothing.
+        tier = point.settings
+        layers.append(({name: getattr(tier, name) for name in TIERED_POINT_FIELDS},
+                       f"tuned.json {tuned_path} (best VIA-SD point)"))
+        notes.append(f"tiered rows: the tuner's best VIA-SD point alpha1={tier.alpha1} alpha2={tier.alpha2} "
+                     f"gates={tier.greedy_gates} (measured with {point_mask.name})")
+    return layers
 
 
 def _pair_mask(pair_mask: Path, tuned: TunedSettings | None, tuned_path: Path | None,
@@ -285,4 +317,4 @@ def tuned_mask_path(mask_path: str | os.PathLike | None) -> Path | None:
     return _pair_mask(Path(mask_path), tuned, path, best_points=False)[0]
 
 
-__all__ = ["DEFAULT", "PRESETS", "UNREAD", "RunSpec", "resolve_settings", "tuned_mask_path"]
+__all__ = ["DEFAULT", "PRESETS", "UNREAD", "RunSpec", "read_settings", "resolve_settings", "tuned_mask_path"]

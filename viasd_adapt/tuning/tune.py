@@ -47,7 +47,7 @@ from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import save_figure
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.core.monitor import ViasdQualityWarning
-from viasd_adapt.models.pair import LoadedPair, MaskInfo
+from viasd_adapt.models.pair import LoadedPair
 from viasd_adapt.frameworks.requests import RunRequest
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.routing.mask import model_fingerprint
@@ -55,7 +55,7 @@ from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import ADAPTIVE_SUFFIX, Mode, TierSettings
 from viasd_adapt.config.tuned import MEASURED_ON_DEFAULT, PROMPT_LOOKUP_DRAFTER, TunedSettings
-from viasd_adapt.frameworks.baselines import TUNED_KEY
+from viasd_adapt.engine.context import resolve_context
 
 #: The framework whose loop every candidate runs on (recorded in tuned.json as ``measured_on``):
 #: the tier's own SD loop, the loop the HF adapter's tiered modes run. Other frameworks apply the
@@ -379,39 +379,32 @@ def tune(
         raise ConfigError("tuning needs at least one calibration prompt")
     prompt_ids = [p.ids if isinstance(p, BenchPrompt) else encode_prompt(pair.tokenizer, p, chat) for p in prompts]
     masks = _masks_for_ratios(pair, ratios, search_steps, save_masks_to, say, exits)
-    original_mask = pair.mask
-    # the sweep measures its own points: a tuned.json already beside the mask must not steer them
-    had_tuned, original_tuned = TUNED_KEY in pair.loaded, pair.loaded.get(TUNED_KEY)
-    pair.loaded[TUNED_KEY] = None
-    try:
-        with warnings.catch_warnings():
-            # the sweep tries tolerances far from the defaults on purpose; the junk-drafter monitor
-            # would read a loose gate 1 as a junk drafter
-            warnings.simplefilter("ignore", ViasdQualityWarning)
-            return _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, seed, cost_repeats, say,
-                            bar, started, adaptive)
-    finally:
-        pair.mask = original_mask
-        if had_tuned:
-            pair.loaded[TUNED_KEY] = original_tuned
-        else:
-            del pair.loaded[TUNED_KEY]
+    with warnings.catch_warnings():
+        # the sweep tries tolerances far from the defaults on purpose; the junk-drafter monitor
+        # would read a loose gate 1 as a junk drafter
+        warnings.simplefilter("ignore", ViasdQualityWarning)
+        return _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, seed, cost_repeats, say,
+                        bar, started, adaptive)
 
 
 def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, seed, cost_repeats, say, bar, started,
              adaptive=True):
     base = TierSettings(gamma=grid.gamma)
 
-    def run(settings: TierSettings, mask_name: str | None) -> tuple[list[list[int]], TierMetrics, list[TierMetrics], list[int]]:
+    def run(settings: TierSettings, mask_name: str | None, evidence: TunedSettings | None = None
+            ) -> tuple[list[list[int]], TierMetrics, list[TierMetrics], list[int]]:
         """Every calibration prompt through the engine: outputs, merged and per-prompt metrics, and per
         prompt the target passes that fed one token (priced as one-token passes, as the bench does:
-        a prompt lookup that found no n-gram checks one token)."""
-        pair.mask = MaskInfo(masks[mask_name], mask_name, False) if mask_name else pair.mask
+        a prompt lookup that found no n-gram checks one token). The run context holds the candidate's
+        mask and the evidence the adaptive tier starts from (none: a tuned.json already beside the
+        mask must not steer the sweep's own points)."""
+        context = resolve_context(pair.target, settings, mask=masks[mask_name] if mask_name else pair.routing,
+                                  evidence=evidence, drafter=pair.drafter)
         merged, outputs, each, singles = TierMetrics(), [], [], []
         with RunMeter(pair.target, None) as meter:
             for index, ids in enumerate(prompt_ids):
                 request = RunRequest.tiered(ids, max_new_tokens, settings, sampling=sampling, seed=seed + index,
-                                            stop_at_eos=False)
+                                            stop_at_eos=False, context=context)
                 measured = meter.start()
                 out = frameworks.run(MEASURED_ON, pair, request)
                 meter.stop()
@@ -441,11 +434,11 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
     candidates = list(_candidates(masks, grid, base, sampling.greedy))
     ticker = bar(len(candidates) + (2 * len(masks) if adaptive else 0)) if bar is not None else None
 
-    def measure(family: str, settings: TierSettings, mask_name: str | None) -> Point:
+    def measure(family: str, settings: TierSettings, mask_name: str | None, evidence: TunedSettings | None = None) -> Point:
         """One candidate on every calibration prompt: its cost, fidelity and per-prompt sums. (The
         sampling overrule of a lossy point is its audit's, which runs the tier on every cycle: for an
         adaptive point that is an upper bound, since its untiered cycles are exact.)"""
-        outputs, metrics, each, singles = run(settings, mask_name)
+        outputs, metrics, each, singles = run(settings, mask_name, evidence)
         ll, matches, tokens, regret = 0.0, 0, 0, 0.0
         scores = []
         for ids, out in zip(prompt_ids, outputs):
@@ -480,9 +473,8 @@ def _measure(pair, prompt_ids, masks, max_new_tokens, grid, budget, sampling, se
         fixed = judged(points, budget, cost_record, mask_record, time.perf_counter() - started)
         say("the adaptive tier: the lossless point and the cheapest lossy point within budget of each mask, adaptive")
         # what the adaptive twins start from: these points, as the written tuned.json will give them
-        pair.loaded[TUNED_KEY] = artifact_of(fixed, pair)
-        points += [measure(*candidate) for candidate in _adaptive_candidates(fixed, masks)]
-        pair.loaded[TUNED_KEY] = None
+        evidence = artifact_of(fixed, pair)
+        points += [measure(*candidate, evidence) for candidate in _adaptive_candidates(fixed, masks)]
     if ticker is not None:
         ticker.close()
     return judged(points, budget, cost_record, mask_record, time.perf_counter() - started)
