@@ -147,7 +147,15 @@ def _load_tuned(mask_path: str | os.PathLike | None) -> tuple[TunedSettings | No
 UNREAD: Any = object()
 
 
-def resolve_settings(
+def resolve_settings(mask: str | os.PathLike | None = None, **options: Any) -> RunSpec:
+    """Resolves a run's settings through the layers of the module docstring, reading each file once
+    (:func:`read_settings`, whose arguments it takes), and gives the resolution's notices as warnings."""
+    spec = read_settings(mask, **options)
+    emit(spec.notices)
+    return spec
+
+
+def read_settings(
     mask: str | os.PathLike | None = None,
     *,
     pair_mask: str | os.PathLike | None = None,
@@ -157,8 +165,9 @@ def resolve_settings(
     flags: Mapping[str, Any] | None = None,
     tuned: Any = UNREAD,
 ) -> RunSpec:
-    """Resolves a run's settings through the layers of the module docstring, reading each file once,
-    and gives the resolution's notices as warnings (:func:`read_settings` returns them instead).
+    """Resolves a run's settings through the layers of the module docstring, reading each file once;
+    what the user should hear is in ``RunSpec.notices``, for the caller to give
+    (:func:`resolve_settings`, :func:`viasd_adapt.engine.context.open_context`).
 
     Args:
         mask: the mask the user named (``--mask``); when None, ``pair_mask``'s folder decides:
@@ -174,24 +183,6 @@ def resolve_settings(
         tuned: the tuned file beside the mask, already loaded (or None: there is none); read
             here when not given.
     """
-    spec = read_settings(mask, pair_mask=pair_mask, framework=framework, best_points=best_points, preset=preset,
-                         flags=flags, tuned=tuned)
-    emit(spec.notices)
-    return spec
-
-
-def read_settings(
-    mask: str | os.PathLike | None = None,
-    *,
-    pair_mask: str | os.PathLike | None = None,
-    framework: str | None = None,
-    best_points: bool = False,
-    preset: str = "default",
-    flags: Mapping[str, Any] | None = None,
-    tuned: Any = UNREAD,
-) -> RunSpec:
-    """:func:`resolve_settings` without giving its notices: they are in ``RunSpec.notices``, for a
-    caller that gives them with its own (:func:`viasd_adapt.engine.context.open_context`)."""
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     unknown = sorted(set(flags) - set(SETTING_FIELDS))
     if unknown:
@@ -199,23 +190,7 @@ def read_settings(
     if preset != "default" and preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}; choose default or one of: {', '.join(PRESETS)}")
     mask_bits = _MaskBits()
-    loaded_path: Path | None = None
-    if tuned is not UNREAD:
-        loaded_path = tuned_path_beside(mask if mask is not None else pair_mask)
-
-    # ------------------------------------------------------------------ the mask
-    mask_path = Path(mask).expanduser() if isinstance(mask, (str, os.PathLike)) else None
-    mask_source = "given (--mask)" if mask_path is not None else ""
-    if mask is None and pair_mask is not None:
-        if tuned is UNREAD:
-            tuned, loaded_path = _load_tuned(pair_mask)
-        mask_path, mask_source = _pair_mask(Path(pair_mask), tuned, loaded_path, best_points)
-
-    # ------------------------------------------------------------------ tuned.json beside it
-    tuned_path = tuned_path_beside(mask_path)
-    if tuned is UNREAD or tuned_path != loaded_path:
-        tuned, tuned_path = _load_tuned(mask_path)
-
+    mask_path, mask_source, tuned, tuned_path = _mask_and_tuned(mask, pair_mask, tuned, best_points)
     settings = TierSettings()
     sources = {name: DEFAULT for name in SETTING_FIELDS}
     notes: list[str] = []
@@ -259,6 +234,25 @@ def read_settings(
         apply({name: value}, f"flag --{name.replace('_', '-')}")
     return RunSpec(settings, sources, mask_path, mask_source, tuned, tuned_path if tuned is not None else None, framework,
                    notes, applied, dict(mask_bits.read), not_applied, notices=tuple(notices))
+
+
+def _mask_and_tuned(mask: str | os.PathLike | None, pair_mask: str | os.PathLike | None, tuned: Any,
+                    best_points: bool) -> tuple[Path | None, str, TunedSettings | None, Path | None]:
+    """The mask a run uses and why, and the tuned file beside it and its path (each read once;
+    ``tuned``: already read, or :data:`UNREAD`)."""
+    loaded_path: Path | None = None
+    if tuned is not UNREAD:
+        loaded_path = tuned_path_beside(mask if mask is not None else pair_mask)
+    mask_path = Path(mask).expanduser() if isinstance(mask, (str, os.PathLike)) else None
+    mask_source = "given (--mask)" if mask_path is not None else ""
+    if mask is None and pair_mask is not None:
+        if tuned is UNREAD:
+            tuned, loaded_path = _load_tuned(pair_mask)
+        mask_path, mask_source = _pair_mask(Path(pair_mask), tuned, loaded_path, best_points)
+    tuned_path = tuned_path_beside(mask_path)
+    if tuned is UNREAD or tuned_path != loaded_path:
+        tuned, tuned_path = _load_tuned(mask_path)
+    return mask_path, mask_source, tuned, tuned_path
 
 
 def _best_points(tuned: TunedSettings, tuned_path: Path | None, mask_path: Path | None, flags: Mapping[str, Any],
