@@ -261,3 +261,16 @@ def test_no_source_indexes_a_loaded_side_channel(tmp_path):
     assert _side_channel_lines(repository / "viasd_adapt") == [] and _side_channel_lines(repository / "adapters") == []
     (tmp_path / "old.py").write_text('pair.loaded["tuned"] = None\n')  # control: the scan finds one
     assert _side_channel_lines(tmp_path) == [f"{tmp_path / 'old.py'}:1"]
+
+
+def test_viasd_generates_context_keeps_where_each_setting_came_from():
+    """The CLI's request carries the pair's resolution: each setting with its source (control: a
+    context built from given settings says "given")."""
+    from viasd_adapt.cli.generate import load_run_pair, resolve_run, run_request
+
+    spec, choice = resolve_run("engine", None, None, None, None, "demo", alpha1=0.3, mode="lossy")
+    pair = load_run_pair("engine", spec, choice)
+    request = run_request("engine", pair, PROMPT, 4)
+    assert request.context.sources["alpha1"] == "flag --alpha1" and request.context.settings.alpha1 == 0.3
+    assert request.context.sources["mode"] == "flag --mode"
+    assert pair.run_context(request.settings).sources["alpha1"] == "given"

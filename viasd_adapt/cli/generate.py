@@ -212,7 +212,9 @@ def run_request(framework: str, pair, prompt_ids: list[int], max_new_tokens: int
     request = RunRequest.tiered(prompt_ids, max_new_tokens, settings, **options)
     if not frameworks.get(framework).has_tier:
         return request
-    return replace(request, context=request.context_on(pair, drafter=drafter_of(framework, pair)))
+    # the pair's own resolution (settings=None): the context keeps where each setting came from
+    context = pair.run_context(None, request.stream_plugins, drafter=drafter_of(framework, pair), advice=False)
+    return replace(request, context=context)
 
 
 def _encode(pair, prompt: str, chat: str, input_features: Path | None):
