@@ -175,7 +175,8 @@ class RunContext:
                                source=self.mask_source)
         moved = replace(self, target=target, routing=routing, slim=_slim_over(target, routing, build), build_slim=build,
                         use_measured=measured, evidence=self.evidence if measured else None, notices=())
-        return moved.for_drafter(drafter if drafter is not None else self.drafter, drafter_model)
+        drafted = moved.for_drafter(drafter if drafter is not None else self.drafter, drafter_model)
+        return replace(drafted, notices=self.notices + drafted.notices)  # what this context had to say still stands
 
     def verify_step(self, framework: str, *, make: Callable[..., VerifyStep] = VerifyStep, **options: Any) -> VerifyStep:
         """The run's :class:`VerifyStep`: this context's settings, plugin manager and adaptive plan.
