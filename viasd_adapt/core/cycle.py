@@ -201,8 +201,8 @@ def untiered_accept(drafts: torch.Tensor, p: torch.Tensor, q: torch.Tensor, seen
     Computed after the cycle's own decision and from no random draw, so the cycle is unchanged."""
     if seen <= 0:
         return ()
-    accept = policy.rules.viasd_lossless_accept_prob(tokens=drafts[:seen], proposer=p[:seen], verifier=q[:seen],
-                                                     greedy=policy.greedy)
+    accept = rule_for(Mode.NONE).drafts.accept_prob(policy.rules, drafts[:seen], p[:seen], q[:seen], policy.settings,
+                                                    policy.greedy)
     return tuple(float(a) for a in accept.clamp(0.0, 1.0).tolist())
 
 
