@@ -1,6 +1,6 @@
 """Session fixtures shared across folders (each says what it serves). Helpers that are not fixtures
-(pairs, statistics, framework drivers) live in tests/support/; the conformance suite's drivers and
-the bench's pair on disk have their own conftest.py in their folders."""
+(pairs, statistics, framework drivers) live in tests/support/; the conformance suite's drivers have
+their own conftest.py in their folder."""
 
 from __future__ import annotations
 
@@ -56,3 +56,21 @@ def tuned_pair(tuned_pair_template, tmp_path):
     import shutil
 
     return shutil.copytree(tuned_pair_template, tmp_path / "pair")
+
+
+@pytest.fixture(scope="session")
+def char_pair_template(tmp_path_factory):
+    """The char pair on disk (tests/support/pairs.py), written once per session."""
+    from tests.support.pairs import save_char_pair
+
+    return save_char_pair(tmp_path_factory.mktemp("char-pair") / "pair", with_mask=True)
+
+
+@pytest.fixture()
+def char_pair(char_pair_template, tmp_path):
+    """``target/``, ``draft/`` (each with the char tokenizer) and a fingerprinted ``mask.json``: a
+    copy per test at ``tmp_path / "pair"``, since commands write beside it (``tuned.json``, masks).
+    Serves the bench's tests and the CLI's."""
+    import shutil
+
+    return shutil.copytree(char_pair_template, tmp_path / "pair")

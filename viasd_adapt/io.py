@@ -3,7 +3,14 @@
 A mask, a tuned-settings file or a JSON report that is half written (disk full, a kill, a crash)
 must never replace a good one. Everything is written to a temporary file in the same folder and
 renamed into place: the rename is atomic on POSIX and Windows, so a reader sees the old file or
-the new one, never a truncated mix. New files get the usual permissions (0644 under umask 022).
+the new one, never a truncated mix.
+
+Permissions follow the process umask, as pip's and the Hugging Face hub's caches do (0644 files and
+0755 folders under umask 022; under 002, shared with the group): what viasd-adapt writes, caches
+under ``$VIASD_CACHE`` included, can be shared with other users of a machine. Temporary files and
+folders are made private (``mkstemp``: 0600, ``mkdtemp``: 0700), and some writers make theirs so
+too (safetensors writes its files 0600): every file and folder a writer leaves is given the
+umask's mode before it is renamed into place (:func:`follow_umask`).
 """
 
 from __future__ import annotations
@@ -18,10 +25,31 @@ from typing import Any, Callable
 from viasd_adapt.errors import ViasdError
 
 
-def _umask() -> int:
+def process_umask() -> int:
+    """The process's umask (read by setting it and setting it back)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def follow_umask(path: str | os.PathLike) -> None:
+    """Gives ``path`` (a file, or a folder and everything in it) the modes the umask gives new ones:
+    ``0o666 & ~umask`` for files (``0o777`` for those their owner may execute), ``0o777 & ~umask``
+    for folders. Links are left alone."""
+    mask = process_umask()
+
+    def chmod(entry: Path) -> None:
+        if entry.is_symlink():
+            return
+        executable = entry.is_dir() or entry.stat().st_mode & 0o100
+        os.chmod(entry, (0o777 if executable else 0o666) & ~mask)
+
+    root = Path(path)
+    chmod(root)
+    if root.is_dir() and not root.is_symlink():
+        for folder, folders, files in os.walk(root):
+            for name in folders + files:
+                chmod(Path(folder) / name)
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[Path], None], what: str = "file") -> Path:
@@ -36,7 +64,7 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Path], None], what: s
         tmp = Path(name)
         try:
             write(tmp)
-            os.chmod(tmp, 0o666 & ~_umask())
+            follow_umask(tmp)
             os.replace(tmp, path)
         finally:
             if tmp.exists():
@@ -52,7 +80,8 @@ def write_directory(path: str | os.PathLike, write: Callable[[Path], None], what
     For artifacts made of several files (a head's weights and config, ``save_pretrained``): a
     reader never sees a mix of old and new files, and a failure leaves ``path`` as it was. An
     existing ``path`` is moved aside and deleted only once the new one is in place (there is a
-    moment with no ``path``, never one with a half-written one). New directories get 0777 & ~umask.
+    moment with no ``path``, never one with a half-written one). The folder and everything written
+into it get the umask's modes (:func:`follow_umask`), whatever modes ``write`` left.
     """
     path = Path(path).expanduser()
     try:
@@ -63,7 +92,7 @@ def write_directory(path: str | os.PathLike, write: Callable[[Path], None], what
         old = None
         try:
             write(tmp)
-            os.chmod(tmp, 0o777 & ~_umask())
+            follow_umask(tmp)
             if path.exists():
                 old = Path(tempfile.mkdtemp(prefix=_temporary_prefix(path), suffix=".old", dir=path.parent))
                 os.replace(path, old / path.name)
@@ -221,5 +250,5 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
         raise ViasdError(f"cannot read {what} {path}: {err.strerror or err}") from None
 
 
-__all__ = ["ensure_writable", "file_digest", "read_text", "relative_name", "save_figure", "sweep_stale_temporaries",
+__all__ = ["ensure_writable", "file_digest", "follow_umask", "process_umask", "read_text", "relative_name", "save_figure", "sweep_stale_temporaries",
            "write_atomic", "write_directory", "write_json", "write_text"]

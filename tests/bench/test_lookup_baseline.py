@@ -122,14 +122,23 @@ def test_a_one_token_pass_of_q_through_the_shared_prefix_view_is_priced_as_one_t
     assert "target" in measure.models_used
 
 
-def test_tune_prices_a_prompt_lookup_with_no_match_as_a_one_token_pass(char_pair):
+def test_tune_prices_a_prompt_lookup_with_no_match_as_a_one_token_pass(char_pair, monkeypatch):
     """viasd tune prices its points as the bench prices its rows: the untiered prompt-lookup point's
     one-token passes (no n-gram matched) cost a one-token forward, so its cost is the bench's
-    formula applied to the passes a hook of the test's own counts."""
+    formula applied to the passes a hook of the test's own counts. The forward costs are injected
+    (a one-token pass at 0.4 of a block pass), not timed: no test compares timings, and two timed
+    forwards of a tiny model can come in either order on a loaded machine."""
     import pytest
 
     from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent
+    from viasd_adapt.tuning import tune as tuning
     from viasd_adapt.tuning.tune import TuneGrid, tune
+
+    def injected_costs(target, draft, slim=None, context=None, gamma=5, repeats=15, source=None):
+        return ForwardCosts(c_draft=0.0, c_slim=None if slim is None else 0.006, c_resume=None if slim is None else 0.009,
+                            c_full_block=0.010, c_full=0.004, context_length=len(context or ()), block_length=gamma + 1)
+
+    monkeypatch.setattr(tuning, "measure_forward_costs", injected_costs)
 
     pair = load_pair(char_pair / "target", "prompt-lookup", char_pair / "mask.json", device="cpu")
     ids = pair.tokenizer("for i in range(10):\n    print(i)\n")["input_ids"]
@@ -153,7 +162,7 @@ def test_tune_prices_a_prompt_lookup_with_no_match_as_a_one_token_pass(char_pair
     passes = PassCounts(**sd.passes)
     assert passes.full == pytest.approx((out.metrics.full_passes - single) / n)
     costs = ForwardCosts(**result.costs["None"])
-    assert costs.c_full < costs.c_full_block  # a one-token pass is cheaper: the pricing matters
+    assert (costs.c_full, costs.c_full_block) == (0.004, 0.010)  # the injected costs priced the sweep
     assert sd.full_equivalent == pytest.approx(full_equivalent(costs, passes))
     priced_as_blocks = full_equivalent(costs, PassCounts(draft=passes.draft, full=passes.full + passes.single))
     assert sd.full_equivalent < priced_as_blocks  # the control: the old pricing was dearer

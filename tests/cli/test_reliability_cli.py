@@ -12,7 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from tests.support.pairs import char_tokenizer, save_char_pair
+from tests.support.pairs import char_tokenizer
 from viasd_adapt.cli.main import cli
 from viasd_adapt.errors import ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
@@ -25,15 +25,10 @@ from viasd_adapt.config.resolve import tuned_mask_path
 torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="module")
-def pair_template(tmp_path_factory):
-    return save_char_pair(tmp_path_factory.mktemp("char-pair") / "pair", with_mask=True)
-
-
 @pytest.fixture()
-def pair(pair_template, tmp_path):
+def pair(char_pair):
     """A private copy (commands and tests write beside the mask)."""
-    return shutil.copytree(pair_template, tmp_path / "pair")
+    return char_pair
 
 
 def invoke(*args):

@@ -35,19 +35,19 @@ def invoke(*args):
 
 def test_explain_prints_each_setting_with_its_source_and_still_generates(pair, tmp_path):
     out = tmp_path / "out.json"
-    result = invoke("generate", "--pair", pair, "--framework", "hf", "--alpha1", 0.2, "--prompt", "def f(x):",
+    result = invoke("generate", "--pair", pair, "--framework", "hf", "--lenience", 0.2, "--prompt", "def f(x):",
                     "--max-new-tokens", 3, "--no-color", "--explain", "--json", out)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     table = {line.split()[0]: line for line in lines if line.startswith("  ")}
-    assert "flag --alpha1" in table["alpha1"] and "0.2" in table["alpha1"]
+    assert "flag --lenience" in table["lenience"] and "0.2" in table["lenience"]
     assert str(pair / "tuned.json") in table["mode"] and "lenient" in table["mode"]
-    assert str(pair / "tuned.json") in table["lenience"] and str(LENIENT.lenience) in table["lenience"]
+    assert str(pair / "tuned.json") in table["alpha1"] and str(LENIENT.alpha1) in table["alpha1"]
     assert "tuned.json" in table["beta"]  # the tuned file records every field, so every field not flagged comes from it
     assert any(line.startswith(f"mask: {pair / 'mask.json'}") for line in lines)
     assert "measured on the engine framework" in result.output
     assert "--framework hf runs settings measured on the engine framework's loop" in result.output
-    assert "[hf / lenient]" in result.output and json.loads(out.read_text())["settings"]["alpha1"] == 0.2
+    assert "[hf / lenient]" in result.output and json.loads(out.read_text())["settings"]["lenience"] == 0.2
 
 
 def test_explain_names_where_the_adaptive_flag_came_from(pair):

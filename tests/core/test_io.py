@@ -94,3 +94,27 @@ def test_save_figure_keeps_the_format_of_the_suffix(tmp_path):
     finally:
         plt.close(fig)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png", "plot.svg"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_what_a_writer_leaves_private_follows_the_umask(tmp_path, umask):
+    """A writer that makes its files 0600 and a folder 0700 (safetensors, mkdtemp) leaves, once
+    write_directory has put them in place, the umask's modes; 0o077 is the control that the modes
+    come from the umask."""
+
+    def private(folder):
+        os.close(os.open(folder / "weights.safetensors", os.O_WRONLY | os.O_CREAT, 0o600))
+        (folder / "nested").mkdir(mode=0o700)
+        os.close(os.open(folder / "nested" / "tokenizer.json", os.O_WRONLY | os.O_CREAT, 0o600))
+        assert stat.S_IMODE((folder / "weights.safetensors").stat().st_mode) == 0o600  # as the writer left it
+
+    previous = os.umask(umask)
+    try:
+        folder = write_directory(tmp_path / "entry", private)
+        single = write_atomic(tmp_path / "one.pt", lambda tmp: os.chmod(tmp, 0o600))
+    finally:
+        os.umask(previous)
+    for entry in (folder, folder / "nested"):
+        assert stat.S_IMODE(entry.stat().st_mode) == 0o777 & ~umask
+    for entry in (folder / "weights.safetensors", folder / "nested" / "tokenizer.json", single):
+        assert stat.S_IMODE(entry.stat().st_mode) == 0o666 & ~umask

@@ -4,6 +4,7 @@ cache; every way a GGUF load can fail gets a clear error. The files are written 
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -249,3 +250,23 @@ def test_temporary_folders_of_killed_loads_are_swept(cache, tiny_gguf):
     alive.mkdir()
     load_model(path, CPU, "target")
     assert not stale.exists() and alive.exists()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_the_gguf_cache_follows_the_process_umask(cache, tiny_gguf, umask):
+    """A cache shared through VIASD_CACHE is readable by others as the umask allows, as pip's and the
+    hub's caches are (safetensors writes the weights 0600, mkdtemp the folder 0700). 0o077 is the
+    control: a private umask gives private files, so the modes come from the umask, not a constant."""
+    import stat
+
+    path, _ = tiny_gguf
+    previous = os.umask(umask)
+    try:
+        folder = gguf_module.gguf_model_folder(path)
+    finally:
+        os.umask(previous)
+    entries = [folder, *folder.rglob("*")]
+    assert (folder / "model.safetensors") in entries
+    for entry in entries:
+        expected = (0o777 if entry.is_dir() else 0o666) & ~umask
+        assert stat.S_IMODE(entry.stat().st_mode) == expected, (entry.name, oct(entry.stat().st_mode))

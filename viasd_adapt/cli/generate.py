@@ -57,6 +57,7 @@ def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: P
     from viasd_adapt.cli.first_run import without_mask
 
     spec = without_mask(spec) or spec  # a first run on the user's own target: untiered (generate says how to get the tier)
+    spec.refuse_unread_flags()  # --mode lenient --no-adaptive would change nothing: refused by name
     if spec.settings.mode.uses_slim and spec.mask_path is None:
         raise ConfigError(f"--mode {spec.settings.mode.value} needs --mask (a mask.json searched for this target)")
     return spec, choice
@@ -140,7 +141,7 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     # an option the framework cannot honour is refused by name (the framework declares which: registry.Framework.ignores)
     frameworks.refuse_unhonoured([framework], given_inputs(mode=mode, alpha1=alpha1, alpha2=alpha2, lenience=lenience,
                                                            preset=preset, mask=mask, gamma=gamma, draft=draft,
-                                                           eagle_head=eagle_head))
+                                                           eagle_head=eagle_head, adaptive=adaptive))
     if json_path is not None:
         from viasd_adapt.io import ensure_writable
 

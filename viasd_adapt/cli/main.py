@@ -1,6 +1,15 @@
 """Entry point of the ``viasd`` console script.
 
 Each sub-command lives in its own module and is attached here, so adding one is a one-line change.
+
+What every command gets at this edge, so that no command handles it itself:
+
+* a :class:`ViasdError` ends in one line, ``error: ...``, and exit status 2;
+* an interrupt (Ctrl-C, SIGINT) ends in click's one line, ``Aborted!``, and exit status 1, at any
+  moment, start-up included: the sub-commands' modules (and torch, transformers, which they import
+  and which can take many seconds to load on a busy machine) are imported only once click runs,
+  inside its handling, never when this module is imported;
+* output that cannot be written ends in one line and exit status 1 (:mod:`viasd_adapt.cli.output`).
 """
 
 from __future__ import annotations
@@ -11,17 +20,19 @@ import sys
 import click
 
 from viasd_adapt import __version__
+from viasd_adapt.cli.output import run_guarded
 from viasd_adapt.errors import ViasdError
 
-# (module, attribute) of each sub-command; a module that is missing is simply not offered.
-_SUBCOMMANDS = [
-    ("viasd_adapt.cli.models", "models"),
-    ("viasd_adapt.cli.search", "search"),
-    ("viasd_adapt.cli.generate", "generate"),
-    ("viasd_adapt.cli.bench", "bench"),
-    ("viasd_adapt.cli.tune", "tune"),
-    ("viasd_adapt.cli.demo", "demo"),
-]
+# name -> (module, attribute) of each sub-command, imported when click asks for it (module
+# docstring); a module that is missing is simply not offered.
+_SUBCOMMANDS = {
+    "models": ("viasd_adapt.cli.models", "models"),
+    "search": ("viasd_adapt.cli.search", "search"),
+    "generate": ("viasd_adapt.cli.generate", "generate"),
+    "bench": ("viasd_adapt.cli.bench", "bench"),
+    "tune": ("viasd_adapt.cli.tune", "tune"),
+    "demo": ("viasd_adapt.cli.demo", "demo"),
+}
 
 
 def _not_utf8(argument: str) -> bool:
@@ -44,7 +55,22 @@ class _CleanErrors(click.Group):
                 shown = argument.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
                 click.secho(f"error: argument {position} ({shown!r}) is not valid UTF-8 text", fg="red", err=True)
                 sys.exit(2)
-        return super().main(args, *rest, **kwargs)
+        return run_guarded(lambda: super(_CleanErrors, self).main(args, *rest, **kwargs))
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in _SUBCOMMANDS if self.get_command(ctx, name) is not None)
+
+    def get_command(self, ctx: click.Context, name: str):
+        """The sub-command ``name``, its module imported on first use (module docstring)."""
+        if name not in self.commands and name in _SUBCOMMANDS:
+            module, attribute = _SUBCOMMANDS[name]
+            try:
+                self.add_command(getattr(importlib.import_module(module), attribute), name)
+            except ModuleNotFoundError as err:
+                if err.name != module:
+                    raise
+                return None
+        return self.commands.get(name)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -58,11 +84,3 @@ class _CleanErrors(click.Group):
 @click.version_option(__version__, prog_name="viasd")  # the one version: viasd_adapt/__init__.py
 def cli() -> None:
     """viasd: add a slim-verifier tier (VIA-SD) to speculative decoding."""
-
-
-for _module, _attr in _SUBCOMMANDS:
-    try:
-        cli.add_command(getattr(importlib.import_module(_module), _attr))
-    except ModuleNotFoundError as _err:
-        if _err.name != _module:
-            raise

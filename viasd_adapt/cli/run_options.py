@@ -21,6 +21,7 @@ OPTION_INPUTS: dict[str, tuple[str, str]] = {
     "alpha2": (TIER, "--alpha2"),
     "lenience": (TIER, "--lenience"),
     "preset": (TIER, "--preset"),
+    "adaptive": (TIER, "--adaptive"),
     "gamma": (BLOCK_LENGTH, "--gamma"),
     "temperature": (SAMPLING, "--temperature"),
     "top_p": (SAMPLING, "--top-p"),
@@ -41,7 +42,10 @@ def given_inputs(**options: Any) -> list[tuple[str, str]]:
         if value is None or value in _NOT_GIVEN.get(name, ()):
             continue
         run_input, option = OPTION_INPUTS[name]
-        given.append((run_input, f"{option} {value}"))
+        if isinstance(value, bool):  # an on/off flag, as typed: --adaptive or --no-adaptive
+            given.append((run_input, option if value else f"--no-{option.removeprefix('--')}"))
+        else:
+            given.append((run_input, f"{option} {value}"))
     return given
 
 

@@ -11,6 +11,11 @@ Five layers stack, later ones winning, each only where it says something:
 4. **the preset** (``--preset conservative``);
 5. **flags** (``--mode``, ``--alpha1``, ...; ``--framework ar`` forces mode none).
 
+A flag that the run's mode does not read (``--mode lenient --no-adaptive``: lenient has no slim tier
+to choose; ``--lenience`` with lossy) would change nothing: :meth:`RunSpec.refuse_unread_flags`
+refuses it by the name typed, whichever layer chose the mode (``viasd generate``; the bench runs
+several modes, each reading what it reads). :data:`MODE_READS` says which modes read which setting.
+
 :func:`resolve_settings` is the only function that stacks them; ``viasd generate``, ``viasd
 bench``, ``viasd demo`` and the adapters' ``settings=None`` all call it, and it reads each
 ``tuned.json`` and mask once. It returns a :class:`RunSpec`, whose :meth:`RunSpec.explain` is what
@@ -28,7 +33,7 @@ from typing import Any, Mapping
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.config.mask import MaskArtifact
 from viasd_adapt.core.notices import Notice, emit
-from viasd_adapt.core.settings import CONSERVATIVE, Mode, TierSettings
+from viasd_adapt.core.settings import ADAPTIVE_MODES, CONSERVATIVE, Mode, TierSettings
 from viasd_adapt.config.tuned import OTHER_DRAFTER, TunedForAnotherMaskWarning, TunedSettings, recorded_mask, tuned_path_beside
 
 #: Source of a value nobody set.
@@ -38,6 +43,16 @@ PRESETS: dict[str, dict[str, Any]] = {"conservative": dict(CONSERVATIVE)}
 #: The fields the bench's tiered rows take from the tuner's best VIA-SD point.
 TIERED_POINT_FIELDS = ("alpha1", "alpha2", "greedy_gates", "escalation_rule", "ratio")
 SETTING_FIELDS = tuple(f.name for f in fields(TierSettings))
+#: The settings only some modes read (the others: every mode), with what they are for. adaptive: the
+#: controller chooses between the slim tier and untiered verification, so only the modes with a tier
+#: it may skip (audit measures lossy with the tier on every cycle); alpha1, alpha2: the gates of the
+#: three tiers; lenience: the lenient rule's tolerance.
+MODE_READS: dict[str, tuple[tuple[Mode, ...], str]] = {
+    "adaptive": (ADAPTIVE_MODES, "the tier chosen cycle by cycle"),
+    "alpha1": ((Mode.LOSSY, Mode.AUDIT), "gate 1's tolerance"),
+    "alpha2": ((Mode.LOSSY, Mode.AUDIT), "gate 2's tolerance"),
+    "lenience": ((Mode.LENIENT,), "the lenient rule's tolerance"),
+}
 
 
 @dataclass
@@ -91,6 +106,31 @@ class RunSpec:
     def measured_on(self) -> str | None:
         """The framework whose loop the tuned settings were measured on (None without a tuned file)."""
         return self.tuned.measured_on if self.tuned is not None else None
+
+    def refuse_unread_flags(self) -> None:
+        """Refuses a flag that sets a setting the run's mode does not read (:data:`MODE_READS`), and a
+        preset none of whose settings it reads, by the option typed: it would change nothing, yet
+        ``--explain`` would list it as applied. Raises :class:`ConfigError`."""
+        mode = self.settings.mode
+        came_from = self.sources.get("mode", DEFAULT)
+        came_from = "the default" if came_from == DEFAULT else came_from
+        values = self.settings.values()
+        unread = {name for name, (modes, _) in MODE_READS.items() if mode not in modes}
+        for name in SETTING_FIELDS:
+            if name not in unread or not self.sources.get(name, "").startswith("flag --"):
+                continue
+            modes, what = MODE_READS[name]
+            typed = (f"--{name}" if values[name] else f"--no-{name}") if isinstance(values[name], bool) \
+                else f"--{name} {values[name]}"
+            raise ConfigError(f"{typed}: mode {mode.value} (from {came_from}) does not read {name} ({what}; read by "
+                              f"{' and '.join(m.value for m in modes)}); leave the option out, or choose one of "
+                              "those modes with --mode")
+        for preset in sorted({source for source in self.sources.values() if source.startswith("preset ")}):
+            names = {name for name, source in self.sources.items() if source == preset}
+            if names <= unread:
+                raise ConfigError(f"--{preset}: mode {mode.value} (from {came_from}) reads none of what it sets "
+                                  f"({', '.join(sorted(names))}); leave the option out, or choose a mode that reads "
+                                  "them with --mode")
 
     def explain(self) -> list[str]:
         """The resolution as a table: each setting, its value and its source, then the mask and
@@ -311,4 +351,4 @@ def tuned_mask_path(mask_path: str | os.PathLike | None) -> Path | None:
     return _pair_mask(Path(mask_path), tuned, path, best_points=False)[0]
 
 
-__all__ = ["DEFAULT", "PRESETS", "UNREAD", "RunSpec", "read_settings", "resolve_settings", "tuned_mask_path"]
+__all__ = ["DEFAULT", "MODE_READS", "PRESETS", "UNREAD", "RunSpec", "read_settings", "resolve_settings", "tuned_mask_path"]

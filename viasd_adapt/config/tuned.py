@@ -35,17 +35,38 @@ written before the record existed (no ``drafter``) names no drafter: it cannot b
 is applied as before, with whatever drafter the run has (EAGLE's head included), and ``--explain``
 says that its drafter was not recorded. Run ``viasd tune`` again to record it; the shipped
 ``tuned.json`` files record their pair's drafter.
+
+Values a hand-edited file can get wrong, and what each gets (the adaptive tier reads the forward
+costs as its prices and the measured points as its priors, :mod:`viasd_adapt.engine.priors`):
+
+* ``choice`` is required, a non-empty name (``viasd``, ``lenient``, ``sd``, ``lossless``, or one of
+  these with ``-adaptive``): what ``--explain`` and the vLLM plugin say was chosen. Missing or
+  empty: **refused**, like every other required field.
+* the forward costs, ``report.costs.<mask>.c_*`` (seconds): ``c_full_block``, ``c_full``, ``c_slim``
+  and ``c_resume`` must be finite and > 0, ``c_draft`` finite and >= 0 (0: prompt lookup, which
+  runs no model); ``c_slim`` and ``c_resume`` may be null (no mask). Else **refused**, by the
+  entry and the field: a pass that costs nothing, or less than nothing, is no measurement, and
+  there is no nearby value it could stand for.
+* a measured point's ``full_equivalent`` (the prior's cost per token) must be finite and > 0, its
+  ``metrics.mean_accepted_length`` (the prior's tokens per cycle) finite and >= 0, its
+  ``metrics.cycles`` (the prior's weight) finite and >= 0. Negative or NaN: **refused**.
+* more ``metrics.cycles`` than the point's ``tokens`` (every cycle commits at least one token, so
+  ``"cycles": 1e9`` over 1536 tokens cannot have been measured): **clamped** to ``tokens``, with a
+  :class:`TunedValueClampedWarning` naming the file and the field. The count only bounds the
+  prior's weight (:func:`viasd_adapt.engine.priors.prior_weight`), so the file stays usable.
 """
 
 
 from __future__ import annotations
 
+import math
 import os
+import warnings
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Annotated, Any, Callable, ClassVar
 
-from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, field_validator, model_validator
 from typing import Literal, Union
 
 from viasd_adapt.config.fingerprint import ModelFingerprint
@@ -79,12 +100,46 @@ def _drafter_record(value: Any) -> Any:
 DrafterRecord = Annotated[Union[ModelFingerprint, Literal["prompt-lookup"]], BeforeValidator(_drafter_record)]
 
 
+def _named_choice(value: str) -> str:
+    """``choice``: what the tuner chose, by name; an empty one is refused like a missing one."""
+    if not value.strip():
+        raise ValueError("'choice' must name what viasd tune chose (viasd, lenient, sd, lossless, or one of them "
+                         "with -adaptive); it is empty")
+    return value
+
+
 def _known_framework(value: Any) -> Any:
     """``measured_on``: one of :data:`TIERED_FRAMEWORKS` (``--explain`` prints it as a framework)."""
     if value not in TIERED_FRAMEWORKS:
         raise ValueError(f"'measured_on' must name the framework the settings were measured on, one of "
                          f"{', '.join(TIERED_FRAMEWORKS)}; got {value!r}")
     return value
+
+
+def _number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float))
+
+
+#: The forward costs of ``report.costs`` entries (seconds) -> whether 0 is allowed (module docstring).
+COST_FIELDS = {"c_full_block": False, "c_full": False, "c_slim": False, "c_resume": False, "c_draft": True}
+#: The cost fields that may be null (no mask: no slim or resumed pass).
+_NULLABLE_COSTS = ("c_slim", "c_resume", "c_draft")
+
+
+def _forward_costs(costs: dict[str, Any]) -> dict[str, Any]:
+    """``report.costs``: each entry's forward times finite and positive (``c_draft`` may be 0), named
+    by entry and field when not (module docstring). The dict itself is kept as written."""
+    for name, entry in costs.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"'report.costs.{name}' must be an object of forward costs, got {entry!r}")
+        for field, zero_ok in COST_FIELDS.items():
+            if field not in entry or (entry[field] is None and field in _NULLABLE_COSTS):
+                continue
+            value = entry[field]
+            if not _number(value) or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+                bound = "a finite number of seconds >= 0" if zero_ok else "a finite number of seconds > 0"
+                raise ValueError(f"'report.costs.{name}.{field}' (a forward time) must be {bound}, got {value!r}")
+    return costs
 
 
 class TunedPoint(SparseRecord):
@@ -102,6 +157,30 @@ class TunedPoint(SparseRecord):
     metrics: dict[str, Any] = Field(default_factory=dict)
     passes: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("full_equivalent")
+    @classmethod
+    def _a_cost(cls, value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"must be a finite number > 0 (the cost per token a prior starts from), got {value!r}")
+        return value
+
+    @field_validator("metrics")
+    @classmethod
+    def _prior_metrics(cls, metrics: dict[str, Any]) -> dict[str, Any]:
+        for name, role in (("mean_accepted_length", "tokens per cycle"), ("cycles", "the prior's weight")):
+            value = metrics.get(name)
+            if value is not None and not (_number(value) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} ({role}) must be a finite number >= 0, got {value!r}")
+        return metrics
+
+    def clamped_cycles(self) -> float | None:
+        """The point's ``metrics.cycles`` bounded by its ``tokens`` (module docstring), or None when
+        they are within it (or not both stated)."""
+        cycles = self.metrics.get("cycles")
+        if cycles is None or self.tokens is None or cycles <= max(self.tokens, 0):
+            return None
+        return max(self.tokens, 0)
+
 
 class TunedBudget(SparseRecord):
     """The fidelity budget the choice was made under (``None``: that bound was not set)."""
@@ -115,7 +194,7 @@ class TunedReport(SparseRecord):
     """The evidence: each family's best point within the budget, the forward costs, the masks."""
 
     best_within_budget: dict[str, TunedPoint | None] = Field(default_factory=dict)
-    costs: dict[str, Any] = Field(default_factory=dict)
+    costs: Annotated[dict[str, Any], AfterValidator(_forward_costs)] = Field(default_factory=dict)
     masks: dict[str, Any] = Field(default_factory=dict)
     seconds: float | None = None
     mask_file: str | None = None
@@ -134,7 +213,8 @@ class TunedSettings(Artifact):
     VERSION: ClassVar[int] = VERSION
     WHAT: ClassVar[str] = "tuned-settings file"
 
-    choice: str = ""  # "viasd", "lenient", "sd" (plain lossless SD), "lossless", or an adaptive family ("-adaptive")
+    #: "viasd", "lenient", "sd" (plain lossless SD), "lossless", or an adaptive family ("-adaptive"); required
+    choice: Annotated[str, AfterValidator(_named_choice)]
     settings: TierSettingsField
     mask_bits: list[int] | None = None
     fingerprint: ModelFingerprint = Field(default_factory=ModelFingerprint)  # the same record a mask carries
@@ -147,7 +227,7 @@ class TunedSettings(Artifact):
     #: the names of the settings the file states (every one, for a file written by viasd tune)
     _stated: frozenset = PrivateAttr(default=SETTING_NAMES)
 
-    def __init__(self, settings: TierSettings | dict | None = None, choice: str = "", mask_bits: list[int] | None = None,
+    def __init__(self, settings: TierSettings | dict | None = None, choice: str | None = None, mask_bits: list[int] | None = None,
                  fingerprint: ModelFingerprint | dict | None = None, budget: Any = None, measured: dict | None = None,
                  report: Any = None, **data: Any) -> None:
         # Positional construction, as the dataclass this replaced allowed: TunedSettings(settings, "lenient", None, fp).
@@ -170,6 +250,24 @@ class TunedSettings(Artifact):
         if self.drafter is None:  # an older file keeps its shape: no drafter record is written as none
             data.pop("drafter", None)
         return data
+
+    @classmethod
+    def from_json(cls, data: Any, source: str | None = None) -> "TunedSettings":
+        tuned = super().from_json(data, source)
+        tuned.clamp_prior_weights(source or cls.WHAT)
+        return tuned
+
+    def clamp_prior_weights(self, source: str) -> None:
+        """Bounds each measured point's ``metrics.cycles`` by its ``tokens``, with a
+        :class:`TunedValueClampedWarning` naming ``source`` and the field (module docstring)."""
+        for family, point in self.report.best_within_budget.items():
+            bound = point.clamped_cycles() if point is not None else None
+            if bound is not None:
+                warnings.warn(f"{source}: 'report.best_within_budget.{family}.metrics.cycles' "
+                              f"{point.metrics['cycles']!r} is more cycles than the point's {point.tokens} tokens "
+                              f"(each cycle commits at least one); read as {bound}", TunedValueClampedWarning,
+                              stacklevel=4)
+                point.metrics["cycles"] = bound
 
     @property
     def stated_settings(self) -> dict[str, Any]:
@@ -217,6 +315,10 @@ def recorded_mask(mask_path: str | os.PathLike, recorded: str | None) -> Path | 
     folder = Path(mask_path).expanduser().parent
     candidate = folder / (Path(recorded).name if Path(recorded).is_absolute() else recorded)
     return candidate if candidate.is_file() else None
+
+
+class TunedValueClampedWarning(UserWarning):
+    """A value of ``tuned.json`` was out of its range and was read as the nearest sensible one (module docstring)."""
 
 
 class TunedForAnotherMaskWarning(UserWarning):
@@ -269,6 +371,6 @@ class TunedForAnotherDrafterWarning(UserWarning):
     """``tuned.json`` was measured with another drafter than the run's: its settings are not applied."""
 
 
-__all__ = ["DRAFTER_MODEL", "EAGLE_HEAD", "FORMAT", "MEASURED_ON_DEFAULT", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
+__all__ = ["COST_FIELDS", "DRAFTER_MODEL", "EAGLE_HEAD", "FORMAT", "MEASURED_ON_DEFAULT", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
            "TunedBudget", "TunedForAnotherDrafterWarning", "TunedForAnotherMaskWarning", "TunedPoint", "TunedReport",
-           "TunedSettings", "drafter_mismatch", "find_tuned", "recorded_mask", "tuned_path_beside"]
+           "TunedSettings", "TunedValueClampedWarning", "drafter_mismatch", "find_tuned", "recorded_mask", "tuned_path_beside"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import platform
 import random
 import shutil
@@ -26,6 +25,7 @@ import transformers
 
 from viasd_adapt.config.build_report import BUILD_REPORT_FILENAME, BuildReport, PairBuildReport
 from viasd_adapt.errors import ConfigError, ViasdError
+from viasd_adapt.io import follow_umask
 from viasd_adapt.models import corpus, evaluate
 from viasd_adapt.models.layer_skip import random_mask
 from viasd_adapt.models.presets import Preset, get_preset
@@ -194,7 +194,7 @@ def install_build(staging_dir: Path, pair_dir: Path, preset_name: str,
     of an earlier build's directory that were kept (masks, heads, the user's files). On a failure
     midway, the earlier entries already moved aside are put back.
     """
-    os.chmod(staging_dir, 0o777 & ~_umask())  # mkdtemp makes it 0700
+    follow_umask(staging_dir)  # mkdtemp makes it 0700, safetensors its weights 0600
     check_build_destination(pair_dir, preset_name)
     if pair_dir.is_dir() and not any(pair_dir.iterdir()):
         pair_dir.rmdir()
@@ -223,11 +223,6 @@ def install_build(staging_dir: Path, pair_dir: Path, preset_name: str,
     shutil.rmtree(staging_dir, ignore_errors=True)  # emptied
     return sorted(p.name for p in pair_dir.iterdir() if p.name not in entries)
 
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _train_and_write(preset: Preset, seed: int, out: Path, progress: bool) -> dict:

@@ -21,7 +21,6 @@ target by name, before anything is built.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +36,6 @@ WEIGHTS = "model.safetensors"
 BIAS_KEY = "viasd.draft_vocab_bias"  # in WEIGHTS: the drafting vocabulary's logit bias
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def is_shared_drafter(path: str | Path) -> bool:
@@ -122,8 +117,7 @@ def save_drafter(model: nn.Module, token_ids: torch.Tensor, target: nn.Module, d
     drafter_config(target.config, model.config.num_hidden_layers).save_pretrained(str(directory))
     tensors = {k: v.detach().to(dtype).contiguous() for k, v in own_state(model).items()}
     tensors[BIAS_KEY] = bias.detach().to(dtype).contiguous()
-    save_file(tensors, str(directory / WEIGHTS), metadata={"format": "pt"})
-    os.chmod(directory / WEIGHTS, 0o666 & ~_umask())  # safetensors writes 0600; the other files are 0644
+    save_file(tensors, str(directory / WEIGHTS), metadata={"format": "pt"})  # 0600: write_directory follows the umask
     SharedDrafterMarker(vocab_size=int(target.config.vocab_size), draft_vocab=[int(t) for t in token_ids.tolist()],
                         target_fingerprint=model_fingerprint(target), **record).save(directory / MARKER)
 
