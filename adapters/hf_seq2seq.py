@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from viasd_adapt.adapters.hf import fix_draft_length, tiered
+from viasd_adapt.adapters.hf import drafting_blocks_of, tiered
 from viasd_adapt.adapters.hf_seq2seq_loop import SOURCE_KEYS, Seq2SeqRows, call_source, prepare_seq2seq_call
 from viasd_adapt.errors import ViasdError
 from viasd_adapt.frameworks.registry import PLAIN
-from viasd_adapt.frameworks.baselines import generation_config_for, pair_tuned
+from viasd_adapt.frameworks.baselines import generation_config_for
 from viasd_adapt.frameworks.requests import RunOutput
 from viasd_adapt.checks import check_decoder_cache_layers
 from viasd_adapt.frameworks.seq2seq import generated_tokens, request_source
@@ -27,18 +27,18 @@ def run(pair, request):
     if request.mode in (PLAIN, "none"):  # transformers' own loop decodes (the tiered modes keep their own caches)
         check_decoder_cache_layers(pair.target)
         check_decoder_cache_layers(pair.draft)
-    fix_draft_length(pair.draft, request.settings.gamma)
+    assistant = drafting_blocks_of(pair.draft, request.settings.gamma)
     source = {pair.target.main_input_name: request_source(pair, request)}
     config = generation_config_for(pair, request)
 
     def generate():
         torch.manual_seed(request.seed)
         with torch.no_grad():
-            return pair.target.generate(**source, generation_config=config, assistant_model=pair.draft)
+            return pair.target.generate(**source, generation_config=config, assistant_model=assistant)
 
     if request.mode == PLAIN:
         return RunOutput(generated_tokens(pair.target, generate()))
-    with tiered(pair.target, mask=pair.routing, settings=request.settings, tuned=pair_tuned(pair)) as session:
+    with tiered(pair.target, context=request.context_on(pair)) as session:
         out = generate()
     if session.fallbacks:
         raise ViasdError(f"the hf adapter fell back to the stock path: {session.fallbacks[-1]}")

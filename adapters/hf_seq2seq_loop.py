@@ -128,7 +128,7 @@ class Seq2SeqRows:
             raise ConfigError("padded decoder prompts are not supported by the slim tier")
 
     def __call__(self, b: int):
-        loop, session = self.loop, self.loop.session
+        loop = self.loop
         prompt = self.input_ids[b]
         check_fits_decoder(self.model, prompt.shape[0], self.max_new)  # blocks end at the budget: no margin
         target_context = EncoderContext.from_outputs(self.encoder_outputs, b, self.source_mask)
@@ -137,8 +137,7 @@ class Seq2SeqRows:
         if source is not None and source_reader(loop.assistant) == OWN_ENCODER:
             source = source.to(loop.assistant.device)
         assistant_context = drafter_context(loop.assistant, target_context, source, row_mask)
-        verifier = seq2seq_verifier(self.model, session.settings, self.warper, target_context, session.slim,
-                                    session.plugin_manager, framework="hf", step=loop.step)
+        verifier = seq2seq_verifier(self.model, None, self.warper, target_context, loop.context.slim, step=loop.step)
         drafter = Seq2SeqDrafter(loop.assistant, self.warper, assistant_context)
         return loop.run_row(verifier, drafter, prompt, self.max_new, self.stopping_criteria, self.config)
 

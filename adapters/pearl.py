@@ -31,8 +31,9 @@ from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.config.resolve import UNREAD
-from viasd_adapt.models.pair import LoadedPair, model_and_mask
-from viasd_adapt.engine.tier import open_tier
+from viasd_adapt.core.notices import emit
+from viasd_adapt.models.pair import LoadedPair
+from viasd_adapt.engine.context import RunContext, open_context
 
 
 # =============================================================================== public entry point
@@ -54,6 +55,7 @@ def pearl_generate(
     plugin_manager: pluggy.PluginManager | None = None,
     share_prefix: bool = True,
     tuned: Any = UNREAD,
+    context: RunContext | None = None,
 ) -> PearlOutput:
     """Generates up to ``max_new_tokens`` after ``prompt_ids`` (batch 1) with PEARL.
 
@@ -76,7 +78,9 @@ def pearl_generate(
             afterwards; see :class:`~viasd_adapt.engine.pearl.RoleWorkers`); None leaves torch's setting alone.
         share_prefix: let q resume from the slim verifier's hidden states at its first skipped layer.
         tuned: the tuned file the adaptive tier's prices and priors come from (None: none); by
-            default the ``tuned.json`` beside a mask path (:func:`~viasd_adapt.engine.tier.open_tier`).
+            default the ``tuned.json`` beside a mask path (:func:`~viasd_adapt.engine.context.open_context`).
+        context: the run's context, when the caller built it (a pair's, :mod:`viasd_adapt.frameworks`'
+            requests): ``settings``, ``mask``, ``plugins``, ``plugin_manager`` and ``tuned`` are then its own.
 
     Returns:
         :class:`PearlOutput`: the generated ids (prompt excluded), each token's tier, the shared
@@ -84,8 +88,8 @@ def pearl_generate(
     """
     prompt = as_prompt_list(prompt_ids, "PEARL")
     check_max_new_tokens(max_new_tokens)
-    # tuned settings (settings=None) belong to their drafter: checked against this one
-    tier = open_tier(target, mask, settings, plugins, plugin_manager=plugin_manager, tuned=tuned, drafter=drafter)
+    if context is None:  # tuned settings (settings=None) belong to their drafter: checked against this one
+        context = open_context(target, mask, settings, plugins, plugin_manager=plugin_manager, tuned=tuned, drafter=drafter)
     check_token_ids_in_vocabulary(prompt, target)
     # No speculative margin: PEARL drafts at most what the budget has left after its pending
     # drafts, so no forward reaches past prompt + max_new_tokens positions.
@@ -95,8 +99,7 @@ def pearl_generate(
         drafter = ModelDrafter(drafter, sampling)
     elif not callable(getattr(drafter, "propose", None)):
         raise ConfigError("drafter must be a causal LM (nn.Module) or have a propose(sequence, gamma, generator) method")
-    plan = tier.adaptive_plan(getattr(getattr(drafter, "runner", None), "model", None))
-    verifier = pearl_verifier(target, tier.settings, sampling, tier.slim, tier.plugin_manager, share_prefix, plan)
+    verifier = pearl_verifier(context, sampling, share_prefix)
     decoder = PearlDecoder(drafter, verifier, parallel=parallel, seed=seed, intra_op_threads=intra_op_threads)
     return decoder.generate(prompt, max_new_tokens, eos_ids(eos_token_id))
 
@@ -112,8 +115,13 @@ def generate(pair: LoadedPair, prompt_ids: Sequence[int] | torch.Tensor, max_new
                           "for models, call pearl_generate(target, drafter, ...)")
     if pair.draft is None:
         raise ConfigError("PEARL needs a drafter model; this pair has none (prompt lookup or no drafter)")
-    target, mask = model_and_mask(pair, mask)
-    return pearl_generate(target, pair.draft, prompt_ids, max_new_tokens, settings=settings, mask=mask, **options)
+    if mask is not None:
+        return pearl_generate(pair.target, pair.draft, prompt_ids, max_new_tokens, settings=settings, mask=mask, **options)
+    # the pair's own mask, tuned settings and evidence, as loaded (nothing is read again)
+    context = pair.run_context(settings, options.pop("plugins", ()), drafter=pair.draft,
+                               plugin_manager=options.pop("plugin_manager", None))
+    emit(context.notices)
+    return pearl_generate(pair.target, pair.draft, prompt_ids, max_new_tokens, context=context, **options)
 
 
 # =============================================================================== `viasd generate`
@@ -122,14 +130,13 @@ def generate(pair: LoadedPair, prompt_ids: Sequence[int] | torch.Tensor, max_new
 def run(pair, request):
     """The ``pearl`` entry of :mod:`viasd_adapt.frameworks`: :func:`pearl_generate`, roles on two
     threads except on one shared CUDA device (``parallel="auto"``)."""
-    from viasd_adapt.frameworks.baselines import pair_tuned
     from viasd_adapt.frameworks.requests import RunOutput
 
+    context = request.context_on(pair, drafter=pair.draft)
+    emit(context.notices)
     out = pearl_generate(
-        pair.target, pair.draft, request.prompt_ids, request.max_new_tokens, settings=request.settings,
-        mask=pair.routing, sampling=request.sampling, parallel="auto", seed=request.seed,
-        eos_token_id=pair.eos_token_ids if request.stop_at_eos else None, plugins=request.stream_plugins,
-        tuned=pair_tuned(pair),
+        pair.target, pair.draft, request.prompt_ids, request.max_new_tokens, sampling=request.sampling, parallel="auto",
+        seed=request.seed, eos_token_id=pair.eos_token_ids if request.stop_at_eos else None, context=context,
     )
     stats, runs = out.stats, out.stats.accepted_runs
     notes = [

@@ -141,7 +141,7 @@ def study(target_pair: str, exits: tuple[int, ...], prompts: int, tokens: int, o
     from viasd_adapt.search.decoder_windows import build_calibration, encode_prompts
     from viasd_adapt.search.objective import MaskObjective
     from viasd_adapt.core.settings import TierSettings
-    from viasd_adapt.tuning.tune import Budget, TuneGrid, tune
+    from viasd_adapt.tuning.tune import Budget, TuneConfig, TuneGrid, tune
 
     torch.set_num_threads(1)
     paths = resolve_pair(target_pair)
@@ -154,7 +154,7 @@ def study(target_pair: str, exits: tuple[int, ...], prompts: int, tokens: int, o
         pair = load_pair(paths.target, draft_dir, paths.mask, device="cpu")
         calibration = build_calibration(pair.target, pair.draft, encode_prompts(pair.tokenizer, calib_texts), 48)
         score = MaskObjective(pair.target, calibration, TierSettings()).score(pair.mask.mask)
-        result = tune(pair, tune_prompts, tokens, TuneGrid(), Budget(), exits=exits)
+        result = tune(pair, tune_prompts, TuneConfig(tokens, TuneGrid(), Budget(), exits=exits))
         best = {family: result.best(family) for family in ("sd", "lenient", "viasd")}
         paper = next(p for p in result.points if p.family == "viasd" and p.mask == pair.mask.source
                      and p.settings.alpha1 == 0.5 and p.settings.alpha2 == 0.3 and p.settings.greedy_gates == "proposer")

@@ -116,7 +116,7 @@ def study(prompts: int, tokens: int, out: Path | None, threads: int) -> dict:
     from viasd_adapt.io import write_json
     from viasd_adapt.models.pair import load_pair
     from viasd_adapt.models.registry import resolve_pair
-    from viasd_adapt.tuning.tune import Budget, TuneGrid, tune
+    from viasd_adapt.tuning.tune import Budget, TuneConfig, TuneGrid, tune
 
     torch.set_num_threads(threads)
     rows = []
@@ -126,7 +126,7 @@ def study(prompts: int, tokens: int, out: Path | None, threads: int) -> dict:
         pair = load_pair(paths.target, paths.draft, paths.mask, device="cpu")
         calibration = tune_spec_bench_prompts(pair, prompts, "auto", tokens)
         # masks named relative to the pair folder: results must not hold this machine's paths
-        result = tune(pair, calibration, tokens, TuneGrid(**GRID), Budget()).relative_to(pair_dir)
+        result = tune(pair, calibration, TuneConfig(tokens, TuneGrid(**GRID), Budget())).relative_to(pair_dir)
         best = {family: result.best(family) for family in ("sd", "lenient", "lossless", "viasd")}
         sd = best["sd"]
         row = {

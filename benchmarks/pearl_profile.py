@@ -54,6 +54,7 @@ if importlib.util.find_spec("viasd_adapt") is None:  # run from a checkout witho
 
 from demo_pair_cuda import DTYPES, demo_prompts, environment, load_demo, sync  # noqa: E402
 
+from viasd_adapt.engine.context import resolve_context  # noqa: E402
 from viasd_adapt.engine.pearl import PearlDecoder, pearl_verifier  # noqa: E402
 from viasd_adapt.engine.drafters import ModelDrafter  # noqa: E402
 from viasd_adapt.core.hooks import make_plugin_manager  # noqa: E402
@@ -71,7 +72,8 @@ CONFIGS = {  # name -> (parallel, streams)
 
 def pearl_once(target, drafter, prompt: list[int], n_new: int, parallel: bool, streams: bool) -> dict:
     sampling = SamplingConfig()
-    verifier = pearl_verifier(target, TierSettings(mode="none"), sampling, None, make_plugin_manager(load_entrypoints=False))
+    context = resolve_context(target, TierSettings(mode="none"), plugin_manager=make_plugin_manager(load_entrypoints=False))
+    verifier = pearl_verifier(context, sampling)
     decoder = PearlDecoder(ModelDrafter(drafter, sampling), verifier, parallel=parallel, seed=0, streams=streams)
     device = next(target.parameters()).device
     sync(device)

@@ -258,15 +258,20 @@ def load_ea_model(
 
 
 def load_for_pair(pair: "LoadedPair") -> nn.Module:
-    """The pair's EaModel, loaded (and sanity-checked) once per :class:`~viasd_adapt.models.pair.LoadedPair`."""
-    if "eagle" not in pair.loaded:
-        if not pair.eagle_head:
-            raise ConfigError("the eagle framework needs an EAGLE head (--eagle-head PATH, or a pair that ships eagle_head/)")
+    """The pair's EaModel, loaded (and sanity-checked) once per target and head
+    (:func:`viasd_adapt.models.pair.loaded_for`: beside the pair, which is immutable)."""
+    from viasd_adapt.models.pair import loaded_for
+
+    if not pair.eagle_head:
+        raise ConfigError("the eagle framework needs an EAGLE head (--eagle-head PATH, or a pair that ships eagle_head/)")
+
+    def load() -> nn.Module:
         on_cpu = pair.device.type == "cpu"
         dtype = torch.float32 if on_cpu else next(pair.target.parameters()).dtype
         kwargs = {} if on_cpu else {"device_map": str(pair.device)}
-        pair.loaded["eagle"] = load_ea_model(pair.target_path, pair.eagle_head, dtype=dtype, **kwargs)
-    return pair.loaded["eagle"]
+        return load_ea_model(pair.target_path, pair.eagle_head, dtype=dtype, **kwargs)
+
+    return loaded_for(pair.target, ("eagle", pair.eagle_head), load)
 
 
 def check_head_matches(base_model_path: str | os.PathLike, ea_model_path: str | os.PathLike) -> None:

@@ -110,6 +110,7 @@ def generate(
     options: EagleOptions | None = None,
     tree_choices=None,
     stop_at_eos: bool = True,
+    context=None,
 ) -> EagleGeneration:
     """``eagenerate`` inside :func:`~.session.tiered`, with eagle's overshoot trimmed and inputs checked."""
     check_max_new_tokens(max_new_tokens)
@@ -117,7 +118,7 @@ def generate(
     kwargs = _sampling_kwargs(temperature, top_p, top_k)
     if tree_choices is not None:
         kwargs["tree_choices"] = tree_choices
-    with tiered(ea_model, mask=mask, settings=settings, plugins=plugins, options=options) as session:
+    with tiered(ea_model, mask=mask, settings=settings, plugins=plugins, options=options, context=context) as session:
         kept_per_call, raw = decode(ea_model, input_ids, max_new_tokens, kwargs, stop_at_eos, session)
     per_call = session.ledgers[-len(kept_per_call) :]
     for kept, ledger in zip(kept_per_call, per_call):
@@ -161,10 +162,8 @@ def run(pair: LoadedPair, request: RunRequest) -> RunOutput:
         q_bytes = sum(t.numel() * t.element_size() for t in ea_model.past_key_values_data)
         return RunOutput(tokens, None, _trim_note(raw, tokens, notes), extra_bytes=q_bytes)
     settings = request.settings
-    mask = pair.routing if settings.mode.uses_slim else None
-    result = generate(ea_model, ids, request.max_new_tokens, mask=mask, settings=settings, temperature=temperature,
-                      top_p=sampling.top_p, top_k=sampling.top_k or 0, stop_at_eos=request.stop_at_eos,
-                      plugins=request.stream_plugins)
+    result = generate(ea_model, ids, request.max_new_tokens, temperature=temperature, top_p=sampling.top_p,
+                      top_k=sampling.top_k or 0, stop_at_eos=request.stop_at_eos, context=request.context_on(pair))
     if settings.mode is Mode.NONE and not sampling.greedy:
         notes.append("mode none is eagle-llm unchanged: its bonus token after a fully accepted path ignores temperature/top-p")
     return RunOutput(result.tokens, result.metrics, _trim_note(result.raw_new_tokens, result.tokens, notes),

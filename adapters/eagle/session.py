@@ -35,8 +35,9 @@ from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.core.sampling import sample_or_argmax
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import verified_cycle
-from viasd_adapt.models.pair import LoadedPair, model_and_mask
-from viasd_adapt.engine.tier import EAGLE_HEAD, OpenTier, open_tier
+from viasd_adapt.core.notices import emit
+from viasd_adapt.models.pair import LoadedPair
+from viasd_adapt.engine.context import EAGLE_HEAD, RunContext, open_context
 
 
 class RecordingHead:
@@ -78,21 +79,22 @@ class EagleTierSession:
     """One ``tiered`` scope: settings, options, the two verifiers, hooks, and the metrics of every
     generation run inside it (``generations``; ``last_metrics`` is the latest)."""
 
-    def __init__(self, ea_model: nn.Module, tier: OpenTier, options: EagleOptions | None = None):
+    def __init__(self, ea_model: nn.Module, context: RunContext, options: EagleOptions | None = None):
         self.ea_model = ea_model
-        self.settings = tier.settings
+        self.context = context
+        self.settings = context.settings
         self.options = as_options(options)
         shares = self.options.share_prefix and self.settings.mode in (Mode.LOSSY, Mode.AUDIT)
-        # The tree variant of the slim verifier, over the routing mask open_tier checked.
-        self.slim = (SlimTreeVerifier(ea_model.base_model, tier.routing, record_prefix=shares)
-                     if tier.routing is not None else None)
+        # The tree variant of the slim verifier, over the routing mask the context checked.
+        self.slim = (SlimTreeVerifier(ea_model.base_model, context.routing, record_prefix=shares)
+                     if context.routing is not None else None)
         self.full = FullTreeVerifier(ea_model, self.slim)
         # The verify step, as in every other framework: rules, observers, the drafter-quality monitor
         # (lossy mode warns when gate 1 commits the tokens of a head unrelated to the target; greedy
         # or not is set per generation) and the ledger of each generation.
         # The adaptive tier (when the settings adapt) prices the head as the drafter, by layer counts:
         # tuned.json's points measure the engine's loop, not EAGLE's tree (viasd_adapt.engine.priors).
-        self.step = tier.verify_step("eagle", drafter=ea_model.ea_layer, use_measured=False, thresholds=EAGLE_THRESHOLDS)
+        self.step = context.verify_step("eagle", thresholds=EAGLE_THRESHOLDS)
         self.plugin_manager = self.step.plugin_manager
         self.ledgers: list[CycleLedger] = []
         self.stop: StopRule | None = None  # the next eagenerate's budget and EOS (set by generate())
@@ -259,6 +261,7 @@ def tiered(
     settings: TierSettings | None = None,
     plugins: Iterable[object] = (),
     options: EagleOptions | None = None,
+    context: RunContext | None = None,
 ) -> Iterator[EagleTierSession]:
     """Scope in which ``ea_model.eagenerate``, called from this thread, runs with the slim tier.
 
@@ -267,23 +270,30 @@ def tiered(
     called on the way out so no tree mask is left set on the base model.
 
     ``ea_model`` may be a pair from :func:`viasd_adapt.load_pair` that has an EAGLE head: its
-    EaModel (loaded once per pair, ``session.ea_model``) and, unless ``mask`` is given, its mask.
+    EaModel (loaded once per pair, ``session.ea_model``) and, unless ``mask`` is given, its mask,
+    its settings and what else it read when it loaded (nothing is read again). ``context``: the run's
+    context (a framework request's), moved onto the EaModel's own copy of the base model.
     """
     if isinstance(ea_model, LoadedPair):
         from viasd_adapt.adapters.eagle.compat import load_for_pair
 
         pair = ea_model
-        ea_model, mask = load_for_pair(pair), model_and_mask(pair, mask)[1]
+        ea_model = load_for_pair(pair)
+        if mask is None and context is None:
+            context = pair.run_context(settings, plugins)
     options = as_options(options)
     if not hasattr(ea_model, "ea_layer") or not hasattr(ea_model, "base_model"):
         raise ConfigError(f"expected an eagle EaModel, got {type(ea_model).__name__}")
     check_head_embeddings(ea_model)
-    # stacklevel 3: through this generator and contextlib's __enter__ to the ``with`` that opened the scope
     # tuned.json's points measure the engine's loop, not EAGLE's tree: not read for the adaptive tier;
     # EAGLE drafts with its head: tuned settings measured with a drafter model are not this pair's
-    tier = open_tier(ea_model.base_model, mask, settings, plugins, build_slim=False, stacklevel=3, tuned=None,
-                     drafter=EAGLE_HEAD)
-    session = EagleTierSession(ea_model, tier, options)
+    eagle = dict(build_slim=False, use_measured=False, drafter=EAGLE_HEAD, drafter_model=ea_model.ea_layer)
+    if context is None:
+        context = open_context(ea_model.base_model, mask, settings, plugins, tuned=None, **eagle)
+    else:
+        context = context.on_target(ea_model.base_model, **eagle)
+        emit(context.notices)
+    session = EagleTierSession(ea_model, context, options)
     open_scope(session)
     own = ea_model.__dict__.get("eagenerate", _MISSING)
     ea_model.eagenerate = budgeted_eagenerate(session, ea_model.eagenerate)

@@ -131,7 +131,7 @@ def test_tune_prices_a_prompt_lookup_with_no_match_as_a_one_token_pass(char_pair
     import pytest
 
     from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent
-    from viasd_adapt.tuning import tune as tuning
+    from viasd_adapt.tuning import measure as tuning  # where the sweep measures its forward costs
     from viasd_adapt.tuning.tune import TuneGrid, tune
 
     def injected_costs(target, draft, slim=None, context=None, gamma=5, repeats=15, source=None):

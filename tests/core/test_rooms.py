@@ -30,7 +30,8 @@ def allowed_imports(page: str) -> tuple[dict[str, set[str]], dict[str, set[str]]
     """``(imports, by_string, base)`` read off the rooms table of docs/architecture.md, by the rules
     the page states above it: room -> the rooms it may import, room -> the rooms it may reach by
     ``"module:function"`` string, and the base rooms (the first row), open to every room."""
-    lines = [line for line in page.splitlines() if line.startswith("| `")]
+    rooms_section = page.split("## The rooms", 1)[-1].split("\n## ", 1)[0]  # the page's other tables are not rooms
+    lines = [line for line in rooms_section.splitlines() if line.startswith("| `")]
     imports: dict[str, set[str]] = {}
     by_string: dict[str, set[str]] = {}
     above: list[str] = []

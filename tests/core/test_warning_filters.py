@@ -30,6 +30,6 @@ def test_every_project_warning_is_an_error_in_the_test_run():
     filters = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["filterwarnings"]
     errors = {f.split(":")[2] for f in filters if f.startswith("error::")}
     classes = _warning_classes()
-    assert {"viasd_adapt.core.monitor.ViasdQualityWarning", "viasd_adapt.adapters.hf.ViasdFallbackWarning"} <= classes
+    assert {"viasd_adapt.core.monitor.ViasdQualityWarning", "viasd_adapt.adapters.hf.checks.ViasdFallbackWarning"} <= classes
     assert classes <= errors, f"add to pyproject.toml's filterwarnings: {sorted(classes - errors)}"
     assert "error:viasd-adapt" in filters  # and any warning whose message starts with the project's name

@@ -128,7 +128,7 @@ def _interrupt(*args, **kwargs):
 
 
 INTERRUPTS = {"loading": "viasd_adapt.models.pair.load_model", "searching": "viasd_adapt.search.pipeline.run_stages",
-              "tuning": "viasd_adapt.tuning.tune._measure", "publishing": "viasd_adapt.tuning.onboard.os.rename"}
+              "tuning": "viasd_adapt.tuning.measure.Sweep.prepare", "publishing": "viasd_adapt.tuning.onboard.os.rename"}
 
 
 def interrupted_at(point: str, request, monkeypatch) -> list[str]:

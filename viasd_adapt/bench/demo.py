@@ -205,19 +205,11 @@ def run_demo(
 ) -> dict:
     """The whole demo (module docstring). ``echo`` prints a line, ``write`` a piece of streamed text
     (default: stdout, flushed); ``progress`` shows bars on stderr; ``pairs`` is what the default
-    pair is chosen from (tests). Returns ``{"answers", "bench", "hint"}``."""
+    pair is chosen from (tests). Returns ``{"answers", "bench", "hint", "tier_case"}``."""
     from viasd_adapt.bench import progress as bars
-    from dataclasses import replace
-
-    from viasd_adapt.bench.projection import load_cost_model
-    from viasd_adapt.bench.report import format_table, plot_rows, result_json, save_json
-    from viasd_adapt.bench.run import plan_rows, run_bench
-    from viasd_adapt.bench.session import (BenchConfig, load_bench_pair, projection_report, quiet_transformers,
-                                           resolve_bench_settings, run_info, set_threads)
-    from viasd_adapt.prompts.chat import uses_chat
-    from viasd_adapt.bench.verdict import verdict
+    from viasd_adapt.bench.session import BenchConfig, load_bench_pair, quiet_transformers, resolve_bench_settings, set_threads
     from viasd_adapt.config.resolve import resolve_settings
-    from viasd_adapt.engine.tier import check_spec_model
+    from viasd_adapt.engine.context import check_spec_model
     from viasd_adapt.models.gguf import is_gguf_path
     from viasd_adapt.models.pair import FALLBACK_MASK_LABEL
     from viasd_adapt.models.registry import resolve_pair
@@ -225,15 +217,11 @@ def run_demo(
     budget = budget or budget_from_env()
     write = write or (lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     started = time.perf_counter()
-    if pair is not None:
-        paths, hint = resolve_pair(pair), None
-    else:
-        paths, hint = demo_pair(pairs)
+    paths, hint = (resolve_pair(pair), None) if pair is not None else demo_pair(pairs)
     if hint:
         echo(bold(hint, colour, fg="yellow"))
     threads = set_threads(threads)
     quiet_transformers()
-    cost_model = load_cost_model(PROJECTION_COSTS)
     config = BenchConfig(
         paths.target, paths.draft, eagle_head=paths.eagle_head, pair_mask=paths.mask, chat=chat,
         frameworks=frameworks or DEMO_FRAMEWORKS, modes=DEMO_MODES, max_new_tokens=budget.tokens, repeats=budget.repeats,
@@ -248,37 +236,63 @@ def run_demo(
     check_spec_model(spec, loaded.target)
     if loaded.mask is not None and loaded.mask.is_fallback:
         echo(bold(f"no mask.json shipped with this pair: using the {FALLBACK_MASK_LABEL}", colour, fg="red"))
-
-    # 1. one question, two answers
     with bars.waiting("preparing the prompts", enabled=progress):
         shown = demo_prompts(loaded, budget, chat)
+    answers = two_answers(loaded, shown, tuned, budget, echo, write, colour)
+    data, written = small_bench(loaded, config, spec, shown.prompts, budget, threads, echo, colour, progress)
+    case = tier_case(budget, echo, colour, progress)
+    echo(f"demo wall time {time.perf_counter() - started:.0f} s")
+    for path in written:
+        echo(f"wrote {path}")
+    return {"answers": answers, "bench": data, "hint": hint, "tier_case": case}
+
+
+def two_answers(pair, shown: DemoPrompts, tuned, budget: DemoBudget, echo: Callable[[str], None],
+                write: Callable[[str], None], colour: bool) -> dict:
+    """Step 1: one question, answered by the target alone and by the tuned setting (``tuned``: the
+    resolution of tune's pick), streamed; whether the two answers are the same."""
+    from viasd_adapt.bench.display import legend
+
     echo("")
     echo(bold(f"question ({shown.shown_source}):", colour))
     echo(shown.shown_text.rstrip("\n"))
     echo("")
     ids = shown.prompts[0].ids
-    from viasd_adapt.bench.display import legend
-
-    answers = {"ar": show_answer(loaded, "ar", tuned.settings.with_(mode="none"), ids, budget.answer_tokens,
+    answers = {"ar": show_answer(pair, "ar", tuned.settings.with_(mode="none"), ids, budget.answer_tokens,
                                  "answer of the target alone (AR; every token the target's own):", echo, write, colour,
                                  show_tiers=False)}
     mode = tuned.settings.mode.value
     why = f"tune's pick for this pair, {tuned.tuned.choice}" if tuned.tuned is not None else "no tuned.json: the defaults"
     echo("")
-    answers["tuned"] = show_answer(loaded, "hf", tuned.settings, ids, budget.answer_tokens,
+    answers["tuned"] = show_answer(pair, "hf", tuned.settings, ids, budget.answer_tokens,
                                    f"answer of the tuned setting (hf framework, mode {mode}: {why}):", echo, write, colour)
     echo(legend(colour))
     same = answers["ar"]["tokens"] == answers["tuned"]["tokens"]
     echo("the two answers are " + ("token for token the same" if same else "different") +
          (" (the mode is exact: only the cost differs)" if tuned.settings.mode.is_exact and same else ""))
+    return answers
 
-    # 2. the small bench
-    prompts = shown.prompts
+
+def small_bench(pair, config, spec, prompts, budget: DemoBudget, threads: int, echo: Callable[[str], None], colour: bool,
+                progress: bool) -> tuple[dict, list[Path]]:
+    """Step 2: the small bench of the demo's rows, its table, verdict and projection; returns the
+    bench's JSON document and the files written (``--json``, ``--plot``)."""
+    from dataclasses import replace
+
+    from viasd_adapt.bench import progress as bars
+    from viasd_adapt.bench.projection import load_cost_model
+    from viasd_adapt.bench.report import format_table, plot_rows, result_json, save_json
+    from viasd_adapt.bench.run import plan_rows, run_bench
+    from viasd_adapt.bench.session import projection_report, run_info
+    from viasd_adapt.bench.verdict import verdict
+    from viasd_adapt.prompts.chat import uses_chat
+
+    cost_model = load_cost_model(PROJECTION_COSTS)
     # the stock rows of hf (and eagle) are left out: stock prompt lookup is the stock row that matters
     # here; so are the fixed-tier twins (viasd bench runs them): the demo keeps to a few minutes, and
     # its lossless and lossy rows show what a default (adaptive) run costs
-    plan = replace(config.plan, plain_rows=False, adaptive=False, stop_at_eos=uses_chat(loaded.tokenizer, chat))
-    rows, _, _ = plan_rows(loaded, plan)
+    plan = replace(config.plan, plain_rows=False, adaptive=False, stop_at_eos=uses_chat(pair.tokenizer, config.chat))
+    rows, _, _ = plan_rows(pair, plan)
     total = len(prompts) + len(rows) * (1 + len(prompts) * budget.repeats)
     echo("")
     echo(bold(f"small bench: {len(prompts)} prompt(s) x up to {budget.tokens} tokens x {budget.repeats} repeat(s), "
@@ -294,7 +308,7 @@ def run_demo(
             probes.stop()
 
     try:
-        result = run_bench(loaded, spec.settings, config.sampling, prompts, plan, (), chat=chat, on_run=on_run)
+        result = run_bench(pair, spec.settings, config.sampling, prompts, plan, (), chat=config.chat, on_run=on_run)
     finally:
         probes.stop()
         ticker.close()
@@ -305,27 +319,32 @@ def run_demo(
     echo(bold("verdict (this CPU, measured):", colour))
     for line in judgement:
         echo(f"  {line}")
-    lines, projection = projection_report(result.rows, cost_model, loaded.routing, spec.settings.gamma + 1, config.budget)
+    lines, projection = projection_report(result.rows, cost_model, pair.routing, spec.settings.gamma + 1, config.budget)
     for line in lines:
         echo(line)
     echo(bold(preview_line(judgement, len(prompts)), colour))
-    case = None
-    if budget.tier_case_tokens:
-        from viasd_adapt.bench.tier_case import CASE_PAIR, run_tier_case
-
-        echo("")
-        with bars.waiting(f"the tier at work: {CASE_PAIR}, lossy", enabled=progress):
-            case = run_tier_case(prompts=1, tokens=budget.tier_case_tokens, cost_repeats=2)
-        for line in case.lines():
-            echo(bold(line, colour) if not line.startswith(" ") else line)
-    echo(f"demo wall time {time.perf_counter() - started:.0f} s")
-    info = run_info(config, spec, loaded, len(prompts), threads, judgement, projection, sys.argv, Path.cwd())
+    info = run_info(config, spec, pair, len(prompts), threads, judgement, projection, sys.argv, Path.cwd())
     data = result_json(result, info)
-    if json_path:
-        echo(f"wrote {save_json(json_path, data)}")
-    if plot_path:
-        echo(f"wrote {plot_rows(result.rows, plot_path, title=config.label)}")
-    return {"answers": answers, "bench": data, "hint": hint, "tier_case": case}
+    written = [save_json(config.json_path, data)] if config.json_path else []
+    if config.plot_path:
+        written.append(plot_rows(result.rows, config.plot_path, title=config.label))
+    return data, written
+
+
+def tier_case(budget: DemoBudget, echo: Callable[[str], None], colour: bool, progress: bool):
+    """Step 3: one case where the adaptive tier is on and pays (:mod:`viasd_adapt.bench.tier_case`);
+    None when the budget runs none."""
+    if not budget.tier_case_tokens:
+        return None
+    from viasd_adapt.bench import progress as bars
+    from viasd_adapt.bench.tier_case import CASE_PAIR, run_tier_case
+
+    echo("")
+    with bars.waiting(f"the tier at work: {CASE_PAIR}, lossy", enabled=progress):
+        case = run_tier_case(prompts=1, tokens=budget.tier_case_tokens, cost_repeats=2)
+    for line in case.lines():
+        echo(bold(line, colour) if not line.startswith(" ") else line)
+    return case
 
 
 def preview_line(verdict: list[str], prompts: int) -> str:

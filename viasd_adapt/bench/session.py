@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -42,7 +42,6 @@ from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings, label_settings
 from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP
 from viasd_adapt.engine.tier import EAGLE_HEAD, check_spec_model
-from viasd_adapt.frameworks.baselines import TUNED_KEY
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import ensure_writable, relative_name
 from viasd_adapt.models.pair import LoadedPair, load_pair
@@ -230,7 +229,7 @@ def read_text_prompts(config: BenchConfig) -> list[str] | None:
 def load_bench_pair(config: BenchConfig, spec: RunSpec) -> LoadedPair:
     """The target, drafter, EAGLE head and the resolved mask (each mask file read once: ``spec.masks``)."""
     return load_pair(config.target, config.draft, spec.mask_path, need_mask=config.needs_mask, device=config.device,
-                     eagle_head=config.eagle_head, ratio=spec.settings.ratio, read_masks=spec.masks, dtype=config.dtype)
+                     eagle_head=config.eagle_head, ratio=spec.settings.ratio, spec=spec, dtype=config.dtype)
 
 
 def bench_drafter(config: BenchConfig, pair: LoadedPair):
@@ -387,13 +386,12 @@ def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = prin
     cost_model = load_cost_model(config.costs) if config.costs else None  # a bad file fails before any model loads
     prompts = read_text_prompts(config)
     pair = pair or load_bench_pair(config, spec)
-    pair.loaded.setdefault(TUNED_KEY, spec.tuned)  # the adaptive rows' prices and priors: the file already read
     if config.spec_bench:
         echo(spec_bench_note(config))
         prompts = spec_bench_set(config, pair)
     spec = check_spec_model(spec, pair.target, bench_drafter(config, pair))
-    if spec.evidence is None:  # set aside for another drafter: it does not price this run's passes either
-        pair.loaded[TUNED_KEY] = None
+    # the adaptive rows' prices and priors: the file already read, unless set aside for another drafter
+    pair = replace(pair, spec=spec, evidence=spec.evidence)
     for line in setup_lines(config, spec, pair, len(prompts), threads):
         echo(line)
     result = run_bench(pair, spec.settings, config.sampling, prompts, config.plan, task_examples(config.task_examples),

@@ -131,19 +131,13 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
 
     The answer goes to stdout, everything else (prompt, legend, summary) to stderr: `viasd generate
     --no-show-tiers ... > answer.txt` keeps the answer alone."""
-    import torch
-
-    from viasd_adapt.frameworks import registry as frameworks
+    from viasd_adapt.bench.display import metrics_summary, run_summary
     from viasd_adapt.checks import check_max_new_tokens
-    from viasd_adapt.bench.display import TokenStream, legend, metrics_summary, run_summary
-    from viasd_adapt.config.generation import GenerationRecord
-    from viasd_adapt.frameworks.requests import RunRequest
-    from viasd_adapt.models.pair import load_pair
+    from viasd_adapt.cli.run_options import given_inputs
     from viasd_adapt.core.sampling import SamplingConfig
+    from viasd_adapt.frameworks import registry as frameworks
 
     check_max_new_tokens(max_new_tokens)
-    from viasd_adapt.cli.run_options import given_inputs
-
     # an option the framework cannot honour is refused by name (the framework declares which: registry.Framework.ignores)
     frameworks.refuse_unhonoured([framework], given_inputs(mode=mode, alpha1=alpha1, alpha2=alpha2, lenience=lenience,
                                                            preset=preset, mask=mask, gamma=gamma, draft=draft,
@@ -156,98 +150,163 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset,
                                mode=Mode.NONE.value if framework == "lookup" else mode, gamma=gamma, alpha1=alpha1,
                                alpha2=alpha2, lenience=lenience, adaptive=adaptive)
-    target, draft, mask, eagle_head = choice.target, choice.draft, spec.mask_path, choice.eagle_head
-    if not frameworks.get(framework).honours(frameworks.DRAFTER):
-        draft = None  # the pair's drafter (--pair, the demo pair) is not loaded, nor recorded, where it is not used
-    pair = load_pair(target, draft, mask, need_mask=spec.settings.mode.uses_slim,
-                     device="cpu", eagle_head=eagle_head, ratio=spec.settings.ratio, read_masks=spec.masks,
-                     dtype=pair_dtype(choice))
-    # its settings were applied above: refused for another model, like bench; not applied for another drafter
-    spec = check_spec_model(spec, pair.target, drafter_of(framework, pair))
-    settings = spec.settings
+    pair = load_run_pair(framework, spec, choice)
     colour = sys.stdout.isatty() if colour is None else colour
-
-    def note(line: str) -> None:
-        click.echo(line, err=True)
-
-    if settings.mode.uses_slim and pair.mask is None:  # the tuned choice needed no mask, the defaults do
-        from viasd_adapt.models.pair import resolve_mask_info
-
-        pair.mask = resolve_mask_info(pair.target, mask, settings.ratio, read_masks=spec.masks)
     if explain:
-        for line in spec.explain():
-            note(line)
+        for line in pair.spec.explain():
+            _note(line)
     from viasd_adapt.cli.first_run import NO_MASK_SOURCE, how_to_get_a_mask
 
-    if spec.sources.get("mode") == NO_MASK_SOURCE:
-        note(f"note: {how_to_get_a_mask(target, draft)}")
-    from viasd_adapt.frameworks.baselines import TUNED_KEY
+    if pair.spec.sources.get("mode") == NO_MASK_SOURCE:
+        _note(f"note: {how_to_get_a_mask(choice.target, pair.draft_path or None)}")
+    prompt_ids, features = _encode(pair, prompt, chat, input_features)
+    use_threads(threads)
+    screen = _Screen(pair, framework, colour, show_tiers, max_new_tokens)
+    screen.heading(prompt or input_features, chat)
+    request = run_request(framework, pair, prompt_ids, max_new_tokens, sampling=sampling, seed=seed,
+                          input_features=features, on_tokens=screen.stream.push if screen.streams else None)
+    start = time.perf_counter()
+    result = frameworks.run(framework, pair, request)
+    seconds = time.perf_counter() - start
+    screen.finish(result)
+    settings = request.settings
+    fields = ([metrics_summary(result.metrics)] if result.metrics is not None else []) + _tier_cycles(settings, result.metrics)
+    _note(run_summary(framework, settings.mode.value if framework != "lookup" else "stock", len(result.tokens), seconds, fields))
+    for line in result.notes:
+        _note(f"note: {line}")
+    if json_path is not None:
+        paths = dict(target=choice.target, draft=pair.draft_path or None, mask=spec.mask_path, eagle_head=choice.eagle_head)
+        record = _json_record(framework, settings, prompt, prompt_ids, result, pair.tokenizer, (temperature, top_p, seed),
+                              paths, seconds)
+        _note(f"wrote {record.save(json_path)}")
 
-    pair.loaded[TUNED_KEY] = spec.evidence  # the adaptive tier's prices and priors: the file already read
+
+def _note(line: str) -> None:
+    """A line for people, on stderr (stdout is the answer's)."""
+    click.echo(line, err=True)
+
+
+def load_run_pair(framework: str, spec: RunSpec, choice: PairChoice):
+    """The pair the run uses, loaded once with what ``spec`` read (no file read again), its settings
+    checked against its models: refused for another model, like bench; not applied for another
+    drafter. The pair carries the checked spec and the tuned evidence for this drafter."""
+    from dataclasses import replace
+
+    from viasd_adapt.frameworks import registry as frameworks
+    from viasd_adapt.models.pair import load_pair, resolve_mask_info
+
+    draft = choice.draft
+    if not frameworks.get(framework).honours(frameworks.DRAFTER):
+        draft = None  # the pair's drafter (--pair, the demo pair) is not loaded, nor recorded, where it is not used
+    pair = load_pair(choice.target, draft, spec.mask_path, need_mask=spec.settings.mode.uses_slim, device="cpu",
+                     eagle_head=choice.eagle_head, ratio=spec.settings.ratio, spec=spec, dtype=pair_dtype(choice))
+    spec = check_spec_model(spec, pair.target, drafter_of(framework, pair))
+    mask = pair.mask
+    if spec.settings.mode.uses_slim and mask is None:  # the tuned choice needed no mask, the defaults do
+        mask = resolve_mask_info(pair.target, spec.mask_path, spec.settings.ratio, read_masks=spec.masks)
+    return replace(pair, mask=mask, spec=spec, evidence=spec.evidence)
+
+
+def run_request(framework: str, pair, prompt_ids: list[int], max_new_tokens: int, **options):
+    """The request of this run, with its run context (the pair's settings, mask, tuned evidence and the
+    stream's plugin) for a framework with a tier; stock prompt lookup runs the framework as shipped."""
+    from dataclasses import replace
+
+    from viasd_adapt.frameworks import registry as frameworks
+    from viasd_adapt.frameworks.requests import RunRequest
+
+    settings = pair.spec.settings
+    if framework == "lookup":
+        return RunRequest.stock_run(prompt_ids, max_new_tokens, settings, **options)
+    request = RunRequest.tiered(prompt_ids, max_new_tokens, settings, **options)
+    if not frameworks.get(framework).has_tier:
+        return request
+    # the pair's own resolution (settings=None): the context keeps where each setting came from
+    context = pair.run_context(None, request.stream_plugins, drafter=drafter_of(framework, pair), advice=False)
+    return replace(request, context=context)
+
+
+def _encode(pair, prompt: str, chat: str, input_features: Path | None):
+    """The prompt's ids (a chat prompt, or the source as the encoder reads it) and the encoder's
+    input features (Whisper), refusing an empty prompt."""
+
     from viasd_adapt.model_kind import model_kind
-    from viasd_adapt.prompts.chat import uses_chat
 
     kind = model_kind(pair.target)
-    encoder_decoder = kind.prompt_is_source
     features = None
     if input_features is not None:
         from viasd_adapt.frameworks.seq2seq import load_input_features
 
-        if not encoder_decoder:
+        if not kind.prompt_is_source:
             raise ConfigError("--input-features is for encoder-decoder targets that read features (Whisper)")
         features = load_input_features(input_features)
-    prompt_ids = kind.encode_text(pair.tokenizer, prompt, chat)  # a chat prompt, or the source as the encoder reads it
+    prompt_ids = kind.encode_text(pair.tokenizer, prompt, chat)
     if not prompt_ids and features is None:
         raise ConfigError("the prompt is empty: pass --prompt with some text" + (" (the source), or --input-features"
-                                                                                   if encoder_decoder else ""))
-    use_threads(threads)
-    tokenizer = pair.tokenizer
-    heading = ("source:" if encoder_decoder else "chat turn (user):" if uses_chat(tokenizer, chat) else "prompt:")
-    note(click.style(heading, bold=True) if colour else heading)
-    note(str(prompt or input_features))
-    note("")  # the answer starts on a line of its own
-    tiered = show_tiers and framework != "lookup"  # stock prompt lookup keeps no tiers
-    if tiered:
-        note(legend(colour))
-    streams = not encoder_decoder  # the encoder-decoder runners report their tokens at the end
-    if not streams:
-        note(f"note: {framework} on an encoder-decoder target does not stream; the answer is printed when it is done")
+                                                                                   if kind.prompt_is_source else ""))
+    return prompt_ids, features
 
-    def write(piece: str) -> None:
-        click.echo(piece, nl=False, color=colour)
+
+class _Screen:
+    """What the user sees: the heading and legend on stderr, the answer streamed to stdout as it is
+    committed (or printed when done, for a runner that does not stream), styled by tier."""
+
+    def __init__(self, pair, framework: str, colour: bool, show_tiers: bool, max_new_tokens: int):
+        from viasd_adapt.bench.display import TokenStream
+        from viasd_adapt.model_kind import model_kind
+
+        self.tokenizer, self.framework, self.colour = pair.tokenizer, framework, colour
+        self.encoder_decoder = model_kind(pair.target).prompt_is_source
+        self.tiered = show_tiers and framework != "lookup"  # stock prompt lookup keeps no tiers
+        self.streams = not self.encoder_decoder  # the encoder-decoder runners report their tokens at the end
+        self.eos = pair.eos_token_ids if not self.encoder_decoder else ()
+        self.stream = TokenStream(self.tokenizer, self.write, show_tiers=self.tiered, colour=colour, limit=max_new_tokens,
+                                  eos=self.eos)
+
+    def write(self, piece: str) -> None:
+        click.echo(piece, nl=False, color=self.colour)
         sys.stdout.flush()
 
-    eos = pair.eos_token_ids if not encoder_decoder else ()
-    stream = TokenStream(tokenizer, write, show_tiers=tiered, colour=colour, limit=max_new_tokens, eos=eos)
-    options = dict(sampling=sampling, seed=seed, input_features=features, on_tokens=stream.push if streams else None)
-    request = (RunRequest.stock_run(prompt_ids, max_new_tokens, settings, **options) if framework == "lookup"
-               else RunRequest.tiered(prompt_ids, max_new_tokens, settings, **options))
-    start = time.perf_counter()
-    result = frameworks.run(framework, pair, request)
-    seconds = time.perf_counter() - start
-    stream.close()
-    tiers = result.tiers or []
-    if stream.tokens != result.tokens[: stream.count] or stream.count < len(result.tokens):
-        if stream.count:  # cannot happen for a framework that streams what it commits; said, not hidden
-            write("\n")
-            note(f"note: the streamed text ({stream.count} tokens) is not the final output; the final output follows")
-        final = TokenStream(tokenizer, write, show_tiers=tiered, colour=colour, eos=eos)
-        final.push(result.tokens, tiers if len(tiers) == len(result.tokens) else None)
-        final.close()
-    click.echo("")
-    text = tokenizer.decode(result.tokens, skip_special_tokens=False)
-    fields = [metrics_summary(result.metrics)] if result.metrics is not None else []
-    fields += _tier_cycles(settings, result.metrics)
-    note(run_summary(framework, settings.mode.value if framework != "lookup" else "stock", len(result.tokens), seconds,
-                     fields))
-    for line in result.notes:
-        note(f"note: {line}")
-    if json_path is not None:
-        record = GenerationRecord(
-            framework=framework, mode=settings.mode.value, prompt=prompt, prompt_ids=prompt_ids, tokens=result.tokens,
-            tiers=tiers, text=text, metrics=result.metrics.to_dict() if result.metrics is not None else None,
-            settings=settings, sampling={"temperature": temperature, "top_p": top_p, "seed": seed},
-            paths={k: (str(v) if v else None) for k, v in
-                   dict(target=target, draft=draft, mask=mask, eagle_head=eagle_head).items()},
-            seconds=seconds)
-        note(f"wrote {record.save(json_path)}")
+    def heading(self, shown, chat: str) -> None:
+        from viasd_adapt.bench.display import legend
+        from viasd_adapt.prompts.chat import uses_chat
+
+        title = ("source:" if self.encoder_decoder else "chat turn (user):" if uses_chat(self.tokenizer, chat) else "prompt:")
+        _note(click.style(title, bold=True) if self.colour else title)
+        _note(str(shown))
+        _note("")  # the answer starts on a line of its own
+        if self.tiered:
+            _note(legend(self.colour))
+        if not self.streams:
+            _note(f"note: {self.framework} on an encoder-decoder target does not stream; the answer is printed when it is done")
+
+    def finish(self, result) -> None:
+        """Closes the stream; prints the final output when the streamed text is not it."""
+        from viasd_adapt.bench.display import TokenStream
+
+        stream = self.stream
+        stream.close()
+        tiers = result.tiers or []
+        if stream.tokens != result.tokens[: stream.count] or stream.count < len(result.tokens):
+            if stream.count:  # cannot happen for a framework that streams what it commits; said, not hidden
+                self.write("\n")
+                _note(f"note: the streamed text ({stream.count} tokens) is not the final output; the final output follows")
+            final = TokenStream(self.tokenizer, self.write, show_tiers=self.tiered, colour=self.colour, eos=self.eos)
+            final.push(result.tokens, tiers if len(tiers) == len(result.tokens) else None)
+            final.close()
+        click.echo("")
+
+
+def _json_record(framework: str, settings: TierSettings, prompt: str, prompt_ids: list[int], result, tokenizer,
+                 sampling: tuple[float, float, int], paths: dict, seconds: float):
+    """What ``--json`` writes (:class:`~viasd_adapt.config.generation.GenerationRecord`): the tokens,
+    text and metrics of the run, and what it ran with."""
+    from viasd_adapt.config.generation import GenerationRecord
+
+    temperature, top_p, seed = sampling
+    return GenerationRecord(
+        framework=framework, mode=settings.mode.value, prompt=prompt, prompt_ids=prompt_ids, tokens=result.tokens,
+        tiers=result.tiers or [], text=tokenizer.decode(result.tokens, skip_special_tokens=False),
+        metrics=result.metrics.to_dict() if result.metrics is not None else None, settings=settings,
+        sampling={"temperature": temperature, "top_p": top_p, "seed": seed},
+        paths={k: (str(v) if v else None) for k, v in paths.items()}, seconds=seconds)

@@ -90,7 +90,7 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     from viasd_adapt.config.tune_points import TunePoints
     from viasd_adapt.config.tuned import TUNED_FILENAME
     from viasd_adapt.prompts.splits import tune_snippets
-    from viasd_adapt.tuning.tune import Budget, TuneGrid, artifact_of, describe, plot_frontiers
+    from viasd_adapt.tuning.tune import Budget, TuneConfig, TuneGrid, artifact_of, describe, plot_frontiers
     from viasd_adapt.tuning.tune import tune as run_tune
 
     choice = choose_pair(pair, target_path, draft_path)
@@ -119,7 +119,9 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     cost_model = load_cost_model(costs) if costs else None  # a bad cost file fails before any load
     torch.set_num_threads(threads)
     quiet_transformers()
-    loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device="cpu", dtype=pair_dtype(choice))
+    # the sweep measures its own points: a tuned.json already beside the mask is not read (it is the file rewritten)
+    loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device="cpu", spec=None,
+                       dtype=pair_dtype(choice))
     if loaded.mask.is_fallback:
         click.echo(f"note: no mask.json for this pair; tuning with the {loaded.mask.source}")
     if reuse_path is not None:
@@ -146,10 +148,10 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
             prompts = tune_spec_bench_prompts(loaded, num_prompts, chat, max_new_tokens)
         else:
             prompts = tune_snippets(num_prompts)
-        result = run_tune(loaded, prompts, max_new_tokens, grid, budget, ratio_values, search_steps, exit_layers,
-                          sampling, save_masks_to=base_dir, progress=lambda m: click.echo(f"  .. {m}"),
-                          bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False), chat=chat,
-                          adaptive=adaptive)
+        config = TuneConfig(max_new_tokens, grid, budget, ratio_values, search_steps, exit_layers, sampling,
+                            save_masks_to=base_dir, chat=chat, adaptive=adaptive)
+        result = run_tune(loaded, prompts, config, progress=lambda m: click.echo(f"  .. {m}"),
+                          bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False))
     for line in describe(result):
         click.echo(line)
     if cost_model is not None:

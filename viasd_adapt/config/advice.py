@@ -8,10 +8,10 @@ search`` prints :func:`delta_message`; opening a lossy tier on such a mask warns
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from viasd_adapt.core.notices import Notice, emit
 from viasd_adapt.core.settings import TierSettings
 
 
@@ -37,21 +37,28 @@ def delta_message(delta: float | None, search: Any = None) -> str | None:
     )
 
 
-def warn_if_negative_delta(artifact: Any, settings: TierSettings, stacklevel: int = 3) -> str | None:
-    """Warns (once per call) when a lossy/audit tier is opened with a mask artifact whose Delta < 0.
+def negative_delta_notice(artifact: Any, settings: TierSettings) -> Notice | None:
+    """The advice for a lossy/audit tier opened with a mask artifact whose Delta < 0, as a notice
+    to give (:func:`viasd_adapt.core.notices.emit`); None otherwise.
 
     Takes the artifact already read (a :class:`~viasd_adapt.config.mask.MaskArtifact`), never a
-    path: the one set-up call (:func:`viasd_adapt.engine.tier.open_tier`) reads each mask file once.
-    Anything else (a bare routing mask, None) records no Delta and gets no advice. ``stacklevel``
-    is :func:`warnings.warn`'s, counted from here (3: the caller's caller)."""
+    path: a run reads each mask file once (:func:`viasd_adapt.engine.context.open_context`).
+    Anything else (a bare routing mask, None) records no Delta and gets no advice."""
     from viasd_adapt.config.mask import MaskArtifact
 
     if settings.mode.value not in ("lossy", "audit") or not isinstance(artifact, MaskArtifact):
         return None
     message = delta_message(artifact.delta, artifact.search)
-    if message:
-        warnings.warn(f"viasd-adapt: {message}", NegativeDeltaWarning, stacklevel=stacklevel)
-    return message
+    return Notice(NegativeDeltaWarning, f"viasd-adapt: {message}") if message else None
 
 
-__all__ = ["NegativeDeltaWarning", "delta_message", "warn_if_negative_delta"]
+def warn_if_negative_delta(artifact: Any, settings: TierSettings) -> str | None:
+    """Gives :func:`negative_delta_notice` as a warning; returns its sentence (None: nothing to say)."""
+    notice = negative_delta_notice(artifact, settings)
+    if notice is None:
+        return None
+    emit([notice])
+    return notice.message[len("viasd-adapt: "):]
+
+
+__all__ = ["NegativeDeltaWarning", "delta_message", "negative_delta_notice", "warn_if_negative_delta"]

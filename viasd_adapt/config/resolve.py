@@ -25,7 +25,6 @@ bench``, ``viasd demo`` and the adapters' ``settings=None`` all call it, and it 
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -33,6 +32,7 @@ from typing import Any, Mapping
 
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.config.mask import MaskArtifact
+from viasd_adapt.core.notices import Notice, emit
 from viasd_adapt.core.settings import ADAPTIVE_MODES, CONSERVATIVE, Mode, TierSettings
 from viasd_adapt.config.tuned import OTHER_DRAFTER, TunedForAnotherMaskWarning, TunedSettings, recorded_mask, tuned_path_beside
 
@@ -79,6 +79,9 @@ class RunSpec:
     not_applied: str = ""
     #: what the run knows of the drafter the tuned settings were measured with (``--explain``), "" when unchecked
     drafter_note: str = ""
+    #: what the user should be told about this resolution (tuned settings measured with another
+    #: mask), given as warnings by the caller that read the files (:func:`resolve_settings`)
+    notices: tuple[Notice, ...] = ()
 
     def without_tuned(self, reason: str) -> "RunSpec":
         """The same resolution without the tuned file's layers (its choice and its best points): every
@@ -184,7 +187,15 @@ def _load_tuned(mask_path: str | os.PathLike | None) -> tuple[TunedSettings | No
 UNREAD: Any = object()
 
 
-def resolve_settings(
+def resolve_settings(mask: str | os.PathLike | None = None, **options: Any) -> RunSpec:
+    """Resolves a run's settings through the layers of the module docstring, reading each file once
+    (:func:`read_settings`, whose arguments it takes), and gives the resolution's notices as warnings."""
+    spec = read_settings(mask, **options)
+    emit(spec.notices)
+    return spec
+
+
+def read_settings(
     mask: str | os.PathLike | None = None,
     *,
     pair_mask: str | os.PathLike | None = None,
@@ -193,9 +204,10 @@ def resolve_settings(
     preset: str = "default",
     flags: Mapping[str, Any] | None = None,
     tuned: Any = UNREAD,
-    warn_stacklevel: int = 2,
 ) -> RunSpec:
-    """Resolves a run's settings through the layers of the module docstring, reading each file once.
+    """Resolves a run's settings through the layers of the module docstring, reading each file once;
+    what the user should hear is in ``RunSpec.notices``, for the caller to give
+    (:func:`resolve_settings`, :func:`viasd_adapt.engine.context.open_context`).
 
     Args:
         mask: the mask the user named (``--mask``); when None, ``pair_mask``'s folder decides:
@@ -218,28 +230,13 @@ def resolve_settings(
     if preset != "default" and preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}; choose default or one of: {', '.join(PRESETS)}")
     mask_bits = _MaskBits()
-    loaded_path: Path | None = None
-    if tuned is not UNREAD:
-        loaded_path = tuned_path_beside(mask if mask is not None else pair_mask)
-
-    # ------------------------------------------------------------------ the mask
-    mask_path = Path(mask).expanduser() if isinstance(mask, (str, os.PathLike)) else None
-    mask_source = "given (--mask)" if mask_path is not None else ""
-    if mask is None and pair_mask is not None:
-        if tuned is UNREAD:
-            tuned, loaded_path = _load_tuned(pair_mask)
-        mask_path, mask_source = _pair_mask(Path(pair_mask), tuned, loaded_path, best_points)
-
-    # ------------------------------------------------------------------ tuned.json beside it
-    tuned_path = tuned_path_beside(mask_path)
-    if tuned is UNREAD or tuned_path != loaded_path:
-        tuned, tuned_path = _load_tuned(mask_path)
-
+    mask_path, mask_source, tuned, tuned_path = _mask_and_tuned(mask, pair_mask, tuned, best_points)
     settings = TierSettings()
     sources = {name: DEFAULT for name in SETTING_FIELDS}
     notes: list[str] = []
     applied = False
     not_applied = ""
+    notices: list[Notice] = []
 
     def apply(values: Mapping[str, Any], source: str) -> None:
         nonlocal settings
@@ -257,25 +254,13 @@ def resolve_settings(
             # Settings tuned for one mask are not a choice for another; say so rather than run the
             # defaults silently (the usual cause: the tuner picked a mask saved beside mask.json).
             measured_with = tuned.report.mask_file or "another mask"
-            warnings.warn(f"{tuned_path} was measured with {measured_with}, not {mask_path.name}; running "
-                          f"TierSettings() defaults. Pass mask=viasd_adapt.config.resolve.tuned_mask_path({mask_path.name!r}) "
-                          "to run the tuned choice.", TunedForAnotherMaskWarning, stacklevel=warn_stacklevel)
+            notices.append(Notice(TunedForAnotherMaskWarning, (
+                f"{tuned_path} was measured with {measured_with}, not {mask_path.name}; running TierSettings() defaults. "
+                f"Pass mask=viasd_adapt.config.resolve.tuned_mask_path({mask_path.name!r}) to run the tuned choice.")))
 
     if best_points and tuned is not None:
-        lenient = tuned.best("lenient")
-        if lenient is not None and "lenience" not in flags:  # the lenient rows run the tuner's best lenient point
-            apply({"lenience": lenient.settings.lenience}, f"tuned.json {tuned_path} (best lenient point)")
-        point = tuned.best("viasd") if tuned.choice not in ("viasd", "viasd-adaptive") else None
-        point_mask = recorded_mask(mask_path, point.mask) if point is not None else None
-        if (point is not None and "alpha1" not in flags and "alpha2" not in flags and point_mask is not None
-                and mask_path is not None and mask_path.is_file() and mask_bits(point_mask) == mask_bits(mask_path)):
-            # The verdict was not VIA-SD, yet its rows must still run the tuner's best VIA-SD point, not
-            # defaults: a bench that pits the winner against untuned rivals proves nothing.
-            tier = point.settings
-            apply({name: getattr(tier, name) for name in TIERED_POINT_FIELDS},
-                  f"tuned.json {tuned_path} (best VIA-SD point)")
-            notes.append(f"tiered rows: the tuner's best VIA-SD point alpha1={tier.alpha1} alpha2={tier.alpha2} "
-                         f"gates={tier.greedy_gates} (measured with {point_mask.name})")
+        for values, source in _best_points(tuned, tuned_path, mask_path, flags, mask_bits, notes):
+            apply(values, source)
 
     if preset != "default":
         apply(PRESETS[preset], f"preset {preset}")
@@ -288,7 +273,48 @@ def resolve_settings(
     for name, value in flags.items():
         apply({name: value}, f"flag --{name.replace('_', '-')}")
     return RunSpec(settings, sources, mask_path, mask_source, tuned, tuned_path if tuned is not None else None, framework,
-                   notes, applied, dict(mask_bits.read), not_applied)
+                   notes, applied, dict(mask_bits.read), not_applied, notices=tuple(notices))
+
+
+def _mask_and_tuned(mask: str | os.PathLike | None, pair_mask: str | os.PathLike | None, tuned: Any,
+                    best_points: bool) -> tuple[Path | None, str, TunedSettings | None, Path | None]:
+    """The mask a run uses and why, and the tuned file beside it and its path (each read once;
+    ``tuned``: already read, or :data:`UNREAD`)."""
+    loaded_path: Path | None = None
+    if tuned is not UNREAD:
+        loaded_path = tuned_path_beside(mask if mask is not None else pair_mask)
+    mask_path = Path(mask).expanduser() if isinstance(mask, (str, os.PathLike)) else None
+    mask_source = "given (--mask)" if mask_path is not None else ""
+    if mask is None and pair_mask is not None:
+        if tuned is UNREAD:
+            tuned, loaded_path = _load_tuned(pair_mask)
+        mask_path, mask_source = _pair_mask(Path(pair_mask), tuned, loaded_path, best_points)
+    tuned_path = tuned_path_beside(mask_path)
+    if tuned is UNREAD or tuned_path != loaded_path:
+        tuned, tuned_path = _load_tuned(mask_path)
+    return mask_path, mask_source, tuned, tuned_path
+
+
+def _best_points(tuned: TunedSettings, tuned_path: Path | None, mask_path: Path | None, flags: Mapping[str, Any],
+                 mask_bits: _MaskBits, notes: list[str]) -> list[tuple[dict[str, Any], str]]:
+    """The layer of the tuner's best points (the bench's rows), as ``(values, source)`` to apply;
+    what it says for people goes to ``notes``."""
+    layers = []
+    lenient = tuned.best("lenient")
+    if lenient is not None and "lenience" not in flags:  # the lenient rows run the tuner's best lenient point
+        layers.append(({"lenience": lenient.settings.lenience}, f"tuned.json {tuned_path} (best lenient point)"))
+    point = tuned.best("viasd") if tuned.choice not in ("viasd", "viasd-adaptive") else None
+    point_mask = recorded_mask(mask_path, point.mask) if point is not None else None
+    if (point is not None and "alpha1" not in flags and "alpha2" not in flags and point_mask is not None
+            and mask_path is not None and mask_path.is_file() and mask_bits(point_mask) == mask_bits(mask_path)):
+        # The verdict was not VIA-SD, yet its rows must still run the tuner's best VIA-SD point, not
+        # defaults: a bench that pits the winner against untuned rivals proves nothing.
+        tier = point.settings
+        layers.append(({name: getattr(tier, name) for name in TIERED_POINT_FIELDS},
+                       f"tuned.json {tuned_path} (best VIA-SD point)"))
+        notes.append(f"tiered rows: the tuner's best VIA-SD point alpha1={tier.alpha1} alpha2={tier.alpha2} "
+                     f"gates={tier.greedy_gates} (measured with {point_mask.name})")
+    return layers
 
 
 def _pair_mask(pair_mask: Path, tuned: TunedSettings | None, tuned_path: Path | None,
@@ -325,4 +351,4 @@ def tuned_mask_path(mask_path: str | os.PathLike | None) -> Path | None:
     return _pair_mask(Path(mask_path), tuned, path, best_points=False)[0]
 
 
-__all__ = ["DEFAULT", "MODE_READS", "PRESETS", "UNREAD", "RunSpec", "resolve_settings", "tuned_mask_path"]
+__all__ = ["DEFAULT", "MODE_READS", "PRESETS", "UNREAD", "RunSpec", "read_settings", "resolve_settings", "tuned_mask_path"]

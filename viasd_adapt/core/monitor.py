@@ -63,8 +63,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import sys
 import threading
 import warnings
 from dataclasses import dataclass
@@ -74,6 +72,7 @@ import pluggy
 import torch
 
 from viasd_adapt.core.markers import hookimpl
+from viasd_adapt.core.notices import caller_stacklevel
 from viasd_adapt.core.rules import gather_token_probs
 from viasd_adapt.core.settings import Mode
 from viasd_adapt.core.tiers import Tier
@@ -220,7 +219,7 @@ class DrafterQualityMonitor:
             why = looks_like_junk(self.evidence, self.thresholds, self.greedy)
             if why is not None:
                 self.warned = True
-                warnings.warn(self.message(why), ViasdQualityWarning, stacklevel=_first_frame_outside_the_library())
+                warnings.warn(self.message(why), ViasdQualityWarning, stacklevel=caller_stacklevel())
 
     def looks_like_junk(self) -> bool:
         return looks_like_junk(self.evidence, self.thresholds, self.greedy) is not None
@@ -247,22 +246,6 @@ class DrafterQualityMonitor:
             f"(mean u(x) = {e.mean_u:.3f}): the drafter looks unrelated to the target, {consequence}. Measure the "
             "damage with mode='audit' (how often the target would overrule), or use mode='lossless'."
         )
-
-
-#: Where the warning should not point: the library's own frames, and those of the hook and model
-#: plumbing between them (the monitor runs inside pluggy, called from a framework's loop).
-_LIBRARY_PARTS = (os.sep + "viasd_adapt" + os.sep, os.sep + "adapters" + os.sep, os.sep + "pluggy" + os.sep,
-                  os.sep + "torch" + os.sep, os.sep + "transformers" + os.sep, os.sep + "eagle" + os.sep,
-                  os.sep + "contextlib.py", os.sep + "threading.py", os.sep + "concurrent" + os.sep)
-
-
-def _first_frame_outside_the_library() -> int:
-    """The ``stacklevel`` of the first caller outside viasd-adapt and the plumbing it runs in, so
-    the warning names the user's line (``generate(...)``), not the plugin that noticed."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and any(part in frame.f_code.co_filename for part in _LIBRARY_PARTS):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def wilson_upper(successes: int, trials: int, z: float = 1.96) -> float:

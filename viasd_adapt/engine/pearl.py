@@ -63,21 +63,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-import pluggy
 import torch
 from torch import nn
 
 from viasd_adapt.checks import check_max_new_tokens
-from viasd_adapt.core.adaptive import AdaptivePlan
 from viasd_adapt.core.cycle import StopRule
-from viasd_adapt.core.sampling import SamplingConfig
-from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.core.sampling import SamplingConfig, as_warper
 from viasd_adapt.core.tiers import CycleResult
 from viasd_adapt.engine.drafters import Drafter, host_draft
 from viasd_adapt.engine.loop import GenerationOutput
 from viasd_adapt.engine.verifier import TieredVerifier
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.routing.slim import SlimVerifier
 
 #: The framework name the verify step reports (metrics, plugins' ``framework`` argument).
 FRAMEWORK = "pearl"
@@ -86,20 +82,19 @@ FRAMEWORK = "pearl"
 # =============================================================================== the verify seam
 
 
-def pearl_verifier(target: nn.Module, settings: TierSettings, sampling: SamplingConfig, slim: SlimVerifier | None,
-                   plugin_manager: pluggy.PluginManager, share_prefix: bool = True,
-                   adaptive: AdaptivePlan | None = None) -> TieredVerifier:
-    """The shared verify step with PEARL's cycle boundary: no bonus token.
+def pearl_verifier(context, sampling: SamplingConfig, share_prefix: bool = True) -> TieredVerifier:
+    """The verifier of a PEARL run with ``context`` (:class:`~viasd_adapt.engine.context.RunContext`):
+    its verify step with PEARL's cycle boundary, no bonus token.
 
     The position after a fully committed block belongs to the first token of the next block,
     which the drafter already produced, so :func:`viasd_adapt.core.cycle.decide_cycle` ends such a
     cycle at the block (``bonus_after_block=False``): lossy mode neither resolves nor escalates a
     position whose token would be dropped, and the exact modes drop q's bonus (lossless: the drop
-    depends only on earlier tokens). ``adaptive``: the adaptive tier's prices and priors, when the
-    settings adapt; its controller then picks each round's arm from the rounds before it.
+    depends only on earlier tokens). When the settings adapt, the context's plan prices the
+    drafter and the controller picks each round's arm from the rounds before it.
     """
-    return TieredVerifier(target, settings, sampling, slim=slim, plugin_manager=plugin_manager, framework=FRAMEWORK,
-                          bonus_after_block=False, share_prefix=share_prefix, adaptive=adaptive)
+    step = context.verify_step(FRAMEWORK, greedy=as_warper(sampling).greedy, bonus_after_block=False)
+    return TieredVerifier.of(context, step, sampling, share_prefix=share_prefix)
 
 
 # =============================================================================== threads / streams

@@ -79,14 +79,17 @@ def drafter_context(drafter: nn.Module, target_context: EncoderContext, source: 
     raise ConfigError(f"the drafter {type(drafter).__name__} cannot read a source")
 
 
-def seq2seq_verifier(target: nn.Module, settings: TierSettings, sampling: SamplingConfig | Warper,
+def seq2seq_verifier(target: nn.Module, settings: TierSettings | None, sampling: SamplingConfig | Warper,
                      encoder: EncoderContext, slim: SlimVerifier | None = None,
                      plugin_manager: pluggy.PluginManager | None = None, framework: str = "engine",
                      step: VerifyStep | None = None) -> TieredVerifier:
     """A :class:`~viasd_adapt.engine.verifier.TieredVerifier` whose runners are :class:`Seq2SeqTargetRunners`
     (``step``: the run's verify step, when the run already has one: the rows of an HF call)."""
-    runners = Seq2SeqTargetRunners(target, slim if settings.mode.uses_slim else None, encoder)
-    return TieredVerifier(target, settings, sampling, slim, plugin_manager, framework=framework, runners=runners, step=step)
+    mode = (step.settings if step is not None else settings).mode
+    runners = Seq2SeqTargetRunners(target, slim if mode.uses_slim else None, encoder)
+    if step is not None:  # the step holds the settings and the plugin manager
+        return TieredVerifier(target, None, sampling, slim, runners=runners, step=step)
+    return TieredVerifier(target, settings, sampling, slim, plugin_manager, framework=framework, runners=runners)
 
 
 def seq2seq_generate(

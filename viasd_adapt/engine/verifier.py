@@ -12,7 +12,7 @@ block. With a shared prefix, that forward starts at the slim verifier's first sk
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 import pluggy
@@ -32,14 +32,20 @@ from viasd_adapt.core.monitor import DrafterQualityMonitor
 from viasd_adapt.routing.shared import TargetRunners, make_target_runners
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.core.sampling import SamplingConfig, Warper, as_warper, sample_or_argmax
-from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.core.settings import TierSettings, check_settings
 from viasd_adapt.core.tiers import CycleResult
 from viasd_adapt.core.verify_step import VerifyStep
 
 
 @dataclass
 class TieredVerifier:
-    """Verifies draft blocks of one target in the chosen mode and keeps the metrics.
+    """Verifies draft blocks of one target with the run's verify step, over the target's runners.
+
+    Built from a run context, :meth:`of` takes the step and the runners, nothing else it could
+    disagree with: the step holds the settings, the plugin manager and the adaptive plan (one
+    builder, :meth:`viasd_adapt.engine.context.RunContext.verify_step`), the runners hold the target
+    and its slim verifier. The field-by-field form below is the 0.2 one, kept for tests and tools
+    that verify with a bare target: given a ``step``, anything it holds may only repeat it.
 
     Attributes:
         bonus_after_block: False for frameworks whose next block's first draft takes the position
@@ -48,16 +54,15 @@ class TieredVerifier:
             layer (:mod:`viasd_adapt.routing.shared`); off gives every model its own cache.
         runners: the target's runners, when the caller builds them (encoder-decoder targets:
             :class:`viasd_adapt.routing.seq2seq.Seq2SeqTargetRunners`); None builds the decoder-only ones.
-        step: the run's verify step, when several verifiers serve one run (the rows of one HF
-            ``generate`` call); None builds one from the settings, ``plugin_manager`` and ``adaptive``.
-        adaptive: the adaptive tier's prices and priors for a step built here
-            (:func:`viasd_adapt.engine.priors.adaptive_plan`); None: the step's fallback. A cycle
-            the controller gives the untiered arm runs q alone: the slim runner is not called and
+        step: the run's verify step (several verifiers may serve one run: the rows of one HF
+            ``generate`` call); None builds one from ``settings``, ``plugin_manager`` and ``adaptive``.
+        adaptive: the adaptive tier's prices and priors for a step built here. A cycle the
+            controller gives the untiered arm runs q alone: the slim runner is not called and
             catches up on what it missed at its next pass (:mod:`viasd_adapt.routing.shared`).
     """
 
     target: nn.Module
-    settings: TierSettings
+    settings: TierSettings | None
     sampling: SamplingConfig | Warper
     slim: SlimVerifier | None = None
     plugin_manager: pluggy.PluginManager | None = None
@@ -68,20 +73,47 @@ class TieredVerifier:
     step: VerifyStep | None = None
     adaptive: AdaptivePlan | None = None
 
+    @classmethod
+    def of(cls, context, step: VerifyStep, sampling: SamplingConfig | Warper, *, share_prefix: bool = True,
+           runners: TargetRunners | None = None) -> "TieredVerifier":
+        """The verifier of a run: its ``context``'s target and slim verifier as runners (or the
+        ``runners`` given), and ``step`` (built by ``context.verify_step``)."""
+        return cls(context.target, None, sampling, slim=context.slim, share_prefix=share_prefix, runners=runners,
+                   step=step)
+
     def __post_init__(self) -> None:
         self.warper = as_warper(self.sampling)
         if self.step is None:
-            self.step = VerifyStep(self.settings, self.framework, self.plugin_manager, greedy=self.warper.greedy,
-                                   bonus_after_block=self.bonus_after_block, adaptive=self.adaptive)
+            from viasd_adapt.engine.context import resolve_context
+
+            mode = check_settings(self.settings if self.settings is not None else TierSettings()).mode
+            if mode.uses_slim and self.slim is None:
+                raise ConfigError(f"mode {mode.value!r} needs a routing mask (slim verifier); pass mask=...")
+            context = resolve_context(self.target, self.settings, mask=self.slim.mask if self.slim is not None else None,
+                                      plugin_manager=self.plugin_manager, build_slim=False)
+            self.step = replace(context, plan=self.adaptive).verify_step(
+                self.framework, greedy=self.warper.greedy, bonus_after_block=self.bonus_after_block)
         else:
+            self._refuse_disagreement()
             self.step.new_generation(self.warper.greedy)
+        self.settings = self.step.settings
         self.plugin_manager = self.step.plugin_manager
         mode = self.settings.mode
-        if mode.uses_slim and self.slim is None:
+        if mode.uses_slim and self.slim is None and self.runners is None:
             raise ConfigError(f"mode {mode.value!r} needs a routing mask (slim verifier); pass mask=...")
         if self.runners is None:
             self.runners = make_target_runners(self.target, self.slim if mode.uses_slim else None, self.share_prefix)
         self.vocab_size = vocab_size_of(self.target)
+
+    def _refuse_disagreement(self) -> None:
+        """With a step, the settings, plugin manager and plan are the step's: any other is refused."""
+        step = self.step
+        if self.settings is not None and self.settings != step.settings:
+            raise ConfigError("TieredVerifier got settings that are not its verify step's; pass the step alone")
+        if self.plugin_manager is not None and self.plugin_manager is not step.plugin_manager:
+            raise ConfigError("TieredVerifier got a plugin manager that is not its verify step's; pass the step alone")
+        if self.adaptive is not None:
+            raise ConfigError("TieredVerifier got an adaptive plan beside its verify step; the step holds its own")
 
     @property
     def ledger(self) -> CycleLedger:

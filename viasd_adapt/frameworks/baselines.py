@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator
 
 import torch
@@ -131,40 +130,19 @@ def run_prompt_lookup(pair: LoadedPair, request: RunRequest) -> RunOutput:
     return RunOutput(out[0, len(request.prompt_ids):].tolist())
 
 
-#: ``LoadedPair.loaded`` key of the tuned file beside the pair's mask (read once per pair).
-TUNED_KEY = "tuned"
-
-
-def pair_tuned(pair: LoadedPair):
-    """The ``tuned.json`` beside the pair's mask file (None: no mask file, or none beside it), read
-    once per pair: the adaptive tier's prices and priors (:mod:`viasd_adapt.engine.priors`). A
-    caller that must not be steered by it (``viasd tune``, which measures its own points) sets
-    ``pair.loaded[TUNED_KEY] = None``."""
-    if TUNED_KEY not in pair.loaded:
-        from viasd_adapt.config.tuned import find_tuned
-
-        mask = pair.mask
-        from_file = mask is not None and not mask.is_fallback and Path(mask.source).expanduser().is_file()
-        pair.loaded[TUNED_KEY] = find_tuned(mask.source) if from_file else None
-    return pair.loaded[TUNED_KEY]
-
-
 def run_engine(pair: LoadedPair, request: RunRequest) -> RunOutput:
-    """Classic SD through :mod:`viasd_adapt.engine` (mode none is the untiered loop)."""
+    """Classic SD through :mod:`viasd_adapt.engine` (mode none is the untiered loop), with the
+    request's run context (its verify step, its mask's slim verifier)."""
     from viasd_adapt.checks import vocab_size_of
-    from viasd_adapt.core.hooks import make_plugin_manager
+    from viasd_adapt.core.notices import emit
     from viasd_adapt.engine.drafters import ModelDrafter
-    from viasd_adapt.engine.priors import adaptive_plan
     from viasd_adapt.engine.verifier import TieredVerifier
     from viasd_adapt.engine.loop import speculative_generate
-    from viasd_adapt.routing.slim import SlimVerifier
 
-    settings = request.settings
-    slim = SlimVerifier(pair.target, pair.routing) if settings.mode.uses_slim else None
+    context = request.context_on(pair, drafter=pair.drafter)
+    emit(context.notices)
     generator = torch.Generator(device="cpu").manual_seed(request.seed)
-    plan = adaptive_plan(settings, pair.target, pair.routing, pair_tuned(pair), pair.draft) if settings.adapts else None
-    verifier = TieredVerifier(pair.target, settings, request.sampling, slim=slim, framework="engine",
-                              plugin_manager=make_plugin_manager(request.stream_plugins), adaptive=plan)
+    verifier = TieredVerifier.of(context, context.verify_step("engine"), request.sampling)
     eos = pair.eos_token_ids if request.stop_at_eos else ()
     drafter = (ModelDrafter(pair.draft, request.sampling) if pair.lookup is None
                else pair.lookup.drafter(vocab_size_of(pair.target), eos, pair.device))
@@ -172,5 +150,5 @@ def run_engine(pair: LoadedPair, request: RunRequest) -> RunOutput:
     return RunOutput(out.tokens, out.metrics)
 
 
-__all__ = ["ASSISTANT_CONFIG_NOTICE", "TUNED_KEY", "assistant_config_notice_dropped", "generation_config_for", "pair_tuned",
+__all__ = ["ASSISTANT_CONFIG_NOTICE", "assistant_config_notice_dropped", "generation_config_for",
            "run_ar", "run_engine", "run_prompt_lookup", "streamer_for"]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from viasd_adapt.core.markers import hookimpl
+from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
@@ -69,6 +70,24 @@ class RunRequest:
     # Called as tokens are committed (:data:`TokenCallback`): ``viasd generate`` streams through it.
     # Tiered runs reach it through :attr:`stream_plugins`; a runner that cannot stream ignores it.
     on_tokens: TokenCallback | None = field(default=None, compare=False, repr=False)
+    #: The run's :class:`~viasd_adapt.engine.context.RunContext` (its settings, mask, tuned evidence,
+    #: plugins), when the caller built it (``viasd generate``, ``viasd tune``); None: the runner
+    #: builds the pair's own for :attr:`settings` (:meth:`context_on`). Its settings must be :attr:`settings`.
+    context: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.context is not None and not self.stock and self.context.settings != self.settings:
+            raise ConfigError("a RunRequest's settings and its run context's disagree; build the request from "
+                              "the context's settings (RunRequest.tiered(ids, n, context.settings, context=context))")
+
+    def context_on(self, pair: Any, **options: Any) -> Any:
+        """The run's context: the one the request carries, else the pair's for :attr:`settings` with
+        :attr:`stream_plugins` (:meth:`~viasd_adapt.models.pair.LoadedPair.run_context`; ``options``
+        are its own, e.g. ``drafter``). Nothing is read: the pair holds what it read when loaded. The
+        mask's Delta advice is the command's to give, once (the bench prints it), not each request's."""
+        if self.context is not None:
+            return self.context
+        return pair.run_context(self.settings, self.stream_plugins, advice=False, **options)
 
     @property
     def stream_plugins(self) -> tuple:

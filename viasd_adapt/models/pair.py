@@ -13,9 +13,11 @@ are upcast to float32 (fp16 matmuls are slow and inexact there); on CUDA they ke
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import threading
+import weakref
+from dataclasses import InitVar, dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from torch import nn
@@ -28,13 +30,15 @@ from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP, Prompt
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask, skip_count
 from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.config.tuned import TunedSettings
 from viasd_adapt.routing.mask import check_mask_model
 from viasd_adapt.routing.mask import load_mask
+from viasd_adapt.config.resolve import UNREAD
 
 FALLBACK_MASK_LABEL = "FALLBACK fixed mask (every other layer from layer 1; not a DIMR mask)"
 
 
-@dataclass
+@dataclass(frozen=True)
 class MaskInfo:
     """The routing mask in use and where it came from (shown in every report)."""
 
@@ -55,9 +59,15 @@ class MaskInfo:
         }
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class LoadedPair:
-    """Models, tokenizer and mask shared by every run of one command."""
+    """Models, tokenizer, mask and the tuned file, shared by every run of one command; immutable.
+
+    What a run uses beyond the models (its settings, plugins, the tuned evidence for its drafter) is
+    its :class:`~viasd_adapt.engine.context.RunContext` (:meth:`run_context`), not state on the
+    pair: two runs with different settings on one pair, in two threads, do not see each other's.
+    Compared by identity (``eq=False``): two loads of the same files are two pairs.
+    """
 
     target: nn.Module
     draft: nn.Module | None
@@ -69,13 +79,21 @@ class LoadedPair:
     eagle_head: str | None = None
     # The drafter when it is prompt lookup (``draft`` is then None): token-only, a point mass to the tier.
     lookup: PromptLookupSpec | None = None
-    # Objects a framework loads once and reuses across runs (e.g. EAGLE's EaModel).
-    loaded: dict = field(default_factory=dict)
     #: the pair's name when it was loaded by name
     name: str | None = None
     #: the settings the pair runs with by default (``viasd tune``'s choice beside the mask, with
-    #: where each value came from: ``spec.explain()``); set when loaded by name
+    #: where each value came from: ``spec.explain()``); set when loaded by name or with a mask file
     spec: Any = None
+    #: the tuned file beside the mask, read once, as evidence of what this pair's passes cost (the
+    #: adaptive tier's prices and priors): None without one, or when it was measured with another drafter
+    evidence: TunedSettings | None = None
+    #: 0.2's way of handing over objects a framework loaded for this pair (``{"eagle": ea_model}``):
+    #: an argument only, kept beside the pair's target (:func:`loaded_for`); ``pair.loaded`` holds nothing
+    loaded: InitVar[Mapping[str, Any] | None] = None
+
+    def __post_init__(self, loaded: Mapping[str, Any] | None) -> None:
+        for kind, value in (loaded or {}).items():
+            loaded_for(self.target, (kind, self.eagle_head), lambda value=value: value)
 
     @property
     def routing(self) -> RoutingMask | None:
@@ -102,6 +120,47 @@ class LoadedPair:
         if eos is None:
             return []
         return [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
+
+    @property
+    def drafter(self) -> Any:
+        """What the pair drafts with, as the tuned-drafter check knows it: the prompt-lookup spec,
+        the drafter model, or None."""
+        return self.lookup if self.lookup is not None else self.draft
+
+    def run_context(self, settings: TierSettings | None = None, plugins: Iterable[object] = (), *,
+                    drafter: Any = None, advice: bool = True, **options: Any):
+        """The :class:`~viasd_adapt.engine.context.RunContext` of a run on this pair, from what was
+        read when it was loaded (no file is read again): ``settings``, else the pair's own
+        (:attr:`spec`: its tuned choice, with where each value came from), its mask, its tuned
+        evidence. ``drafter``: what the run drafts with when known. ``advice=False`` leaves out the
+        mask's Delta advice (a command that runs many requests gives it once, in its own report).
+        ``options`` are :func:`~viasd_adapt.engine.context.resolve_context`'s (``plugin_manager``,
+        ``build_slim``, ``use_measured``, ``evidence``). The notices are the caller's to give."""
+        from viasd_adapt.engine.context import resolve_context
+
+        info = self.mask
+        mask = None if info is None else info.artifact if advice and info.artifact is not None else info.mask
+        options.setdefault("evidence", self.evidence)
+        # the spec's notices were given when the pair loaded
+        spec = replace(self.spec, notices=()) if settings is None and self.spec is not None else None
+        return resolve_context(self.target, settings, spec=spec, mask=mask, mask_source=info.source if info else "mask",
+                               plugins=plugins, drafter=drafter, **options)
+
+
+#: Objects a framework loaded once for a target model (EAGLE's EaModel, by its head), kept beside
+#: the pairs, not on them: a pair is immutable, and the pairs of one target share them. Dropped with
+#: the target.
+_LOADED_FOR: "weakref.WeakKeyDictionary[nn.Module, dict[Any, Any]]" = weakref.WeakKeyDictionary()
+_LOADED_FOR_LOCK = threading.Lock()
+
+
+def loaded_for(target: nn.Module, key: Any, load: Callable[[], Any]) -> Any:
+    """The object ``load()`` made for ``target`` under ``key``, made once (thread-safe)."""
+    with _LOADED_FOR_LOCK:
+        made = _LOADED_FOR.setdefault(target, {})
+        if key not in made:
+            made[key] = load()
+        return made[key]
 
 
 # ----------------------------------------------------------------------------- loading
@@ -158,6 +217,7 @@ def load_pair(
     eagle_head: str | Path | None = None,
     ratio: float = TierSettings().ratio,
     read_masks: Mapping[Path, MaskArtifact] | None = None,
+    spec: Any = UNREAD,
     *,
     tokenizer: Any = None,
     dtype: str | None = None,
@@ -170,10 +230,16 @@ def load_pair(
     model object already loaded (``AutoModelForCausalLM.from_pretrained(...)``: then pass its
     ``tokenizer``), and ``draft_path`` the same, ``"prompt-lookup"`` (no model: the drafter copies
     n-grams of the text, :mod:`viasd_adapt.engine.prompt_lookup`), or None (no drafter).
-    ``read_masks``: mask files the run already read (the resolver's ``RunSpec.masks``); ``dtype``:
-    the dtype weights load in (``"bfloat16"``, ...; default float32 on the CPU)."""
+    ``dtype``: the dtype weights load in (``"bfloat16"``, ...; default float32 on the CPU).
+
+    ``spec``: the run's resolution of its settings (:class:`~viasd_adapt.config.resolve.RunSpec`),
+    when the caller resolved them (the commands): the mask files and the tuned file it read are
+    used, not read again. By default the settings beside the mask file in use are read here, once
+    (its tuned choice becomes the pair's own, as for a pair loaded by name); None: none.
+    ``read_masks``: mask files the run already read, for a caller without a spec."""
     if draft_path is _PAIRS_OWN:
-        if mask_path is not None or eagle_head is not None or read_masks is not None or tokenizer is not None:
+        if (mask_path is not None or eagle_head is not None or read_masks is not None or spec is not UNREAD
+                or tokenizer is not None):
             raise ConfigError("load_pair(name) takes the pair's own mask and head; pass paths to choose others "
                               "(load_pair(target, drafter, mask))")
         return load_named_pair(str(target_path), device=device)
@@ -193,12 +259,18 @@ def load_pair(
         check_drafter_reads_source(target, draft)
         if not isinstance(draft_path, nn.Module):
             _check_draft_tokenizer(tokenizer, draft_path)
-    search = [] if given else [Path(target_path).expanduser().parent]
-    mask = resolve_mask_info(target, mask_path, ratio, search, read_masks) if need_mask else None
+    folder = None if given else Path(target_path).expanduser().parent
+    if spec is UNREAD:
+        beside = mask_path if mask_path else (_mask_in(folder) if folder is not None else None)
+        spec = _spec_beside(beside) if need_mask else None
+    read = dict(read_masks or {}) | (dict(spec.masks) if spec is not None else {})
+    search = [] if folder is None else [folder]
+    mask = resolve_mask_info(target, mask_path, ratio, search, read) if need_mask else None
     target_name = _model_name(target) if given else str(target_path)
     draft_name = _model_name(draft) if isinstance(draft_path, nn.Module) else str(draft_path or "")
     return LoadedPair(target, draft, tokenizer, mask, dev, target_name, draft_name,
-                      str(eagle_head) if eagle_head else None, lookup=lookup)
+                      str(eagle_head) if eagle_head else None, lookup=lookup, spec=spec,
+                      evidence=spec.evidence if spec is not None else None)
 
 
 def _device_of(model: nn.Module) -> torch.device:
@@ -220,38 +292,41 @@ def _model_source(model: nn.Module) -> str:
     return str(source)
 
 
-def model_and_mask(model_or_pair: Any, mask: Any) -> tuple[Any, Any]:
-    """``(model, mask)`` for an adapter's set-up call, which takes a model or a :class:`LoadedPair`:
-    a pair gives its target and, unless ``mask`` is given, its mask (the file, so that its tuned
-    settings come with it; the fallback mask when it has none). Anything else is returned as is."""
-    if not isinstance(model_or_pair, LoadedPair):
-        return model_or_pair, mask
-    pair = model_or_pair
-    if mask is None:
-        mask = pair.mask_path if pair.mask_path is not None else pair.routing
-    return pair.target, mask
+def _mask_in(folder: Path) -> Path | None:
+    path = folder / "mask.json"
+    return path if path.is_file() else None
+
+
+def _spec_beside(mask_path: str | Path | None):
+    """The settings resolved beside a mask file (its tuned choice, read once), or None without a
+    tuned file there."""
+    from viasd_adapt.config.resolve import resolve_settings
+    from viasd_adapt.config.tuned import tuned_path_beside
+
+    beside = tuned_path_beside(mask_path) if mask_path else None
+    if beside is None or not beside.is_file() or not Path(mask_path).expanduser().is_file():
+        return None
+    return resolve_settings(mask_path)
 
 
 def load_named_pair(name: str, device: str = "auto") -> LoadedPair:
     """The pair called ``name`` (:func:`viasd_adapt.models.registry.resolve_pair`: shipped, built,
     or declared by ``pair.json`` like smollm2; a pair directory works too), loaded with its mask and
     the settings it runs with by default: ``viasd tune``'s choice when the pair has a ``tuned.json``,
-    with the mask that choice was measured with (:func:`viasd_adapt.config.resolve.resolve_settings`)."""
+    with the mask that choice was measured with (:func:`viasd_adapt.config.resolve.resolve_settings`).
+    Each file is read once; runs on the pair read none again (:meth:`LoadedPair.run_context`)."""
     from viasd_adapt.config.resolve import resolve_settings
+    from viasd_adapt.engine.context import check_spec_model
     from viasd_adapt.models.registry import resolve_pair
 
     paths = resolve_pair(name)
     spec = resolve_settings(pair_mask=paths.mask) if paths.mask is not None else None
     pair = load_pair(paths.target, paths.draft, spec.mask_path if spec is not None else None,
-                     need_mask=paths.mask is not None, device=device, eagle_head=paths.eagle_head,
-                     read_masks=spec.masks if spec is not None else None,
+                     need_mask=paths.mask is not None, device=device, eagle_head=paths.eagle_head, spec=spec,
                      dtype=paths.dtype if paths.dtype != "float32" else None)
     if spec is not None:
-        from viasd_adapt.engine.tier import check_spec_model
-
-        check_spec_model(spec, pair.target)
-    pair.name, pair.spec = paths.name, spec
-    return pair
+        spec = check_spec_model(spec, pair.target)
+    return replace(pair, name=paths.name, spec=spec)
 
 
 __all__ = [
@@ -263,7 +338,7 @@ __all__ = [
     "load_model",
     "load_pair",
     "load_tokenizer",
-    "model_and_mask",
+    "loaded_for",
     "pick_device",
     "resolve_mask_info",
 ]

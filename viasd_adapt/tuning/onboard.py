@@ -351,8 +351,8 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
         prompts = _tune_prompts(request, tuning, estimate.tune_prompts)
         bar = tqdm(total=estimate.tune_points, desc="tune", unit="setting", disable=not progress, leave=False)
         try:
-            result = run_tune(tuning, prompts, TUNE_NEW_TOKENS, grid, Budget(), seed=request.seed,
-                              progress=lambda m: None, bar=lambda total: bar, chat=request.chat)
+            result = run_tune(tuning, prompts, max_new_tokens=TUNE_NEW_TOKENS, grid=grid, budget=Budget(),
+                              seed=request.seed, progress=lambda m: None, bar=lambda total: bar, chat=request.chat)
         finally:
             bar.close()
         verdict = describe(result)

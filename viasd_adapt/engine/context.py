@@ -1,0 +1,392 @@
+"""The run context: what one run uses, decided once and held in one immutable object.
+
+Every adapter (HF, EAGLE, PEARL), the engine's own runner, the bench, the tuner and ``viasd
+generate`` run with a :class:`RunContext`: the settings (each with its source), the routing mask
+checked against the target, the slim verifier over it, the tuned evidence that prices the adaptive
+tier's passes for this drafter, the plugin manager, and the adaptive plan. Nothing a run uses is
+read from or written to a shared object: two runs on one pair, in two threads, each hold their own
+context.
+
+It is built in two steps, so that the decision is a pure function:
+
+* :func:`open_context` is the **edge**: it reads the files (``mask.json`` once, ``tuned.json`` at
+  most once), calls the resolver, and gives the resolver's notices as warnings
+  (:func:`viasd_adapt.core.notices.emit`: they name the user's line);
+* :func:`resolve_context` is the **resolver**: from artifacts already read and the models, it
+  checks the settings, the mask (fingerprint) and the tuned file (model), and returns the context
+  with its notices (a negative Delta, tuned settings set aside) instead of warning mid-way.
+
+Tuned settings belong to a pair (:mod:`viasd_adapt.config.tuned`): measured with one drafter, they
+are not applied to a run drafting with another. :meth:`RunContext.for_drafter` is the context for
+a given drafter, without reopening anything: the same context when the tuned settings belong to
+it, else the defaults with a :class:`~viasd_adapt.config.tuned.TunedForAnotherDrafterWarning`
+notice. An adapter whose drafter is known at set-up (PEARL's, EAGLE's head) passes it to
+:func:`open_context`; HF, whose drafter arrives per call, asks per call.
+
+The one builder of the verify step is :meth:`RunContext.verify_step`: the step's settings, plugin
+manager and adaptive plan are the context's, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import pluggy
+from torch import nn
+
+from viasd_adapt.config.advice import negative_delta_notice
+from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.config.resolve import UNREAD, RunSpec, read_settings
+from viasd_adapt.config.tuned import (DRAFTER_MODEL, EAGLE_HEAD, PROMPT_LOOKUP_DRAFTER, TunedForAnotherDrafterWarning,
+                                      TunedSettings, drafter_mismatch, find_tuned)
+from viasd_adapt.core.adaptive import AdaptivePlan
+from viasd_adapt.core.hooks import make_plugin_manager
+from viasd_adapt.core.notices import Notice, emit
+from viasd_adapt.core.settings import Mode, TierSettings, check_settings
+from viasd_adapt.core.verify_step import VerifyStep
+from viasd_adapt.engine.priors import adaptive_plan
+from viasd_adapt.routing.mask import MaskLike, check_tuned_model, model_mismatches, resolve_mask
+from viasd_adapt.routing.slim import SlimVerifier
+
+#: What a run drafts with, for the tuned-drafter check: a drafter model, :data:`PROMPT_LOOKUP_DRAFTER`,
+#: :data:`EAGLE_HEAD`, or another object with a ``propose`` method (a drafter the check cannot identify).
+DrafterLike = Any
+#: ``RunContext.sources`` of a setting the caller gave (no resolution: ``settings=`` was passed).
+GIVEN = "given"
+
+
+class UntieredWithoutMaskWarning(UserWarning):
+    """An adapter was set up with neither settings nor a mask: it runs untiered SD (mode none)."""
+
+
+NO_MASK_MESSAGE = ("viasd-adapt: no mask and no settings given, so this runs untiered SD (mode none, the target's own "
+                   "output); for the tier, `viasd models add NAME --target ... --draft ...` searches a mask and tunes it "
+                   "(its --minutes budget, 30 by default), then pass mask= the pair's mask or load_pair('NAME')")
+
+
+def no_mask_default(mask: MaskLike | None, settings: TierSettings | None) -> tuple[TierSettings | None, Notice | None]:
+    """The settings a set-up call with neither ``mask`` nor ``settings`` runs (mode none: a first run
+    on the user's own target is untiered SD, not a tier over a mask nobody searched), with the notice
+    that says so and how to get the tier; otherwise ``settings`` unchanged and no notice."""
+    if settings is None and mask is None:
+        return TierSettings(mode=Mode.NONE), Notice(UntieredWithoutMaskWarning, NO_MASK_MESSAGE)
+    return settings, None
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Everything a run uses, resolved and checked once (module docstring).
+
+    Attributes:
+        target: the full verifier q the run verifies with (for EAGLE, the EaModel's base model).
+        settings: the settings the run uses (checked).
+        plugin_manager: the run's plugin manager (rules and observers, built-in rules included).
+        routing: the routing mask, checked against the target; None for the modes without a slim
+            verifier (none, lenient).
+        slim: the slim verifier over ``routing``; None without one, or when the adapter builds its
+            own from ``routing`` (EAGLE's tree verifier).
+        evidence: the tuned file whose measurements (points and prices) price the adaptive tier's
+            passes and give its priors (:mod:`viasd_adapt.engine.priors`); None when there is none,
+            or when it was measured with another drafter.
+        plan: the adaptive tier's prices and priors for :attr:`drafter`; None when the settings do
+            not adapt.
+        spec: how ``settings=None`` was resolved (the sources, the tuned file); None when the
+            settings were given.
+        mask: the mask as read or given (a :class:`MaskArtifact`, with its Delta and fingerprint, or a
+            bare :class:`RoutingMask`), kept also where the settings need none: the defaults that
+            another drafter runs may (:meth:`for_drafter`).
+        plugins: the user's plugins the manager was built with.
+        drafter: what the run drafts with (:data:`DrafterLike`); None while it is not known.
+        notices: what the resolution has to tell the user, given as warnings by the edge.
+        build_slim: False when the adapter builds its own slim verifier from ``routing``.
+        use_measured: False for a framework whose cycles the tuned points do not describe (EAGLE).
+        mask_source: how errors name the mask (its file).
+    """
+
+    target: nn.Module
+    settings: TierSettings
+    plugin_manager: pluggy.PluginManager
+    routing: RoutingMask | None = None
+    slim: SlimVerifier | None = None
+    evidence: TunedSettings | None = None
+    plan: AdaptivePlan | None = None
+    spec: RunSpec | None = None
+    mask: RoutingMask | MaskArtifact | None = None
+    plugins: tuple = ()
+    drafter: DrafterLike = None
+    notices: tuple[Notice, ...] = ()
+    build_slim: bool = True
+    use_measured: bool = True
+    mask_source: str = "mask"
+
+    @property
+    def mode(self) -> Mode:
+        return self.settings.mode
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """Where each setting came from (``viasd generate --explain``'s column)."""
+        if self.spec is not None:
+            return dict(self.spec.sources)
+        return {f.name: GIVEN for f in fields(TierSettings)}
+
+    @property
+    def artifact(self) -> MaskArtifact | None:
+        """The mask artifact read or given (its Delta, search and fingerprint); None for a bare mask."""
+        return self.mask if isinstance(self.mask, MaskArtifact) else None
+
+    @property
+    def tuned(self) -> TunedSettings | None:
+        """The tuned evidence (:attr:`evidence`), by the name the 0.2 set-up object gave it."""
+        return self.evidence
+
+    @property
+    def runs_tuned(self) -> bool:
+        """Whether its settings are a tuned file's (``settings=None``), so that they belong to the
+        drafter the file was measured with."""
+        return self.spec is not None and self.spec.tuned is not None and self.spec.tuned_applied
+
+    def for_drafter(self, drafter: DrafterLike, model: nn.Module | None = None) -> "RunContext":
+        """The context of a run drafting with ``drafter``, built from this one (nothing is read).
+
+        ``model``: the drafter model the adaptive tier prices, when it is not ``drafter`` itself
+        (EAGLE: the head's layer, while the check knows the drafter as :data:`EAGLE_HEAD`). When the
+        settings are a tuned file's measured with another drafter, the defaults run instead, with
+        a notice, and the file's measurements do not price the adaptive tier either."""
+        priced = model if model is not None else _drafter_model(drafter)
+        mismatch = tuned_drafter_mismatch(self.spec.tuned, drafter) if self.runs_tuned and drafter is not None else None
+        if mismatch is None:
+            plan = adaptive_plan(self.settings, self.target, self.routing, self.evidence, priced, self.use_measured)
+            return replace(self, drafter=drafter, plan=plan, notices=())
+        spec = replace(self.spec.without_tuned(mismatch), notices=())
+        settings = check_settings(spec.settings)
+        if settings.mode.uses_slim and self.routing is not None:
+            routing, slim = self.routing, self.slim  # checked already
+        else:  # the mask the tuned choice did not need (read, not yet checked), or none for a mode without one
+            routing = resolve_mask(self.target, self.mask, settings.mode, source=self.mask_source)
+            slim = _slim_over(self.target, routing, self.build_slim)
+        notices = [other_drafter_notice(self.spec.tuned_path, mismatch), negative_delta_notice(self.artifact, settings)]
+        plan = adaptive_plan(settings, self.target, routing, None, priced, self.use_measured)
+        return replace(self, settings=settings, spec=spec, routing=routing, slim=slim, evidence=None, drafter=drafter,
+                       plan=plan, notices=tuple(n for n in notices if n is not None))
+
+    def with_block_length(self, gamma: int) -> "RunContext":
+        """The same context drafting ``gamma`` tokens per cycle (HF's ``prompt_lookup_num_tokens``),
+        its adaptive plan priced again for it."""
+        if gamma == self.settings.gamma:
+            return self
+        settings = self.settings.with_(gamma=gamma)
+        plan = adaptive_plan(settings, self.target, self.routing, self.evidence, _drafter_model(self.drafter),
+                             self.use_measured)
+        return replace(self, settings=settings, plan=plan, notices=())
+
+    def on_target(self, target: nn.Module, *, build_slim: bool | None = None, use_measured: bool | None = None,
+                  drafter: DrafterLike = None, drafter_model: nn.Module | None = None) -> "RunContext":
+        """The same run on another copy of its target (EAGLE's EaModel loads its own base model): the
+        mask checked against it, the slim verifier and the adaptive plan built for it; nothing read."""
+        build = self.build_slim if build_slim is None else build_slim
+        measured = self.use_measured if use_measured is None else use_measured
+        routing = resolve_mask(target, self.mask if self.routing is not None else None, self.settings.mode,
+                               source=self.mask_source)
+        moved = replace(self, target=target, routing=routing, slim=_slim_over(target, routing, build), build_slim=build,
+                        use_measured=measured, evidence=self.evidence if measured else None, notices=())
+        drafted = moved.for_drafter(drafter if drafter is not None else self.drafter, drafter_model)
+        return replace(drafted, notices=self.notices + drafted.notices)  # what this context had to say still stands
+
+    def verify_step(self, framework: str, *, make: Callable[..., VerifyStep] = VerifyStep, **options: Any) -> VerifyStep:
+        """The run's :class:`VerifyStep`: this context's settings, plugin manager and adaptive plan.
+        ``options`` are VerifyStep's own (``greedy``, ``bonus_after_block``, ``thresholds``);
+        ``make`` is the class to build (a subclass, or a wrapper that records each step)."""
+        return make(self.settings, framework, self.plugin_manager, adaptive=self.plan, **options)
+
+
+def _drafter_model(drafter: DrafterLike) -> nn.Module | None:
+    """The drafter model a run drafts with (a model, or a drafter object's model), else None."""
+    if isinstance(drafter, nn.Module):
+        return drafter
+    return getattr(getattr(drafter, "runner", None), "model", None)
+
+
+def _slim_over(target: nn.Module, routing: RoutingMask | None, build: bool) -> SlimVerifier | None:
+    return SlimVerifier(target, routing) if build and routing is not None else None
+
+
+def drafter_identity(drafter: DrafterLike) -> DrafterLike:
+    """What a run drafts with, as :func:`tuned_drafter_mismatch` compares it: a model as is, the
+    prompt-lookup drafter (its name, or a drafter object of the prompt-lookup kind) as
+    :data:`PROMPT_LOOKUP_DRAFTER`, an EAGLE head as :data:`EAGLE_HEAD`."""
+    from viasd_adapt.engine.prompt_lookup import PromptLookupDrafter, PromptLookupSpec
+
+    if isinstance(drafter, (PromptLookupDrafter, PromptLookupSpec)) or drafter == PROMPT_LOOKUP_DRAFTER:
+        return PROMPT_LOOKUP_DRAFTER
+    return drafter
+
+
+def tuned_drafter_mismatch(tuned: TunedSettings, drafter: DrafterLike) -> str | None:
+    """Why ``tuned`` was not measured with ``drafter`` ("measured with another drafter: ..."), or
+    None when it was, or when the file records no drafter: :func:`~viasd_adapt.config.tuned.drafter_mismatch`
+    for what this run drafts with (a model is compared by its fingerprint)."""
+    drafter = drafter_identity(drafter)
+    if drafter is EAGLE_HEAD or drafter == EAGLE_HEAD or drafter == PROMPT_LOOKUP_DRAFTER:
+        return drafter_mismatch(tuned.drafter, tuned.measured_on, drafter)
+    if not isinstance(drafter, nn.Module):
+        return drafter_mismatch(tuned.drafter, tuned.measured_on, f"a {type(drafter).__name__}")
+    return drafter_mismatch(tuned.drafter, tuned.measured_on, DRAFTER_MODEL,
+                            lambda: model_mismatches(tuned.drafter, drafter))
+
+
+def other_drafter_notice(tuned_path: Path | None, mismatch: str) -> Notice:
+    """The one notice for tuned settings that are not applied because of the drafter."""
+    return Notice(TunedForAnotherDrafterWarning, (
+        f"viasd-adapt: {tuned_path} was {mismatch}; its settings are not applied (running the TierSettings() "
+        "defaults). Run viasd tune with this drafter to tune this pair."))
+
+
+def spec_for_drafter(spec: RunSpec, model: nn.Module, drafter: DrafterLike = None) -> RunSpec:
+    """``spec`` checked against the models of the run (pure: the notice is in ``notices``).
+
+    Refuses a run whose tuned file was made for another model (naming the file), as a mask is
+    refused. With ``drafter`` (what the run drafts with: :func:`drafter_identity`), tuned settings
+    measured with another drafter are not applied: the spec without them is returned
+    (:meth:`~viasd_adapt.config.resolve.RunSpec.without_tuned`), with a
+    :class:`~viasd_adapt.config.tuned.TunedForAnotherDrafterWarning` notice."""
+    if spec.tuned is None:
+        return spec
+    check_tuned_model(spec.tuned, model, source=f"tuned settings {spec.tuned_path}")
+    if drafter is None:
+        return spec
+    mismatch = tuned_drafter_mismatch(spec.tuned, drafter)
+    if mismatch is None:
+        note = ("not recorded (a file written before drafters were recorded): not checked"
+                if spec.tuned.drafter is None else "the run's drafter")
+        return replace(spec, drafter_note=note)
+    note = mismatch.split(": ", 1)[-1]
+    if not (spec.tuned_applied or any(source.startswith("tuned.json") for source in spec.sources.values())):
+        return replace(spec, drafter_note=note)  # nothing of it was applied (another mask): nothing to take back
+    untuned = spec.without_tuned(mismatch)  # --explain says why in its "not applied" clause
+    return replace(untuned, notices=(other_drafter_notice(spec.tuned_path, mismatch),))
+
+
+def check_spec_model(spec: RunSpec, model: nn.Module, drafter: DrafterLike = None) -> RunSpec:
+    """:func:`spec_for_drafter`, its notice given as a warning: for the commands, which read the
+    files themselves."""
+    checked = spec_for_drafter(spec, model, drafter)
+    if checked is not spec and checked.notices != spec.notices:
+        emit(checked.notices)
+    return checked
+
+
+def resolve_context(
+    target: nn.Module,
+    settings: TierSettings | None = None,
+    *,
+    spec: RunSpec | None = None,
+    mask: RoutingMask | MaskArtifact | None = None,
+    mask_source: str = "mask",
+    evidence: TunedSettings | None = None,
+    plugins: Iterable[object] = (),
+    plugin_manager: pluggy.PluginManager | None = None,
+    drafter: DrafterLike = None,
+    drafter_model: nn.Module | None = None,
+    build_slim: bool = True,
+    use_measured: bool = True,
+) -> RunContext:
+    """The context of a run on ``target``, from what is already read (pure: it reads no file and
+    warns nothing; what the user should hear is in ``notices``).
+
+    Args:
+        settings: the settings to run; None runs ``spec``'s (refused when its tuned file was made
+            for another model), else :class:`TierSettings` defaults.
+        spec: the resolution of the settings (:func:`viasd_adapt.config.resolve.read_settings`).
+        mask: a :class:`RoutingMask` (its layer count checked) or a :class:`MaskArtifact` (its
+            fingerprint checked); not needed for modes none and lenient, which ignore one.
+        mask_source: how errors name the mask.
+        evidence: the tuned file that prices the adaptive tier (None: none).
+        plugins, plugin_manager: the plugins, or an already built manager (``plugins`` then unused).
+        drafter, drafter_model: what the run drafts with, when known (:meth:`RunContext.for_drafter`).
+        build_slim: False when the adapter builds its own slim verifier from the routing mask.
+        use_measured: False for a framework whose cycles the tuned points do not describe (EAGLE).
+
+    Raises ConfigError for bad settings or a slim mode without a mask; ModelMismatchError for a
+    mask or tuned file made for another model.
+    """
+    if settings is None and spec is not None:
+        if spec.tuned is not None:
+            check_tuned_model(spec.tuned, target, source=f"tuned settings {spec.tuned_path}")
+        settings = spec.settings
+    settings = check_settings(settings if settings is not None else TierSettings())
+    routing = resolve_mask(target, mask, settings.mode, source=mask_source)
+    plugins = tuple(plugins)
+    # Built once: fails now on a malformed plugin, and entry-point discovery is not paid per call.
+    manager = plugin_manager if plugin_manager is not None else make_plugin_manager(plugins)
+    notices = [*(spec.notices if spec is not None else ()), negative_delta_notice(mask, settings)]
+    context = RunContext(target, settings, manager, routing, _slim_over(target, routing, build_slim), evidence,
+                         spec=spec, mask=mask, plugins=plugins, build_slim=build_slim,
+                         use_measured=use_measured, mask_source=mask_source)
+    drafted = context.for_drafter(drafter, drafter_model)
+    return replace(drafted, notices=tuple(n for n in notices if n is not None) + drafted.notices)
+
+
+def open_context(
+    target: nn.Module,
+    mask: MaskLike | None = None,
+    settings: TierSettings | None = None,
+    plugins: Iterable[object] = (),
+    *,
+    plugin_manager: pluggy.PluginManager | None = None,
+    build_slim: bool = True,
+    tuned: Any = UNREAD,
+    drafter: DrafterLike = None,
+    drafter_model: nn.Module | None = None,
+    use_measured: bool = True,
+) -> RunContext:
+    """Reads what a run on ``target`` needs, resolves its context and gives its notices: every
+    adapter's one set-up call.
+
+    Args:
+        target: the full verifier q (for EAGLE, the EaModel's base model).
+        mask: a :class:`RoutingMask`, a :class:`MaskArtifact` or the path of a ``mask.json`` (read
+            once; checked against ``target``'s fingerprint). Not needed for modes none and lenient.
+        settings: the settings to run (checked); None runs the tuned choice measured with this mask
+            path (refused when tuned on another model), else :class:`TierSettings` defaults.
+        plugins, plugin_manager: as :func:`resolve_context`.
+        build_slim: False when the adapter builds its own slim verifier from the routing mask.
+        tuned: the tuned file whose measurements the adaptive tier starts from (None: none). By
+            default, when the settings adapt, the ``tuned.json`` beside a mask path (read once:
+            the settings resolver's read is reused).
+        drafter, drafter_model: what the run drafts with, when it is known at set-up (PEARL's
+            drafter, EAGLE's :data:`EAGLE_HEAD` and its layer): tuned settings measured with another
+            drafter are then not applied. None: not known here (HF asks per call).
+        use_measured: False for a framework whose cycles the tuned points do not describe (EAGLE).
+    """
+    settings, no_mask = no_mask_default(mask, settings)
+    path = Path(mask).expanduser() if isinstance(mask, (str, os.PathLike)) else None
+    spec = read_settings(path) if settings is None and path is not None else None
+    mode = (spec.settings if spec is not None else check_settings(settings or TierSettings())).mode
+    artifact: MaskLike | None = mask if path is None else None
+    if path is not None and (mode.uses_slim or (spec is not None and spec.tuned_applied)):
+        # The resolver may have read it already (to compare it with the tuned file's mask); a tuned
+        # choice without a slim verifier keeps it for the defaults another drafter runs.
+        artifact = spec.masks.get(path) if spec is not None else None
+        artifact = artifact if artifact is not None else MaskArtifact.load(path)
+    if tuned is UNREAD:
+        tuned = spec.evidence if spec is not None else (find_tuned(path) if path is not None and _adapts(settings) else None)
+    context = resolve_context(target, settings, spec=spec, mask=artifact, mask_source=str(path) if path else "mask",
+                              evidence=tuned, plugins=plugins, plugin_manager=plugin_manager, drafter=drafter,
+                              drafter_model=drafter_model, build_slim=build_slim, use_measured=use_measured)
+    if no_mask is not None:
+        context = replace(context, notices=(no_mask, *context.notices))
+    emit(context.notices)
+    return context
+
+
+def _adapts(settings: TierSettings | None) -> bool:
+    return check_settings(settings if settings is not None else TierSettings()).adapts
+
+
+__all__ = ["EAGLE_HEAD", "GIVEN", "NO_MASK_MESSAGE", "RunContext", "UntieredWithoutMaskWarning", "check_spec_model",
+           "drafter_identity", "no_mask_default", "open_context", "other_drafter_notice", "resolve_context",
+           "spec_for_drafter", "tuned_drafter_mismatch"]
