@@ -5,7 +5,7 @@ function's code with its docstring removed; target: the docstring's first line. 
 split by whole file with :func:`viasd_adapt.models.corpus.split_files` (the same split as the
 decoder-only pairs), so no held-out function's file was seen in training.
 
-Pair (mBART layout: pre-norm, learned positions; built from configs, trained here from scratch):
+Pair (mBART layout: pre-norm, learned positions; built from configs and trained from scratch by this script):
 
 * target: 3 encoder layers, 8 decoder layers, width 128, trained with decoder LayerDrop (on half of
   the steps up to half of decoder layers 1..7 are bypassed), so a slim verifier has layers it can

@@ -1,7 +1,7 @@
 """``viasd models build`` prints from the build report it wrote, read as a typed artifact: the
 builders' reports (shipped and new) say what they measured, and a report missing what is printed is
 refused naming the file and the field. The builders are stood in for by copies of the shipped
-reports, so no model is trained here."""
+reports, so these tests train no model."""
 
 from __future__ import annotations
 
