@@ -74,3 +74,11 @@ def char_pair(char_pair_template, tmp_path):
     import shutil
 
     return shutil.copytree(char_pair_template, tmp_path / "pair")
+
+
+def pytest_configure(config):
+    """One torch thread per test process: the suite runs one worker per core (xdist), and the tiny
+    models of the tests gain nothing from intra-op threads, which on a full machine only contend."""
+    import torch
+
+    torch.set_num_threads(1)

@@ -69,8 +69,16 @@ def _sampled_counts(driver, settings, switches):
     return joint_counts(sample, N_SAMPLES, driver.vocab_size, skip), total, mixed
 
 
-@pytest.mark.parametrize("mode", list(MODES_SAMPLED))
-@pytest.mark.parametrize("framework", ["engine", "hf", "pearl", "seq2seq"])
+#: the forced alternation is framework-independent (the verify step picks each cycle's arm), so it runs
+#: on two frameworks; the real controller, which each framework feeds its own costs, runs on all four
+FORCED_ON = ("engine", "hf")
+
+
+CASES = [(framework, mode) for framework in ("engine", "hf", "pearl", "seq2seq") for mode in MODES_SAMPLED
+         if mode != "lossless-switching" or framework in FORCED_ON]
+
+
+@pytest.mark.parametrize("framework,mode", CASES, ids=[f"{f}-{m}" for f, m in CASES])
 def test_two_generated_tokens_follow_the_targets_exact_joint(drivers, request, framework, mode):
     driver = drivers.sampling(request, framework)
     sampling, prompt, skip = SAMPLING, driver.prompts[0], driver.first_drafted
