@@ -39,7 +39,7 @@ from viasd_adapt.core.settings import TierSettings
 torch.set_num_threads(1)
 
 SAMPLING = SamplingConfig(do_sample=True, temperature=0.8, top_k=6, top_p=0.95)
-N_SAMPLES = 300
+N_SAMPLES = 200
 
 
 #: lossless: the cascade on every cycle; lossless-switching: the adaptive tier, its controller made to

@@ -48,14 +48,14 @@ def test_bench_without_a_mask_benches_the_modes_that_need_none(cache, target_fil
     assert "benching modes none,lenient" in result.output and "FALLBACK" not in result.output
 
 
-def test_an_adapter_set_up_without_mask_or_settings_runs_untiered(tiny_pair):
+def test_an_adapter_set_up_without_mask_or_settings_runs_untiered(char_pair_template):
     from transformers import AutoModelForCausalLM
 
     from viasd_adapt.adapters import hf
     from viasd_adapt.core.settings import TierSettings
 
-    target = AutoModelForCausalLM.from_pretrained(tiny_pair / "target").eval()
-    drafter = AutoModelForCausalLM.from_pretrained(tiny_pair / "draft").eval()
+    target = AutoModelForCausalLM.from_pretrained(char_pair_template / "target").eval()
+    drafter = AutoModelForCausalLM.from_pretrained(char_pair_template / "draft").eval()
     prompt = torch.tensor([[1, 5, 9, 4]])
     with untiered_without_mask_warning():
         with hf.tiered(target):
@@ -97,14 +97,14 @@ def test_a_cache_that_would_not_fit_is_refused_before_dequantizing(cache, target
     assert gguf_module.gguf_model_folder(target_file).is_dir()  # control: with room, it is written
 
 
-def test_load_pair_takes_model_objects(tiny_pair):
+def test_load_pair_takes_model_objects(char_pair_template):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from viasd_adapt.models.pair import load_pair
 
-    target = AutoModelForCausalLM.from_pretrained(tiny_pair / "target")
-    drafter = AutoModelForCausalLM.from_pretrained(tiny_pair / "draft")
-    tokenizer = AutoTokenizer.from_pretrained(tiny_pair / "tokenizer")
+    target = AutoModelForCausalLM.from_pretrained(char_pair_template / "target")
+    drafter = AutoModelForCausalLM.from_pretrained(char_pair_template / "draft")
+    tokenizer = AutoTokenizer.from_pretrained(char_pair_template / "target")
     pair = load_pair(target, drafter, need_mask=False, tokenizer=tokenizer)
     assert pair.target is target and pair.draft is drafter and pair.tokenizer is tokenizer
     other = tiny_model("llama", seed=1, vocab_size=target.config.vocab_size + 3)
