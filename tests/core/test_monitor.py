@@ -212,3 +212,71 @@ def test_the_cli_warns_for_a_rejected_junk_drafter(demo, tmp_path):
         result = CliRunner().invoke(cli, ["generate", "--framework", "hf", "--draft", str(junk), "--mode", "lossy",
                                           "--no-adaptive", "--prompt", PROMPT, "--max-new-tokens", "32", "--no-color"])
     assert result.exit_code == 0, result.output
+
+
+# ----------------------------------------------------------------------------- the adaptive default
+
+
+def test_the_adaptive_default_warns_for_a_junk_drafter_from_its_untiered_cycles(demo, tmp_path):
+    """The adaptive tier (the default) keeps a random drafter's lossy run untiered nearly throughout,
+    so gate 1 sees too few drafts to judge; the untiered cycles' q judges them instead, in every
+    framework, PEARL included (where, before, no warning came at all). Control: the pair's own
+    drafter, under the same default, gets none."""
+    from click.testing import CliRunner
+
+    from viasd_adapt.cli.main import cli
+
+    junk = tmp_path / "junk"
+    demo[3].save_pretrained(junk)
+    demo[0].save_pretrained(junk)
+    for framework in ("hf", "pearl", "engine"):
+        for drafter, junky in ((str(junk), True), ("", False)):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = CliRunner().invoke(cli, ["generate", "--framework", framework, *(["--draft", drafter] if drafter else []),
+                                                  "--mode", "lossy", "--prompt", PROMPT, "--max-new-tokens", "24",
+                                                  "--no-color"])
+            assert result.exit_code == 0, result.output
+            found = [str(w.message) for w in caught if issubclass(w.category, ViasdQualityWarning)]
+            assert len(found) == int(junky), (framework, drafter, found)
+            if junky:
+                assert f"({framework})" in found[0] and "first drafts its untiered cycles judged" in found[0], found[0]
+
+
+def test_an_untiered_cycle_is_judged_by_qs_view_of_its_first_draft():
+    """The monitor's untiered evidence, on synthetic rows: q's view of each untiered cycle's first
+    draft (the one that follows committed text) counts, and warns by its rule when q finds the
+    drafts junk (greedy: argmax agreement; sampling: surprise excess); the drafts after the first
+    are not counted; in a tier cycle, the lossless check asked after gate 1 (the reveal of the
+    untiered arm) adds nothing; a point mass (prompt lookup) is left out."""
+    q = torch.softmax(torch.tensor([[6.0, 0.0, 0.0, 0.0, -4.0]]).repeat(4, 1), dim=-1)
+    junk, good = torch.tensor([4, 4, 4, 4]), torch.tensor([0, 4, 4, 4])  # good: only its first draft is right
+    p = torch.full((4, 5), 0.2)
+    for greedy in (True, False):
+        for tokens, expected in ((junk, True), (good, False)):
+            monitor = DrafterQualityMonitor(Mode.LOSSY, greedy=greedy)
+            monitor.start()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for _ in range(12):
+                    monitor._saw_untiered(tokens, q, p)
+                    monitor._committed([int(Tier.FULL)])
+            assert monitor.evidence.first == 12 and monitor.evidence.judged == monitor.evidence.committed == 0
+            assert monitor.looks_like_junk() is expected, (greedy, tokens)
+            found = [str(w.message) for w in caught if issubclass(w.category, ViasdQualityWarning)]
+            assert len(found) == int(expected)
+            if expected:
+                assert "first drafts its untiered cycles judged" in found[0]
+    monitor = DrafterQualityMonitor(Mode.LOSSY, greedy=True)
+    monitor.start()
+    monitor._saw_gate1(good, q, p)
+    monitor._saw_untiered(good, q, p)  # a tier cycle's reveal
+    monitor._committed([int(Tier.DRAFT)] * 4)
+    assert monitor.evidence.judged == 4 and monitor.evidence.first == 0
+    monitor.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ViasdQualityWarning)
+        for _ in range(12):
+            monitor._saw_untiered(junk, q, torch.nn.functional.one_hot(junk, 5).float())
+            monitor._committed([int(Tier.FULL)])
+    assert monitor.evidence.first == 12 and not monitor.looks_like_junk()

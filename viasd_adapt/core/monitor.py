@@ -24,6 +24,17 @@ and an entropy over the slim verifier's rows of the drafts gate 1 judged):
   committed drafts agree 56-90%), while its surprise excess stays above -2.4 nats. Drafts of a
   point mass (prompt lookup copies n-grams: u's view of a copy judges the text, not a model, and
   gate 1 commits a point mass only where u is confident) are left out of this rule.
+* **first drafts of untiered cycles** (q's view): the adaptive tier runs a lossy sequence untiered
+  wherever the tier does not pay, and for a junk drafter that is nearly every cycle, so gate 1 alone
+  would see too few drafts to judge. An untiered cycle's full pass has q's row at its first draft,
+  the one draft that follows text the run committed (q's rows after it follow the earlier drafts,
+  which for junk are junk themselves, and q is unsure there whatever comes). From
+  ``min_first`` (12) of them: greedy warns when even the upper 95% Wilson bound of how many were q's
+  argmax is below ``max_first_agreement`` (0.3); sampling when their mean ``log q(x) + H(q)`` is at
+  most ``max_first_surprise_excess`` (-5.0 nats). Measured on the demo pair (6 held-out snippets,
+  32 tokens, hf): its own drafter's first drafts agree with q's argmax 55% of the time (greedy) and
+  average -0.8 nats (temperature 1); a random-weights drafter's agree 6% and average -9.0. Point
+  masses are left out, as above.
 
 Measured (``benchmarks/junk_drafter_monitor.py``, ``benchmarks/results/junk_drafter_monitor.txt``):
 64-token lossy generations with the default settings, greedy and at temperature 1, on the bench
@@ -52,7 +63,8 @@ thresholds and judge from 40 drafts on (a cycle judges a whole path;
 ``viasd_adapt.adapters.eagle.session.EAGLE_THRESHOLDS``).
 
 Wiring: the monitor is a plugin, :class:`DrafterMonitorPlugin`. It wraps the gate-1 hook (to see
-u, p and the drafts) and observes each recorded cycle (to see which drafts were committed, after
+u, p and the drafts) and the lossless-acceptance hook (an untiered cycle's q over its drafts), and
+observes each recorded cycle (to see which drafts were committed, after
 the budget and EOS cut), and hands both to the :class:`DrafterQualityMonitor` of the verify step
 that is deciding or recording in the calling thread (:class:`viasd_adapt.core.verify_step.VerifyStep`
 sets it around each call). So one plugin manager can serve several runs, and threads, without their
@@ -94,6 +106,8 @@ class DrafterEvidence:
         judged, judged_agreeing, judged_surprise_excess: the same over every draft gate 1 judged,
             committed or rejected (u's view of all of them).
         point_mass: whether every judged draft came from a point mass (prompt lookup's drafts).
+        first, first_agreeing, first_surprise_excess, first_point_mass: the same, in q's view, over
+            the first draft of each untiered cycle (:meth:`add_first`).
     """
 
     committed: int = 0
@@ -104,6 +118,10 @@ class DrafterEvidence:
     judged_agreeing: int = 0
     judged_surprise_excess: float = 0.0
     point_mass: bool = True
+    first: int = 0
+    first_agreeing: int = 0
+    first_surprise_excess: float = 0.0
+    first_point_mass: bool = True
 
     @property
     def agreement(self) -> float:
@@ -119,6 +137,10 @@ class DrafterEvidence:
         return self.surprise_excess / self.committed if self.committed else 0.0
 
     @property
+    def mean_first_surprise_excess(self) -> float:
+        return self.first_surprise_excess / self.first if self.first else 0.0
+
+    @property
     def judged_agreement(self) -> float:
         return self.judged_agreeing / self.judged if self.judged else 1.0
 
@@ -126,14 +148,20 @@ class DrafterEvidence:
     def mean_judged_surprise_excess(self) -> float:
         return self.judged_surprise_excess / self.judged if self.judged else 0.0
 
+    def add_first(self, token: torch.Tensor, q_row: torch.Tensor, point_mass: bool) -> None:
+        """One untiered cycle: q's row ``q_row`` at its first draft ``token`` (a 0-d tensor)."""
+        agrees, excess = _agreement_and_excess(token.reshape(1), q_row.reshape(1, -1))
+        self.first += 1
+        self.first_agreeing += int(agrees.sum())
+        self.first_surprise_excess += float(excess.sum())
+        self.first_point_mass = self.first_point_mass and point_mass
+
     def add(self, tokens: torch.Tensor, u: torch.Tensor, committed: int, point_mass: bool) -> None:
         """One cycle: gate 1 judged ``tokens`` (u's rows over them: ``u``) and committed the first ``committed``."""
         if tokens.numel() == 0:
             return
-        agrees = u.argmax(dim=-1) == tokens
+        agrees, excess = _agreement_and_excess(tokens, u)
         u_x = gather_token_probs(u, tokens)
-        entropy = -(u * u.clamp_min(1e-30).log()).sum(dim=-1)
-        excess = entropy + u_x.clamp_min(1e-30).log()
         self.judged += int(tokens.numel())
         self.judged_agreeing += int(agrees.sum())
         self.judged_surprise_excess += float(excess.sum())
@@ -143,6 +171,13 @@ class DrafterEvidence:
             self.agreeing += int(agrees[:committed].sum())
             self.u_mass += float(u_x[:committed].sum())
             self.surprise_excess += float(excess[:committed].sum())
+
+
+def _agreement_and_excess(tokens: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token: whether it is the argmax of its row of ``probs``, and ``log probs(x) + H(probs)``."""
+    agrees = probs.argmax(dim=-1) == tokens
+    entropy = -(probs * probs.clamp_min(1e-30).log()).sum(dim=-1)
+    return agrees, entropy + gather_token_probs(probs, tokens).clamp_min(1e-30).log()
 
 
 @dataclass(frozen=True)
@@ -157,7 +192,10 @@ class JunkThresholds:
     their mean surprise excess at most ``max_judged_surprise_excess`` (greedy and sampling);
     ``min_judged=None`` leaves the judged drafts out. Chosen from the measurements in the module
     docstring: -5.0 lies in the middle of the range (-4.5 to -5.5) where no good generation is
-    flagged and every flaggable junk one is."""
+    flagged and every flaggable junk one is. First drafts of untiered cycles (q's view, of a drafter
+    that is not a point mass): at least ``min_first`` of them, and (greedy) the Wilson bound of their
+    agreement with q's argmax below ``max_first_agreement``, or (sampling) their mean surprise excess
+    at most ``max_first_surprise_excess``; ``min_first=None`` leaves them out."""
 
     min_committed: int = 12
     max_agreement: float = 0.5
@@ -166,10 +204,13 @@ class JunkThresholds:
     max_agreement_strong: float = 0.5
     min_judged: int | None = 20
     max_judged_surprise_excess: float = -5.0
+    min_first: int | None = 12
+    max_first_agreement: float = 0.3
+    max_first_surprise_excess: float = -5.0
 
 
 def looks_like_junk(evidence: DrafterEvidence, thresholds: JunkThresholds, greedy: bool) -> str | None:
-    """Which evidence says junk ("committed" or "judged"), or None: the monitor's rule, a pure function
+    """Which evidence says junk ("committed", "judged" or "first"), or None: the monitor's rule, a pure function
     of the evidence so far (``benchmarks/junk_drafter_monitor.py`` replays it on recorded runs)."""
     e, t = evidence, thresholds
     if e.committed >= t.min_committed:
@@ -182,6 +223,10 @@ def looks_like_junk(evidence: DrafterEvidence, thresholds: JunkThresholds, greed
     if t.min_judged is not None and not e.point_mass and e.judged >= t.min_judged:
         if e.mean_judged_surprise_excess <= t.max_judged_surprise_excess:
             return "judged"
+    if t.min_first is not None and not e.first_point_mass and e.first >= t.min_first:
+        if (wilson_upper(e.first_agreeing, e.first) < t.max_first_agreement) if greedy \
+                else (e.mean_first_surprise_excess <= t.max_first_surprise_excess):
+            return "first"
     return None
 
 
@@ -196,25 +241,34 @@ class DrafterQualityMonitor:
         self.evidence = DrafterEvidence()
         self.warned = False
         self._gate1: tuple[torch.Tensor, torch.Tensor, bool] | None = None  # (drafts, u, point mass) of the open cycle
+        self._untiered: tuple[torch.Tensor, torch.Tensor, bool] | None = None  # (first draft, q's row, point mass)
 
     def start(self) -> None:
         """A new generation: the evidence starts again from zero."""
-        self.evidence, self.warned, self._gate1 = DrafterEvidence(), False, None
+        self.evidence, self.warned, self._gate1, self._untiered = DrafterEvidence(), False, None, None
 
     def _saw_gate1(self, tokens: torch.Tensor, u: torch.Tensor, p: torch.Tensor | None = None) -> None:
-        # a point mass (prompt lookup) proposes copies, not a distribution: u's view of them judges the text, not a model
-        point_mass = p is not None and bool((p.max(dim=-1).values >= 1.0 - 1e-6).all())
-        self._gate1 = (tokens, u, point_mass)
+        self._gate1 = (tokens, u, _is_point_mass(p))
+
+    def _saw_untiered(self, tokens: torch.Tensor, q: torch.Tensor, p: torch.Tensor | None = None) -> None:
+        """A full pass judged ``tokens`` by the lossless rule (q's rows: ``q``): in a lossy run, an
+        untiered cycle, unless gate 1 already judged this cycle's drafts (a tier cycle asks the
+        lossless rule afterwards, of the same drafts, to reveal the untiered arm: not counted again)."""
+        if self._gate1 is None and self._untiered is None and tokens.numel():
+            self._untiered = (tokens[0], q[0], _is_point_mass(p[:1] if p is not None else None))
 
     def _committed(self, tiers: list[int]) -> None:
-        seen, self._gate1 = self._gate1, None
-        if seen is None:
+        gate1, untiered, self._gate1, self._untiered = self._gate1, self._untiered, None, None
+        if gate1 is not None:
+            n = 0
+            while n < len(tiers) and tiers[n] == Tier.DRAFT:
+                n += 1
+            tokens, u, point_mass = gate1
+            self.evidence.add(tokens, u[: tokens.shape[0]], n, point_mass)
+        elif untiered is not None:
+            self.evidence.add_first(*untiered)
+        else:
             return
-        n = 0
-        while n < len(tiers) and tiers[n] == Tier.DRAFT:
-            n += 1
-        tokens, u, point_mass = seen
-        self.evidence.add(tokens, u[: tokens.shape[0]], n, point_mass)
         if not self.warned:
             why = looks_like_junk(self.evidence, self.thresholds, self.greedy)
             if why is not None:
@@ -227,6 +281,17 @@ class DrafterQualityMonitor:
     def message(self, why: str = "committed") -> str:
         e = self.evidence
         where = f" ({self.framework})" if self.framework else ""
+        if why == "first":
+            if self.greedy:
+                evidence = (f"the target's own top choice agreed with only {e.first_agreeing} of the {e.first} first "
+                            "drafts its untiered cycles judged")
+            else:
+                evidence = (f"the target found the {e.first} first drafts its untiered cycles judged "
+                            f"{-e.mean_first_surprise_excess:.1f} nats more surprising than its own samples on average")
+            return (f"viasd-adapt{where}: lossy mode committed {e.committed} draft tokens through gate 1, but {evidence}: "
+                    "the drafter looks unrelated to the target, so drafting saves nothing, and wherever the tier runs "
+                    "the slim verifier writes most of the output (lossy). Measure the damage with mode='audit' (how "
+                    "often the target would overrule), or use mode='lossless'.")
         if why == "judged":
             if self.greedy:
                 evidence = (f"the slim verifier's own top choice agreed with only {e.judged_agreement:.0%} of the "
@@ -246,6 +311,12 @@ class DrafterQualityMonitor:
             f"(mean u(x) = {e.mean_u:.3f}): the drafter looks unrelated to the target, {consequence}. Measure the "
             "damage with mode='audit' (how often the target would overrule), or use mode='lossless'."
         )
+
+
+def _is_point_mass(p: torch.Tensor | None) -> bool:
+    """Whether every draft came from a point mass: prompt lookup copies n-grams, and a verifier's view
+    of a copy judges the text, not a drafter model."""
+    return p is not None and bool((p.max(dim=-1).values >= 1.0 - 1e-6).all())
 
 
 def wilson_upper(successes: int, trials: int, z: float = 1.96) -> float:
@@ -289,6 +360,13 @@ class DrafterMonitorPlugin:
         monitor = self._monitor()
         if monitor is not None:
             monitor._saw_gate1(tokens, u, p)
+        return (yield)
+
+    @hookimpl(wrapper=True)
+    def viasd_lossless_accept_prob(self, tokens, proposer, verifier, greedy):
+        monitor = self._monitor()
+        if monitor is not None:  # a lossy run's untiered cycle (or a tier cycle's reveal: not counted again)
+            monitor._saw_untiered(tokens, verifier, proposer)
         return (yield)
 
     @hookimpl(tryfirst=True)
