@@ -127,3 +127,30 @@ def test_bad_budget_name_is_a_clear_error(monkeypatch):
 def test_demo_with_an_unknown_pair_fails_cleanly():
     res = CliRunner().invoke(cli, ["demo", "--pair", "no-such-pair-xyz", "--quick"])
     assert res.exit_code == 2 and "no model pair named" in res.output
+
+
+def test_when_tune_picked_the_target_alone_the_demo_shows_one_answer_and_says_why(monkeypatch):
+    """Tune's pick ``ar``: the demo's second answer would be the same run, so it says so instead,
+    with the tune's figures; control: another pick runs its own answer on hf."""
+    from types import SimpleNamespace
+
+    from viasd_adapt.bench import demo
+    from viasd_adapt.config.tuned import TunedSettings
+    from viasd_adapt.core.settings import TierSettings
+
+    runs = []
+    monkeypatch.setattr(demo, "show_answer", lambda pair, framework, *rest, **kw: runs.append(framework) or {"tokens": [1]})
+    costs = {"None": {"c_full": 0.3, "c_full_block": 1.0, "c_slim": None, "c_resume": None, "c_draft": 0.1}}
+    shown = SimpleNamespace(prompts=[SimpleNamespace(ids=[1, 2])], shown_text="q", shown_source="test")
+    budget = SimpleNamespace(answer_tokens=4)
+    for choice, frameworks in (("ar", ["ar"]), ("sd", ["ar", "hf"])):
+        tuned = TunedSettings(TierSettings(mode="none"), choice, None, measured={"full_equivalent": 0.8},
+                              report={"costs": costs})
+        spec = SimpleNamespace(tuned=tuned, tuned_applied=True, settings=tuned.settings)
+        said, runs[:] = [], []
+        answers = demo.two_answers(None, shown, spec, budget, said.append, lambda text: None, False)
+        assert runs == frameworks, choice
+        alone = [line for line in said if line.startswith("tune's pick for this pair is the target alone (ar)")]
+        assert bool(alone) is (choice == "ar")
+        if alone:
+            assert "0.300 full-equivalent passes/token against 0.800" in alone[0] and answers["tuned"] is answers["ar"]

@@ -77,3 +77,32 @@ def test_repricing_prices_every_prompt_again_and_older_points_state_no_uncertain
                          regret=p.regret, passes=p.passes) for p in points])
     assert choice_uncertainty(old) is None
     assert "UNCERTAINTY: none can be stated" in "\n".join(describe(old))
+
+
+def test_when_the_target_alone_is_cheapest_tuned_json_records_ar_with_the_drafting_settings():
+    """Plain decoding cheaper than every drafting point: the choice written is ``ar`` (the chosen
+    drafting point's settings stay, for a run that drafts anyway) and the report says so. Control:
+    the same points with plain decoding dearer write the drafting choice."""
+    from types import SimpleNamespace
+
+    from viasd_adapt.tuning.choose import artifact_of, target_alone_cheapest
+
+    n = 8
+    points = [_point("sd", "none", [0.9] * n, [0.0] * n), _point("lenient", "lenient", [0.85] * n, [0.0] * n, lenience=0.4)]
+    pair = SimpleNamespace(target=None, draft=None, lookup=None)
+    for c_full, written in ((0.5, "ar"), (0.95, None)):
+        costs = {"None": {"c_full": c_full, "c_full_block": 1.0, "c_slim": None, "c_resume": None, "c_draft": 0.1}}
+        result = judged(points, Budget(), costs, {}, 1.0)
+        assert target_alone_cheapest(result) is (written == "ar")
+        from unittest import mock
+
+        with mock.patch("viasd_adapt.tuning.choose.model_fingerprint", return_value=None):
+            tuned = artifact_of(result, pair)
+        assert tuned.choice == (written or result.chosen.family)
+        assert tuned.settings == result.chosen.settings  # what a run that drafts anyway uses
+        assert tuned.runs_target_alone is (written == "ar")
+        note = [line for line in describe(result) if line.startswith("NOTE: plain decoding")]
+        assert bool(note) is (written == "ar")
+        if note:
+            assert "records the choice ar" in note[0] and "runs the target alone" in note[0]
+            assert "0.500 full-equivalent passes/token" in tuned.target_alone_reason()

@@ -138,10 +138,10 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     from viasd_adapt.frameworks import registry as frameworks
 
     check_max_new_tokens(max_new_tokens)
+    drafting_options = given_inputs(mode=mode, alpha1=alpha1, alpha2=alpha2, lenience=lenience, preset=preset, mask=mask,
+                                    gamma=gamma, draft=draft, eagle_head=eagle_head, adaptive=adaptive)
     # an option the framework cannot honour is refused by name (the framework declares which: registry.Framework.ignores)
-    frameworks.refuse_unhonoured([framework], given_inputs(mode=mode, alpha1=alpha1, alpha2=alpha2, lenience=lenience,
-                                                           preset=preset, mask=mask, gamma=gamma, draft=draft,
-                                                           eagle_head=eagle_head, adaptive=adaptive))
+    frameworks.refuse_unhonoured([framework], drafting_options)
     if json_path is not None:
         from viasd_adapt.io import ensure_writable
 
@@ -150,6 +150,10 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset,
                                mode=Mode.NONE.value if framework == "lookup" else mode, gamma=gamma, alpha1=alpha1,
                                alpha2=alpha2, lenience=lenience, adaptive=adaptive)
+    if _target_alone(spec, framework_given=_given("framework"), drafting_options=drafting_options):
+        framework, reason = "ar", spec.tuned.target_alone_reason()
+        spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset)
+        _note(f"note: running the target alone (--framework ar): {reason}; --framework hf drafts anyway")
     pair = load_run_pair(framework, spec, choice)
     colour = sys.stdout.isatty() if colour is None else colour
     if explain:
@@ -179,6 +183,20 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
         record = _json_record(framework, settings, prompt, prompt_ids, result, pair.tokenizer, (temperature, top_p, seed),
                               paths, seconds)
         _note(f"wrote {record.save(json_path)}")
+
+
+def _given(option: str) -> bool:
+    """Whether ``option`` was typed (or set through the environment), not left at its default."""
+    source = click.get_current_context().get_parameter_source(option)
+    return source not in (None, click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP)
+
+
+def _target_alone(spec: RunSpec, framework_given: bool, drafting_options: list) -> bool:
+    """Whether this run follows the pair's tuned choice ``ar`` and runs the target alone: the tuned
+    file was applied and chose it, and nothing was asked that only drafting reads (a framework, a
+    drafter, a mode or a tier setting): those ask to draft anyway."""
+    return (spec.tuned is not None and spec.tuned_applied and spec.tuned.runs_target_alone
+            and not framework_given and not drafting_options)
 
 
 def _note(line: str) -> None:

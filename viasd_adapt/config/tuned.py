@@ -40,8 +40,10 @@ Values a hand-edited file can get wrong, and what each gets (the adaptive tier r
 costs as its prices and the measured points as its priors, :mod:`viasd_adapt.engine.priors`):
 
 * ``choice`` is required, a non-empty name (``viasd``, ``lenient``, ``sd``, ``lossless``, or one of
-  these with ``-adaptive``): what ``--explain`` and the vLLM plugin say was chosen. Missing or
-  empty: **refused**, like every other required field.
+  these with ``-adaptive``; or ``ar``, :data:`PLAIN_DECODING_CHOICE`, when the target alone was
+  cheaper than every drafting setting: ``settings`` then hold the cheapest drafting setting, for a
+  run that asks to draft anyway): what ``--explain`` and the vLLM plugin say was chosen, and what
+  ``viasd generate --pair`` runs. Missing or empty: **refused**, like every other required field.
 * the forward costs, ``report.costs.<mask>.c_*`` (seconds): ``c_full_block``, ``c_full``, ``c_slim``
   and ``c_resume`` must be finite and > 0, ``c_draft`` finite and >= 0 (0: prompt lookup, which
   runs no model); ``c_slim`` and ``c_resume`` may be null (no mask). Else **refused**, by the
@@ -100,11 +102,26 @@ def _drafter_record(value: Any) -> Any:
 DrafterRecord = Annotated[Union[ModelFingerprint, Literal["prompt-lookup"]], BeforeValidator(_drafter_record)]
 
 
+#: The choice recorded when plain decoding (the target alone, one 1-token pass per token) cost less
+#: than every drafting setting measured: ``viasd generate --pair`` then runs the target alone.
+PLAIN_DECODING_CHOICE = "ar"
+
+
+def plain_decoding_cost(costs: dict[str, Any]) -> float | None:
+    """What plain decoding costs in full-equivalent passes per token, from a tune's forward costs
+    (``report.costs``): one 1-token target pass per token, ``c_full / c_full_block``, measured in the
+    same run as every other point. None when the costs do not say."""
+    entry = costs.get("None") or next(iter(costs.values()), None)
+    if not entry or not entry.get("c_full") or not entry.get("c_full_block"):
+        return None
+    return entry["c_full"] / entry["c_full_block"]
+
+
 def _named_choice(value: str) -> str:
     """``choice``: what the tuner chose, by name; an empty one is refused like a missing one."""
     if not value.strip():
         raise ValueError("'choice' must name what viasd tune chose (viasd, lenient, sd, lossless, or one of them "
-                         "with -adaptive); it is empty")
+                         "with -adaptive, or ar); it is empty")
     return value
 
 
@@ -213,7 +230,8 @@ class TunedSettings(Artifact):
     VERSION: ClassVar[int] = VERSION
     WHAT: ClassVar[str] = "tuned-settings file"
 
-    #: "viasd", "lenient", "sd" (plain lossless SD), "lossless", or an adaptive family ("-adaptive"); required
+    #: "viasd", "lenient", "sd" (plain lossless SD), "lossless", an adaptive family ("-adaptive"), or
+    #: "ar" (the target alone was cheapest; ``settings``: the cheapest drafting setting); required
     choice: Annotated[str, AfterValidator(_named_choice)]
     settings: TierSettingsField
     mask_bits: list[int] | None = None
@@ -285,6 +303,19 @@ class TunedSettings(Artifact):
     def best(self, family: str) -> TunedPoint | None:
         """The tuner's cheapest measured point of ``family`` within the budget, whatever the overall choice."""
         return self.report.best(family)
+
+    @property
+    def runs_target_alone(self) -> bool:
+        """Whether the tuner found plain decoding (the target alone) cheapest: choice ``ar``."""
+        return self.choice == PLAIN_DECODING_CHOICE
+
+    def target_alone_reason(self) -> str:
+        """Why the target runs alone, in one clause with the tune's figures (full-equivalent passes per
+        token): plain decoding's cost against the cheapest drafting setting's."""
+        plain, drafting = plain_decoding_cost(self.report.costs), self.measured.get("full_equivalent")
+        figures = (f" ({plain:.3f} full-equivalent passes/token against {drafting:.3f} for the cheapest drafting "
+                   "setting)" if plain is not None and drafting is not None else "")
+        return f"when this pair was tuned, the target alone cost less than drafting{figures}"
 
 
 def tuned_path_beside(mask_path: str | os.PathLike | None) -> Path | None:

@@ -15,7 +15,7 @@ from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent
 from viasd_adapt.bench.projection import CostModel, project_costs_per_mask, repriced_prompt_sums
 from viasd_adapt.config.budget import TIE_MARGIN, Budget, recommend  # Budget: the one budget rule, shared with the bench's verdict
 from viasd_adapt.config.mask import RoutingMask
-from viasd_adapt.config.tuned import PROMPT_LOOKUP_DRAFTER, TunedSettings
+from viasd_adapt.config.tuned import PLAIN_DECODING_CHOICE, PROMPT_LOOKUP_DRAFTER, TunedSettings, plain_decoding_cost
 from viasd_adapt.core.settings import ADAPTIVE_SUFFIX, Mode, TierSettings
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.pair import LoadedPair
@@ -219,7 +219,7 @@ def artifact_of(result: TuneResult, pair: LoadedPair, masks_dir: Path | None = N
     best = {family: (p.to_dict() if p else None) for family in FAMILIES for p in [result.best(family)]}
     return TunedSettings(
         settings=chosen.settings,
-        choice=chosen.family,
+        choice=PLAIN_DECODING_CHOICE if target_alone_cheapest(result) else chosen.family,
         mask_bits=mask_bits,
         fingerprint=model_fingerprint(pair.target),
         drafter=drafter_record(pair),
@@ -250,10 +250,15 @@ def projected(result: TuneResult, model: CostModel, gamma: int) -> TuneResult:
 def ar_full_equivalent(result: TuneResult) -> float | None:
     """What plain autoregressive decoding costs in the tune's own units: one 1-token target pass per
     token, priced by the forward costs measured in the same run (c_full / c_full_block)."""
-    costs = result.costs.get("None") or next(iter(result.costs.values()), None)
-    if not costs or not costs.get("c_full") or not costs.get("c_full_block"):
-        return None
-    return costs["c_full"] / costs["c_full_block"]
+    return plain_decoding_cost(result.costs)
+
+
+def target_alone_cheapest(result: TuneResult) -> bool:
+    """Whether plain decoding costs less than the chosen drafting setting: then ``tuned.json`` records
+    the choice ``ar`` (the chosen point's settings stay, for a run that asks to draft anyway). Plain
+    decoding is the simplest setting of all and exact, so it needs no margin to win."""
+    plain = ar_full_equivalent(result)
+    return plain is not None and plain < result.chosen.full_equivalent
 
 
 
@@ -283,5 +288,5 @@ def adaptive_candidates(fixed: TuneResult, masks: dict[str, RoutingMask]):
             yield "viasd" + ADAPTIVE_SUFFIX, best.settings.with_(adaptive=True), name
 
 
-__all__ = ["Point", "adaptive_candidates", "TuneResult", "ar_full_equivalent", "artifact_of", "choice_uncertainty", "choose", "drafter_record",
+__all__ = ["Point", "adaptive_candidates", "TuneResult", "ar_full_equivalent", "artifact_of", "target_alone_cheapest", "choice_uncertainty", "choose", "drafter_record",
            "judged", "load_result", "pareto", "point_names", "portable_name", "projected", "settings_label"]

@@ -7,7 +7,8 @@ from pathlib import Path
 from viasd_adapt.config.budget import TIE_MARGIN
 from viasd_adapt.core.settings import ADAPTIVE_SUFFIX
 from viasd_adapt.io import save_figure
-from viasd_adapt.tuning.choose import TuneResult, ar_full_equivalent, choice_uncertainty, pareto, settings_label
+from viasd_adapt.tuning.choose import (TuneResult, ar_full_equivalent, choice_uncertainty, pareto, settings_label,
+                                       target_alone_cheapest)
 from viasd_adapt.tuning.grid import FAMILIES
 
 
@@ -39,6 +40,8 @@ def describe(result: TuneResult) -> list[str]:
     chosen = result.point_estimate
     viasd, lenient = best["viasd"], best["lenient"]
     written = "that is what is written" if result.pooled is None else "the bootstrap below decides what is written"
+    if target_alone_cheapest(result):
+        written = "its settings are written, under the choice ar (see the NOTE)"
     if chosen.family.endswith(ADAPTIVE_SUFFIX):
         fixed = best.get(chosen.family[: -len(ADAPTIVE_SUFFIX)])
         gain = 1 - chosen.full_equivalent / fixed.full_equivalent if fixed else None
@@ -60,10 +63,11 @@ def describe(result: TuneResult) -> list[str]:
                      f"{family_label(chosen.family)} ({settings_label(chosen.settings)}), and {written}")
     lines.extend(_uncertainty_lines(result, lines))
     plain = ar_full_equivalent(result)
-    if plain is not None and plain < chosen.full_equivalent:
+    if target_alone_cheapest(result):
         lines.append(f"NOTE: plain decoding (the target alone, one 1-token pass per token) costs {plain:.3f} full-equivalent "
-                     f"passes/token here, less than the written setting ({chosen.full_equivalent:.3f}): speculative "
-                     "decoding itself does not pay with this drafter on this machine; generate without a drafter")
+                     f"passes/token here, less than the cheapest drafting setting ({chosen.full_equivalent:.3f}): "
+                     "speculative decoding itself does not pay with this drafter on this machine, so tuned.json "
+                     "records the choice ar, and `viasd generate --pair` runs the target alone")
     return lines
 
 
