@@ -269,6 +269,14 @@ def test_an_untiered_cycle_is_judged_by_the_rank_of_its_first_draft_in_q():
             assert len(found) == int(expected)
             if expected:
                 assert f"a median {first}% of the way down its vocabulary" in found[0], found[0]
+    # top-k sampling zeroes q's tail: a draft there ranks in the middle of it, not at its top
+    truncated = q.clone()
+    truncated[:, 5:] = 0.0
+    monitor = DrafterQualityMonitor(Mode.LOSSY, greedy=False)
+    monitor.start()
+    monitor._saw_untiered(torch.tensor([99]), truncated, p)
+    monitor._committed([int(Tier.FULL)])
+    assert monitor.evidence.first_ranks == [(5 + (vocab - 5 - 1) / 2) / vocab]
     monitor = DrafterQualityMonitor(Mode.LOSSY, greedy=True)
     monitor.start()
     for _ in range(11):  # one short of the evidence the rule needs

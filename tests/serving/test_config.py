@@ -207,3 +207,17 @@ def test_a_lenience_tuned_with_another_drafter_is_refused_and_the_right_one_is_s
     check_drafter(parse_request(_request(tuned=lookup)), ngram)
     with pytest.raises(ConfigError, match="measured with another drafter: prompt lookup; this run drafts with a drafter model"):
         check_drafter(parse_request(_request(tuned=lookup)), as_model)
+
+
+def test_a_target_alone_choice_is_refused_saying_to_serve_without_speculation(tmp_path):
+    """tuned.json's ``ar``: the target alone was cheapest when tuned, so there is no rule to serve;
+    the refusal says so with the tune's figures (not the slim tier's reason). Control: ``sd`` serves."""
+    data = json.loads(DEMO_TUNED.read_text())
+    data["choice"], data["settings"]["mode"] = "ar", "none"
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"recommends the target alone \(choice 'ar'\).*without speculative decoding"):
+        parse_request(_request(tuned=str(path)))
+    data["choice"] = "sd"
+    path.write_text(json.dumps(data))
+    assert parse_request(_request(tuned=str(path))).is_stock

@@ -156,9 +156,12 @@ class DrafterEvidence:
         return self.judged_surprise_excess / self.judged if self.judged else 0.0
 
     def add_first(self, token: torch.Tensor, q_row: torch.Tensor, point_mass: bool) -> None:
-        """One untiered cycle: q's row ``q_row`` at its first draft ``token`` (a 0-d tensor)."""
-        above = int((q_row > q_row[token]).sum())
-        self.first_ranks.append(above / q_row.shape[-1])
+        """One untiered cycle: q's row ``q_row`` at its first draft ``token`` (a 0-d tensor). Tokens
+        q gives the same probability share their ranks (the middle one is taken): a draft that
+        top-k or top-p sampling zeroed in q sits in the middle of the zeroed tail, not at its top."""
+        at = q_row[token]
+        above, tied = int((q_row > at).sum()), int((q_row == at).sum())
+        self.first_ranks.append((above + (tied - 1) / 2) / q_row.shape[-1])
         self.first_point_mass = self.first_point_mass and point_mass
 
     def add(self, tokens: torch.Tensor, u: torch.Tensor, committed: int, point_mass: bool) -> None:

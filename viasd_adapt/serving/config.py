@@ -104,6 +104,9 @@ def parse_request(additional_config: Mapping[str, Any] | None) -> ServingRule | 
     path = str(Path(str(request["tuned"])).expanduser())
     tuned = read_tuned(path)
     choice = tuned.choice
+    if tuned.runs_target_alone:
+        raise ConfigError(f"{path} recommends the target alone (choice 'ar'): {tuned.target_alone_reason()}; serve "
+                          "it without speculative decoding, or tune again with another drafter")
     if choice not in SERVABLE_CHOICES:
         raise ConfigError(
             f"{path} recommends {choice!r} (mode {tuned.settings.mode.value!r}); the vLLM plugin serves only the lenient "
