@@ -160,7 +160,7 @@ class DrafterEvidence:
         q gives the same probability share their ranks (the middle one is taken): a draft that
         top-k or top-p sampling zeroed in q sits in the middle of the zeroed tail, not at its top."""
         at = q_row[token]
-        above, tied = int((q_row > at).sum()), int((q_row == at).sum())
+        above, tied = torch.stack(((q_row > at).sum(), (q_row == at).sum())).tolist()  # one read from the device
         self.first_ranks.append((above + (tied - 1) / 2) / q_row.shape[-1])
         self.first_point_mass = self.first_point_mass and point_mass
 
@@ -282,15 +282,13 @@ class DrafterQualityMonitor:
     def message(self, why: str = "committed") -> str:
         e = self.evidence
         where = f" ({self.framework})" if self.framework else ""
+        mean_u = f" (mean u(x) = {e.mean_u:.3f})"  # what the slim verifier gave the committed drafts
         if why == "first":
             evidence = (f"the target ranked the {len(e.first_ranks)} first drafts its untiered cycles judged a median "
                         f"{e.median_first_rank:.0%} of the way down its vocabulary (0%: its own top choice; a random "
                         "token: 50%)")
-            return (f"viasd-adapt{where}: lossy mode committed {e.committed} draft tokens through gate 1, but {evidence}: "
-                    "the drafter looks unrelated to the target, so drafting saves nothing, and wherever the tier runs "
-                    "the slim verifier writes most of the output (lossy). Measure the damage with mode='audit' (how "
-                    "often the target would overrule), or use mode='lossless'.")
-        if why == "judged":
+            mean_u = ""  # q judged these drafts, not u
+        elif why == "judged":
             if self.greedy:
                 evidence = (f"the slim verifier's own top choice agreed with only {e.judged_agreement:.0%} of the "
                             f"{e.judged} drafts gate 1 judged")
@@ -302,12 +300,16 @@ class DrafterQualityMonitor:
         else:
             evidence = (f"the slim verifier found them {-e.mean_surprise_excess:.1f} nats more surprising than its "
                         "own samples on average")
-        consequence = ("and its tokens are being accepted" if why == "committed" else
-                       "so the slim verifier writes most of the output (lossy) and drafting saves nothing")
+        consequence = {
+            "committed": "and its tokens are being accepted",
+            "judged": "so the slim verifier writes most of the output (lossy) and drafting saves nothing",
+            "first": ("so drafting saves nothing, and wherever the tier runs the slim verifier writes most of the "
+                      "output (lossy)"),
+        }[why]
         return (
-            f"viasd-adapt{where}: lossy mode committed {e.committed} draft tokens through gate 1, but {evidence} "
-            f"(mean u(x) = {e.mean_u:.3f}): the drafter looks unrelated to the target, {consequence}. Measure the "
-            "damage with mode='audit' (how often the target would overrule), or use mode='lossless'."
+            f"viasd-adapt{where}: lossy mode committed {e.committed} draft tokens through gate 1, but {evidence}"
+            f"{mean_u}: the drafter looks unrelated to the target, {consequence}. Measure the damage with "
+            "mode='audit' (how often the target would overrule), or use mode='lossless'."
         )
 
 
