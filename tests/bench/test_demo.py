@@ -135,6 +135,7 @@ def test_when_tune_picked_the_target_alone_the_demo_shows_one_answer_and_says_wh
     from types import SimpleNamespace
 
     from viasd_adapt.bench import demo
+    from viasd_adapt.config.resolve import RunSpec
     from viasd_adapt.config.tuned import TunedSettings
     from viasd_adapt.core.settings import TierSettings
 
@@ -146,7 +147,7 @@ def test_when_tune_picked_the_target_alone_the_demo_shows_one_answer_and_says_wh
     for choice, frameworks in (("ar", ["ar"]), ("sd", ["ar", "hf"])):
         tuned = TunedSettings(TierSettings(mode="none"), choice, None, measured={"full_equivalent": 0.8},
                               report={"costs": costs})
-        spec = SimpleNamespace(tuned=tuned, tuned_applied=True, settings=tuned.settings)
+        spec = RunSpec(tuned.settings, {}, tuned=tuned, tuned_applied=True)
         said, runs[:] = [], []
         answers = demo.two_answers(None, shown, spec, budget, said.append, lambda text: None, False)
         assert runs == frameworks, choice

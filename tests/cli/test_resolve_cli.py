@@ -174,7 +174,7 @@ def test_a_bogus_measured_on_is_refused_by_name_before_any_model_loads(pair):
     assert "measured on the a GPU somewhere framework" not in result.output
 
 
-def test_a_tuned_choice_of_ar_runs_the_target_alone_and_says_why_in_one_line(pair):
+def test_a_tuned_choice_of_ar_runs_the_target_alone_and_says_why_in_one_line(pair, reads):
     """tuned.json's choice ``ar`` (the target alone was cheapest when tuned): ``viasd generate --pair``
     runs it, with one note and the tune's figures. Asking to draft (a framework, a mode, a tier
     setting) drafts anyway, with the file's drafting settings. Control: the file's own choice
@@ -190,9 +190,11 @@ def test_a_tuned_choice_of_ar_runs_the_target_alone_and_says_why_in_one_line(pai
     data["measured"] = {"full_equivalent": 0.8}
     data["report"]["costs"] = {"None": {"c_full": 0.3, "c_full_block": 1.0, "c_slim": None, "c_resume": None, "c_draft": 0.1}}
     Tuned.from_json(data).save(pair / "tuned.json")
+    reads.clear()
     result = invoke(*args)
     assert result.exit_code == 0, result.output
     assert "[ar / none] 3 tokens" in result.output
+    assert reads == [str(pair / "tuned.json")]  # read once, though the run is resolved again for ar
     notes = [line for line in result.output.splitlines() if line.startswith("note: running the target alone")]
     assert len(notes) == 1 and "0.300 full-equivalent passes/token against 0.800" in notes[0], result.output
     for flags in (("--framework", "hf"), ("--mode", "lossless"), ("--gamma", 2)):

@@ -261,7 +261,7 @@ def two_answers(pair, shown: DemoPrompts, tuned, budget: DemoBudget, echo: Calla
     answers = {"ar": show_answer(pair, "ar", tuned.settings.with_(mode="none"), ids, budget.answer_tokens,
                                  "answer of the target alone (AR; every token the target's own):", echo, write, colour,
                                  show_tiers=False)}
-    if tuned.tuned is not None and tuned.tuned_applied and tuned.tuned.runs_target_alone:
+    if tuned.runs_target_alone:
         echo("")
         echo(f"tune's pick for this pair is the target alone (ar): {tuned.tuned.target_alone_reason()}; "
              "the answer above is it")

@@ -16,13 +16,14 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from viasd_adapt.cli.options import (DRAFT_HELP, pair_dtype, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
                                      finite, pair_option, preset_option, registered_pair)
 from viasd_adapt.cli.threads import threads_option, use_threads
+from viasd_adapt.config.resolve import UNREAD
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.engine.tier import EAGLE_HEAD, check_spec_model
@@ -40,10 +41,12 @@ def _registered_pair(name: str | None):
 
 
 def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: Path | None, eagle_head: Path | None,
-                pair: str | None = None, preset: str = "default", **flags) -> tuple[RunSpec, PairChoice]:
+                pair: str | None = None, preset: str = "default", tuned: Any = UNREAD,
+                **flags) -> tuple[RunSpec, PairChoice]:
     """``(RunSpec, PairChoice)``: the paths from ``--pair`` (or the demo pair), and the settings and
     mask from :func:`viasd_adapt.config.resolve.resolve_settings` (``preset``: ``--preset``; ``flags``:
-    the tier settings given as options), which reads the pair's tuned.json once."""
+    the tier settings given as options), which reads the pair's tuned.json once (not at all when
+    ``tuned`` hands over the one an earlier resolution read)."""
     from viasd_adapt.config.resolve import resolve_settings
 
     choice = choose_pair(pair, target, draft, eagle_head, demo_default=True,
@@ -53,7 +56,7 @@ def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: P
     if get(framework).honours(DRAFTER) and choice.draft is None:
         raise ConfigError(f"--framework {framework} needs --draft")
     spec = resolve_settings(mask, pair_mask=choice.mask if mask is None else None, framework=framework, preset=preset,
-                            flags=flags)
+                            flags=flags, tuned=tuned)
     from viasd_adapt.cli.first_run import without_mask
 
     spec = without_mask(spec) or spec  # a first run on the user's own target: untiered (generate says how to get the tier)
@@ -152,7 +155,7 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
                                alpha2=alpha2, lenience=lenience, adaptive=adaptive)
     if _target_alone(spec, framework_given=_given("framework"), drafting_options=drafting_options):
         framework, reason = "ar", spec.tuned.target_alone_reason()
-        spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset)
+        spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset, tuned=spec.tuned)
         _note(f"note: running the target alone (--framework ar): {reason}; --framework hf drafts anyway")
     pair = load_run_pair(framework, spec, choice)
     colour = sys.stdout.isatty() if colour is None else colour
@@ -195,8 +198,7 @@ def _target_alone(spec: RunSpec, framework_given: bool, drafting_options: list) 
     """Whether this run follows the pair's tuned choice ``ar`` and runs the target alone: the tuned
     file was applied and chose it, and nothing was asked that only drafting reads (a framework, a
     drafter, a mode or a tier setting): those ask to draft anyway."""
-    return (spec.tuned is not None and spec.tuned_applied and spec.tuned.runs_target_alone
-            and not framework_given and not drafting_options)
+    return spec.runs_target_alone and not framework_given and not drafting_options
 
 
 def _note(line: str) -> None:

@@ -97,6 +97,12 @@ class RunSpec:
         return replace(self, settings=settings, sources=sources, notes=notes, tuned_applied=False, not_applied=reason)
 
     @property
+    def runs_target_alone(self) -> bool:
+        """Whether the tuned file was applied and its choice is the target alone (``ar``): what
+        ``viasd generate --pair`` and ``viasd demo`` then run, unless the user asks to draft."""
+        return self.tuned is not None and self.tuned_applied and self.tuned.runs_target_alone
+
+    @property
     def evidence(self) -> TunedSettings | None:
         """The tuned file as evidence of what this run's passes cost (the adaptive tier's prices and
         priors): None without one, or when it was set aside as measured with another drafter."""
