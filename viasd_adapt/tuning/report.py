@@ -40,7 +40,8 @@ def describe(result: TuneResult) -> list[str]:
     chosen = result.point_estimate
     viasd, lenient = best["viasd"], best["lenient"]
     written = "that is what is written" if result.pooled is None else "the bootstrap below decides what is written"
-    if target_alone_cheapest(result):
+    target_alone = target_alone_cheapest(result)
+    if target_alone:
         written = "its settings are written, under the choice ar (see the NOTE)"
     if chosen.family.endswith(ADAPTIVE_SUFFIX):
         fixed = best.get(chosen.family[: -len(ADAPTIVE_SUFFIX)])
@@ -62,10 +63,10 @@ def describe(result: TuneResult) -> list[str]:
         lines.append(f"VERDICT: the slim tier does not pay on this pair at this budget; the cheapest setting is "
                      f"{family_label(chosen.family)} ({settings_label(chosen.settings)}), and {written}")
     lines.extend(_uncertainty_lines(result, lines))
-    plain = ar_full_equivalent(result)
-    if target_alone_cheapest(result):
-        lines.append(f"NOTE: plain decoding (the target alone, one 1-token pass per token) costs {plain:.3f} full-equivalent "
-                     f"passes/token here, less than the cheapest drafting setting ({chosen.full_equivalent:.3f}): "
+    if target_alone:  # against the written drafting setting, which target_alone_cheapest compared
+        lines.append(f"NOTE: plain decoding (the target alone, one 1-token pass per token) costs "
+                     f"{ar_full_equivalent(result):.3f} full-equivalent passes/token here, less than the cheapest drafting "
+                     f"setting ({result.chosen.full_equivalent:.3f}): "
                      "speculative decoding itself does not pay with this drafter on this machine, so tuned.json "
                      "records the choice ar, and `viasd generate --pair` runs the target alone")
     return lines
