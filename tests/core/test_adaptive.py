@@ -105,6 +105,15 @@ def test_with_the_shipped_plan_it_follows_a_change_both_ways(shipped_lossy_plan)
     assert min(shares) >= SHARE, shares
 
 
+def test_the_shipped_plan_starts_with_the_arm_its_calibration_found_cheaper(shipped_lossy_plan, fallback_plan):
+    """demo-ee's measured lossy point is cheaper per token than its untiered point, so a default
+    lossy run's first cycle runs the tier; with no tuned.json (control) it measures untiered SD
+    first."""
+    assert shipped_lossy_plan.relative.reference is not None
+    assert shipped_lossy_plan.controller().choose() is Arm.TIER
+    assert fallback_plan.relative.reference is None and fallback_plan.controller().choose() is Arm.PLAIN
+
+
 def test_the_control_a_stale_calibration_prior_does_not_follow(shipped_lossy_plan):
     """The control: the same plan with its prior weighted and remembered as it was deployed before
     (the calibration's untiered cost as an absolute prior worth 100 cycles, discount 0.99) misses
@@ -247,6 +256,29 @@ def test_a_prior_starts_the_controller_and_the_sequence_overrules_it_within_a_fe
     # with nothing known, the untiered arm measures first and the tier is tried early
     chosen, _, _ = drive(TierController(), [replace(LOSSY_LOSES, cycles=4)], seed=0)
     assert chosen[:3] == [Arm.PLAIN, Arm.PLAIN, Arm.TIER]
+
+
+def test_the_calibration_picks_the_first_cycle_arm_and_nothing_after():
+    """A short answer has a handful of cycles; an untiered first cycle where the calibration found
+    the tier cheaper is a tenth of them spent on the wrong arm. The measured points' untiered level
+    (``reference``) decides the first cycle only: from the second on, the arms are the sequence's.
+    Control: the same difference without a reference starts untiered, and a reference where the
+    tier costs more per token starts untiered too."""
+    pays = RelativePrior(extra_cost=0.12, extra_tokens=0.86, weight=2.0, reference=(1.6, 2.6))
+    assert pays.favours_tier()
+    chosen, _, _ = drive(TierController(relative=pays), [replace(LOSSY_PAYS, cycles=10)], seed=0)
+    assert chosen[0] is Arm.TIER
+    assert TierController(relative=replace(pays, reference=None)).choose() is Arm.PLAIN  # control
+    loses = replace(pays, extra_cost=0.9)  # (1.6 + 0.9) / 3.46 > 1.6 / 2.6
+    assert not loses.favours_tier() and TierController(relative=loses).choose() is Arm.PLAIN
+    # the reference is not an estimate of the untiered arm: where the tier loses, the tier is off
+    # within a few cycles and stays off but for probes
+    for seed in SEEDS:
+        chosen, _, _ = drive(TierController(relative=pays), [replace(LOSSLESS_LOSES, cycles=40)], seed)
+        assert next(t for t in range(1, 40) if chosen[t] is Arm.PLAIN) <= 8, seed
+        assert chosen[15:].count(Arm.TIER) <= 0.2 * len(chosen[15:]), seed
+    with pytest.raises(ConfigError, match="reference"):
+        RelativePrior(extra_cost=0.1, reference=(0.0, 2.0))
 
 
 # ============================================================================== decisions from the past only

@@ -150,11 +150,17 @@ class RelativePrior:
     Measured points state the tier this way too (:mod:`viasd_adapt.engine.priors`): the difference
     the calibration measured between the arms, per cycle, carries over to a sequence whose level
     differs (other text, other timings) better than either arm's absolute cost does. A lossy cycle
-    that skips q can cost less than an untiered one: ``extra_cost`` may be negative."""
+    that skips q can cost less than an untiered one: ``extra_cost`` may be negative.
+
+    ``reference``: the untiered arm's cost and tokens per cycle where the difference was measured
+    (the calibration's), or None. It decides only the first cycle, before the sequence has shown
+    either arm: the arm the calibration found cheaper runs first. It is never an estimate of the
+    untiered arm: the calibration's prompts are not the run's, so its level would be stale."""
 
     extra_cost: float
     extra_tokens: float = 0.0
     weight: float = 2.0
+    reference: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.extra_cost, bool) or not isinstance(self.extra_cost, (int, float)) \
@@ -165,6 +171,19 @@ class RelativePrior:
         if isinstance(self.extra_tokens, bool) or not isinstance(self.extra_tokens, (int, float)) \
                 or not -1.0 <= self.extra_tokens <= 1.0:
             raise ConfigError(f"relative prior extra_tokens must be in [-1, 1], got {self.extra_tokens!r}")
+        if self.reference is not None:
+            if len(self.reference) != 2 or any(isinstance(v, bool) or not isinstance(v, (int, float))
+                                               or not 0.0 < v < float("inf") for v in self.reference):
+                raise ConfigError("relative prior reference must be (cost per cycle, tokens per cycle), two finite "
+                                  f"numbers > 0, got {self.reference!r}")
+
+    def favours_tier(self) -> bool:
+        """Whether the tier is the cheaper arm at :attr:`reference` (False without one: the tier must
+        show that it pays)."""
+        if self.reference is None:
+            return False
+        cost, tokens = self.reference
+        return (cost + self.extra_cost) / max(1.0, tokens + self.extra_tokens) < cost / tokens
 
 
 @dataclass(frozen=True)
@@ -337,15 +356,15 @@ class TierController:
         return {arm: state.estimate() for arm, state in self._views().items()}
 
     def exploited(self) -> Arm:
-        """The arm believed cheaper. With nothing known of either, the untiered arm: it is the
-        baseline the tier must beat, and the one whose cost the first cycles measure."""
+        """The arm believed cheaper. With nothing known of either, the arm the calibration found
+        cheaper (:meth:`RelativePrior.favours_tier`), else the untiered arm: it is the baseline the
+        tier must beat, and the one whose cost the first cycles measure."""
         return self._cheaper(self.estimates())
 
-    @staticmethod
-    def _cheaper(estimates: dict[Arm, float | None]) -> Arm:
+    def _cheaper(self, estimates: dict[Arm, float | None]) -> Arm:
         tier, plain = estimates[Arm.TIER], estimates[Arm.PLAIN]
         if tier is None and plain is None:
-            return Arm.PLAIN
+            return Arm.TIER if self.relative is not None and self.relative.favours_tier() else Arm.PLAIN
         if tier is None or plain is None:
             return Arm.TIER if plain is None else Arm.PLAIN
         return Arm.TIER if tier < plain else Arm.PLAIN

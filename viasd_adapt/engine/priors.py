@@ -134,7 +134,8 @@ def _relative(plain: ArmPrior, tier: ArmPrior) -> RelativePrior:
     priced passes and in tokens (module docstring), worth as many cycles as a measured prior."""
     extra_cost = tier.cost_per_token * tier.tokens_per_cycle - plain.cost_per_token * plain.tokens_per_cycle
     extra_tokens = min(1.0, max(-1.0, tier.tokens_per_cycle - plain.tokens_per_cycle))
-    return RelativePrior(extra_cost=extra_cost, extra_tokens=extra_tokens, weight=min(plain.weight, tier.weight))
+    return RelativePrior(extra_cost=extra_cost, extra_tokens=extra_tokens, weight=min(plain.weight, tier.weight),
+                         reference=(plain.cost_per_token * plain.tokens_per_cycle, plain.tokens_per_cycle))
 
 
 def _describes(point: TunedPoint | None, settings: TierSettings, fields: tuple[str, ...]) -> bool:
