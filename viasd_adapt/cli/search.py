@@ -141,48 +141,21 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
 
         window_cache_path = ensure_writable(window_cache_path or default_cache_path(out_path), "--window-cache")
 
-    from viasd_adapt.search.config import CalibrationConfig, SearchConfig
+    config = _search_config(ratio=ratio, space=space, slim_cost=slim_cost, price=price, escalation_rate=escalation_rate,
+                            cycle_cost=cycle_cost, strategy=strategy, steps=steps, bo_every=bo_every, patience=patience,
+                            seed=seed, objective=objective, compare_random=compare_random, calib_file=calib_file,
+                            calib_prompts=calib_prompts, heldout_prompts=heldout_prompts, new_tokens=new_tokens,
+                            prompt_tokens=prompt_tokens, calib_pairs=calib_pairs,
+                            calib_continuation=calib_continuation, chat=chat)
     from viasd_adapt.search.prompt_ids import check_prompt_sources
 
-    from click.core import ParameterSource
-
-    given_heldout = click.get_current_context().get_parameter_source("heldout_prompts") != ParameterSource.DEFAULT
-    calibration = CalibrationConfig(calib_file=calib_file, n_calibration=calib_prompts, n_heldout=heldout_prompts,
-                                    new_tokens=new_tokens, max_prompt_tokens=prompt_tokens, pairs_file=calib_pairs,
-                                    continuation=calib_continuation, chat=chat)
-    config = SearchConfig(ratio=ratio, space=space, slim_cost=slim_cost, price=price, escalation_rate=escalation_rate,
-                          cycle_cost=cycle_cost, strategy=strategy, steps=steps, bo_every=bo_every, patience=patience,
-                          seed=seed, objective=objective, compare_random=compare_random, calibration=calibration)
-    if not given_heldout:  # a small --calib file holds out what it can, and says so
-        from viasd_adapt.search.prompt_ids import fit_heldout
-
-        config, fitted = fit_heldout(config)
-        if fitted:
-            click.echo(f"note: {fitted}", err=True)
     check_prompt_sources(config)  # fail fast on an empty, unreadable or too short prompts file
 
     import torch
 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    target = _load_model(Path(target_path), "target")
-    target_tok = _load_tokenizer(Path(target_path), "target", required=True)
-    from viasd_adapt.prompts.chat import uses_chat
-
-    uses_chat(target_tok, chat)  # --chat on without a template fails before the drafter loads
-    prompt_lookup = str(draft_path) == PROMPT_LOOKUP
-    if prompt_lookup:
-        # a prompt-lookup drafter has no distribution to score; p is the target's first layer + head
-        from viasd_adapt.routing.layers import find_decoder_stack
-        from viasd_adapt.config.mask import RoutingMask
-        from viasd_adapt.routing.slim import SlimVerifier
-
-        layers = find_decoder_stack(target).num_layers
-        draft = SlimVerifier(target, RoutingMask.from_bits([1] + [0] * (layers - 1))).model
-        draft_tok = None
-    else:
-        draft = _load_model(Path(draft_path), "draft", target=target)
-        draft_tok = _load_tokenizer(Path(draft_path), "draft", required=False)
+    target, target_tok, draft, draft_tok, prompt_lookup = _search_models(Path(target_path), str(draft_path), chat)
 
     from tqdm import tqdm
 
@@ -223,3 +196,41 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     click.echo(f"mask -> {out_path}; plot -> {plot_path}")
     if window_cache is not None:
         window_cache.save()  # last: the mask and the plot are written whatever happens to the cache
+
+
+def _search_config(*, calib_file, calib_prompts, heldout_prompts, new_tokens, prompt_tokens, calib_pairs,
+                   calib_continuation, chat, **search):
+    """The search's :class:`SearchConfig` from the command's options; a small ``--calib`` file holds
+    out what it can (unless ``--heldout-prompts`` was given), and says so."""
+    from click.core import ParameterSource
+
+    from viasd_adapt.search.config import CalibrationConfig, SearchConfig
+
+    given_heldout = click.get_current_context().get_parameter_source("heldout_prompts") != ParameterSource.DEFAULT
+    calibration = CalibrationConfig(calib_file=calib_file, n_calibration=calib_prompts, n_heldout=heldout_prompts,
+                                    new_tokens=new_tokens, max_prompt_tokens=prompt_tokens, pairs_file=calib_pairs,
+                                    continuation=calib_continuation, chat=chat)
+    config = SearchConfig(**search, calibration=calibration)
+    if not given_heldout:
+        from viasd_adapt.search.prompt_ids import fit_heldout
+
+        config, fitted = fit_heldout(config)
+        if fitted:
+            click.echo(f"note: {fitted}", err=True)
+    return config
+
+
+def _search_models(target_path: Path, draft_path: str, chat: str):
+    """``(target, its tokenizer, drafter, its tokenizer or None, prompt_lookup)``. ``--chat on``
+    without a chat template fails before the drafter loads; prompt lookup is scored through
+    :func:`~viasd_adapt.search.pipeline.prompt_lookup_stand_in`."""
+    from viasd_adapt.prompts.chat import uses_chat
+    from viasd_adapt.search.pipeline import prompt_lookup_stand_in
+
+    target = _load_model(target_path, "target")
+    target_tok = _load_tokenizer(target_path, "target", required=True)
+    uses_chat(target_tok, chat)
+    if draft_path == PROMPT_LOOKUP:
+        return target, target_tok, prompt_lookup_stand_in(target), None, True
+    draft = _load_model(Path(draft_path), "draft", target=target)
+    return target, target_tok, draft, _load_tokenizer(Path(draft_path), "draft", required=False), False

@@ -89,7 +89,6 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     from viasd_adapt.core.sampling import SamplingConfig
     from viasd_adapt.config.tune_points import TunePoints
     from viasd_adapt.config.tuned import TUNED_FILENAME
-    from viasd_adapt.prompts.splits import tune_snippets
     from viasd_adapt.tuning.tune import Budget, TuneConfig, TuneGrid, artifact_of, describe, plot_frontiers
     from viasd_adapt.tuning.tune import tune as run_tune
 
@@ -125,32 +124,12 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     if loaded.mask.is_fallback:
         click.echo(f"note: no mask.json for this pair; tuning with the {loaded.mask.source}")
     if reuse_path is not None:
-        from viasd_adapt.tuning.tune import load_result
-
-        check_tuned_model(reused.tuned, loaded.target, source=str(reuse_path))
-        result = load_result(reused.to_json(), source=str(reuse_path)).rechosen(budget)
-        if retime:
-            from viasd_adapt.config.mask import RoutingMask
-            from viasd_adapt.tuning.tune import mask_costs
-
-            masks = {name: RoutingMask.from_bits(info["bits"]) for name, info in result.masks.items()}
-            prompt = list(loaded.tokenizer(tune_snippets(1)[0]).input_ids)
-            click.echo("  .. timing single forwards per mask again")
-            result = result.repriced(mask_costs(loaded, masks, prompt, grid.gamma, 25))
+        result = _reused(loaded, reused, reuse_path, budget, grid.gamma if retime else None)
     else:
-        from viasd_adapt.prompts.chat import has_chat_template, uses_chat
-
-        uses_chat(loaded.tokenizer, chat)  # --chat on without a template fails before any forward
-        if calib == "spec-bench" or (calib == "auto" and has_chat_template(loaded.tokenizer)):
-            from viasd_adapt.bench.prompt_sets import tune_spec_bench_prompts
-
-            click.echo(f"  .. calibration: {num_prompts} prompts of Spec-Bench's calibration split (chat {chat})")
-            prompts = tune_spec_bench_prompts(loaded, num_prompts, chat, max_new_tokens)
-        else:
-            prompts = tune_snippets(num_prompts)
         config = TuneConfig(max_new_tokens, grid, budget, ratio_values, search_steps, exit_layers, sampling,
                             save_masks_to=base_dir, chat=chat, adaptive=adaptive)
-        result = run_tune(loaded, prompts, config, progress=lambda m: click.echo(f"  .. {m}"),
+        result = run_tune(loaded, _calibration_prompts(loaded, calib, chat, num_prompts, max_new_tokens), config,
+                          progress=lambda m: click.echo(f"  .. {m}"),
                           bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False))
     for line in describe(result):
         click.echo(line)
@@ -169,3 +148,39 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
         portable = result.relative_to(out_path.parent)  # the same names as the artifact: --reuse finds its costs
         sweep = TunePoints(points=[p.to_dict() for p in portable.points], tuned=artifact)
         click.echo(f"wrote {sweep.save(json_path)}")
+
+
+def _reused(loaded, reused, reuse_path: Path, budget, retime_gamma: int | None):
+    """A sweep read back from ``--reuse`` (checked against the target) and chosen again under
+    ``budget``; with ``--retime``, repriced by single forwards timed again per mask at block
+    length ``retime_gamma``."""
+    from viasd_adapt.prompts.splits import tune_snippets
+    from viasd_adapt.tuning.tune import load_result
+
+    check_tuned_model(reused.tuned, loaded.target, source=str(reuse_path))
+    result = load_result(reused.to_json(), source=str(reuse_path)).rechosen(budget)
+    if retime_gamma is None:
+        return result
+    from viasd_adapt.config.mask import RoutingMask
+    from viasd_adapt.tuning.tune import mask_costs
+
+    masks = {name: RoutingMask.from_bits(info["bits"]) for name, info in result.masks.items()}
+    prompt = list(loaded.tokenizer(tune_snippets(1)[0]).input_ids)
+    click.echo("  .. timing single forwards per mask again")
+    return result.repriced(mask_costs(loaded, masks, prompt, retime_gamma, 25))
+
+
+def _calibration_prompts(loaded, calib: str, chat: str, num_prompts: int, max_new_tokens: int):
+    """The prompts the sweep measures on: Spec-Bench's calibration split for a chat target (or
+    ``--calib spec-bench``), else held-out stdlib snippets. ``--chat on`` without a chat template
+    fails here, before any forward."""
+    from viasd_adapt.prompts.chat import has_chat_template, uses_chat
+    from viasd_adapt.prompts.splits import tune_snippets
+
+    uses_chat(loaded.tokenizer, chat)
+    if calib == "spec-bench" or (calib == "auto" and has_chat_template(loaded.tokenizer)):
+        from viasd_adapt.bench.prompt_sets import tune_spec_bench_prompts
+
+        click.echo(f"  .. calibration: {num_prompts} prompts of Spec-Bench's calibration split (chat {chat})")
+        return tune_spec_bench_prompts(loaded, num_prompts, chat, max_new_tokens)
+    return tune_snippets(num_prompts)

@@ -136,6 +136,16 @@ def head_loss(
     return regression + classification_weight * classification, agreement
 
 
+def _warmup_cosine(optimizer: torch.optim.Optimizer, steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """A linear warm-up over the first tenth of ``steps``, then a cosine from the full rate down to
+    a tenth of it: a small head learns fast and would overshoot at the full rate to the end."""
+    warmup = max(1, steps // 10)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda s: (s + 1) / warmup if s < warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup))),
+    )
+
+
 def train_eagle_head(
     target_path: str | Path,
     out_dir: str | Path,
@@ -176,11 +186,7 @@ def train_eagle_head(
     head = trainable_head(target, fields)
     trainable = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=learning_rate, weight_decay=0.0)
-    warmup = max(1, steps // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda s: (s + 1) / warmup if s < warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * (s - warmup) / max(1, steps - warmup))),
-    )
+    schedule = _warmup_cosine(optimizer, steps)
     generator = torch.Generator().manual_seed(seed)
     losses, agreements = [], []
     for step in range(steps):

@@ -28,6 +28,17 @@ from viasd_adapt.search.report import ReportInput, SearchOutcome, report_search
 from viasd_adapt.search.run import run_search
 
 
+def prompt_lookup_stand_in(target: nn.Module) -> nn.Module:
+    """The drafter a mask search scores against for prompt lookup: prompt lookup proposes copied
+    tokens and has no distribution, so the target's first decoder layer and head stand in for a
+    cheap drafter's view of the text."""
+    from viasd_adapt.config.mask import RoutingMask
+    from viasd_adapt.routing.slim import SlimVerifier
+
+    layers = find_decoder_stack(target).num_layers
+    return SlimVerifier(target, RoutingMask.from_bits([1] + [0] * (layers - 1))).model
+
+
 def run_stages(target: nn.Module, draft: nn.Module, ids: PromptIds, config: SearchConfig = DEFAULTS,
                info: ReportInput = ReportInput(), window_cache: cal.WindowCache | None = None,
                on_step: Callable | None = None) -> SearchOutcome:

@@ -216,16 +216,6 @@ def _peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _stand_in_drafter(target):
-    """Prompt lookup has no distribution to score a mask against: the target's first layer and head stand in."""
-    from viasd_adapt.config.mask import RoutingMask
-    from viasd_adapt.routing.layers import find_decoder_stack
-    from viasd_adapt.routing.slim import SlimVerifier
-
-    layers = find_decoder_stack(target).num_layers
-    return SlimVerifier(target, RoutingMask.from_bits([1] + [0] * (layers - 1))).model
-
-
 def _calibration(request: AddRequest, estimate: OnboardEstimate, search: dict):
     from viasd_adapt.search.config import DEFAULTS, CalibrationConfig
 
@@ -256,17 +246,15 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
              progress: bool = True) -> Path:
     """Onboards ``request``'s pair (module docstring) and returns its folder.
 
-    ``say`` gets every line meant for the user (default: stderr); ``progress`` shows tqdm bars."""
+    ``say`` gets every line meant for the user (default: stderr); ``progress`` shows tqdm bars.
+    Each stage that left its file in the work folder (the mask, ``tuned.json``) is resumed from it."""
     import torch
-    from tqdm import tqdm
 
     from viasd_adapt.bench.session import quiet_transformers
     from viasd_adapt.models.pair import load_pair
     from viasd_adapt.routing.layers import find_decoder_stack
     from viasd_adapt.search.config import DEFAULTS
     from viasd_adapt.search.prompt_ids import count_file_prompts
-    from viasd_adapt.tuning.tune import Budget, artifact_of, describe
-    from viasd_adapt.tuning.tune import tune as run_tune
 
     say = say or _say_default
     started = time.perf_counter()
@@ -274,11 +262,7 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
     file_prompts = count_file_prompts(request.calib)
     torch.set_num_threads(request.threads)
     quiet_transformers()
-    stages: list[StageTime] = []
-
-    def stage(name: str, began: float, resumed: bool = False) -> None:
-        stages.append(StageTime(stage=name, seconds=round(time.perf_counter() - began, 2), resumed=resumed))
-        say(f"[{name}] {stages[-1].seconds:.1f}s" + (" (resumed)" if resumed else ""))
+    stages = _Stages(say)
 
     work = open_work_folder(request, restart, say)
     began = time.perf_counter()
@@ -288,7 +272,7 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
     num_layers = find_decoder_stack(pair.target).num_layers
     say(f"checked: {num_layers}-layer target, drafter {'prompt lookup' if pair.lookup else type(pair.draft).__name__} "
         "on the same vocabulary")
-    stage("load and check", began)
+    stages.record("load and check", began)
 
     began = time.perf_counter()
     step, window = measure_step(pair.target, DEFAULTS.calibration.max_prompt_tokens + DEFAULTS.calibration.new_tokens)
@@ -302,80 +286,111 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
             f"report (of {DEFAULTS.calibration.n_heldout} by default), {estimate.calibration_prompts} calibrated on")
     for note in estimate.notes:
         say(f"note: {note}")
-    stage("estimate", began)
+    stages.record("estimate", began)
 
     mask_path = work / MASK_FILENAME
     began = time.perf_counter()
-    if mask_path.is_file():
-        from viasd_adapt.routing.mask import load_mask
+    resumed = _search_stage(request, pair, estimate, search, mask_path, say, progress)
+    stages.record("search", began, resumed)
 
-        load_mask(mask_path, pair.target)  # a mask of other weights is refused, naming the file
-        stage("search", began, resumed=True)
-    else:
-        from viasd_adapt.search.pipeline import search_pair
-        from viasd_adapt.search.report import ReportInput, describe as describe_search
-
-        config = _calibration(request, estimate, search)
-        draft = _stand_in_drafter(pair.target) if pair.lookup is not None else pair.draft
-        bar = tqdm(total=estimate.search_steps, desc="mask search", unit="mask", disable=not progress, leave=False)
-
-        def on_step(evaluation, best):
-            bar.update(1)
-            bar.set_postfix(best=f"{best:.3f}")
-
-        info = ReportInput(target_name=Path(request.target).name, draft_name=Path(str(request.draft)).name,
-                           out=mask_path, started=began)
-        try:
-            outcome = search_pair(pair.target, draft, pair.tokenizer, config, prompt_lookup=pair.lookup is not None,
-                                  on_step=on_step, info=info, say=say)
-        finally:
-            bar.close()
-        for line in describe_search(outcome):
-            say(line)
-        stage("search", began)
-
-    tuned_path = work / TUNED_FILENAME
     began = time.perf_counter()
-    verdict: list[str]
-    if tuned_path.is_file():
-        from viasd_adapt.config.tuned import TunedSettings
-        from viasd_adapt.routing.mask import check_tuned_model
-
-        tuned = TunedSettings.load(tuned_path)
-        check_tuned_model(tuned, pair.target, source=str(tuned_path))
-        verdict = list(getattr(tuned.report, "verdict", None) or [])
-        stage("tune", began, resumed=True)
-    else:
-        tuning = load_pair(pair.target, pair.draft if pair.lookup is None else PROMPT_LOOKUP, mask_path,
-                           tokenizer=pair.tokenizer)
-        prompts = _tune_prompts(request, tuning, estimate.tune_prompts)
-        bar = tqdm(total=estimate.tune_points, desc="tune", unit="setting", disable=not progress, leave=False)
-        try:
-            result = run_tune(tuning, prompts, max_new_tokens=TUNE_NEW_TOKENS, grid=grid, budget=Budget(),
-                              seed=request.seed, progress=lambda m: None, bar=lambda total: bar, chat=request.chat)
-        finally:
-            bar.close()
-        verdict = describe(result)
-        artifact = artifact_of(result, tuning, folder=work)
-        artifact.report.verdict = verdict  # an extra field of the report: what a resumed run prints again
-        artifact.save(tuned_path)
-        stage("tune", began)
+    verdict, resumed = _tune_stage(request, pair, estimate, grid, mask_path, work, progress)
+    stages.record("tune", began, resumed)
     for line in verdict:
         say(line)
 
     began = time.perf_counter()
     report = OnboardReport(name=request.name, target=Path(request.target).name, drafter=Path(str(request.draft)).name,
-                           threads=request.threads, dtype=request.dtype, estimate=estimate, stages=stages, verdict=verdict,
-                           peak_memory_mb=round(_peak_memory_mb(), 1),
+                           threads=request.threads, dtype=request.dtype, estimate=estimate, stages=stages.times,
+                           verdict=verdict, peak_memory_mb=round(_peak_memory_mb(), 1),
                            total_seconds=round(time.perf_counter() - started, 1))
     report.save(work / REPORT_FILENAME)
     _declaration(request, mask=MASK_FILENAME, tuned=TUNED_FILENAME, report=REPORT_FILENAME).save(work / DECLARATION)
     publish(work, request.folder)
-    stage("write the pair", began)
+    stages.record("write the pair", began)
     say(f"pair {request.name!r} -> {request.folder} (peak memory {report.peak_memory_mb:.0f} MB, "
         f"{time.perf_counter() - started:.0f}s); use it with `viasd generate --pair {request.name}` or "
         f"load_pair({request.name!r})")
     return request.folder
+
+
+class _Stages:
+    """The time each onboarding stage took, said as it ends and kept for the report."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.times: list[StageTime] = []
+
+    def record(self, name: str, began: float, resumed: bool = False) -> None:
+        self.times.append(StageTime(stage=name, seconds=round(time.perf_counter() - began, 2), resumed=resumed))
+        self.say(f"[{name}] {self.times[-1].seconds:.1f}s" + (" (resumed)" if resumed else ""))
+
+
+def _search_stage(request: AddRequest, pair: Any, estimate: OnboardEstimate, search: Any, mask_path: Path,
+                  say: Callable[[str], None], progress: bool) -> bool:
+    """Searches the pair's mask into ``mask_path``; True when a mask of an interrupted run was there
+    already (checked against the target's weights, then kept)."""
+    from tqdm import tqdm
+
+    from viasd_adapt.routing.mask import load_mask
+
+    if mask_path.is_file():
+        load_mask(mask_path, pair.target)  # a mask of other weights is refused, naming the file
+        return True
+    from viasd_adapt.search.pipeline import prompt_lookup_stand_in, search_pair
+    from viasd_adapt.search.report import ReportInput, describe as describe_search
+
+    config = _calibration(request, estimate, search)
+    draft = prompt_lookup_stand_in(pair.target) if pair.lookup is not None else pair.draft
+    bar = tqdm(total=estimate.search_steps, desc="mask search", unit="mask", disable=not progress, leave=False)
+
+    def on_step(evaluation, best):
+        bar.update(1)
+        bar.set_postfix(best=f"{best:.3f}")
+
+    info = ReportInput(target_name=Path(request.target).name, draft_name=Path(str(request.draft)).name,
+                       out=mask_path, started=time.perf_counter())
+    try:
+        outcome = search_pair(pair.target, draft, pair.tokenizer, config, prompt_lookup=pair.lookup is not None,
+                              on_step=on_step, info=info, say=say)
+    finally:
+        bar.close()
+    for line in describe_search(outcome):
+        say(line)
+    return False
+
+
+def _tune_stage(request: AddRequest, pair: Any, estimate: OnboardEstimate, grid: Any, mask_path: Path, work: Path,
+                progress: bool) -> tuple[list[str], bool]:
+    """Tunes the pair with its mask into the work folder's ``tuned.json``; its verdict lines, and True
+    when the file of an interrupted run was there already (checked against the target, then kept)."""
+    from tqdm import tqdm
+
+    from viasd_adapt.config.tuned import TunedSettings
+    from viasd_adapt.models.pair import load_pair
+    from viasd_adapt.routing.mask import check_tuned_model
+    from viasd_adapt.tuning.tune import Budget, artifact_of, describe
+    from viasd_adapt.tuning.tune import tune as run_tune
+
+    tuned_path = work / TUNED_FILENAME
+    if tuned_path.is_file():
+        tuned = TunedSettings.load(tuned_path)
+        check_tuned_model(tuned, pair.target, source=str(tuned_path))
+        return list(getattr(tuned.report, "verdict", None) or []), True
+    tuning = load_pair(pair.target, pair.draft if pair.lookup is None else PROMPT_LOOKUP, mask_path,
+                       tokenizer=pair.tokenizer)
+    prompts = _tune_prompts(request, tuning, estimate.tune_prompts)
+    bar = tqdm(total=estimate.tune_points, desc="tune", unit="setting", disable=not progress, leave=False)
+    try:
+        result = run_tune(tuning, prompts, max_new_tokens=TUNE_NEW_TOKENS, grid=grid, budget=Budget(),
+                          seed=request.seed, progress=lambda m: None, bar=lambda total: bar, chat=request.chat)
+    finally:
+        bar.close()
+    verdict = describe(result)
+    artifact = artifact_of(result, tuning, folder=work)
+    artifact.report.verdict = verdict  # an extra field of the report: what a resumed run prints again
+    artifact.save(tuned_path)
+    return verdict, False
 
 
 def publish(work: Path, folder: Path) -> None:
