@@ -109,6 +109,26 @@ def _per_prompt(row: dict) -> list[float] | None:
     return [c / t if t else None for c, t in zip(cost, tokens)]
 
 
+def _worst_on_the_same_text(adaptive: dict, arms: tuple[dict, ...]) -> tuple[float | None, int]:
+    """The worst prompt's adaptive feq/token over the cheaper of the arms that wrote the same text
+    (the same target log-likelihood), and how many prompts had such an arm. A lossy row's text
+    differs from untiered SD's once the tier accepts a token the target would not have chosen; a
+    cost per token on another text measures that text's difficulty for the drafter, not the
+    controller's choice of arm."""
+    costs = [_per_prompt(r) or [] for r in (adaptive, *arms)]
+    texts = [((r.get("per_prompt") or {}).get("log_likelihood") or []) for r in (adaptive, *arms)]
+    worst, compared = None, 0
+    for i, own in enumerate(costs[0]):
+        if not own or i >= len(texts[0]):
+            continue
+        same = [c[i] for c, t in zip(costs[1:], texts[1:])
+                if i < len(c) and i < len(t) and c[i] and abs(t[i] - texts[0][i]) <= 1e-6 * max(1.0, abs(t[i]))]
+        if same:
+            compared += 1
+            worst = max(worst or 0.0, own / min(same))
+    return worst, compared
+
+
 def goals(run: str, rows: list[dict]) -> list[dict]:
     """Every goal this run's rows speak to: ``{goal, framework, mode, value, threshold, met, ...}``.
     Costs are full-equivalent passes per token (feq/token); the adaptive row is the bare mode."""
@@ -131,6 +151,11 @@ def goals(run: str, rows: list[dict]) -> list[dict]:
                 worst = max((x / min(y, z) for x, y, z in zip(*prompts) if x and y and z), default=None)
                 out.append(dict(base, goal="worst prompt", value=worst, threshold=f"<= {MAX_PROMPT_VS_CHEAPER}",
                                 met=None if worst is None else worst <= MAX_PROMPT_VS_CHEAPER))
+                if mode == "lossy":
+                    same, compared = _worst_on_the_same_text(adaptive, (fixed, none))
+                    out.append(dict(base, goal="worst prompt, same text", value=same,
+                                    threshold=f"<= {MAX_PROMPT_VS_CHEAPER}", compared=compared,
+                                    met=None if same is None else same <= MAX_PROMPT_VS_CHEAPER))
             if mode == "lossless":
                 speed = adaptive.get("speedup_vs_untiered")
                 repeats = len((adaptive.get("repeats") or {}).get("tokens_per_s") or [None])
@@ -152,6 +177,9 @@ GOAL_TABLES = {
                "adaptive / cheaper (ratio)"),
     "worst prompt": ("256-token runs: the worst single prompt, its adaptive feq/token over its own cheaper arm",
                      "worst prompt / its cheaper (ratio)"),
+    "worst prompt, same text": ("256-token lossy runs: the worst single prompt against the cheaper of the arms that "
+                                "wrote the same text (a lossy row's text can differ from untiered SD's)",
+                                "worst prompt / its cheaper on the same text (ratio)"),
     "tokens/s": ("Lossless tokens/s: the adaptive row's over untiered SD's (median over repeats of the paired ratio)",
                  "adaptive / untiered tok/s (ratio)"),
     "saving kept": ("Where the fixed tier pays: the share of its saving over untiered SD the adaptive row keeps",
@@ -205,6 +233,8 @@ def run(pair: str, extra: list[str]) -> None:
     finally:
         click.echo = original
     data = load_bench_report(stem.with_suffix(".json")).to_json()
+    if isinstance(data.get("run", {}).get("prompts_source"), str):  # a prompts file, named in the repository
+        data["run"]["prompts_source"] = data["run"]["prompts_source"].replace(root, "")
     found = goals(pair, data["rows"])
     load = "load average {} at the end".format(" ".join(Path("/proc/loadavg").read_text().split()[:3])) \
         if Path("/proc/loadavg").is_file() else ""

@@ -15,9 +15,9 @@ BENCH=(--frameworks "${FRAMEWORKS:-hf,pearl}" --modes none,lenient,lossless,loss
 for step in $STEPS; do
   case $step in
     tune)
-      viasd tune --pair demo --exits 8,10 --ratios 0.3 --prompts 32 --force \
+      viasd tune --pair demo --exits 8,10 --ratios 0.3 --prompts 32 --force --threads 1 \
         --plot "$OUT/tune_demo.png" --json "$OUT/tune_demo.json" | tee "$OUT/tune_demo.txt"
-      viasd tune --pair demo-ee --exits 6,8,10 --prompts 32 --force \
+      viasd tune --pair demo-ee --exits 6,8,10 --prompts 32 --force --threads 1 \
         --plot "$OUT/tune_demo-ee.png" --json "$OUT/tune_demo-ee.json" | tee "$OUT/tune_demo-ee.txt" ;;
     bench)
       for pair in demo demo-ee; do
