@@ -25,8 +25,9 @@ token (feq/token), every pass priced by its forward time measured in the same ru
 Runs (RUNS): demo and demo-ee on 8 held-out prompts x 32 tokens x 1 repeat (``--repeats 3`` for the
 tokens/s goal, which is n/a on fewer), in every framework the pair can run; both on ``benchmarks/prompts/mixed_character.json`` (6 prompts whose text changes
 character: code then prose, prose then code) x 256 tokens x 1 repeat; SmolLM2 with its drafter and
-with prompt lookup on 6 Spec-Bench prompts (one per task) x 32 tokens, hf and engine. Together about
-35 minutes of one quiet core; on a loaded machine several times that, so the runs go in this order
+with prompt lookup on 7 Spec-Bench prompts (one per task, two MT-bench turns) x 32 tokens, hf and
+engine, and with its drafter in PEARL and EAGLE (``smollm2-pearl-eagle``). Together about 50 minutes
+of one quiet core; on a loaded machine several times that, so the runs go in this order
 and ``report`` says which did not run. The controller's knobs are its defaults
 (:class:`viasd_adapt.core.adaptive.AdaptiveSettings`, chosen on synthetic sequences); none was tuned
 on these prompts.
@@ -68,6 +69,8 @@ RUNS = {
                           "--max-new-tokens", "256", "--repeats", "1"],
     "smollm2": ["--pair", "smollm2", "--frameworks", "hf,engine", *_SPEC, "--max-new-tokens", "32", "--repeats", "1"],
     # prompt lookup drafts from the text: hf and engine take it (PEARL needs a drafter model; EAGLE drafts with its head)
+    "smollm2-pearl-eagle": ["--pair", "smollm2", "--frameworks", "pearl,eagle", *_SPEC, "--max-new-tokens", "32",
+                            "--repeats", "1"],
     "smollm2-lookup": ["--pair", "smollm2", "--draft", "prompt-lookup", "--frameworks", "hf,engine", *_SPEC,
                        "--max-new-tokens", "32", "--repeats", "1"],
 }

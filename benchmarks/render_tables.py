@@ -146,6 +146,7 @@ ADAPTIVE_REPORTS: tuple[tuple[str, str], ...] = (
     ("demo", "adaptive_goals_demo.json"),
     ("demo-ee", "adaptive_goals_demo-ee.json"),
     ("SmolLM2, drafter", "adaptive_goals_smollm2.json"),
+    ("SmolLM2, drafter", "adaptive_goals_smollm2-pearl-eagle.json"),
     ("SmolLM2, prompt lookup", "adaptive_goals_smollm2-lookup.json"),
 )
 

@@ -3,7 +3,7 @@
 For a verifier ``a`` checking a proposer ``b`` at one position, with log-probabilities ``lb`` and
 ``la`` over the vocabulary::
 
-    z1(v) = log(1 - alpha) + lb(v) - la(v)    # a's support for b's token falls short of (1 - alpha)
+    z1(v) = log(1 - alpha) + lb(v) - la(v)    # how far b's token misses the (1 - alpha) share of a's support
     z2(v) = la(v) - lb(v) - log(beta)         # a must borrow mass beyond beta * b (residual)
     R(a || b) = sum_v b(v) phi(z1(v)) + sum_v a(v) phi(z2(v))
 
