@@ -139,6 +139,13 @@ class ArmPrior:
                 raise ConfigError(f"arm prior {name} must be a finite number > 0, got {value!r}")
 
 
+def _tier_cycle(plain_cost: float, plain_tokens: float, extra_cost: float, extra_tokens: float) -> tuple[float, float]:
+    """A tier cycle's priced passes and committed tokens, stated against an untiered cycle's: the
+    untiered level plus the tier's difference, a cycle costing something and committing at least
+    one token."""
+    return max(plain_cost + extra_cost, 1e-6), max(1.0, plain_tokens + extra_tokens)
+
+
 @dataclass(frozen=True)
 class RelativePrior:
     """A belief about the tier stated against the untiered arm, for when nothing was measured: a
@@ -183,7 +190,8 @@ class RelativePrior:
         if self.reference is None:
             return False
         cost, tokens = self.reference
-        return (cost + self.extra_cost) / max(1.0, tokens + self.extra_tokens) < cost / tokens
+        tier_cost, tier_tokens = _tier_cycle(cost, tokens, self.extra_cost, self.extra_tokens)
+        return tier_cost / tier_tokens < cost / tokens
 
 
 @dataclass(frozen=True)
@@ -346,8 +354,7 @@ class TierController:
         extra_cost = (self._relative_weight * relative.extra_cost + paired.cost) / weight
         extra_tokens = (self._relative_weight * relative.extra_tokens + paired.tokens) / weight
         view = _ArmState(tier.cost, tier.tokens, tier.cycles)
-        cost = max(plain.cost / plain.cycles + extra_cost, 1e-6)
-        tokens = max(1.0, plain.tokens / plain.cycles + extra_tokens)
+        cost, tokens = _tier_cycle(plain.cost / plain.cycles, plain.tokens / plain.cycles, extra_cost, extra_tokens)
         view.add(weight * cost, weight * tokens, weight)
         return {Arm.TIER: view, Arm.PLAIN: plain}
 

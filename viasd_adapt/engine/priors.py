@@ -132,10 +132,11 @@ def _prior(point: TunedPoint | None) -> ArmPrior | None:
 def _relative(plain: ArmPrior, tier: ArmPrior) -> RelativePrior:
     """The tier stated against the untiered arm by two measured points: the difference per cycle in
     priced passes and in tokens (module docstring), worth as many cycles as a measured prior."""
-    extra_cost = tier.cost_per_token * tier.tokens_per_cycle - plain.cost_per_token * plain.tokens_per_cycle
+    plain_cycle = plain.cost_per_token * plain.tokens_per_cycle
+    extra_cost = tier.cost_per_token * tier.tokens_per_cycle - plain_cycle
     extra_tokens = min(1.0, max(-1.0, tier.tokens_per_cycle - plain.tokens_per_cycle))
     return RelativePrior(extra_cost=extra_cost, extra_tokens=extra_tokens, weight=min(plain.weight, tier.weight),
-                         reference=(plain.cost_per_token * plain.tokens_per_cycle, plain.tokens_per_cycle))
+                         reference=(plain_cycle, plain.tokens_per_cycle))
 
 
 def _describes(point: TunedPoint | None, settings: TierSettings, fields: tuple[str, ...]) -> bool:

@@ -192,13 +192,14 @@ def plan(request: AddRequest, step: float, window: float, num_layers: int, ratio
     tune_budget = budget * TUNE_SHARE
     grids = [TuneGrid(), TuneGrid(alpha1=(0.0, 0.5), alpha2=(0.0, 0.3), lenience=(0.4, 0.8), greedy_gates=("proposer",)),
              TuneGrid(alpha1=(0.5,), alpha2=(0.3,), lenience=(0.6,), greedy_gates=("proposer",))]
+    per_tune_prompt = TUNE_NEW_TOKENS * step * TUNE_POINT_FACTOR  # one setting measured on one prompt
     for grid in grids:
-        prompts = int(tune_budget / (tune_points(grid, True) + 1) / (TUNE_NEW_TOKENS * step * TUNE_POINT_FACTOR))
+        prompts = int(tune_budget / (tune_points(grid, True) + 1) / per_tune_prompt)
         if prompts >= MIN_TUNE_PROMPTS:
             break
     prompts = max(MIN_TUNE_PROMPTS, min(MAX_TUNE_PROMPTS, prompts))
     points = tune_points(grid, True)
-    expected = calibrate + steps * evaluation + (points + 1) * prompts * TUNE_NEW_TOKENS * step * TUNE_POINT_FACTOR
+    expected = calibrate + steps * evaluation + (points + 1) * prompts * per_tune_prompt
     if expected > budget * 1.1:
         notes.append(f"even the smallest sizes take about {expected / 60:.1f} min here, over the {request.minutes:g} asked")
     estimate = OnboardEstimate(minutes=request.minutes, step_seconds=round(step, 4), window_seconds=round(window, 4),
