@@ -158,7 +158,13 @@ def test_score_output_by_hand(pair):
     with torch.no_grad():
         logits = pair.target(torch.tensor([ids + tokens])).logits[0].log_softmax(-1)
     expected = float(logits[2, 8] + logits[3, 9])
-    score = score_output(pair.target, ids, tokens)
+    rows = []
+    handle = pair.target.get_output_embeddings().register_forward_hook(lambda m, i, out: rows.append(out.shape[-2]))
+    try:
+        score = score_output(pair.target, ids, tokens)
+    finally:
+        handle.remove()
+    assert rows == [len(tokens) + 1]  # the head projects the scored columns only, not the prompt's
     assert score.log_likelihood == pytest.approx(expected, abs=1e-5) and score.tokens == 2
     assert score.argmax_matches == int(logits[2].argmax() == 8) + int(logits[3].argmax() == 9)
 

@@ -207,3 +207,30 @@ def test_prompt_ids_outside_the_vocabulary_are_refused():
     target = tiny_model("qwen2", seed=0, num_layers=2)
     with pytest.raises(ModelMismatchError, match="outside the target's vocabulary"):
         build_windows(target, [[1, 2, VOCAB]], new_tokens=2)
+
+
+def test_a_large_vocabulary_is_scored_a_few_windows_per_forward_with_the_same_log_probs(pair, monkeypatch):
+    """Windows x columns x vocabulary logits in one forward were over a gigabyte at Qwen2's vocabulary:
+    a forward holds at most LOGITS_ELEMENTS of them, and splitting the batch changes no value."""
+    import viasd_adapt.search.decoder_windows as dw
+    from viasd_adapt.routing.slim import SlimVerifier
+
+    target, _ = pair
+    windows = build_windows(target, prompts(6, 4), new_tokens=5)
+    whole = dw.scored_log_probs(target, windows, batch_size=None)
+    width = windows.input_ids.size(1)
+    monkeypatch.setattr(dw, "LOGITS_ELEMENTS", 2 * width * VOCAB)  # two windows' logits
+    assert dw.batch_size_for(windows, vocab=VOCAB) == 2
+    assert dw.batch_size_for(windows) == 6  # without a vocabulary, the token budget alone
+    sizes = []
+    handle = target.get_output_embeddings().register_forward_hook(lambda m, i, out: sizes.append(out.numel()))
+    try:
+        split = dw.scored_log_probs(target, windows, batch_size=None)
+    finally:
+        handle.remove()
+    assert len(sizes) == 3 and max(sizes) <= 2 * width * VOCAB
+    assert torch.equal(split, whole)
+    objective = MaskObjective(target, build_calibration(target, target, prompts(6, 4), new_tokens=5))
+    mask = RoutingMask.from_bits([1, 0, 1, 1, 0, 1])
+    assert objective.prefix is not None and len(objective.prefix.states) == 3
+    assert torch.equal(objective.slim_log_probs(mask), dw.scored_log_probs(SlimVerifier(target, mask).model, windows, 6))

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from viasd_adapt.model_kind import is_encoder_decoder
+from viasd_adapt.routing.runner import accepts_logits_to_keep
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,10 @@ def score_output(target: nn.Module, prompt_ids: list[int], tokens: list[int]) ->
         logits = logits.float()
     else:
         ids = torch.tensor([prompt_ids + tokens], dtype=torch.long, device=device)
-        logits = target(input_ids=ids, use_cache=False).logits[0, len(prompt_ids) - 1 : -1].float()
+        if accepts_logits_to_keep(target):  # the head over the scored columns only (a long prompt's logits are large)
+            logits = target(input_ids=ids, use_cache=False, logits_to_keep=len(tokens) + 1).logits[0, :-1].float()
+        else:
+            logits = target(input_ids=ids, use_cache=False).logits[0, len(prompt_ids) - 1 : -1].float()
     log_probs = torch.log_softmax(logits, dim=-1)
     chosen = torch.tensor(tokens, device=log_probs.device)
     picked = log_probs.gather(-1, chosen[:, None]).squeeze(-1)

@@ -14,7 +14,6 @@ each candidate mask then costs one slim forward over the same batch (see ``objec
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -25,10 +24,15 @@ from torch import nn
 from viasd_adapt.checks import check_drafter_pair, max_positions, vocab_size_of
 from viasd_adapt.search.windows import CalibrationSet  # also importable from here, as before
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
-from viasd_adapt.routing.runner import CachedRunner
+from viasd_adapt.routing.runner import CachedRunner, accepts_logits_to_keep
 from viasd_adapt.search.config import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS
 
 BATCH_TOKENS = 16_384  # tokens per teacher-forced forward (all windows of a default calibration)
+#: Logits one teacher-forced forward may produce (float32 elements; 2**26 is 256 MB). All 16 windows
+#: of a default calibration in one forward are 16 x up to 112 columns: 0.35 GB of logits with
+#: SmolLM2's 49,152-token vocabulary, 1.1 GB with Qwen2's 151,936 (then their log-probs again).
+#: Splitting a batch does not change a value: each window is computed alone (tested).
+LOGITS_ELEMENTS = 1 << 26
 
 
 # ---------------------------------------------------------------------------- windows
@@ -117,13 +121,18 @@ def build_windows(
     return TokenWindows(input_ids, scored)
 
 
-def batch_size_for(windows, max_tokens: int = BATCH_TOKENS) -> int:
+def batch_size_for(windows, max_tokens: int = BATCH_TOKENS, vocab: int | None = None) -> int:
     """Windows per forward: all of them when they fit in ``max_tokens`` tokens (one teacher-forced
-    forward per mask over the whole calibration set), else as many as fit."""
+    forward per mask over the whole calibration set), else as many as fit; with ``vocab``, also no
+    more than keep a forward's logits within :data:`LOGITS_ELEMENTS`."""
     ids = getattr(windows, "input_ids", None)
     if ids is None or ids.dim() != 2:
         return 16
-    return max(1, min(int(ids.size(0)), max_tokens // max(1, int(ids.size(1)))))
+    width = max(1, int(ids.size(1)))
+    fit = max_tokens // width
+    if vocab:
+        fit = min(fit, LOGITS_ELEMENTS // (width * vocab))
+    return max(1, min(int(ids.size(0)), fit))
 
 
 @torch.no_grad()
@@ -131,14 +140,17 @@ def scored_log_probs(model: nn.Module, windows: TokenWindows, batch_size: int | 
                      before_batch: Callable[[int], None] | None = None) -> torch.Tensor:
     """Teacher-forced log-probabilities at the scored positions, shape ``(tau, V)``, float32.
 
-    ``batch_size`` None: :func:`batch_size_for`. ``before_batch(i)`` runs before the forward of
-    the i-th batch (the prefix-cached objective injects that batch's stored hidden states).
+    ``batch_size`` None: :func:`batch_size_for` with the model's vocabulary. ``before_batch(i)`` runs
+    before the forward of the i-th batch (the prefix-cached objective injects that batch's stored
+    hidden states). Each batch's rows are written into one ``(tau, V)`` tensor as they come, so the
+    result is never held twice.
     """
     if hasattr(windows, "log_probs"):  # encoder-decoder windows (viasd_adapt.search.seq2seq_windows) score themselves
         return windows.log_probs(model, batch_size or 16)
-    batch_size = batch_size or batch_size_for(windows)
-    chunks = []
-    trims = _accepts_logits_to_keep(model)
+    batch_size = batch_size or batch_size_for(windows, vocab=vocab_size_of(model))
+    out: torch.Tensor | None = None
+    filled = 0
+    trims = accepts_logits_to_keep(model)
     for number, start in enumerate(range(0, windows.input_ids.size(0), batch_size)):
         if before_batch is not None:
             before_batch(number)
@@ -152,15 +164,13 @@ def scored_log_probs(model: nn.Module, windows: TokenWindows, batch_size: int | 
             scored = scored[:, first:]
         else:
             logits = model(input_ids=ids, use_cache=False).logits
-        chunks.append(torch.log_softmax(logits[scored].float(), dim=-1))
-    return torch.cat(chunks)
-
-
-def _accepts_logits_to_keep(model: nn.Module) -> bool:
-    try:
-        return "logits_to_keep" in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
+        rows = torch.log_softmax(logits[scored].float(), dim=-1)
+        del logits
+        if out is None:
+            out = rows.new_empty((windows.num_scored, rows.size(-1)))
+        out[filled : filled + rows.size(0)] = rows
+        filled += rows.size(0)
+    return out if out is not None else torch.empty((0, vocab_size_of(model) or 0))
 
 
 def build_calibration(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from viasd_adapt.checks import vocab_size_of
 from viasd_adapt.core.cost import block_cost, routed_path_cost, routing_delta, top1_margin_cost
 from viasd_adapt.core.rules import BUILTIN_RULES, TierRules, rule_for
 from viasd_adapt.config.mask import RoutingMask
@@ -79,6 +80,7 @@ class PrefixStates:
         except Exception:  # an architecture the views do not support: plain scoring
             return None
         states: list[list[torch.Tensor]] = []
+        batch_size = batch_size or batch_size_for(windows, vocab=vocab_size_of(target))  # the stored states' batches
 
         def collect(_number: int) -> None:
             if any(slot.value is not None for slot in slots):
@@ -88,7 +90,7 @@ class PrefixStates:
 
         scored_log_probs(view, windows, batch_size, before_batch=collect)
         collect(-1)
-        if len(states) != -(-windows.input_ids.size(0) // (batch_size or batch_size_for(windows))):
+        if len(states) != -(-windows.input_ids.size(0) // batch_size):
             return None
         return cls(target, windows, batch_size, states)
 
