@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path

@@ -17,6 +17,7 @@ from viasd_adapt.search.config import GuidedConfig, SearchConfig
 from viasd_adapt.search.dimr import dimr_search
 from viasd_adapt.search.guided import PROBE, default_steps, guided_search, structured_starts
 from viasd_adapt.search.objective import MaskObjective, escalation_rate
+from viasd_adapt.core.rules import BUILTIN_RULES
 from viasd_adapt.core.settings import TierSettings
 
 torch.set_num_threads(1)
@@ -162,6 +163,29 @@ def test_escalation_rate_counts_cycles():
     # u is flat (never confident) and rejects p's token everywhere: every cycle escalates at once
     flat = torch.log_softmax(torch.zeros(10, 3), -1)
     assert escalation_rate(flat, logp, TierSettings()) == 1.0
+
+
+def test_escalation_rate_holds_a_bounded_share_of_a_large_vocabulary_with_the_same_estimate(monkeypatch):
+    """The rules see a few positions at a time (fewer, the larger the vocabulary); the estimate is the same."""
+    import viasd_adapt.search.objective as objective
+
+    g = torch.Generator().manual_seed(5)
+    slim = torch.log_softmax(torch.randn(40, 7, generator=g) * 3, -1)
+    draft = torch.log_softmax(torch.randn(40, 7, generator=g) * 3, -1)
+    whole = escalation_rate(slim, draft, TierSettings())
+    seen = []
+
+    class Counting:  # the built-in rules, counting the positions each call is shown
+        def __getattr__(self, name):
+            return getattr(BUILTIN_RULES, name)
+
+        def viasd_slim_confidence(self, **kwargs):
+            seen.append(kwargs["u"].shape[0])
+            return BUILTIN_RULES.viasd_slim_confidence(**kwargs)
+
+    monkeypatch.setattr(objective, "RULE_CHUNK_ELEMENTS", 3 * 7)
+    assert escalation_rate(slim, draft, TierSettings(), rules=Counting()) == whole and 0.0 < whole < 1.0
+    assert max(seen) == 3 and sum(seen) == 40
 
 
 def test_escalation_rate_asks_the_rules_as_a_greedy_cycle_does():

@@ -143,7 +143,26 @@ def test_shipped_tune_json_files_load_as_typed_points(path):
     assert all(_only_defaults_added(w, o) for w, o in zip(written["points"], original["points"]))
     assert _only_defaults_added(written["tuned"], original["tuned"]) and sweep.tuned == TunedSettings.from_json(original["tuned"])
     result = load_result(written, source=str(path))  # what viasd tune --reuse judges again
-    assert [p.to_dict()["settings"] for p in result.points] == [p["settings"] for p in original["points"]]
+    for point, raw in zip(result.points, original["points"]):
+        # a fixed-family tier point of a file older than the adaptive tier gains the "adaptive": false it ran with
+        added = {"adaptive": False} if "adaptive" not in raw["settings"] and not point.settings.adaptive else {}
+        assert point.to_dict()["settings"] == raw["settings"] | added
+        assert point.settings.adapts == point.family.endswith("-adaptive")
+
+
+def test_a_fixed_point_of_a_file_older_than_the_adaptive_tier_reads_as_fixed():
+    from viasd_adapt.tuning.choose import Point, settings_label
+
+    def point(family: str, settings: dict) -> Point:
+        return Point.from_dict({"family": family, "settings": settings, "mask": "m.json", "full_equivalent": 0.5,
+                                "ll_drop": 0.0, "overrule": 0.0, "tokens": 10})
+
+    old_lossless = point("lossless", {"mode": "lossless"})
+    assert not old_lossless.settings.adaptive and settings_label(old_lossless.settings) == "lossless"
+    old_lossy = point("viasd", {"mode": "lossy", "alpha1": 0.5})
+    assert not old_lossy.settings.adapts and "adaptive" not in settings_label(old_lossy.settings)
+    assert point("lossless-adaptive", {"mode": "lossless"}).settings.adapts  # the twin: on is the default it was written with
+    assert "adaptive" not in point("sd", {"mode": "none"}).settings.to_dict()  # no mode the flag applies to: unchanged
 
 
 @pytest.mark.parametrize("path", BUILD_REPORTS, ids=lambda p: p.parent.name)

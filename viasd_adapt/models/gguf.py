@@ -44,6 +44,7 @@ from viasd_adapt.config.cache_records import GGUFCacheRecord
 from viasd_adapt.config.schema import read_json
 from viasd_adapt.errors import ConfigError, UnsupportedModelError, ViasdError
 from viasd_adapt.io import file_digest, sweep_stale_temporaries, write_directory
+from viasd_adapt.memory import release_free_memory
 from viasd_adapt.models.registry import cache_dir
 
 GGUF_SUFFIX = ".gguf"
@@ -282,6 +283,7 @@ def gguf_model_folder(path: str | os.PathLike, rebuild: bool = False, dtype: str
         raise ViasdError(f"cannot cache the dequantized model of {path}: {err} (free some space, or set "
                          f"VIASD_CACHE to a writable folder with room for it)") from None
     _VERIFIED.add(folder)
+    release_free_memory()  # the float32 copy of every weight is freed: 2.5 GB stayed resident at 0.5B parameters
     return folder
 
 

@@ -209,8 +209,10 @@ class MaskObjective:
         return cost
 
 
-#: positions whose distributions :func:`escalation_rate` holds at once (as probabilities, for the rules)
-RULE_CHUNK = 256
+#: vocabulary entries :func:`escalation_rate` holds at once per distribution (as probabilities, for
+#: the rules): 256 positions of a 49,152-token vocabulary; at 151,936 tokens, 256 positions held
+#: about 1 GB of the rules' temporaries
+RULE_CHUNK_ELEMENTS = 256 * 49_152
 
 
 def escalation_rate(logp_slim: torch.Tensor, logp_draft: torch.Tensor, settings: TierSettings, gamma: int | None = None,
@@ -230,8 +232,9 @@ def escalation_rate(logp_slim: torch.Tensor, logp_draft: torch.Tensor, settings:
     logp_slim, logp_draft = logp_slim.float(), logp_draft.float()
     x = logp_draft.argmax(-1)
     accept_parts, confident_parts = [], []
-    for start in range(0, x.shape[0], RULE_CHUNK):  # the rules take probabilities: a chunk at a time
-        rows = slice(start, start + RULE_CHUNK)
+    step = max(1, RULE_CHUNK_ELEMENTS // max(1, logp_slim.shape[-1]))
+    for start in range(0, x.shape[0], step):  # the rules take probabilities: a chunk at a time
+        rows = slice(start, start + step)
         p, u = logp_draft[rows].exp(), logp_slim[rows].exp()
         gate1 = rule_for(Mode.LOSSY).drafts.accept_prob(rules, x[rows], p, u, settings, greedy=True)
         accept_parts.append(gate1 > 0.5)  # greedy rules answer 0/1 (tiers' acceptance draws)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from viasd_adapt.checks import check_drafter_pair
+from viasd_adapt.memory import release_free_memory
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.search import decoder_windows as cal
 from viasd_adapt.search.config import DEFAULTS, SearchConfig
@@ -83,6 +84,7 @@ def prepare(target: nn.Module, draft: nn.Module, ids: PromptIds, config: SearchC
     windows_seconds = window_cache.generate_seconds if window_cache is not None else None
     heldout = build_heldout(target, ids.heldout_ids, new_tokens, pad_id=PAD_ID) if ids.heldout_ids else None
     heldout_seconds = time.perf_counter() - started - seconds
+    release_free_memory()  # the greedy generations' and forwards' working sets, before every mask's forward
     return Prepared(fixed, heldout, seconds, heldout_seconds, windows_seconds,
                     window_cache.report() if window_cache is not None else None)
 

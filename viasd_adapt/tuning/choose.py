@@ -16,7 +16,7 @@ from viasd_adapt.bench.projection import CostModel, project_costs_per_mask, repr
 from viasd_adapt.config.budget import TIE_MARGIN, Budget, recommend  # Budget: the one budget rule, shared with the bench's verdict
 from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.config.tuned import PLAIN_DECODING_CHOICE, PROMPT_LOOKUP_DRAFTER, TunedSettings, plain_decoding_cost
-from viasd_adapt.core.settings import ADAPTIVE_SUFFIX, Mode, TierSettings
+from viasd_adapt.core.settings import ADAPTIVE_MODES, ADAPTIVE_SUFFIX, Mode, TierSettings
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.pair import LoadedPair
 from viasd_adapt.routing.mask import model_fingerprint
@@ -52,8 +52,16 @@ class Point:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Point":
+        """A point back from a tune file. A point of a fixed family (no ``-adaptive`` suffix) ran the
+        tier on every cycle: files written before the adaptive tier existed do not say
+        ``"adaptive": false``, and reading its absence as on would label (and write) a point
+        measured fixed as adaptive."""
         fields = {k: v for k, v in data.items() if k != "settings"}
-        return cls(settings=TierSettings(**data["settings"]), **fields)
+        settings = dict(data["settings"])
+        fixed_family = not str(data.get("family", "")).endswith(ADAPTIVE_SUFFIX)
+        if fixed_family and settings.get("mode") in {mode.value for mode in ADAPTIVE_MODES}:
+            settings.setdefault("adaptive", False)
+        return cls(settings=TierSettings(**settings), **fields)
 
 
 @dataclass

@@ -31,6 +31,7 @@ from viasd_adapt.config.onboard_report import REPORT_FILENAME, OnboardEstimate, 
 from viasd_adapt.config.pair_file import DTYPES, PROMPT_LOOKUP, PairFile, PairTarget
 from viasd_adapt.config.tuned import TUNED_FILENAME
 from viasd_adapt.errors import ConfigError, ViasdError
+from viasd_adapt.memory import release_free_memory
 from viasd_adapt.models.registry import DECLARATION, cache_dir
 
 MASK_FILENAME = "mask.json"
@@ -328,6 +329,7 @@ class _Stages:
         self.times: list[StageTime] = []
 
     def record(self, name: str, began: float, resumed: bool = False) -> None:
+        release_free_memory()  # what the stage freed goes back to the system before the next one grows
         self.times.append(StageTime(stage=name, seconds=round(time.perf_counter() - began, 2), resumed=resumed))
         self.say(f"[{name}] {self.times[-1].seconds:.1f}s" + (" (resumed)" if resumed else ""))
 
