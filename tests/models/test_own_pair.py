@@ -205,6 +205,17 @@ def test_a_budget_is_turned_into_sizes_that_fit_it():
     assert search["steps"] == large.search_steps and large_grid.alpha1 and small_grid.alpha1
 
 
+def test_a_drafter_model_is_priced_into_every_tuning_point():
+    """Drafting costs a block of drafter steps per token at most: the same budget buys fewer tuning
+    prompts with a drafter model than with prompt lookup, and the estimate says the drafter's step."""
+    request = onboard.AddRequest(name="x", target="t", draft="d", minutes=30.0)
+    sizes = dict(step=0.2, window=1.9, num_layers=24, ratio=0.45, file_prompts=None)
+    lookup, _, _ = onboard.plan(request, **sizes)
+    drafted, _, _ = onboard.plan(request, **sizes, draft_step=0.03)
+    assert drafted.tune_prompts < lookup.tune_prompts and drafted.draft_step_seconds == 0.03
+    assert lookup.draft_step_seconds == 0.0 and drafted.search_steps == lookup.search_steps
+
+
 def test_a_bfloat16_pair_runs_by_name_with_the_mask_searched_on_its_bfloat16_weights(cache, user_files):
     import torch
 

@@ -28,6 +28,7 @@ class OnboardEstimate(Record):
     minutes: float
     step_seconds: float  # one target decode step (KV cache), the unit everything is priced in
     window_seconds: float  # one target forward over a calibration window
+    draft_step_seconds: float = 0.0  # one one-token forward of a drafter model (none with prompt lookup)
     calibration_prompts: int
     heldout_prompts: int
     search_steps: int

@@ -157,6 +157,16 @@ def measure_step(target, window_tokens: int) -> tuple[float, float]:
     return step, window
 
 
+def measure_draft_step(draft) -> float:
+    """One one-token forward of a drafter model, in seconds: a tuning point drafts with it."""
+    import torch
+
+    device = next(draft.parameters()).device
+    ids = torch.ones((1, 1), dtype=torch.long, device=device)
+    with torch.no_grad():
+        return _median_seconds(lambda: draft(ids, use_cache=False), repeats=3)
+
+
 def tune_points(grid, adaptive: bool) -> int:
     """How many settings a sweep of ``grid`` on one mask measures (plain SD, the lossless cascade,
     each lenient tolerance, each lossy setting, and the two adaptive twins)."""
@@ -164,12 +174,16 @@ def tune_points(grid, adaptive: bool) -> int:
     return 2 + len(grid.lenience) + lossy + (2 if adaptive else 0)
 
 
-def plan(request: AddRequest, step: float, window: float, num_layers: int, ratio: float, file_prompts: int | None):
+def plan(request: AddRequest, step: float, window: float, num_layers: int, ratio: float, file_prompts: int | None,
+         draft_step: float = 0.0):
     """The sizes that fit the budget: ``(OnboardEstimate, SearchConfig changes, TuneGrid)``.
 
     Priced in measured seconds: a calibration prompt costs its greedy tokens in decode steps, a mask
     evaluation one slim forward over every calibration window, a tuning point its prompts' tokens
-    in decode steps times :data:`TUNE_POINT_FACTOR` (measured)."""
+    in decode steps times :data:`TUNE_POINT_FACTOR` (measured) plus, with a drafter model, a whole
+    block of drafter steps (``draft_step``) per token: what drafting costs when the target keeps
+    one token per block, the most it can cost, since a drafter nobody has measured on this target
+    may be that poor."""
     from viasd_adapt.search.config import DEFAULT_NEW_TOKENS, default_steps
     from viasd_adapt.tuning.tune import TuneGrid
 
@@ -193,7 +207,7 @@ def plan(request: AddRequest, step: float, window: float, num_layers: int, ratio
     tune_budget = budget * TUNE_SHARE
     grids = [TuneGrid(), TuneGrid(alpha1=(0.0, 0.5), alpha2=(0.0, 0.3), lenience=(0.4, 0.8), greedy_gates=("proposer",)),
              TuneGrid(alpha1=(0.5,), alpha2=(0.3,), lenience=(0.6,), greedy_gates=("proposer",))]
-    per_tune_prompt = TUNE_NEW_TOKENS * step * TUNE_POINT_FACTOR  # one setting measured on one prompt
+    per_tune_prompt = TUNE_NEW_TOKENS * (step * TUNE_POINT_FACTOR + draft_step * TuneGrid().gamma)  # one setting, one prompt
     for grid in grids:
         prompts = int(tune_budget / (tune_points(grid, True) + 1) / per_tune_prompt)
         if prompts >= MIN_TUNE_PROMPTS:
@@ -204,6 +218,7 @@ def plan(request: AddRequest, step: float, window: float, num_layers: int, ratio
     if expected > budget * 1.1:
         notes.append(f"even the smallest sizes take about {expected / 60:.1f} min here, over the {request.minutes:g} asked")
     estimate = OnboardEstimate(minutes=request.minutes, step_seconds=round(step, 4), window_seconds=round(window, 4),
+                               draft_step_seconds=round(draft_step, 4),
                                calibration_prompts=n_cal, heldout_prompts=n_held, search_steps=steps, tune_prompts=prompts,
                                tune_points=points, expected_minutes=round(expected / 60, 2), notes=notes)
     strategy = "guided" if steps >= 2 * num_layers else "dimr"
@@ -283,9 +298,11 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
 
     began = time.perf_counter()
     step, window = measure_step(pair.target, DEFAULTS.calibration.max_prompt_tokens + DEFAULTS.calibration.new_tokens)
-    estimate, search, grid = plan(request, step, window, num_layers, DEFAULTS.ratio, file_prompts)
+    draft_step = 0.0 if pair.draft is None else measure_draft_step(pair.draft)
+    estimate, search, grid = plan(request, step, window, num_layers, DEFAULTS.ratio, file_prompts, draft_step)
+    drafting = f", a drafter step {draft_step * 1000:.0f} ms" if draft_step else ""
     say(f"estimate: about {estimate.expected_minutes:.1f} min within the {request.minutes:g} min budget "
-        f"(a decode step {step * 1000:.0f} ms, a calibration window {window:.2f}s): calibrate on "
+        f"(a decode step {step * 1000:.0f} ms{drafting}, a calibration window {window:.2f}s): calibrate on "
         f"{estimate.calibration_prompts} prompts, search {estimate.search_steps} masks, tune {estimate.tune_points} "
         f"settings on {estimate.tune_prompts} prompts")
     if file_prompts is not None and estimate.heldout_prompts < DEFAULTS.calibration.n_heldout:
@@ -408,5 +425,5 @@ def publish(work: Path, folder: Path) -> None:
     os.rename(work, folder)
 
 
-__all__ = ["AddRequest", "DEFAULT_MINUTES", "MASK_FILENAME", "add_pair", "check_request", "measure_step", "open_work_folder",
+__all__ = ["AddRequest", "DEFAULT_MINUTES", "MASK_FILENAME", "add_pair", "check_request", "measure_draft_step", "measure_step", "open_work_folder",
            "plan", "publish", "tune_points"]
