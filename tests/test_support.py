@@ -14,8 +14,6 @@ from viasd_adapt.models.tiny_seq2seq import SEQ2SEQ_FAMILIES
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.routing.mask import check_mask_layers
 
-torch.set_num_threads(1)
-
 
 def _argmax_agreement(a, b, ids) -> float:
     with torch.no_grad():

@@ -9,14 +9,11 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-import torch
 from tests.support.expected_warnings import negative_delta_warning
 from tests.support.pairs import load_shipped_demo_pair, noisy_copy
 from viasd_adapt.adapters import hf
 from viasd_adapt.adapters.pearl import pearl_generate
 from viasd_adapt.config.tuned import TunedForAnotherDrafterWarning, TunedSettings
-
-torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")

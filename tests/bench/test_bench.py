@@ -37,7 +37,6 @@ from viasd_adapt.routing.runner import CachedRunner
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 PROMPTS = CHAR_PROMPTS
 LAYERS = CHAR_LAYERS

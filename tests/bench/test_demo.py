@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from viasd_adapt.bench.demo import (BUDGET_ENV_VAR, BUDGETS, REAL_MODEL_INSTALL, REAL_PAIR, budget_from_env, demo_pair,
@@ -17,7 +16,6 @@ from viasd_adapt.core.tiers import Tier
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.registry import PairPaths, demo_pair_paths
 
-torch.set_num_threads(1)
 ROWS = ("ar", "lookup/plain", "hf/none", "hf/lenient", "hf/lossless", "hf/lossy")
 
 

@@ -6,11 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 
-import torch
 
 from tests.support import REPO_ROOT
-
-torch.set_num_threads(1)
 
 
 def load_script():

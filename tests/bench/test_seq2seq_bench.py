@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from tests.support.pairs import CHAR_VOCAB, char_tokenizer, save_pair_dir
@@ -15,8 +14,6 @@ from tests.support.seq2seq import seq2seq_pair
 from viasd_adapt.bench.costs import measure_forward_costs, probe_context
 from viasd_adapt.cli.main import cli
 from viasd_adapt.routing.slim import SlimVerifier
-
-torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module", params=["t5", "bart"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from viasd_adapt.cli.main import cli
@@ -17,8 +16,6 @@ from viasd_adapt.config.resolve import resolve_settings, tuned_mask_path
 from viasd_adapt.engine.tier import open_tier
 from viasd_adapt.tuning.tune import Budget, Point, TuneGrid, pareto
 from viasd_adapt.routing.mask import check_tuned_model
-
-torch.set_num_threads(1)
 
 
 def point(family, feq, drop, mode="lossy", regret=0.0):

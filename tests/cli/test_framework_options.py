@@ -9,14 +9,11 @@ import json
 import shutil
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from tests.support.pairs import save_char_pair
 from viasd_adapt.cli.main import cli
 from viasd_adapt.frameworks import registry as frameworks
-
-torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ from viasd_adapt.bench.display import PLAIN_MARKERS, legend, render_tiers, token
 from viasd_adapt.models.tokenizer import train_tokenizer
 from viasd_adapt.core.tiers import Tier
 
-torch.set_num_threads(1)
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "for i in range(10):\n    print(i)\n", "class Point:\n    x = 0\n"] * 20
 

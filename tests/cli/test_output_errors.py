@@ -17,12 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from viasd_adapt.cli.main import cli
 from viasd_adapt.cli.output import OUTPUT_FAILED
 
-torch.set_num_threads(1)
 
 FAILED_LINE = "error: the output could not be written (stdout: "
 

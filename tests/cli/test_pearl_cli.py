@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from tests.support.pairs import noisy_pair, save_pair_dir
 from viasd_adapt.cli.main import cli
 from viasd_adapt.models.tokenizer import train_tokenizer
 
-torch.set_num_threads(1)
 
 TEXTS = ["the cat sat on the mat.\n", "a dog ran in the park.\n", "the sun is warm today.\n"] * 20
 

@@ -9,7 +9,6 @@ import os
 import shutil
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from tests.support.pairs import char_tokenizer
@@ -21,8 +20,6 @@ from viasd_adapt.routing.mask import model_fingerprint
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.config.tuned import TunedSettings, recorded_mask
 from viasd_adapt.config.resolve import tuned_mask_path
-
-torch.set_num_threads(1)
 
 
 @pytest.fixture()

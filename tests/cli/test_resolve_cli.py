@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from tests.support.loads import count_loads
@@ -14,8 +13,6 @@ from tests.support.tuned import LENIENT
 from viasd_adapt.cli.main import cli
 from viasd_adapt.config.tuned import TunedSettings
 from viasd_adapt.core.settings import CONSERVATIVE
-
-torch.set_num_threads(1)
 
 
 @pytest.fixture()

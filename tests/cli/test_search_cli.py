@@ -13,8 +13,6 @@ from viasd_adapt.config.mask import MaskArtifact
 from viasd_adapt.config.search_record import SearchMeasurements, SearchRecord
 from viasd_adapt.routing.mask import load_mask
 
-torch.set_num_threads(1)
-
 
 def char_tokenizer(vocab_size: int = 96, shift: int = 0):
     """A character-level tokenizer with ``vocab_size`` ids (``shift`` permutes the ids)."""

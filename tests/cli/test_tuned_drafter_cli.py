@@ -16,7 +16,6 @@ from viasd_adapt.config.tuned import PROMPT_LOOKUP_DRAFTER, TunedForAnotherDraft
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.routing.mask import model_fingerprint
 
-torch.set_num_threads(1)
 
 ANOTHER_DRAFTER = r"measured with another drafter"
 

@@ -16,8 +16,6 @@ from tests.cli.test_search_cli import run, save_model
 from viasd_adapt.config.mask import MaskArtifact
 from viasd_adapt.search.decoder_windows import windows_digest
 
-torch.set_num_threads(1)
-
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):

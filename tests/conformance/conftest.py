@@ -19,7 +19,6 @@ import torch
 from tests.support.frameworks import EagleDriver, EngineDriver, HFDriver, PearlDriver
 from tests.support.pairs import TinyPair, noisy_pair, truncated_pair
 
-torch.set_num_threads(1)
 
 DECODER_ONLY = {"engine": EngineDriver, "hf": HFDriver, "pearl": PearlDriver}
 GREEDY_PROMPTS = [[3], [7], [5, 17, 2, 40, 9]]

@@ -31,7 +31,6 @@ from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 FRAMEWORKS = ["engine", "hf", "pearl", "eagle", "seq2seq"]
 N, GAMMA = 24, 4

@@ -24,7 +24,6 @@ from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 LIMIT = 512  # every tiny config's positions
 LONG = list(range(1, 91)) * 6  # 540 tokens: longer than LIMIT by itself

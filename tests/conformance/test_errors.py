@@ -16,7 +16,6 @@ from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.routing.mask import model_fingerprint
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 FRAMEWORKS = ["engine", "hf", "pearl", "eagle", "seq2seq"]
 #: case -> (error, message): one framework-neutral expectation each

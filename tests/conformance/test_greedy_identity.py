@@ -20,7 +20,6 @@ from viasd_adapt.models.tiny import FAMILIES
 from viasd_adapt.models.tiny_seq2seq import SEQ2SEQ_FAMILIES
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 LENGTHS = (1, 9, 26)
 GAMMAS = (4, 1, 6)

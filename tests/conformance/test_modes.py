@@ -31,7 +31,6 @@ from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.core.tiers import Tier
 
-torch.set_num_threads(1)
 
 FRAMEWORKS = ["engine", "hf", "pearl", "eagle", "seq2seq"]
 MODES = ["none", "lenient", "lossless", "lossy", "audit"]

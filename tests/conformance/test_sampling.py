@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 
 import pytest
-import torch
 
 from tests.support.stats import (
     ALPHA,
@@ -36,7 +35,6 @@ from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 SAMPLING = SamplingConfig(do_sample=True, temperature=0.8, top_k=6, top_p=0.95)
 N_SAMPLES = 200

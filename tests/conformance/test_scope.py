@@ -10,12 +10,10 @@ tests/adapters/eagle/test_eagle_threads.py, tests/adapters/pearl/test_pearl.py).
 from __future__ import annotations
 
 import pytest
-import torch
 
 from tests.support.frameworks import Boom, ExplodingObserver
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 MODES = ["none", "lenient", "lossless", "lossy", "audit"]
 FRAMEWORKS = ["engine", "hf", "pearl", "eagle", "seq2seq"]

@@ -22,7 +22,6 @@ from viasd_adapt.core.settings import ADAPTIVE_SUFFIX, FIXED_SUFFIX, Mode, TierS
 from viasd_adapt.core.verify_step import VerifyStep
 from viasd_adapt.errors import ConfigError
 
-torch.set_num_threads(1)
 
 G, V = 3, 6
 LOSSLESS = TierSettings(mode="lossless", gamma=G)

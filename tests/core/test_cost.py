@@ -13,8 +13,6 @@ import torch
 
 from viasd_adapt.core.cost import block_cost, routed_path_cost, routing_delta, verification_cost
 
-torch.set_num_threads(1)
-
 
 def relu(x: float) -> float:
     return max(0.0, x)

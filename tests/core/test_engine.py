@@ -30,7 +30,6 @@ from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.core.tiers import Tier
 
-torch.set_num_threads(1)
 
 LAYERS = 6
 PROMPT = [5, 17, 33, 2, 9]

@@ -29,7 +29,6 @@ from viasd_adapt.routing.view import block_output_arities
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 LAYERS = 6
 GREEDY = SamplingConfig()

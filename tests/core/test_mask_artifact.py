@@ -17,7 +17,6 @@ from viasd_adapt.routing.mask import FingerprintWarning, legacy_weights_sha256, 
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.routing.mask import load_mask
 
-torch.set_num_threads(1)
 
 LAYERS = 4
 MASK = RoutingMask.from_skipped(LAYERS, [1, 2])

@@ -24,7 +24,6 @@ from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import Tier
 from viasd_adapt.routing.mask import load_mask
 
-torch.set_num_threads(1)
 
 PROMPT = "import os\n\n\ndef read_config(path):\n    with open(path) as handle:\n        "
 

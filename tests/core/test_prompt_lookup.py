@@ -23,7 +23,6 @@ from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.core.sampling import SamplingConfig, probs_from_logits
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 PROMPTS = [[1, 2, 3, 1, 2, 3, 1, 2], [5, 6, 7, 8, 5, 6, 9, 5, 6], [4, 4, 4, 4], [7]]
 
 

@@ -19,7 +19,6 @@ from viasd_adapt.routing.runner import CachedRunner, cache_kwarg_name, cache_len
 from viasd_adapt.routing.mask import load_mask
 from viasd_adapt.routing.mask import random_mask
 
-torch.set_num_threads(1)
 
 LAYERS = 6
 SEQ = 24  # longer than Gemma2's tiny sliding window (16)

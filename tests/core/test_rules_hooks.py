@@ -31,7 +31,6 @@ from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.core.tiers import Tier, escalate, route_block
 
-torch.set_num_threads(1)
 
 SETTINGS = TierSettings(gamma=3, adaptive=False)  # the tier on every cycle: these tests watch its rules
 RULE_HOOKS = ("viasd_gate1_accept_prob", "viasd_slim_confidence", "viasd_slim_resolves", "viasd_escalation_accept_prob",

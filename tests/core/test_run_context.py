@@ -32,7 +32,6 @@ from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.pair import LoadedPair, MaskInfo
 from viasd_adapt.routing.mask import model_fingerprint
 
-torch.set_num_threads(1)
 PROMPT = [5, 17, 2, 40, 9]
 
 

@@ -29,7 +29,6 @@ from viasd_adapt.core.tiers import (
     verify_block,
 )
 
-torch.set_num_threads(1)
 
 SIGNIFICANCE = ALPHA
 LOSSY = TierSettings(alpha1=0.5, alpha2=0.3, gamma=2, mode="lossy")

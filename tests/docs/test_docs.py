@@ -32,16 +32,6 @@ from tests.docs.doc_checks import (
 )
 from tests.support import REPO_ROOT
 
-#: README.md is still the long page it was: its checks run as strict expected failures until it is
-#: rewritten. Set this to True then, and every check below runs on it like on docs/ (the one line).
-README_CHECKED = True
-
-#: Files that cite a document the repository does not hold, with what they cite. Each runs as a
-#: strict expected failure: once a file is fixed its test fails, and its entry here must go.
-PENDING_CITATIONS: dict[str, str] = {}
-
-#: Pages of docs/ that do not pass the work-log check yet, and why (strict expected failures too).
-PENDING_WORK_LOG: dict[str, str] = {}
 
 #: Not read by the citation check: recorded outputs of earlier runs, which quote what the product
 #: printed then (a cost file's source field), and this folder, whose texts are the checks' controls.
@@ -72,28 +62,16 @@ def repo() -> Repository:
     return Repository.of(REPO_ROOT)
 
 
-def _readme_param() -> object:
-    reason = "README.md is not rewritten yet: set README_CHECKED = True in tests/docs/test_docs.py once it passes"
-    marks = () if README_CHECKED else (pytest.mark.xfail(strict=True, reason=reason),)
-    return pytest.param(README, marks=marks, id=README)
-
-
-def _pages(pending: dict[str, str] | None = None) -> list[object]:
-    """README.md (see :data:`README_CHECKED`) and every page of docs/, the pending ones marked."""
-    params = [_readme_param()]
-    for page in markdown_pages(Repository.of(REPO_ROOT)):
-        reason = (pending or {}).get(page)
-        marks = (pytest.mark.xfail(strict=True, reason=f"{page} {reason}: drop it from the pending list once it "
-                                                         "passes"),) if reason else ()
-        params.append(pytest.param(page, marks=marks, id=page))
-    return params
+def _pages() -> list[str]:
+    """README.md and every page of docs/."""
+    return [README, *markdown_pages(Repository.of(REPO_ROOT))]
 
 
 def _text_files(repo: Repository) -> list[str]:
     """The repository's text files the citation check reads."""
     found = []
     for name in sorted(repo.files):
-        if name.startswith(NOT_CITING) or name in PENDING_CITATIONS or name == README:
+        if name.startswith(NOT_CITING) or name == README:
             continue
         path = repo.root / name
         if not path.is_file() or path.stat().st_size > 2_000_000:
@@ -135,16 +113,8 @@ def test_no_file_cites_a_document_the_repository_lacks(repo):
     assert problems == [], "\n".join(problems)
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, id=name, marks=pytest.mark.xfail(
-    strict=True, reason=f"cites {cited}: drop it from PENDING_CITATIONS once it does not"))
-    for name, cited in sorted(PENDING_CITATIONS.items())])
-def test_pending_file_cites_no_missing_document(repo, name):
-    assert missing_citations(repo, name, repo.text(name)) == []
-
-
-@pytest.mark.parametrize("page", [_readme_param()])
-def test_readme_cites_no_missing_document(repo, page):
-    problems = missing_citations(repo, page, repo.text(page))
+def test_readme_cites_no_missing_document(repo):
+    problems = missing_citations(repo, README, repo.text(README))
     assert problems == [], "\n".join(problems)
 
 
@@ -190,7 +160,7 @@ def test_work_log_check_flags_rounds_lent_machines_sessions_and_issue_numbers():
     assert work_log_phrases("docs/x.md", fine) == []
 
 
-@pytest.mark.parametrize("page", _pages(PENDING_WORK_LOG))
+@pytest.mark.parametrize("page", _pages())
 def test_page_speaks_of_the_product_not_of_the_work(repo, page):
     problems = work_log_phrases(page, repo.text(page))
     assert problems == [], "\n".join(problems)

@@ -14,7 +14,6 @@ from viasd_adapt.cache_check import CacheEntryWarning
 from viasd_adapt.models.distill_data import cached_target_answers, shard_digest
 from viasd_adapt.models.tiny import tiny_model
 
-torch.set_num_threads(1)
 
 PROMPTS = ["def f(x):", "class A:", "import os"]
 

@@ -21,8 +21,6 @@ from viasd_adapt.search.candidates import BudgetSpace, FixedCountSpace, check_ca
 from viasd_adapt.search.config import SearchConfig
 from viasd_adapt.search.dimr import BO, RANDOM, dimr_search, random_masks
 
-torch.set_num_threads(1)
-
 
 def dimr(**changes) -> SearchConfig:
     """A DIMR search's config (the strategy's schedule: steps, bo_every, patience, seed)."""

@@ -20,8 +20,6 @@ from viasd_adapt.search.objective import MaskObjective, escalation_rate
 from viasd_adapt.core.rules import BUILTIN_RULES
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
-
 
 def dimr(**changes) -> SearchConfig:
     """A DIMR search's config (the strategy's schedule: steps, bo_every, patience, seed)."""

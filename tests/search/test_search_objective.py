@@ -21,7 +21,6 @@ from viasd_adapt.prompts.splits import search_prompt_file
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.routing.mask import load_mask
 
-torch.set_num_threads(1)
 
 VOCAB = 96
 

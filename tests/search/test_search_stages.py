@@ -24,8 +24,6 @@ from viasd_adapt.search.prompt_ids import PromptIds
 from viasd_adapt.search.report import ReportInput, describe, report_search
 from viasd_adapt.search.run import run_search
 
-torch.set_num_threads(1)
-
 
 @pytest.fixture(scope="module")
 def pair():

@@ -23,8 +23,6 @@ from viasd_adapt.model_kind import (
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.models.tiny_seq2seq import tiny_seq2seq_model
 
-torch.set_num_threads(1)
-
 
 @pytest.fixture(scope="module")
 def causal():

@@ -22,8 +22,6 @@ from viasd_adapt.search.seq2seq_windows import (
     greedy_decode,
 )
 
-torch.set_num_threads(1)
-
 
 def test_encode_pairs_keeps_targets_only_when_every_pair_has_one():
     from tokenizers import Tokenizer

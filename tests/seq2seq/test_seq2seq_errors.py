@@ -23,8 +23,6 @@ from viasd_adapt.frameworks.seq2seq import load_input_features
 from viasd_adapt.engine.seq2seq import seq2seq_generate
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
-
 
 @pytest.fixture(scope="module")
 def t5():

@@ -13,8 +13,6 @@ from tests.support.seq2seq import VOCAB, seq2seq_pair, source_for, unit_gain_ini
 from viasd_adapt.adapters import hf
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
-
 
 def test_lossless_with_a_decoder_only_whisper_drafter_reading_the_target_encoder():
     """distil-Whisper's set-up: a WhisperForCausalLM assistant reads the target's encoder output."""

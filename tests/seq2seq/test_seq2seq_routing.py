@@ -21,7 +21,6 @@ from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.routing.view import T5PassThroughBlock, build_layer_view
 from viasd_adapt.routing.seq2seq import Seq2SeqTargetRunners
 
-torch.set_num_threads(1)
 
 DECODER = torch.tensor([[94, 10, 12, 30, 3, 8, 41, 7]])
 

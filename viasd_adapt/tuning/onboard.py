@@ -181,9 +181,10 @@ def plan(request: AddRequest, step: float, window: float, num_layers: int, ratio
     Priced in measured seconds: a calibration prompt costs its greedy tokens in decode steps, a mask
     evaluation one slim forward over every calibration window, a tuning point its prompts' tokens
     in decode steps times :data:`TUNE_POINT_FACTOR` (measured) plus, with a drafter model, a whole
-    block of drafter steps (``draft_step``) per token: what drafting costs when the target keeps
-    one token per block, the most it can cost, since a drafter nobody has measured on this target
-    may be that poor."""
+    block of drafter forwards (``draft_step`` each) per token: what drafting costs when the target
+    keeps one token a block, as a drafter nobody has measured on this target may do. A floor, not
+    a bound: HF assisted generation's drafted token costs more than a bare forward (its own
+    generate loop), and the tune stage of a poor drafter pair ran 1.46x this price."""
     from viasd_adapt.search.config import DEFAULT_NEW_TOKENS, default_steps
     from viasd_adapt.tuning.tune import TuneGrid
 

@@ -32,8 +32,6 @@ from viasd_adapt.config.mask import MaskArtifact, RoutingMask  # noqa: E402
 from viasd_adapt.routing.mask import model_fingerprint
 from viasd_adapt.core.settings import TierSettings  # noqa: E402
 
-torch.set_num_threads(1)
-
 
 # --------------------------------------------------------------------------- compat layer
 

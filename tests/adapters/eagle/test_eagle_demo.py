@@ -24,8 +24,6 @@ from viasd_adapt.models.corpus import heldout_prompts  # noqa: E402
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask  # noqa: E402
 from viasd_adapt.core.settings import TierSettings  # noqa: E402
 
-torch.set_num_threads(1)
-
 
 def _demo_pair():
     from viasd_adapt.models.registry import demo_pair_paths, read_pair

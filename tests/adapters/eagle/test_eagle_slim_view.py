@@ -19,7 +19,6 @@ from viasd_adapt.adapters.eagle.target import FullTreeVerifier  # noqa: E402
 from viasd_adapt.config.mask import RoutingMask  # noqa: E402
 from viasd_adapt.core.settings import TierSettings  # noqa: E402
 
-torch.set_num_threads(1)
 
 # A four-node tree: root; a and b its children; c a child of a. The path root -> a -> c.
 TREE_MASK = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.float32)[None, None]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-import torch
 
 pytest.importorskip("eagle.model.ea_model")
 
@@ -16,7 +15,6 @@ from viasd_adapt.adapters import eagle  # noqa: E402
 from viasd_adapt.errors import ViasdError  # noqa: E402
 from viasd_adapt.core.settings import TierSettings  # noqa: E402
 
-torch.set_num_threads(1)
 LOSSY = TierSettings(mode="lossy", alpha1=0.95, alpha2=0.9, adaptive=False)  # tolerant enough to change greedy output
 
 

@@ -18,7 +18,6 @@ from viasd_adapt.adapters.eagle.tree import (  # noqa: E402
 
 from eagle.model.choices import mc_sim_7b_63  # noqa: E402
 
-torch.set_num_threads(1)
 BUFFERS = utils.generate_tree_buffers(mc_sim_7b_63, device="cpu")
 RETRIEVE = BUFFERS["retrieve_indices"]
 TREE_INDICES = BUFFERS["tree_indices"]

@@ -15,7 +15,6 @@ would pick. On the shipped pair the built-in rules win by a wide margin.)
 from __future__ import annotations
 
 import pytest
-import torch
 
 from tests.support.expected_warnings import negative_delta_warning
 from tests.support.pairs import load_shipped_demo_pair
@@ -24,7 +23,6 @@ from viasd_adapt.config.mask import MaskArtifact
 from viasd_adapt.routing.view import block_output_arities
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 GAMMA, N_PROMPTS, N_NEW, PROMPT_TOKENS = 5, 4, 32, 64
 

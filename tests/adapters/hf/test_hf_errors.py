@@ -19,7 +19,6 @@ from viasd_adapt.adapters import hf
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 PROMPT = torch.tensor([[5, 17, 2, 40]])
 

@@ -15,7 +15,6 @@ from tests.support.pairs import truncated_pair
 from viasd_adapt.adapters import hf
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 GAMMA = 5
 PROMPTS = [[4, 9, 2, 33], [17, 5], [60, 61, 62, 63, 1, 8], [12]]

@@ -18,7 +18,6 @@ from viasd_adapt.routing.shared import SharedPrefixRunners
 from viasd_adapt.routing.runner import CachedRunner
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 PROMPT = torch.tensor([[5, 17, 2, 40, 9]])
 LOSSLESS = TierSettings(mode="lossless")

@@ -24,7 +24,6 @@ from viasd_adapt.models.pair import LoadedPair, MaskInfo
 from viasd_adapt.frameworks.requests import RunRequest
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 EOS = 3
 PROMPT = torch.tensor([[5, 17, 2, EOS]])  # ends in the EOS id

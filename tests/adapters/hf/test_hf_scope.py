@@ -19,7 +19,6 @@ from tests.support.pairs import truncated_pair
 from viasd_adapt.adapters import hf
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 PROMPT = torch.tensor([[5, 17, 2, 40, 9]])
 

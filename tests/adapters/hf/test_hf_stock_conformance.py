@@ -33,7 +33,6 @@ from viasd_adapt.adapters import hf
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 NONE = TierSettings(mode="none")
 LOSSLESS = TierSettings(mode="lossless")

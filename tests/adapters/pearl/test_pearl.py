@@ -27,7 +27,6 @@ from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.core.tiers import Tier
 
-torch.set_num_threads(1)
 
 PROMPTS = ([1, 2, 3, 4, 5], [7, 8, 9], [10, 20, 30, 40, 50, 60])
 #: How long a test waits for a call that may deadlock before calling it one (seconds).

@@ -9,7 +9,6 @@ lossless stays token-identical to the target's greedy decoding; audit fills its 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from tests.support.expected_warnings import negative_delta_warning
 from tests.support.pairs import greedy_reference, load_shipped_demo_pair
@@ -18,7 +17,6 @@ from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 
-torch.set_num_threads(1)
 
 GAMMA, N_PROMPTS, N_NEW, PROMPT_TOKENS = 4, 3, 32, 48
 
