@@ -206,7 +206,7 @@ def test_a_budget_is_turned_into_sizes_that_fit_it():
 
 
 def test_a_drafter_model_is_priced_into_every_tuning_point():
-    """Drafting costs a block of drafter steps per token at most: the same budget buys fewer tuning
+    """Drafting is priced at a block of drafter steps per token: the same budget buys fewer tuning
     prompts with a drafter model than with prompt lookup, and the estimate says the drafter's step."""
     request = onboard.AddRequest(name="x", target="t", draft="d", minutes=30.0)
     sizes = dict(step=0.2, window=1.9, num_layers=24, ratio=0.45, file_prompts=None)

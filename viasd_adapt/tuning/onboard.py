@@ -152,19 +152,18 @@ def measure_step(target, window_tokens: int) -> tuple[float, float]:
     ids = torch.ones((1, window_tokens), dtype=torch.long, device=device)
     with torch.no_grad():
         window = _median_seconds(lambda: target(ids, use_cache=False), repeats=2)
-        # a one-token forward: a decode step without its history (attention over a short history is a small part)
-        step = _median_seconds(lambda: target(ids[:, -1:], use_cache=False), repeats=3)
-    return step, window
+    return measure_one_token_step(target), window
 
 
-def measure_draft_step(draft) -> float:
-    """One one-token forward of a drafter model, in seconds: a tuning point drafts with it."""
+def measure_one_token_step(model) -> float:
+    """One one-token forward of ``model`` (the target, or a drafter model a tuning point drafts
+    with), in seconds: a decode step without its history (attention over a short history is a small
+    part of one)."""
     import torch
 
-    device = next(draft.parameters()).device
-    ids = torch.ones((1, 1), dtype=torch.long, device=device)
+    ids = torch.ones((1, 1), dtype=torch.long, device=next(model.parameters()).device)
     with torch.no_grad():
-        return _median_seconds(lambda: draft(ids, use_cache=False), repeats=3)
+        return _median_seconds(lambda: model(ids, use_cache=False), repeats=3)
 
 
 def tune_points(grid, adaptive: bool) -> int:
@@ -208,7 +207,7 @@ def plan(request: AddRequest, step: float, window: float, num_layers: int, ratio
     tune_budget = budget * TUNE_SHARE
     grids = [TuneGrid(), TuneGrid(alpha1=(0.0, 0.5), alpha2=(0.0, 0.3), lenience=(0.4, 0.8), greedy_gates=("proposer",)),
              TuneGrid(alpha1=(0.5,), alpha2=(0.3,), lenience=(0.6,), greedy_gates=("proposer",))]
-    per_tune_prompt = TUNE_NEW_TOKENS * (step * TUNE_POINT_FACTOR + draft_step * TuneGrid().gamma)  # one setting, one prompt
+    per_tune_prompt = TUNE_NEW_TOKENS * (step * TUNE_POINT_FACTOR + draft_step * grids[0].gamma)  # one setting, one prompt
     for grid in grids:
         prompts = int(tune_budget / (tune_points(grid, True) + 1) / per_tune_prompt)
         if prompts >= MIN_TUNE_PROMPTS:
@@ -299,7 +298,7 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
 
     began = time.perf_counter()
     step, window = measure_step(pair.target, DEFAULTS.calibration.max_prompt_tokens + DEFAULTS.calibration.new_tokens)
-    draft_step = 0.0 if pair.draft is None else measure_draft_step(pair.draft)
+    draft_step = 0.0 if pair.draft is None else measure_one_token_step(pair.draft)
     estimate, search, grid = plan(request, step, window, num_layers, DEFAULTS.ratio, file_prompts, draft_step)
     drafting = f", a drafter step {draft_step * 1000:.0f} ms" if draft_step else ""
     say(f"estimate: about {estimate.expected_minutes:.1f} min within the {request.minutes:g} min budget "
@@ -426,5 +425,5 @@ def publish(work: Path, folder: Path) -> None:
     os.rename(work, folder)
 
 
-__all__ = ["AddRequest", "DEFAULT_MINUTES", "MASK_FILENAME", "add_pair", "check_request", "measure_draft_step", "measure_step", "open_work_folder",
+__all__ = ["AddRequest", "DEFAULT_MINUTES", "MASK_FILENAME", "add_pair", "check_request", "measure_one_token_step", "measure_step", "open_work_folder",
            "plan", "publish", "tune_points"]
