@@ -318,7 +318,7 @@ def small_bench(pair, config, spec, prompts, budget: DemoBudget, threads: int, e
     finally:
         probes.stop()
         ticker.close()
-    judgement = verdict(result.rows, budget=config.budget)
+    judgement = verdict(result.rows, budget=config.budget, prices=result.prices)
     echo(format_table(result.rows, DEMO_COLUMNS))
     echo("feq/tok = full-equivalent passes per token (each pass priced by its forward time measured in this run); "
          "x_ar = tokens/s over AR")
@@ -360,6 +360,7 @@ def preview_line(verdict: list[str], prompts: int) -> str:
     from viasd_adapt.bench.uncertainty import prompts_words
 
     undetermined = [line.split(":", 1)[0] for line in verdict if "undetermined at" in line.lower()]
+    # (the exact-first rule writes the simpler row there, and the line says which comparison is within noise)
     state = f"undetermined for {', '.join(undetermined)}" if undetermined else "determined for every framework"
     return (f"preview on {prompts_words(prompts)}: {state}. For a verdict that holds, run "
             "`viasd bench --prompts spec-bench` (more prompts, the same rows).")

@@ -38,8 +38,8 @@ from typing import Callable, Sequence
 import torch
 
 from viasd_adapt.frameworks import registry as frameworks
-from viasd_adapt.bench.costs import (ForwardCosts, PassCounts, analytic_bound, full_equivalent, measure_forward_costs,
-                                    probe_context)
+from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent, measure_prices, probe_context
+from viasd_adapt.bench.prices import PriceList
 from viasd_adapt.bench.fidelity import next_line_match, positional_agreement, score_output
 from viasd_adapt.bench.measure import RunMeter, memory_source
 from viasd_adapt.bench.prompt_sets import UNGROUPED, BenchPrompt, text_prompts
@@ -55,6 +55,8 @@ from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import ADAPTIVE_MODES, ADAPTIVE_SUFFIX, FIXED_SUFFIX, TierSettings, label_settings
 
 AR = "ar"
+#: The price list's name for the bench's one mask.
+MASK_PRICE_KEY = "mask"
 TIER_MODES = frameworks.TIER_MODES
 #: every row a plan may name: the tier modes (lossless and lossy adaptive, as a default run), and
 #: lossless and lossy with the tier on every cycle (``-fixed``)
@@ -205,6 +207,7 @@ class BenchResult:
     task_prompts: int = 0
     groups: dict[str, list[dict]] = field(default_factory=dict)  # group -> rows summarised on its prompts only
     group_sizes: dict[str, int] = field(default_factory=dict)  # group -> number of prompts
+    prices: PriceList | None = None  # the run's one price list; ``costs`` are its medians
 
 
 def plan_rows(pair: LoadedPair, plan: RunPlan) -> tuple[list[PlannedRow], dict[str, str], dict[str, str]]:
@@ -286,10 +289,11 @@ def run_bench(
 
     say(f"greedy reference: {len(prompt_ids)} prompt(s) x {n} tokens")
     references = [generate(rows[0], ids, n, plan.seed, SamplingConfig()).tokens for ids in prompt_ids]
-    say("timing single forwards of drafter, slim verifier, resumed and full target")
-    slim = SlimVerifier(pair.target, pair.routing) if pair.routing is not None else None
+    say("timing single forwards of drafter, slim verifier, resumed and full target, interleaved: the run's one price list")
+    slims = {MASK_PRICE_KEY: SlimVerifier(pair.target, pair.routing)} if pair.routing is not None else {}
     cost_context, source = probe_context(pair.target, prompt_ids[0], references[0][: n // 2])
-    costs = measure_forward_costs(pair.target, pair.draft, slim, cost_context, settings.gamma, plan.cost_repeats, source)
+    prices = measure_prices(pair.target, pair.draft, slims, cost_context, settings.gamma, plan.cost_repeats, source)
+    costs = prices.costs(MASK_PRICE_KEY if slims else None)  # every row is priced from these medians
 
     stats: dict[tuple[str, str], list[RepeatStats]] = {row.key: [] for row in rows}
     # per row, per prompt, all repeats pooled: what the verdict's bootstrap over prompts resamples
@@ -320,7 +324,7 @@ def run_bench(
     per_group = {group: _summarise(rows, group_stats[group], costs, {}) for group in groups}
     return BenchResult(summary, costs, skipped, memory_source(pair.device), descriptions,
                        time.perf_counter() - started, [len(ids) for ids in prompt_ids], len(task), per_group,
-                       {group: sum(p.group == group for p in prompts) for group in groups})
+                       {group: sum(p.group == group for p in prompts) for group in groups}, prices)
 
 
 def _run_timed(pair: LoadedPair, meter: RunMeter, run, ids: list[int], accumulators: list[RepeatStats],

@@ -396,7 +396,7 @@ def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = prin
         echo(line)
     result = run_bench(pair, spec.settings, config.sampling, prompts, config.plan, task_examples(config.task_examples),
                        progress=lambda m: echo(f"  .. {m}"), chat=config.chat)
-    judgement = verdict(result.rows, budget=config.budget)
+    judgement = verdict(result.rows, budget=config.budget, prices=result.prices)
     for line in result_lines(result, judgement):
         echo(line)
     projection = None
