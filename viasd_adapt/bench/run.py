@@ -39,7 +39,7 @@ import torch
 
 from viasd_adapt.frameworks import registry as frameworks
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent, measure_prices, probe_context
-from viasd_adapt.bench.prices import PriceList
+from viasd_adapt.bench.prices import PASS_KINDS, PriceList
 from viasd_adapt.bench.fidelity import next_line_match, positional_agreement, score_output
 from viasd_adapt.bench.measure import RunMeter, memory_source
 from viasd_adapt.bench.prompt_sets import UNGROUPED, BenchPrompt, text_prompts
@@ -476,6 +476,9 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
             "tokens": [r.tokens for r in runs],
             "seconds": [r.seconds for r in runs],
             "per_prompt_tokens_per_s": [r.per_prompt_tps for r in runs],
+            # each repeat priced from the run's one price list: the same passes, the same cost
+            "full_equivalent_per_token": [full_equivalent(costs, p) for p in passes] if has_passes else None,
+            "passes_per_token": [[getattr(p, kind) for kind in PASS_KINDS] for p in passes] if has_passes else None,
         }
         if by_prompt is not None:
             record["per_prompt"] = prompt_sums(row, by_prompt[row.key], costs, keys)

@@ -167,10 +167,12 @@ def judged(points: list[Point], budget: Budget, costs: dict[str, dict], masks: d
     drafting = ladder(points, budget, costs, prices, with_target_alone=False)
     decision = ladder(points, budget, costs, prices, with_target_alone=True)
     names = point_names(points)
-    if drafting is None:  # nothing within the budget: the cheapest exact point (exact points always are)
-        chosen = choose(points, budget)
-    else:
+    if decision is not None and decision.chosen in names:  # a drafting setting climbed over the target alone
+        chosen = points[names.index(decision.chosen)]
+    elif drafting is not None:  # the target alone is written; these settings serve a run that drafts anyway
         chosen = points[names.index(drafting.chosen)]
+    else:  # nothing within the budget: the cheapest exact point (exact points always are)
+        chosen = choose(points, budget)
     cheapest = points[names.index(drafting.cheapest)] if drafting is not None and drafting.cheapest in names else chosen
     return TuneResult(points, chosen, budget, costs, masks, seconds, cheapest if cheapest is not chosen else None,
                       prices.to_dict() if prices is not None else None, decision, drafting)

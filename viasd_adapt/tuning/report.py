@@ -53,7 +53,8 @@ def _verdict_line(result: TuneResult) -> str:
     (:mod:`viasd_adapt.bench.exact_first`), so the words cannot contradict the figures they quote."""
     chosen = result.chosen
     label = f"{family_label(chosen.family)} ({settings_label(chosen.settings)})"
-    why = result.drafting.reason() if result.drafting is not None else "nothing else is within the budget"
+    decision = result.decision if result.decision is not None and not target_alone_cheapest(result) else result.drafting
+    why = decision.reason() if decision is not None else "nothing else is within the budget"
     if chosen.family.endswith(ADAPTIVE_SUFFIX):
         head = "the adaptive tier pays on this pair"
     elif chosen.family == "viasd":
