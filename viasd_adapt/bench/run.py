@@ -75,7 +75,7 @@ ROW_FIELDS = (
     "speedup_vs_untiered", "target_ll", "ll_drop", "regret", "greedy_agreement", "identical_outputs", "target_argmax_agreement",
     "overrule_rate",
     "overrule_tier1", "overrule_tier2", "overrule_tier3", "tv_distance", "next_line_match", "peak_mem_mb",
-    "analytic_bound", "fraction_of_bound",
+    "analytic_bound", "fraction_of_bound", "cost_note",
 )
 
 
@@ -320,8 +320,9 @@ def run_bench(
                 for key, value in values.items():
                     group_stats[group][key].append(value)
     task_scores = _task_scores(pair, rows, task, plan, generate, say) if task else {}
-    summary = _summarise(rows, stats, costs, task_scores, by_prompt, [prompt_key(ids) for ids in prompt_ids])
-    per_group = {group: _summarise(rows, group_stats[group], costs, {}) for group in groups}
+    drafter_model = pair.draft is not None and pair.lookup is None  # a stock row drafts with this model
+    summary = _summarise(rows, stats, costs, task_scores, by_prompt, [prompt_key(ids) for ids in prompt_ids], drafter_model)
+    per_group = {group: _summarise(rows, group_stats[group], costs, {}, drafter_model=drafter_model) for group in groups}
     return BenchResult(summary, costs, skipped, memory_source(pair.device), descriptions,
                        time.perf_counter() - started, [len(ids) for ids in prompt_ids], len(task), per_group,
                        {group: sum(p.group == group for p in prompts) for group in groups}, prices)
@@ -410,9 +411,20 @@ def prompt_sums(row: PlannedRow, per_prompt: list[RepeatStats], costs: ForwardCo
     } | ({"keys": list(keys)} if keys is not None else {})
 
 
+def uncounted_reason(row: PlannedRow, runs: list[RepeatStats], drafter_model: bool) -> str | None:
+    """Why a row's passes cannot all be counted (None: they can). A stock row that drafts with a
+    model keeps no metrics of its own; if the meter saw none of its drafter's forwards, pricing its
+    target passes alone would make it look cheaper than it ran, so it gets no cost at all."""
+    if not (row.stock and drafter_model) or any(r.metrics is not None for r in runs):
+        return None
+    if any(r.meter_draft for r in runs) or not any(r.tokens for r in runs):
+        return None
+    return "its drafter's forwards were not seen by the bench's meter: no full-equivalent cost is stated"
+
+
 def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: dict,
                by_prompt: dict[tuple[str, str], list[RepeatStats]] | None = None,
-               keys: Sequence[str] | None = None) -> list[dict]:
+               keys: Sequence[str] | None = None, drafter_model: bool = False) -> list[dict]:
     ar_runs = stats[(AR, AR_ROW_MODE)]
     ar_ll = _median([r.log_likelihood / r.tokens if r.tokens else None for r in ar_runs])
     out = []
@@ -430,6 +442,8 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
         per_tier = [r.metrics.overrule_rate_by_tier if r.metrics is not None and r.metrics.audited else None for r in runs]
         ll = med(lambda r: r.log_likelihood / r.tokens if r.tokens else None)
         has_passes = row.bound_kind == "ar" or any(r.metrics is not None for r in runs) or any(r.meter_full for r in runs)
+        note = uncounted_reason(row, runs, drafter_model)
+        has_passes = has_passes and note is None
         record = {
             "framework": row.framework,
             "mode": row.mode,
@@ -469,6 +483,7 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
         else:
             bound = _median([analytic_bound(costs, p, row.bound_kind == "overlapped") for p in passes])
         record["analytic_bound"] = bound
+        record["cost_note"] = note
         speedup = record["speedup_vs_ar"]
         record["fraction_of_bound"] = speedup / bound if bound and speedup is not None else None
         record["repeats"] = {
@@ -481,10 +496,10 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
             "passes_per_token": [[getattr(p, kind) for kind in PASS_KINDS] for p in passes] if has_passes else None,
         }
         if by_prompt is not None:
-            record["per_prompt"] = prompt_sums(row, by_prompt[row.key], costs, keys)
+            record["per_prompt"] = prompt_sums(row, by_prompt[row.key], costs, keys) if note is None else None
         out.append(record)
     return out
 
 
 __all__ = ["AR", "DEFAULT_MODES", "ROW_FIELDS", "ROW_MODES", "BenchResult", "RunPlan", "PlannedRow", "paired_speedup",
-           "plan_rows", "prompt_sums", "run_bench"]
+           "plan_rows", "prompt_sums", "run_bench", "uncounted_reason"]

@@ -288,6 +288,7 @@ def result_lines(result: BenchResult, judgement: list[str]) -> list[str]:
     if result.groups:
         lines += ["\nper Spec-Bench task (tau = committed tokens per target forward; x_ar = tokens/s over AR, same run):",
                   format_group_tables(result)]
+    lines += [f"{r['framework']}/{r['mode']}: no feq/tok: {r['cost_note']}" for r in result.rows if r.get("cost_note")]
     lines += ["", format_costs(result), f"peak memory: {result.memory_source}"]
     if judgement:
         lines += ["verdict:", *(f"  {line}" for line in judgement)]
