@@ -51,3 +51,4 @@ def test_a_stock_row_whose_drafter_forwards_were_not_seen_states_no_cost():
     assert uncounted_reason(row, [RepeatStats(tokens=8, meter_full=5, meter_draft=12)], drafter_model=True) is None
     assert uncounted_reason(row, [unseen], drafter_model=False) is None  # prompt lookup: no drafter model to count
     assert uncounted_reason(PlannedRow("hf", "none"), [unseen], drafter_model=True) is None  # not a stock row
+    assert uncounted_reason(PlannedRow("lookup", "plain"), [unseen], drafter_model=True) is None  # drafts no model
