@@ -384,7 +384,9 @@ def test_bad_inputs_give_clear_errors(tmp_path, pair):
     # the fixed twins: beside the default (adaptive) rows, named once, none with --no-adaptive
     assert RunPlan(modes=("lossy", "lossless")).row_modes == ["lossy", "lossy-fixed", "lossless", "lossless-fixed"]
     assert RunPlan(modes=("lossy", "lossy-fixed")).row_modes == ["lossy", "lossy-fixed"]
-    assert RunPlan(modes=("lossy", "lossless"), adaptive=False).row_modes == ["lossy", "lossless"]
+    assert RunPlan(modes=("lossy", "lossless"), fixed_twins=False).row_modes == ["lossy", "lossless"]
+    # one meaning of "not adaptive" in every command: the tier on every cycle
+    assert RunPlan(modes=("lossy", "lossless"), adaptive=False).row_modes == ["lossy-fixed", "lossless-fixed"]
     other = tiny_model("llama", 5, num_layers=LAYERS, vocab_size=CHAR_VOCAB)
     MaskArtifact(char_mask(), 0.33, fingerprint=model_fingerprint(other)).save(tmp_path / "other.json")
     with pytest.raises(ModelMismatchError):

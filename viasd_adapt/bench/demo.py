@@ -297,7 +297,7 @@ def small_bench(pair, config, spec, prompts, budget: DemoBudget, threads: int, e
     # the stock rows of hf (and eagle) are left out: stock prompt lookup is the stock row that matters
     # here; so are the fixed-tier twins (viasd bench runs them): the demo keeps to a few minutes, and
     # its lossless and lossy rows show what a default (adaptive) run costs
-    plan = replace(config.plan, plain_rows=False, adaptive=False, stop_at_eos=uses_chat(pair.tokenizer, config.chat))
+    plan = replace(config.plan, plain_rows=False, fixed_twins=False, stop_at_eos=uses_chat(pair.tokenizer, config.chat))
     rows, _, _ = plan_rows(pair, plan)
     total = len(prompts) + len(rows) * (1 + len(prompts) * budget.repeats)
     echo("")

@@ -5,8 +5,9 @@ exists), ``none`` (the tier installed but off: untiered lossless SD), ``lenient`
 lossy baseline) and each VIA-SD mode. One process, the same prompts, pair and seeds for every row.
 The VIA-SD rows ``lossless`` and ``lossy`` run what a default run of that mode runs: the adaptive
 tier (:mod:`viasd_adapt.core.adaptive`); beside each, ``lossless-fixed`` and ``lossy-fixed`` run the
-same mode with the tier on every cycle (``adaptive=False``), unless ``RunPlan.adaptive`` is off
-(``viasd bench --no-adaptive``). Reports written before (version 2) named the fixed rows
+same mode with the tier on every cycle (``adaptive=False``), unless ``RunPlan.fixed_twins`` is off
+(``viasd bench --no-fixed-twins``). ``RunPlan.adaptive`` off (``viasd bench --no-adaptive``, the flag's
+meaning in every command) runs only the fixed rows. Reports written before (version 2) named the fixed rows
 ``lossless``/``lossy`` and the adaptive ones ``-adaptive``; they read under today's names.
 
 Schedule: for each repeat, for each prompt, every row runs once, in an order rotated by
@@ -95,7 +96,10 @@ class RunPlan:
     task_tokens: int = 24  # tokens generated per next-line example
     stop_at_eos: bool = False
     plain_rows: bool = True  # the frameworks' stock (viasd-adapt-free) rows; ``viasd demo`` leaves them out
-    adaptive: bool = True  # each lossless and lossy row gets its fixed-tier twin (module docstring)
+    # lossless and lossy run the adaptive tier (False: the tier on every cycle, their -fixed rows
+    # only: one meaning of "not adaptive" in every command)
+    adaptive: bool = True
+    fixed_twins: bool = True  # each adaptive lossless and lossy row gets its fixed-tier twin (module docstring)
 
     def __post_init__(self) -> None:
         check_max_new_tokens(self.max_new_tokens)
@@ -115,11 +119,17 @@ class RunPlan:
     @property
     def row_modes(self) -> list[str]:
         """The tier rows of each framework, in order: ``modes``, each lossless and lossy row (the
-        adaptive tier, as a default run) followed by its fixed-tier twin when ``adaptive`` is on."""
+        adaptive tier, as a default run) followed by its fixed-tier twin when ``fixed_twins`` is on;
+        with ``adaptive`` off, each lossless and lossy row is its fixed twin instead."""
         rows: list[str] = []
         for mode in self.modes:
             twin = mode + FIXED_SUFFIX
-            rows += [mode] + ([twin] if self.adaptive and twin in ROW_MODES and twin not in self.modes else [])
+            if twin not in ROW_MODES:
+                rows.append(mode)
+            elif not self.adaptive:
+                rows.append(twin)
+            else:
+                rows += [mode] + ([twin] if self.fixed_twins and twin not in self.modes else [])
         return list(dict.fromkeys(rows))
 
 

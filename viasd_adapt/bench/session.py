@@ -109,7 +109,8 @@ class BenchConfig:
     # --- what runs
     frameworks: tuple[str, ...] = DEFAULT_FRAMEWORKS
     modes: tuple[str, ...] = DEFAULT_MODES
-    adaptive: bool = True  # each lossless and lossy row gets its fixed-tier twin (viasd_adapt.bench.run)
+    adaptive: bool = True  # lossless and lossy run the adaptive tier (False: the tier on every cycle, as generate)
+    fixed_twins: bool = True  # each adaptive lossless and lossy row gets its fixed-tier twin (viasd_adapt.bench.run)
     max_new_tokens: int = 64
     repeats: int = 3
     seed: int = 0
@@ -143,7 +144,8 @@ class BenchConfig:
             raise ConfigError("--per-category is for --prompts spec-bench[:TASK,...]")
         object.__setattr__(self, "plan", RunPlan(
             frameworks=self.frameworks, modes=self.modes, max_new_tokens=self.max_new_tokens, repeats=self.repeats,
-            seed=self.seed, cost_repeats=self.cost_repeats, stop_at_eos=self.spec_bench, adaptive=self.adaptive))
+            seed=self.seed, cost_repeats=self.cost_repeats, stop_at_eos=self.spec_bench, adaptive=self.adaptive,
+            fixed_twins=self.fixed_twins))
         object.__setattr__(self, "budget", Budget(self.max_ll_drop, self.max_overrule, self.max_regret))
         object.__setattr__(self, "sampling", SamplingConfig.from_temperature(self.temperature))
 
@@ -339,6 +341,7 @@ def run_info(config: BenchConfig, spec: RunSpec, pair: LoadedPair, prompts: int,
         "max_new_tokens": config.max_new_tokens,
         "repeats": config.repeats,
         "adaptive_rows": config.adaptive,
+        "fixed_twins": config.fixed_twins,
         "seed": config.seed,
         "threads": threads,
         "max_ll_drop": config.max_ll_drop,

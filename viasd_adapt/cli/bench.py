@@ -62,8 +62,12 @@ def bench_options(function):
         click.option("--modes", default=DEFAULT_MODES, show_default=True,
                      help="Comma-separated tier modes (none is always run); lossless and lossy run as a default run does "
                           "(the adaptive tier), lossless-fixed and lossy-fixed with the tier on every cycle."),
-        adaptive_option("Beside each lossless and lossy row (the adaptive tier), its fixed twin (lossless-fixed, "
-                        "lossy-fixed): the tier on every cycle.", default=True),
+        adaptive_option("Lossless and lossy rows run the adaptive tier, as a default run does; --no-adaptive runs "
+                        "them with the tier on every cycle (the lossless-fixed and lossy-fixed rows only), as "
+                        "`viasd generate --no-adaptive` does.", default=True),
+        click.option("--fixed-twins/--no-fixed-twins", "fixed_twins", default=True, show_default=True,
+                     help="Beside each adaptive lossless and lossy row, its fixed twin (lossless-fixed, lossy-fixed): "
+                          "the tier on every cycle."),
         click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Interleaved repeats; medians are reported."),
         click.option("--seed", type=int, default=0, show_default=True,
                      help="Base seed of sampling (--temperature > 0; each prompt and repeat draws from a seed derived "
@@ -93,6 +97,12 @@ def bench_options(function):
     for option in reversed(options):
         function = option(function)
     return function
+
+
+#: Printed when ``viasd bench --no-adaptive`` is given: the flag had another meaning in this command before.
+NO_ADAPTIVE_NOTICE = ("note: `viasd bench --no-adaptive` runs lossless and lossy with the tier on every cycle (their "
+                      "-fixed rows only), as it does in `viasd generate` and `viasd tune`; it used to leave out the "
+                      "fixed rows instead, which is now --no-fixed-twins")
 
 
 @click.command()
@@ -125,6 +135,8 @@ def bench(target_path, draft_path, pair, eagle_head, **options) -> None:
 
         options["modes"] = UNTIERED_MODES  # a first run on the user's own target: the modes that need no mask
         click.echo(f"note: {how_to_get_a_mask(choice.target, choice.draft)}; benching modes {UNTIERED_MODES}")
+    if not options["adaptive"]:  # the flag's meaning changed: say so while it reads as the old one to some
+        click.echo(NO_ADAPTIVE_NOTICE, err=True)
     config = BenchConfig(choice.target, choice.draft, eagle_head=choice.eagle_head, pair_mask=choice.mask,
                          dtype=pair_dtype(choice), **options)
     run_bench_session(config, echo=click.echo)
