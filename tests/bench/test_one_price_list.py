@@ -136,3 +136,25 @@ def test_the_verdicts_bootstrap_carries_the_price_lists_spread():
     assert holds(steady) == 1.0
     assert 0.05 < holds(noisy) < 0.95
     assert holds(None) == 1.0  # the control: the prompts alone cannot see the price noise
+
+
+def test_a_projection_that_uses_another_row_names_the_pass_price_that_makes_the_difference():
+    """Measured, a 1-token pass costs 0.8 of a block pass: ar (one 1-token pass per token, 0.8) loses
+    to untiered SD (0.5 block passes + 0.1 of a drafter's, 0.6). Projected on a machine where it
+    costs 0.3, ar wins: the sentence names the 1-token pass and both prices. Control: with the same
+    prices on both sides no price makes a difference, and nothing is said."""
+    from viasd_adapt.bench.costs import ForwardCosts
+    from viasd_adapt.bench.projection import projection_difference
+
+    def costs(single):
+        return ForwardCosts(c_draft=0.1, c_slim=None, c_resume=None, c_full_block=1.0, c_full=single, context_length=8,
+                            block_length=4)
+
+    ar = {"framework": "ar", "mode": "-", "full_passes_per_token": 1.0, "single_passes_per_token": 1.0,
+          "draft_passes_per_token": 0.0}
+    sd = {"framework": "hf", "mode": "none", "full_passes_per_token": 0.5, "single_passes_per_token": 0.0,
+          "draft_passes_per_token": 1.0}
+    sentence = projection_difference(sd, ar, costs(0.8), costs(0.3))
+    assert sentence.startswith("The projection uses ar where the measurement uses none because of the 1-token pass's price")
+    assert "0.30 of a full block pass projected against 0.80 measured" in sentence
+    assert projection_difference(sd, ar, costs(0.8), costs(0.8)) is None

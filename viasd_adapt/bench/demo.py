@@ -325,7 +325,8 @@ def small_bench(pair, config, spec, prompts, budget: DemoBudget, threads: int, e
     echo(bold("verdict (this CPU, measured):", colour))
     for line in judgement:
         echo(f"  {line}")
-    lines, projection = projection_report(result.rows, cost_model, pair.routing, spec.settings.gamma + 1, config.budget)
+    lines, projection = projection_report(result.rows, cost_model, pair.routing, spec.settings.gamma + 1, config.budget,
+                                          result.costs, result.prices)
     for line in lines:
         echo(line)
     echo(bold(preview_line(judgement, len(prompts)), colour))

@@ -28,12 +28,14 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from viasd_adapt.bench.projection import PROJECTION_COLUMNS, CostModel, load_cost_model, project_rows
+from viasd_adapt.bench.costs import ForwardCosts
+from viasd_adapt.bench.prices import PriceList
+from viasd_adapt.bench.projection import PROJECTION_COLUMNS, CostModel, load_cost_model, project_rows, projection_difference
 from viasd_adapt.bench.prompt_sets import BenchPrompt, spec_bench_prompts
 from viasd_adapt.bench.report import (FIDELITY_COLUMNS, SPEED_COLUMNS, format_costs, format_group_tables, format_table, plot_rows,
                                       result_json, save_json)
 from viasd_adapt.bench.run import DEFAULT_MODES, BenchResult, RunPlan, run_bench
-from viasd_adapt.bench.verdict import verdict
+from viasd_adapt.bench.verdict import decisions, verdict
 from viasd_adapt.config.advice import delta_message
 from viasd_adapt.config.budget import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, Budget
 from viasd_adapt.config.mask import RoutingMask
@@ -298,11 +300,26 @@ def result_lines(result: BenchResult, judgement: list[str]) -> list[str]:
 
 
 def projection_report(rows: list[dict], cost_model: CostModel, routing: RoutingMask | None, block_length: int,
-                      budget: Budget) -> tuple[list[str], dict[str, Any]]:
+                      budget: Budget, measured: ForwardCosts | None = None,
+                      prices: PriceList | None = None) -> tuple[list[str], dict[str, Any]]:
     """The measured pass counts priced with another machine's forward costs: the lines to print and
-    the JSON's ``projection`` record (the projected rows' costs and the projected verdict)."""
+    the JSON's ``projection`` record (the projected rows' costs and the projected verdict). With the
+    run's ``measured`` costs, a framework whose projected row differs from the measured one gets one
+    sentence naming the pass price that makes the difference."""
     projected = project_rows(rows, cost_model, routing, block_length)
     projected_verdict = verdict(projected, budget=budget)
+    if measured is not None:
+        measured_use = {f: use for f, (_, _, use) in decisions(rows, budget, prices).items()}
+        projected_costs = cost_model.forward_costs(routing, block_length)
+        for i, line in enumerate(projected_verdict):
+            framework = line.split(":", 1)[0]
+            chosen = decisions(projected, budget).get(framework)
+            before = measured_use.get(framework)
+            if chosen is None or before is None or (chosen[2]["framework"], chosen[2]["mode"]) == (before["framework"], before["mode"]):
+                continue
+            why = projection_difference(before, chosen[2], measured, projected_costs)
+            if why:
+                projected_verdict[i] = f"{line} {why}"
     lines = [(f"\nPROJECTION, not a measurement: the pass counts measured above, priced with the forward costs of "
               f"{cost_model.label} ({cost_model.source or 'cost file'}):"),
              format_table(projected, PROJECTION_COLUMNS),
@@ -405,7 +422,8 @@ def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = prin
         echo(line)
     projection = None
     if cost_model is not None:
-        lines, projection = projection_report(result.rows, cost_model, pair.routing, spec.settings.gamma + 1, config.budget)
+        lines, projection = projection_report(result.rows, cost_model, pair.routing, spec.settings.gamma + 1, config.budget,
+                                              result.costs, result.prices)
         for line in lines:
             echo(line)
     echo(f"bench wall time {result.wall_seconds:.1f}s")

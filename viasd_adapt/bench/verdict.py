@@ -79,21 +79,8 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
     decided, and says "undetermined" where a cheaper row was refused on noise alone."""
     budget = budget or Budget(max_ll_drop, max_overrule, max_regret)
     lines = []
-    baselines = [r for r in rows if _is_baseline(r) and r.get("full_equivalent_per_token") is not None]
-    for framework in dict.fromkeys(r["framework"] for r in rows if not _is_baseline(r)):
-        candidates = baselines + [
-            r for r in rows
-            if r["framework"] == framework and r["mode"] in CANDIDATE_MODES
-            and r.get("full_equivalent_per_token") is not None
-        ]
-        within = [r for r in candidates if _row_within(r, budget)]
-        if not within:
-            continue
-        decision = _decision(candidates, budget, prices)
-        if decision is None:
-            continue
-        cheapest = min(within, key=lambda r: r["full_equivalent_per_token"])
-        use = next(r for r in candidates if _mode_label(r) == decision.chosen)
+    for framework, (candidates, decision, use) in decisions(rows, budget, prices).items():
+        cheapest = min((r for r in candidates if _row_within(r, budget)), key=lambda r: r["full_equivalent_per_token"])
         described = ", ".join(
             f"{_mode_label(r)} {r['full_equivalent_per_token']:.3f}"
             + (f" (LL drop {r['ll_drop']:+.3f})" if r.get("ll_drop") is not None
@@ -106,6 +93,24 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
             f"all: {described}). {_judgement(use)} {_evidence_words(decision)}."
         )
     return lines
+
+
+def decisions(rows: list[dict], budget: Budget, prices: PriceList | None = None) -> dict[str, tuple[list[dict], Decision, dict]]:
+    """Per framework: its candidate rows (with the baselines), the exact-first decision, and the row to use."""
+    out = {}
+    baselines = [r for r in rows if _is_baseline(r) and r.get("full_equivalent_per_token") is not None]
+    for framework in dict.fromkeys(r["framework"] for r in rows if not _is_baseline(r)):
+        candidates = baselines + [
+            r for r in rows
+            if r["framework"] == framework and r["mode"] in CANDIDATE_MODES
+            and r.get("full_equivalent_per_token") is not None
+        ]
+        if not any(_row_within(r, budget) for r in candidates):
+            continue
+        decision = _decision(candidates, budget, prices)
+        if decision is not None:
+            out[framework] = (candidates, decision, next(r for r in candidates if _mode_label(r) == decision.chosen))
+    return out
 
 
 def _judgement(use: dict) -> str:
@@ -170,4 +175,4 @@ def _budget_words(budget: Budget) -> str:
     return " and ".join(words)
 
 
-__all__ = ["verdict"]
+__all__ = ["decisions", "verdict"]

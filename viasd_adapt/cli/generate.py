@@ -100,7 +100,9 @@ FRAMEWORK_CHOICES = ("ar", "engine", "hf", "pearl", "eagle", "lookup")
 @click.option("--eagle-head", type=_PATH, default=None, help="EAGLE head directory (--framework eagle).")
 @click.option("--mask", type=click.Path(path_type=Path), default=None, help="Routing mask artifact (mask.json) [default: the pair's].")
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=None,
-              help="Tier mode [default: the tuned choice beside the mask, else lossy; none for --framework ar and lookup].")
+              help="Tier mode [default: the tuned choice beside the mask, else lossy; none for --framework ar and lookup]. "
+                   "Only a tuned choice is held to the fidelity budget: lossy without one runs its default settings "
+                   "with no budget check; lossless is exact.")
 @click.option("--prompt", default="", help="Text to continue; for an encoder-decoder target, the source text.")
 @click.option("--input-features", type=_PATH, default=None,
               help="Encoder input features (.npy or .pt, (mel, frames)) for a target that reads features (Whisper).")
