@@ -24,6 +24,7 @@ autoregressive decoding divided by its bound is the share of the ideal the imple
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import asdict, dataclass
 
@@ -168,8 +169,6 @@ def _device(model: nn.Module) -> torch.device:
 def _decoder_only_probes(target, draft, slims, context, block) -> dict:
     """Probes of the target, the drafter and each mask's slim verifier (``slims``: name -> verifier),
     keyed by :func:`~viasd_adapt.bench.prices.kind_name`."""
-    from viasd_adapt.bench.prices import kind_name
-
     probes = {
         "c_full_block": _Probe(CachedRunner(target), _device(target), context, block),
         "c_full": _Probe(CachedRunner(target), _device(target), context, 1),
@@ -192,7 +191,6 @@ def _encoder_decoder_probes(target, draft, slims, context, block, source) -> dic
     (:mod:`viasd_adapt.engine.seq2seq`): the target's encoder runs once on ``source``, and q and u
     read its output; a drafter with its own encoder runs it once too. No pass resumes (the
     encoder-decoder runners share no decoder prefix), so no ``c_resume`` is timed."""
-    from viasd_adapt.bench.prices import kind_name
     from viasd_adapt.engine.seq2seq import drafter_context
     from viasd_adapt.routing.encdec import EncoderContext, decoder_cache_config, seq2seq_cache
     from viasd_adapt.routing.seq2seq import Seq2SeqRunner
@@ -214,37 +212,33 @@ def _encoder_decoder_probes(target, draft, slims, context, block, source) -> dic
     return probes
 
 
-def measure_prices(
-    target: nn.Module,
-    draft: nn.Module | None,
-    slims: dict[str, SlimVerifier] | None = None,
-    context: list[int] | None = None,
-    gamma: int = 5,
-    repeats: int = 15,
-    source: list[int] | None = None,
-):
-    """The run's one :class:`~viasd_adapt.bench.prices.PriceList`: single forwards of every kind
-    (the target's, the drafter's, and each mask's in ``slims``) timed round-robin, one of each per
-    round, so load from other processes hits them alike; every round is kept.
-
-    For an encoder-decoder target every timed forward is a decoder pass: the encoder runs once on
-    ``source`` (default: ``context``) before any timing, as in generation, and ``context`` is the
-    decoder's sequence (:func:`probe_context` builds both from a prompt)."""
-    from viasd_adapt.bench.prices import PriceList
+def forward_probes(target: nn.Module, draft: nn.Module | None, slims: dict[str, SlimVerifier], context: list[int],
+                   gamma: int, source: list[int] | None = None) -> dict:
+    """One timing probe per forward kind (the target's, the drafter's and each mask's in ``slims``),
+    keyed by :func:`kind_name`. For an encoder-decoder target every probe times a decoder pass: the
+    encoder runs once on ``source`` (default: ``context``) before any timing, as in generation, and
+    ``context`` is the decoder's sequence (:func:`probe_context` builds both from a prompt)."""
     from viasd_adapt.model_kind import is_encoder_decoder
 
-    context = context or list(range(1, 65))
-    slims = slims or {}
     block = gamma + 1
     if is_encoder_decoder(target):
-        probes = _encoder_decoder_probes(target, draft, slims, context, block, source or context)
-    else:
-        probes = _decoder_only_probes(target, draft, slims, context, block)
+        return _encoder_decoder_probes(target, draft, slims, context, block, source or context)
+    return _decoder_only_probes(target, draft, slims, context, block)
+
+
+def time_rounds(probes: dict, repeats: int) -> dict[str, list[float]]:
+    """Every probe timed once per round, round-robin (a mask's slim pass before its resumed pass),
+    so load from other processes hits them alike; every round's time is kept."""
     rounds: dict[str, list[float]] = {name: [] for name in probes}
     for _ in range(max(1, repeats)):
-        for name, probe in probes.items():  # a mask's slim pass runs before its resumed pass in every round
+        for name, probe in probes.items():
             rounds[name].append(probe())
-    return PriceList(rounds, tuple(slims), len(context), block)
+    return rounds
+
+
+def kind_name(kind: str, mask: str | None) -> str:
+    """A forward kind's key in a run's price list: ``c_slim@mask.json`` for a mask's kinds."""
+    return kind if mask is None else f"{kind}@{mask}"
 
 
 #: The key of the one mask :func:`measure_forward_costs` times.
@@ -260,10 +254,22 @@ def measure_forward_costs(
     repeats: int = 15,
     source: list[int] | None = None,
 ) -> ForwardCosts:
-    """The medians of :func:`measure_prices` with at most one slim verifier, as :class:`ForwardCosts`."""
+    """Times single forwards of each kind, round-robin (:func:`time_rounds`); each cost is the median
+    over rounds. A run that prices several settings uses one
+    :func:`~viasd_adapt.bench.prices.measure_prices` list for all of them instead."""
+    context = context or list(range(1, 65))
     slims = {_ONE_MASK: slim} if slim is not None else {}
-    prices = measure_prices(target, draft, slims, context, gamma, repeats, source)
-    return prices.costs(_ONE_MASK if slim is not None else None)
+    rounds = time_rounds(forward_probes(target, draft, slims, context, gamma, source), repeats)
+    medians = {name: statistics.median(values) for name, values in rounds.items()}
+    return ForwardCosts(
+        c_draft=medians.get("c_draft", 0.0),
+        c_slim=medians.get(kind_name("c_slim", _ONE_MASK)),
+        c_resume=medians.get(kind_name("c_resume", _ONE_MASK)),
+        c_full_block=medians["c_full_block"],
+        c_full=medians["c_full"],
+        context_length=len(context),
+        block_length=gamma + 1,
+    )
 
 
 def seconds_per_token(costs: ForwardCosts, passes: PassCounts, overlapped_drafting: bool = False) -> float:
@@ -291,6 +297,6 @@ def analytic_bound(costs: ForwardCosts, passes: PassCounts, overlapped_drafting:
     return costs.c_full / per_token if per_token > 0 else None
 
 
-__all__ = ["ForwardCosts", "PassCounts", "analytic_bound", "full_equivalent", "measure_forward_costs", "measure_prices",
-           "probe_context",
+__all__ = ["ForwardCosts", "PassCounts", "analytic_bound", "forward_probes", "full_equivalent", "kind_name",
+           "measure_forward_costs", "probe_context", "time_rounds",
            "seconds_per_token"]

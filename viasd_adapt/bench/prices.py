@@ -24,7 +24,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from viasd_adapt.bench.costs import ForwardCosts, PassCounts
+from torch import nn
+
+from viasd_adapt.bench.costs import ForwardCosts, PassCounts, forward_probes, kind_name, time_rounds
+from viasd_adapt.routing.slim import SlimVerifier
 
 #: The target's and drafter's kinds (shared by every mask) and each mask's own kinds.
 SHARED_KINDS = ("c_full_block", "c_full", "c_draft")
@@ -33,11 +36,6 @@ MASK_KINDS = ("c_slim", "c_resume")
 #: costs, in full block passes): a resumed pass is counted among the full passes too, so its column
 #: is what it costs beyond a full block pass.
 PASS_KINDS = ("draft", "slim", "full", "resumed", "single")
-
-
-def kind_name(kind: str, mask: str | None) -> str:
-    """A price list's key for a forward kind: ``c_slim@mask.json`` for a mask's kinds."""
-    return kind if mask is None else f"{kind}@{mask}"
 
 
 @dataclass(frozen=True)
@@ -127,6 +125,19 @@ class PriceList:
             return None
 
 
+def measure_prices(target: nn.Module, draft: nn.Module | None, slims: dict[str, SlimVerifier] | None = None,
+                   context: list[int] | None = None, gamma: int = 5, repeats: int = 15,
+                   source: list[int] | None = None) -> PriceList:
+    """The run's one price list: single forwards of every kind (the target's, the drafter's, and each
+    mask's in ``slims``) timed in interleaved rounds (:func:`~viasd_adapt.bench.costs.time_rounds`);
+    every round is kept. ``source``: an encoder-decoder target's encoder input
+    (:func:`~viasd_adapt.bench.costs.forward_probes`)."""
+    context = context or list(range(1, 65))
+    slims = slims or {}
+    rounds = time_rounds(forward_probes(target, draft, slims, context, gamma, source), repeats)
+    return PriceList(rounds, tuple(slims), len(context), gamma + 1)
+
+
 def pass_vector(passes: PassCounts | Mapping[str, float]) -> np.ndarray:
     """A pass count as the ``(5,)`` vector :data:`PASS_KINDS` (a mapping may leave kinds out: 0)."""
     get = (lambda k: getattr(passes, k)) if isinstance(passes, PassCounts) else (lambda k: passes.get(k, 0.0) or 0.0)
@@ -163,5 +174,5 @@ def format_price_list(prices: PriceList) -> str:
             f"{prices.block_length}; in parentheses: share of a full block pass, IQR over the median): " + ", ".join(parts))
 
 
-__all__ = ["MASK_KINDS", "PASS_KINDS", "SHARED_KINDS", "PriceList", "format_price_list", "kind_name", "pass_vector",
-           "price_replicates", "unit_prices"]
+__all__ = ["MASK_KINDS", "PASS_KINDS", "SHARED_KINDS", "PriceList", "format_price_list", "kind_name", "measure_prices",
+           "pass_vector", "price_replicates", "unit_prices"]

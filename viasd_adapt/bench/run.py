@@ -39,8 +39,8 @@ from typing import Callable, Sequence
 import torch
 
 from viasd_adapt.frameworks import registry as frameworks
-from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent, measure_prices, probe_context
-from viasd_adapt.bench.prices import PASS_KINDS, PriceList
+from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent, probe_context
+from viasd_adapt.bench.prices import PASS_KINDS, PriceList, measure_prices
 from viasd_adapt.bench.fidelity import next_line_match, positional_agreement, score_output
 from viasd_adapt.bench.measure import RunMeter, memory_source
 from viasd_adapt.bench.prompt_sets import UNGROUPED, BenchPrompt, text_prompts

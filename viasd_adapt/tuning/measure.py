@@ -15,8 +15,8 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
-from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent, measure_prices
-from viasd_adapt.bench.prices import PriceList
+from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent
+from viasd_adapt.bench.prices import PriceList, measure_prices
 from viasd_adapt.bench.fidelity import score_output
 from viasd_adapt.bench.measure import RunMeter
 from viasd_adapt.bench.prompt_sets import BenchPrompt
@@ -209,7 +209,7 @@ class Sweep:
 def mask_prices(pair: LoadedPair, masks: dict[str, RoutingMask], prompt_ids: list[int], gamma: int,
                 repeats: int) -> PriceList:
     """The sweep's one price list: the target's, the drafter's and every mask's forwards, timed in the
-    same rounds on one context (:func:`~viasd_adapt.bench.costs.measure_prices`)."""
+    same rounds on one context (:func:`~viasd_adapt.bench.prices.measure_prices`)."""
     context = prompt_ids[:64] + list(range(1, 33))
     slims = {name: SlimVerifier(pair.target, mask) for name, mask in masks.items()}
     return measure_prices(pair.target, pair.draft, slims, context, gamma, repeats)
