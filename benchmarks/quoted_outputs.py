@@ -152,7 +152,8 @@ def machine() -> str:
 def run_quote(quote: Quote) -> SavedRun:
     """Runs the quote's command once, with an empty cache folder and one torch thread."""
     with tempfile.TemporaryDirectory(prefix="viasd-quote-") as cache:
-        env = dict(os.environ, VIASD_CACHE=cache, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", NO_COLOR="1")
+        env = dict(os.environ, VIASD_CACHE=cache, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", NO_COLOR="1",
+                   PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))  # this venv's viasd
         env.pop("CI", None)
         where = machine()
         started = time.monotonic()
