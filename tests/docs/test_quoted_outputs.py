@@ -53,8 +53,10 @@ def test_control_an_edited_line_in_a_page_is_caught(quoted, copied_pages):
     readme = copied_pages / "README.md"
     text = readme.read_text()
     block = quoted.written(text, "demo")
-    line = next(line for line in block.splitlines() if line.startswith("ar "))
-    readme.write_text(text.replace(line, line.replace("1.00", "1.01", 1), 1))
+    lines = block.splitlines()
+    line = lines[lines.index(next(line for line in lines if line.startswith("$ "))) + 1]  # the output's first line
+    assert text.count(line) == 1
+    readme.write_text(text.replace(line, line + " (edited)"))
     assert quoted.differing(copied_pages) == ["README.md: demo"]
 
 
