@@ -81,13 +81,25 @@ def test_control_a_figure_gone_from_its_page_is_caught():
     assert stated_elsewhere(pages) == ["the paper's scale: docs/paper.md does not state it"]
 
 
+SUITE_MARKER = "<!-- suite figures: one line, updated after each full run -->"
+SUITE_LINE = re.compile(r"\*\*Latest:\*\* [\d,]+ passed and \d+ skipped in (?:\d+ min )?\d+ s, 20\d\d-\d\d-\d\d\b.*")
+
+
+def suite_line_problem(results: str) -> str | None:
+    """Why ``results`` does not hold the suite's figures as one line under their marker (None: it does)."""
+    if results.count(SUITE_MARKER) != 1:
+        return "the marker is missing or repeated"
+    line = results.split(SUITE_MARKER, 1)[1].lstrip("\n").split("\n", 1)[0]
+    return None if SUITE_LINE.fullmatch(line) else f"not one line of counts, time and date: {line!r}"
+
+
 def test_the_suite_figures_are_one_line_under_their_marker():
     """The README's command 2's test counts are one line, right under a marker comment, so that one
-    edit after a full run updates them; the README states no count and links there."""
+    edit after a full run updates them; the README states no count and links there. Control: the
+    counts split over two lines, or without a date, are refused."""
     results = (REPO_ROOT / "docs" / "results.md").read_text()
-    marker = "<!-- suite figures: one line, updated after each full run -->"
-    assert results.count(marker) == 1
-    line = results.split(marker, 1)[1].lstrip("\n").split("\n", 1)[0]
-    assert re.fullmatch(r"\*\*Latest:\*\* [\d,]+ passed and \d+ skipped in \d+ min \d+ s, 20\d\d-\d\d-\d\d, .+", line), line
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert "(docs/results.md#test-suite)" in readme
+    assert suite_line_problem(results) is None
+    assert "(docs/results.md#test-suite)" in (REPO_ROOT / "README.md").read_text()
+    assert suite_line_problem(results.replace(SUITE_MARKER + "\n**Latest:** ", SUITE_MARKER + "\n**Latest:**\n"))
+    assert suite_line_problem(re.sub(r"(\*\*Latest:\*\*.*?s), 20\d\d-\d\d-\d\d", r"\1", results))
+    assert suite_line_problem(results + "\n" + SUITE_MARKER)
