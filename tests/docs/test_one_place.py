@@ -28,7 +28,8 @@ ONE_PLACE: dict[str, tuple[str, re.Pattern[str]]] = {
     # the tuned.json files): "writes lenient on both demo pairs", "lenient on demo, untiered SD on demo-ee"
     "the shipped tuned choices": ("docs/tuning.md", re.compile(
         r"(?:writes|picks|records|recommends|holds)\s+(?:lenient|untiered SD|`?sd`?|`?ar`?|the target alone)\s+"
-        r"(?:on|for)\s+(?:both demo|demo|smollm2|SmolLM2)|lenient on demo, untiered SD on demo-ee", re.IGNORECASE)),
+        r"(?:on|for)\s+(?:both demo|demo|smollm2|SmolLM2)|lenient on demo, untiered SD on demo-ee"
+        r"|on the shipped pairs:\s*(?:lenient|untiered SD|`?sd`?|`?ar`?)\b", re.IGNORECASE)),
 }
 
 
@@ -67,12 +68,14 @@ def test_control_the_old_statements_are_caught():
     pages["docs/real-models.md"] += "\nthe first load took 63-94 s (about 2.5 min per\nbillion parameters).\n"
     pages["docs/results.md"] += "\n`viasd tune` writes lenient on both demo pairs and untiered SD on SmolLM2.\n"
     pages["docs/hf.md"] += "\nthe suite: 1,965 passed, 13 skipped.\n"
+    pages["docs/pearl.md"] += "\n`settings=None` runs the tuned choice (on the shipped pairs: lenient).\n"
     problems = stated_elsewhere(pages)
     assert any(p.startswith("the paper's scale: README.md: '7B-70B'") for p in problems)
     assert any(p.startswith("the first-load speed: docs/real-models.md") for p in problems)
     assert any(p.startswith("the shipped tuned choices: docs/results.md") for p in problems)
     assert any(p.startswith("the suite's counts: docs/hf.md") for p in problems)
-    assert len(problems) == 4
+    assert any(p.startswith("the shipped tuned choices: docs/pearl.md") for p in problems)
+    assert len(problems) == 5
 
 
 def test_control_a_figure_gone_from_its_page_is_caught():
