@@ -135,3 +135,22 @@ def test_when_the_target_alone_is_cheapest_tuned_json_records_ar_with_the_drafti
         if note:
             assert "records the choice ar" in note[0] and "runs the target alone" in note[0]
             assert "ar (exact) is the cheapest setting within the budget (0.500)" in tuned.target_alone_reason()
+
+
+def test_a_tuned_ar_choice_never_says_the_target_alone_cost_less_beside_figures_that_say_otherwise():
+    """A tuned.json with the choice ar explains it from the tuner's own line (``report.why``); an older
+    file without one is worded from its figures: "cost less" only where plain decoding did cost less.
+    Control: the same file with plain decoding cheaper keeps the words."""
+    from viasd_adapt.config.tuned import TunedSettings
+
+    def tuned(c_full, why=None):
+        report = {"costs": {"None": {"c_full": c_full, "c_full_block": 1.0, "c_slim": None, "c_resume": None,
+                                     "c_draft": 0.0}}} | ({"why": why} if why else {})
+        return TunedSettings(settings=TierSettings(mode="none"), choice="ar", measured={"full_equivalent": 0.498},
+                             report=report)
+
+    dearer = tuned(0.895).target_alone_reason()
+    assert "cost less than drafting" not in dearer and "0.895" in dearer and "0.498" in dearer
+    assert "cost less than drafting (0.400" in tuned(0.4).target_alone_reason()  # the control
+    line = "sd: none costs 0.980 against ar's 1.000 (2.0% less), not more than the 3% margin; so ar (exact, simpler) is written"
+    assert tuned(0.895, why=line).target_alone_reason().endswith(line)
