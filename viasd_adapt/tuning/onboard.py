@@ -61,10 +61,12 @@ class AddRequest:
     calib: str | Path | None = None  # a prompts file, or "spec-bench[:TASKS]"; None: the search's default
     minutes: float = DEFAULT_MINUTES
     threads: int = 1
-    dtype: str = "float32"
+    dtype: str = "auto"  # auto, float32, bfloat16, float16 (viasd_adapt.models.placement); pair.json records the one used
     chat: str = "auto"
     root: Path | None = None  # where pairs live [default: the cache, $VIASD_CACHE]
     seed: int = 0
+    device: str = "auto"  # auto, cpu, cuda, cuda:N
+    device_map: Any = None  # a target spread over devices: "auto", ... (viasd_adapt.models.placement)
 
     @property
     def folder(self) -> Path:
@@ -85,11 +87,21 @@ def check_request(request: AddRequest) -> None:
                           "(viasd models add never replaces or deletes a folder)")
     if not request.minutes > 0:
         raise ConfigError(f"--minutes must be more than 0, got {request.minutes}")
-    if request.dtype not in DTYPES:
-        raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {request.dtype!r}")
+    if request.dtype not in ("auto", *DTYPES):
+        raise ConfigError(f"--dtype must be one of auto, {', '.join(DTYPES)}, got {request.dtype!r}")
     for role, path in (("target", request.target), ("drafter", request.draft), ("EAGLE head", request.eagle_head)):
         if path is not None and str(path) != PROMPT_LOOKUP and not Path(path).expanduser().exists():
             raise ConfigError(f"the {role} {path} does not exist")
+
+
+def placed(request: AddRequest) -> AddRequest:
+    """``request`` with its placement checked (CUDA asked without CUDA, a bad device map: one line,
+    before any load) and ``dtype`` ``auto`` resolved to the dtype the weights load in, which
+    ``pair.json`` records (:func:`viasd_adapt.models.placement.concrete_dtype`)."""
+    from viasd_adapt.models.placement import concrete_dtype, placement
+
+    where = placement(request.device, request.dtype, request.device_map)
+    return replace(request, dtype=concrete_dtype(request.target, where))
 
 
 def _declaration(request: AddRequest, **files: str | None) -> PairFile:
@@ -281,6 +293,7 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
     say = say or _say_default
     started = time.perf_counter()
     check_request(request)
+    request = placed(request)  # the device checked, --dtype auto made the one pair.json records
     file_prompts = count_file_prompts(request.calib)
     torch.set_num_threads(request.threads)
     quiet_transformers()
@@ -289,8 +302,8 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
     work = open_work_folder(request, restart, say)
     began = time.perf_counter()
     dtype = request.dtype if request.dtype != "float32" else None
-    pair = load_pair(request.target, request.draft, need_mask=False, device="cpu", eagle_head=request.eagle_head,
-                     dtype=dtype)
+    pair = load_pair(request.target, request.draft, need_mask=False, device=request.device, eagle_head=request.eagle_head,
+                     dtype=dtype, device_map=request.device_map)
     num_layers = find_decoder_stack(pair.target).num_layers
     say(f"checked: {num_layers}-layer target, drafter {'prompt lookup' if pair.lookup else type(pair.draft).__name__} "
         "on the same vocabulary")
