@@ -22,6 +22,7 @@ One meaning in every command and in Python (``load_pair(..., device=, dtype=, de
 
 from __future__ import annotations
 
+import atexit
 import re
 import shutil
 import tempfile
@@ -173,7 +174,7 @@ _TEMPORARY: list[Path] = []
 def _temporary_folder() -> Path:
     folder = Path(tempfile.mkdtemp(prefix="viasd-offload-"))
     _TEMPORARY.append(folder)
-    weakref.finalize(_TEMPORARY, shutil.rmtree, folder, True)  # at exit at the latest
+    atexit.register(shutil.rmtree, folder, True)  # at exit at the latest
     return folder
 
 
