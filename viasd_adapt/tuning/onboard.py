@@ -105,7 +105,9 @@ def placed(request: AddRequest) -> AddRequest:
 
 
 def _declaration(request: AddRequest, **files: str | None) -> PairFile:
-    """``pair.json``: the user's files by absolute path, where they are."""
+    """``pair.json``: the user's files by absolute path, where they are, and the dtype the weights load in."""
+    if request.dtype == "auto":
+        request = placed(request)
     draft = str(request.draft) if str(request.draft) == PROMPT_LOOKUP else str(Path(request.draft).expanduser().resolve())
     head = str(Path(request.eagle_head).expanduser().resolve()) if request.eagle_head else None
     return PairFile(description=f"added with viasd models add: {Path(request.target).name} with {Path(str(request.draft)).name}",
