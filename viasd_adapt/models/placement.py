@@ -93,6 +93,11 @@ def check_device_map(device_map: str | Mapping[str, Any] | None, device: str | t
         raise ConfigError(f"--device-map {shown} places every layer itself, and --device {device} names one device: "
                           "give one of them (--device-map auto spreads the target over the GPUs, then the CPU, then the disk)")
     check_device(device)  # --device cuda without CUDA is refused here too
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:
+        raise ConfigError("--device-map needs the accelerate package (it places the layers): pip install accelerate, "
+                          "or pip install 'viasd-adapt[gguf]'")
     return device_map
 
 
