@@ -255,14 +255,8 @@ def load_pair(
         return load_named_pair(str(target_path), device=device, dtype=dtype, device_map=device_map,
                                max_memory=max_memory, offload_folder=offload_folder)
     given = isinstance(target_path, nn.Module)
-    if given and device_map is not None:
-        raise ConfigError("device_map places a model while it loads; this target is a model object already loaded "
-                          "(pass its path, or load it with from_pretrained(..., device_map=...) yourself)")
-    where = placement(device, dtype, device_map, max_memory, offload_folder) if not given else None
-    dev = _device_of(target_path) if given else where.device
-    target = target_path.eval() if given else load_model(target_path, dev, "target", placement=where)
-    if where is not None and where.split:
-        dev = input_device(target)  # inputs and the drafter go where the map put the embeddings
+    target, where, dev = _placed_target(target_path, placement(device, dtype, device_map, max_memory, offload_folder)
+                                        if not given else None, device_map)
     drafter_place = Placement(dev, where.dtype if where is not None else check_dtype(dtype))
     lookup = PromptLookupSpec() if isinstance(draft_path, (str, Path)) and str(draft_path) == PROMPT_LOOKUP else None
     if isinstance(draft_path, nn.Module):
@@ -290,6 +284,19 @@ def load_pair(
     return LoadedPair(target, draft, tokenizer, mask, dev, target_name, draft_name,
                       str(eagle_head) if eagle_head else None, lookup=lookup, spec=spec,
                       evidence=spec.evidence if spec is not None else None)
+
+
+def _placed_target(target_path: Any, where: Placement | None, device_map: Any) -> tuple[nn.Module, Placement | None, torch.device]:
+    """``(target, its placement, where inputs and the drafter go)``: a model object as it is (None:
+    it is placed already), else the target loaded where ``where`` says; with a device map, inputs
+    go where the map put the embeddings."""
+    if where is None:
+        if device_map is not None:
+            raise ConfigError("device_map places a model while it loads; this target is a model object already loaded "
+                              "(pass its path, or load it with from_pretrained(..., device_map=...) yourself)")
+        return target_path.eval(), None, _device_of(target_path)
+    target = load_model(target_path, where.device, "target", placement=where)
+    return target, where, input_device(target) if where.split else where.device
 
 
 def _device_of(model: nn.Module) -> torch.device:
