@@ -116,7 +116,7 @@ def test_json_through_a_symlink_writes_its_target_and_keeps_the_link(tmp_path):
 
 @pytest.mark.parametrize("name", ["/dev/stdout", "/dev/fd/1"])
 def test_json_onto_stdout_by_name_is_written_to_the_process_output(name):
-    code = f"from viasd_adapt.io import write_json; vio.write_json({name!r}, {{'a': 1}}); print('after')"
+    code = f"from viasd_adapt.io import write_json; write_json({name!r}, {{'a': 1}}); print('after')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
@@ -405,7 +405,7 @@ def test_a_lock_is_held_across_processes(tmp_path):
     lock = tmp_path / ".mine.lock"
     ready = tmp_path / "ready"
     code = (f"import sys, pathlib\nfrom viasd_adapt.io import hold_lock\n"
-            f"with vio.hold_lock({str(lock)!r}, 'x'):\n    pathlib.Path({str(ready)!r}).write_text('1')\n    sys.stdin.read()\n")
+            f"with hold_lock({str(lock)!r}, 'x'):\n    pathlib.Path({str(ready)!r}).write_text('1')\n    sys.stdin.read()\n")
     holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, cwd=REPO,
                               env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
