@@ -154,8 +154,8 @@ def _absent_files(root: Path, data: PairFile, draft: Path | str | None) -> str |
     if not gone:
         return None
     return (f"{root / DECLARATION} names {', '.join(gone)}, which {'is' if len(gone) == 1 else 'are'} missing; "
-            "put back what was moved or deleted (the pair is not used without it: its tuned settings were "
-            "measured with its mask)")
+            "put back what was moved or deleted (a pair is not used without the files it names: its tuned "
+            "settings were measured with its mask and its drafter)")
 
 
 def _pairs_under(root: Path, source: str) -> list[PairPaths]:

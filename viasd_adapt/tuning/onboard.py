@@ -13,7 +13,9 @@ whole pair (``os.rename`` of a folder onto a free name is atomic), and the regis
 folders. The work folder also makes the command resumable stage by stage: a second run with the
 same inputs reuses the mask and ``tuned.json`` already written there (each stage's file is written
 atomically), and a run with other inputs is refused until ``restart`` removes that work folder
-(ours; nothing of the user's is ever removed).
+(ours; nothing of the user's is ever removed). One run of a name works at a time: it holds a lock
+(``<root>/.NAME.lock``, :func:`viasd_adapt.io.hold_lock`) from before the work folder is opened
+until the pair is published, and a second run says that the first is running.
 """
 
 from __future__ import annotations
