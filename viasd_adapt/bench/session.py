@@ -119,6 +119,7 @@ class BenchConfig:
     temperature: float = 0.0
     cost_repeats: int = 15
     device: str = "auto"
+    device_map: str | None = None  # a target spread over devices by accelerate (viasd_adapt.models.placement)
     threads: int | None = None  # torch CPU threads (None: $VIASD_BENCH_THREADS, else 1)
     dtype: str | None = None  # the weights' dtype (a --pair's pair.json; None: float32 on the CPU)
     # --- the verdict
@@ -233,7 +234,8 @@ def read_text_prompts(config: BenchConfig) -> list[str] | None:
 def load_bench_pair(config: BenchConfig, spec: RunSpec) -> LoadedPair:
     """The target, drafter, EAGLE head and the resolved mask (each mask file read once: ``spec.masks``)."""
     return load_pair(config.target, config.draft, spec.mask_path, need_mask=config.needs_mask, device=config.device,
-                     eagle_head=config.eagle_head, ratio=spec.settings.ratio, spec=spec, dtype=config.dtype)
+                     eagle_head=config.eagle_head, ratio=spec.settings.ratio, spec=spec, dtype=config.dtype,
+                     device_map=config.device_map)
 
 
 def bench_drafter(config: BenchConfig, pair: LoadedPair):
