@@ -223,9 +223,11 @@ def test_a_budget_the_smallest_plan_cannot_fit_stops_before_any_search(cache, us
 
     monkeypatch.setattr("viasd_adapt.search.pipeline.run_stages", search)
     request = replace(request_of(user_files, cache), minutes=0.05)
+    said: list[str] = []
     with pytest.raises(ConfigError, match=r"--minutes 0.05 is too small .* pass --minutes (\d+\.?\d*) or more") as refused:
-        onboard.add_pair(request, say=lambda line: None, progress=False)
+        onboard.add_pair(request, say=said.append, progress=False)
     assert started == [] and not (request.work / "mask.json").exists() and not request.folder.exists()
+    assert said[-1].startswith("probe ") and "tiered" in said[-1]  # what the named minutes are priced from
     needed = refused.value.minutes_needed
     assert needed > 0.05
     lines: list[str] = []  # control: the minutes it named are taken, and the plan stated is within them

@@ -113,6 +113,12 @@ class Plan:
         return self.search_seconds + self.tune_seconds
 
 
+def units_words(units: UnitCosts) -> str:
+    """The probe's prices in words (what an estimate or a refusal rests on)."""
+    return (f"a decode step {units.step * 1000:.0f} ms, a calibration window {units.window:.2f}s, one setting on one "
+            f"prompt {units.sd_point:.2f}s untiered and {units.tier_point:.2f}s tiered")
+
+
 def budget_words(expected_seconds: float, budget_seconds: float) -> str:
     """How an estimate stands against its budget, in words that never call an overrun "within"."""
     minutes = budget_seconds / 60
@@ -257,4 +263,4 @@ class Deadline:
 
 
 __all__ = ["BudgetTooSmall", "Deadline", "FILL", "GridSize", "Plan", "UnitCosts", "budget_words", "fit_plan", "prompts_word",
-           "search_seconds", "smallest_seconds", "tune_seconds"]
+           "search_seconds", "smallest_seconds", "tune_seconds", "units_words"]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from viasd_adapt.config.onboard_report import REPORT_FILENAME, OnboardEstimate, OnboardReport, StageTime
-from viasd_adapt.tuning.budget_plan import MAX_TUNE_PROMPTS, TUNE_TOKENS, Deadline
+from viasd_adapt.tuning.budget_plan import MAX_TUNE_PROMPTS, TUNE_TOKENS, BudgetTooSmall, Deadline, units_words
 from viasd_adapt.config.pair_file import DTYPES, PROMPT_LOOKUP, PairFile, PairTarget
 from viasd_adapt.config.tuned import TUNED_FILENAME
 from viasd_adapt.errors import ConfigError, ViasdError
@@ -248,9 +248,13 @@ def _estimate_stage(request: AddRequest, pair: Any, num_layers: int, file_prompt
     ids = first.ids if hasattr(first, "ids") else encode_prompt(pair.tokenizer, first, request.chat)
     units = measure_units(pair, list(ids), num_layers=num_layers, ratio=DEFAULTS.ratio, clock=deadline.clock,
                           window_tokens=DEFAULTS.calibration.max_prompt_tokens + DEFAULTS.calibration.new_tokens)
-    planned = plan_onboarding(units, minutes=request.minutes, probe_seconds=deadline.clock() - began,
-                              num_layers=num_layers, ratio=DEFAULTS.ratio, file_prompts=file_prompts,
-                              tune_available=len(prompts))
+    probe_seconds = deadline.clock() - began
+    try:
+        planned = plan_onboarding(units, minutes=request.minutes, probe_seconds=probe_seconds, num_layers=num_layers,
+                                  ratio=DEFAULTS.ratio, file_prompts=file_prompts, tune_available=len(prompts))
+    except BudgetTooSmall:
+        say(f"probe {probe_seconds:.1f}s: {units_words(units)}")  # what the refusal's minutes are priced from
+        raise
     estimate = planned.estimate
     say(estimate_line(estimate))
     if file_prompts is not None and estimate.heldout_prompts < DEFAULTS.calibration.n_heldout:
