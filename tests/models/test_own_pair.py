@@ -328,3 +328,18 @@ def test_a_bfloat16_pair_runs_by_name_with_the_mask_searched_on_its_bfloat16_wei
                                          "--no-color"])
     assert generated.exit_code == 0, generated.output
     assert [p.name for p in (cache / "gguf").iterdir()] == [f"{file_sha256(target)}-bfloat16"]  # no float32 copy made
+
+
+@pytest.mark.parametrize("mode, named", [("lossless", "mask-r0.30.json"), ("lenient", "mask.json")])
+def test_pair_json_names_the_mask_the_tuned_choice_was_measured_with(tmp_path, mode, named):
+    """Another ratio's mask may win the sweep: pair.json then names that mask, so the tuned choice
+    is applied (it applies only with its own mask); a choice without a slim verifier keeps mask.json."""
+    from viasd_adapt.config.tuned import TunedSettings
+    from viasd_adapt.core.settings import TierSettings
+
+    (tmp_path / "mask.json").write_text("{}")
+    (tmp_path / "mask-r0.30.json").write_text("{}")
+    settings = TierSettings(mode=mode, lenience=0.4) if mode == "lenient" else TierSettings(mode=mode, ratio=0.3)
+    TunedSettings(settings, mode, [1, 0, 1, 1] if mode == "lossless" else None, {},
+                  report={"mask_file": "mask-r0.30.json"}).save(tmp_path / "tuned.json")
+    assert onboard.chosen_mask_file(tmp_path) == named

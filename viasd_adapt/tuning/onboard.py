@@ -223,7 +223,8 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
                            verdict=verdict, ratios=tried, budget_minutes=request.minutes, seconds_after_load=after_load,
                            peak_memory_mb=round(_peak_memory_mb(), 1), total_seconds=round(clock() - started, 1))
     report.save(work / REPORT_FILENAME)
-    _declaration(request, mask=MASK_FILENAME, tuned=TUNED_FILENAME, report=REPORT_FILENAME).save(work / DECLARATION)
+    mask_file = chosen_mask_file(work)
+    _declaration(request, mask=mask_file, tuned=TUNED_FILENAME, report=REPORT_FILENAME).save(work / DECLARATION)
     publish(work, request.folder)
     stages.record("write the pair", began)
     say(f"pair {request.name!r} -> {request.folder} (peak memory {report.peak_memory_mb:.0f} MB, "
@@ -353,6 +354,19 @@ def _tune_stage(request: AddRequest, pair: Any, planned: Any, prompts: list, mas
     return verdict, False, result
 
 
+def chosen_mask_file(work: Path) -> str:
+    """The mask ``pair.json`` names: the one the tuned choice was measured with when it runs a slim
+    verifier (another ratio's mask may win, and a choice is applied only with its own mask), else
+    ``mask.json``."""
+    from viasd_adapt.config.tuned import TunedSettings
+
+    tuned = TunedSettings.load(work / TUNED_FILENAME)
+    name = getattr(tuned.report, "mask_file", None)
+    if tuned.settings.mode.uses_slim and name and (work / name).is_file():
+        return name
+    return MASK_FILENAME
+
+
 def published_names(result: Any, work: Path, folder: Path) -> Any:
     """``result`` with every mask that lives in the work folder named by its path in the published
     pair's folder: the report names files that exist once the pair is published."""
@@ -379,4 +393,4 @@ def publish(work: Path, folder: Path) -> None:
 
 
 __all__ = ["AddRequest", "DEFAULT_MINUTES", "MASK_FILENAME", "add_pair", "check_request", "open_work_folder", "publish",
-           "published_names"]
+           "chosen_mask_file", "published_names"]
