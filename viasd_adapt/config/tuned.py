@@ -117,11 +117,19 @@ def plain_decoding_cost(costs: dict[str, Any]) -> float | None:
     return entry["c_full"] / entry["c_full_block"]
 
 
+#: Every ``choice`` the tuner writes: its families (:data:`viasd_adapt.tuning.grid.FAMILIES`; a test
+#: keeps the two equal) and plain decoding. Named here, so that reading tuned.json loads no tuner.
+KNOWN_CHOICES = ("sd", "lossless", "lenient", "viasd", "lossless-adaptive", "viasd-adaptive", PLAIN_DECODING_CHOICE)
+
+
 def _named_choice(value: str) -> str:
-    """``choice``: what the tuner chose, by name; an empty one is refused like a missing one."""
+    """``choice``: what the tuner chose, by name; an empty or unknown one is refused (a choice no
+    run knows would be "applied" as whatever its settings happen to say)."""
     if not value.strip():
         raise ValueError("'choice' must name what viasd tune chose (viasd, lenient, sd, lossless, or one of them "
                          "with -adaptive, or ar); it is empty")
+    if value not in KNOWN_CHOICES:
+        raise ValueError(f"'choice' must be one of {', '.join(KNOWN_CHOICES)}; got {value!r}")
     return value
 
 
@@ -216,6 +224,10 @@ class TunedReport(SparseRecord):
     seconds: float | None = None
     mask_file: str | None = None
     points: int | None = None
+    #: the sweep's one price list (every forward kind's rounds, medians and spread); None in older files
+    prices: dict[str, Any] | None = None
+    #: why the choice was written, in one line (the exact-first rule's comparison)
+    why: str | None = None
 
     def best(self, family: str) -> TunedPoint | None:
         """The tuner's cheapest point of ``family`` ("viasd", "lenient", "lossless", "sd", and the adaptive
@@ -312,10 +324,17 @@ class TunedSettings(Artifact):
     def target_alone_reason(self) -> str:
         """Why the target runs alone, in one clause with the tune's figures (full-equivalent passes per
         token): plain decoding's cost against the cheapest drafting setting's."""
+        if self.report.why:  # the tuner's own sentence, from the comparison that made the choice
+            return f"when this pair was tuned, the target alone was written: {self.report.why}"
         plain, drafting = plain_decoding_cost(self.report.costs), self.measured.get("full_equivalent")
-        figures = (f" ({plain:.3f} full-equivalent passes/token against {drafting:.3f} for the cheapest drafting "
-                   "setting)" if plain is not None and drafting is not None else "")
-        return f"when this pair was tuned, the target alone cost less than drafting{figures}"
+        if plain is None or drafting is None:
+            return "when this pair was tuned, the target alone was written"
+        figures = f"{plain:.3f} full-equivalent passes/token against {drafting:.3f} for the drafting setting"
+        if plain <= drafting:
+            return f"when this pair was tuned, the target alone cost less than drafting ({figures})"
+        # an older file: its words come from the same figures they quote
+        return (f"when this pair was tuned, the target alone was written although drafting cost less ({figures}): "
+                "the file predates the one price list; run viasd tune again")
 
 
 def tuned_path_beside(mask_path: str | os.PathLike | None) -> Path | None:
@@ -402,6 +421,6 @@ class TunedForAnotherDrafterWarning(UserWarning):
     """``tuned.json`` was measured with another drafter than the run's: its settings are not applied."""
 
 
-__all__ = ["COST_FIELDS", "DRAFTER_MODEL", "EAGLE_HEAD", "FORMAT", "MEASURED_ON_DEFAULT", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
+__all__ = ["COST_FIELDS", "DRAFTER_MODEL", "EAGLE_HEAD", "FORMAT", "KNOWN_CHOICES", "MEASURED_ON_DEFAULT", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
            "TunedBudget", "TunedForAnotherDrafterWarning", "TunedForAnotherMaskWarning", "TunedPoint", "TunedReport",
            "TunedSettings", "TunedValueClampedWarning", "drafter_mismatch", "find_tuned", "recorded_mask", "tuned_path_beside"]

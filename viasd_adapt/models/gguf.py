@@ -43,7 +43,7 @@ from pathlib import Path
 from viasd_adapt.config.cache_records import GGUFCacheRecord
 from viasd_adapt.config.schema import read_json
 from viasd_adapt.errors import ConfigError, UnsupportedModelError, ViasdError
-from viasd_adapt.io import file_digest, sweep_stale_temporaries, write_directory
+from viasd_adapt.io import file_digest, make_folder, sweep_stale_temporaries, write_directory
 from viasd_adapt.memory import release_free_memory
 from viasd_adapt.models.registry import cache_dir
 
@@ -166,7 +166,7 @@ def check_cache_space(path: Path, root: Path, dtype: str, say=_say) -> int:
     space ``root`` has; refuses by name an entry that would not fit. Returns the bytes it will take."""
     parameters = gguf_parameter_count(path)
     needed = parameters * DTYPE_BYTES[dtype]
-    root.mkdir(parents=True, exist_ok=True)
+    make_folder(root, "GGUF cache folder")
     free = shutil.disk_usage(root).free
     say(f"first load of {path.name}: dequantizing {parameters / 1e9:.2f}B parameters into a {dtype} cache of "
         f"{needed / 1e9:.1f} GB in {root} ({free / 1e9:.1f} GB free); once per file, about {FIRST_LOAD_MINUTES_PER_B[0]:g} min "
@@ -222,15 +222,15 @@ def _dequantize_into(path: Path, folder: Path, sha256: str, transformers_version
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # its per-tensor progress bar and notes are not the user's business
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+        # built in the dtype asked: transformers' reader dequantizes each tensor to float32 arrays, which are cast as
+        # they load, so a bfloat16 entry never holds a float32 copy of the whole model beside the arrays
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=getattr(torch, dtype))
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     except (OSError, ValueError, KeyError, RuntimeError, TypeError) as err:
         detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ViasdError(f"transformers could not read the GGUF model {path}: {detail}") from None
     finally:
         hf_logging.set_verbosity(verbosity)
-    if dtype != "float32":
-        model = model.to(getattr(torch, dtype))
     model.config.name_or_path = path.name  # the folder, not the developer's path, names it from now on
     # The weights are plain floats now: saved as such, the folder loads without GGUF's quantizer.
     model.hf_quantizer = None

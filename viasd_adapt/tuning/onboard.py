@@ -13,12 +13,16 @@ whole pair (``os.rename`` of a folder onto a free name is atomic), and the regis
 folders. The work folder also makes the command resumable stage by stage: a second run with the
 same inputs reuses the mask and ``tuned.json`` already written there (each stage's file is written
 atomically), and a run with other inputs is refused until ``restart`` removes that work folder
-(ours; nothing of the user's is ever removed).
+(ours; nothing of the user's is ever removed). One run of a name works at a time: it holds a lock
+(``<root>/.NAME.lock``, :func:`viasd_adapt.io.hold_lock`) from before the work folder is opened
+until the pair is published, and a second run says that the first is running.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import resource
 import sys
 import time
@@ -31,8 +35,9 @@ from viasd_adapt.tuning.budget_plan import MAX_TUNE_PROMPTS, TUNE_TOKENS, Budget
 from viasd_adapt.config.pair_file import DTYPES, PROMPT_LOOKUP, PairFile, PairTarget
 from viasd_adapt.config.tuned import TUNED_FILENAME
 from viasd_adapt.errors import ConfigError, ViasdError
+from viasd_adapt.io import hold_lock, make_folder
 from viasd_adapt.memory import release_free_memory
-from viasd_adapt.models.registry import DECLARATION, cache_dir
+from viasd_adapt.models.registry import DECLARATION, cache_dir, shipped_names, work_folder
 
 MASK_FILENAME = "mask.json"
 #: The budget ``viasd models add`` gives itself when none is asked for (minutes).
@@ -54,10 +59,12 @@ class AddRequest:
     calib: str | Path | None = None  # a prompts file, or "spec-bench[:TASKS]"; None: the search's default
     minutes: float = DEFAULT_MINUTES
     threads: int = 1
-    dtype: str = "float32"
+    dtype: str = "auto"  # auto, float32, bfloat16, float16 (viasd_adapt.models.placement); pair.json records the one used
     chat: str = "auto"
     root: Path | None = None  # where pairs live [default: the cache, $VIASD_CACHE]
     seed: int = 0
+    device: str = "auto"  # auto, cpu, cuda, cuda:N
+    device_map: Any = None  # a target spread over devices: "auto", ... (viasd_adapt.models.placement)
 
     @property
     def folder(self) -> Path:
@@ -65,28 +72,61 @@ class AddRequest:
 
     @property
     def work(self) -> Path:
-        return (self.root or cache_dir()) / f".{self.name}.adding"
+        return work_folder(self.root or cache_dir(), self.name)
+
+    @property
+    def lock(self) -> Path:
+        """The lock file one run of this name holds while it works (:func:`viasd_adapt.io.hold_lock`)."""
+        return (self.root or cache_dir()) / f".{self.name}.lock"
+
+
+#: A pair name: letters, digits, '-' and '_', at most this many characters (a folder name on any file system).
+NAME_LIMIT = 64
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def check_name(name: str) -> None:
+    """The pair name rule: letters, digits, '-' and '_', at most :data:`NAME_LIMIT` characters, not
+    the name of a shipped pair (``--pair demo`` must keep meaning the shipped demo)."""
+    if not _NAME.fullmatch(name or ""):
+        raise ConfigError(f"{name!r} is not a pair name: use only letters, digits, '-' or '_'")
+    if len(name) > NAME_LIMIT:
+        raise ConfigError(f"a pair name has at most {NAME_LIMIT} characters; {name[:20]}... has {len(name)}")
+    if name in shipped_names():
+        raise ConfigError(f"{name!r} is the name of a pair shipped with viasd-adapt (reserved: "
+                          f"{', '.join(shipped_names())}); choose another name")
 
 
 def check_request(request: AddRequest) -> None:
     """Every input error, before a model loads: the name, the files, the budget, an existing pair."""
     name = request.name
-    if not name or name.startswith(".") or "/" in name or os.sep in name or name != name.strip():
-        raise ConfigError(f"{name!r} is not a pair name: use letters, digits, '-' or '_' (no '/', not starting with '.')")
+    check_name(name)
     if request.folder.exists():
         raise ConfigError(f"a pair named {name!r} already exists at {request.folder}; choose another name "
                           "(viasd models add never replaces or deletes a folder)")
-    if not request.minutes > 0:
-        raise ConfigError(f"--minutes must be more than 0, got {request.minutes}")
-    if request.dtype not in DTYPES:
-        raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {request.dtype!r}")
+    if not (math.isfinite(request.minutes) and request.minutes > 0):
+        raise ConfigError(f"--minutes must be a finite number more than 0, got {request.minutes}")
+    if request.dtype not in ("auto", *DTYPES):
+        raise ConfigError(f"--dtype must be one of auto, {', '.join(DTYPES)}, got {request.dtype!r}")
     for role, path in (("target", request.target), ("drafter", request.draft), ("EAGLE head", request.eagle_head)):
         if path is not None and str(path) != PROMPT_LOOKUP and not Path(path).expanduser().exists():
             raise ConfigError(f"the {role} {path} does not exist")
 
 
+def placed(request: AddRequest) -> AddRequest:
+    """``request`` with its placement checked (CUDA asked without CUDA, a bad device map: one line,
+    before any load) and ``dtype`` ``auto`` resolved to the dtype the weights load in, which
+    ``pair.json`` records (:func:`viasd_adapt.models.placement.concrete_dtype`)."""
+    from viasd_adapt.models.placement import concrete_dtype, placement
+
+    where = placement(request.device, request.dtype, request.device_map)
+    return replace(request, dtype=concrete_dtype(request.target, where))
+
+
 def _declaration(request: AddRequest, **files: str | None) -> PairFile:
-    """``pair.json``: the user's files by absolute path, where they are."""
+    """``pair.json``: the user's files by absolute path, where they are, and the dtype the weights load in."""
+    if request.dtype == "auto":
+        request = placed(request)
     draft = str(request.draft) if str(request.draft) == PROMPT_LOOKUP else str(Path(request.draft).expanduser().resolve())
     head = str(Path(request.eagle_head).expanduser().resolve()) if request.eagle_head else None
     return PairFile(description=f"added with viasd models add: {Path(request.target).name} with {Path(str(request.draft)).name}",
@@ -120,7 +160,7 @@ def open_work_folder(request: AddRequest, restart: bool, say: Callable[[str], No
                               "pass --restart to start over (it removes only that work folder)")
         say(f"resuming the interrupted run in {work} (kept: {', '.join(finished)})")
         return work
-    work.mkdir(parents=True)
+    make_folder(work, "work folder of `viasd models add`")
     wanted.save(declaration)
     return work
 
@@ -164,15 +204,34 @@ def _tune_prompts(request: AddRequest, pair, count: int):
 
 
 def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str], None] | None = None,
-             progress: bool = True, clock: Callable[[], float] | None = None) -> Path:
+             progress: bool = True, note: Callable[[str], None] | None = None,
+             clock: Callable[[], float] | None = None) -> Path:
     """Onboards ``request``'s pair (module docstring) and returns its folder.
 
-    ``say`` gets every line meant for the user (default: stderr); ``progress`` shows tqdm bars.
-    Each stage that left its file in the work folder (the mask, ``tuned.json``) is resumed from it.
+    ``say`` gets what the run reports (the check, the estimate, the search's and the tuning's
+    results, the pair written; default: stderr), ``note`` its progress (each stage's time, a
+    resumed or restarted run; default: ``say``); ``progress`` shows tqdm bars. Each stage that
+    left its file in the work folder (the mask, ``tuned.json``) is resumed from it. Input errors
+    come before torch is imported (then the device's, which needs it, before anything is written);
+    a second run of the same name while one works is refused.
+
     ``--minutes`` is kept from the end of the first load: a probe prices each stage's unit of work,
     the plan is sized to fit what is left (or the run stops here, naming the minutes it needs), and
     each long stage stops between units when its share runs out. ``clock``: the time source of the
     probe, the plan and the stages (default :data:`CLOCK`; a test passes a fake one)."""
+    clock = clock or CLOCK
+    started = clock()
+    check_request(request)
+    request = placed(request)  # the device checked (torch imported), --dtype auto made the one pair.json records
+    say = say or _say_default
+    make_folder(request.root or cache_dir(), "folder of pairs")
+    with hold_lock(request.lock, f"`viasd models add {request.name}`"):
+        return _add_locked(request, restart, say, note or say, progress, started, clock)
+
+
+def _add_locked(request: AddRequest, restart: bool, say: Callable[[str], None], note: Callable[[str], None],
+                progress: bool, started: float, clock: Callable[[], float]) -> Path:
+    """:func:`add_pair` once its inputs are checked and its lock is held."""
     import torch
 
     from viasd_adapt.bench.session import quiet_transformers
@@ -180,20 +239,16 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
     from viasd_adapt.routing.layers import find_decoder_stack
     from viasd_adapt.search.prompt_ids import count_file_prompts
 
-    say = say or _say_default
-    clock = clock or CLOCK
-    started = clock()
-    check_request(request)
     file_prompts = count_file_prompts(request.calib)
     torch.set_num_threads(request.threads)
     quiet_transformers()
-    stages = _Stages(say, clock)
+    stages = _Stages(note, clock)
 
-    work = open_work_folder(request, restart, say)
+    work = open_work_folder(request, restart, note)
     began = clock()
     dtype = request.dtype if request.dtype != "float32" else None
-    pair = load_pair(request.target, request.draft, need_mask=False, device="cpu", eagle_head=request.eagle_head,
-                     dtype=dtype)
+    pair = load_pair(request.target, request.draft, need_mask=False, device=request.device, eagle_head=request.eagle_head,
+                     dtype=dtype, device_map=request.device_map)
     num_layers = find_decoder_stack(pair.target).num_layers
     say(f"checked: {num_layers}-layer target, drafter {'prompt lookup' if pair.lookup else type(pair.draft).__name__} "
         "on the same vocabulary")
@@ -203,7 +258,7 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
     planned, prompts = _estimate_stage(request, pair, num_layers, file_prompts, deadline, stages, say)
 
     began = clock()
-    masks, resumed = _search_stage(request, pair, planned, work, deadline, say, progress)
+    masks, resumed = _search_stage(request, pair, planned, work, deadline, say, progress, note)
     mask_paths = [path for _, path in masks]
     stages.record("search", began, resumed)
 
@@ -261,8 +316,8 @@ def _estimate_stage(request: AddRequest, pair: Any, num_layers: int, file_prompt
     if file_prompts is not None and estimate.heldout_prompts < DEFAULTS.calibration.n_heldout:
         say(f"note: {request.calib} has {file_prompts} prompts: {estimate.heldout_prompts} held out for the agreement "
             f"report (of {DEFAULTS.calibration.n_heldout} by default), {estimate.calibration_prompts} calibrated on")
-    for note in estimate.notes:
-        say(f"note: {note}")
+    for remark in estimate.notes:
+        say(f"note: {remark}")
     stages.record("estimate", began)
     return planned, prompts[:estimate.tune_prompts]
 
@@ -281,7 +336,8 @@ class _Stages:
 
 
 def _search_stage(request: AddRequest, pair: Any, planned: Any, work: Path, deadline: Deadline,
-                  say: Callable[[str], None], progress: bool) -> tuple[list[tuple[float, Path]], bool]:
+                  say: Callable[[str], None], progress: bool,
+                  note: Callable[[str], None] | None = None) -> tuple[list[tuple[float, Path]], bool]:
     """Searches one mask per planned skip ratio into the work folder (``mask.json`` for the main
     one); each ratio tried with its mask file, and True when the main mask of an interrupted run was there already."""
     from tqdm import tqdm
@@ -303,7 +359,8 @@ def _search_stage(request: AddRequest, pair: Any, planned: Any, work: Path, dead
         return search_ratios(pair.target, draft, pair.tokenizer, config, ratios=plan.ratios, steps=plan.search_steps,
                              extra_steps=plan.extra_steps, work=work, units=_units_of(estimate), deadline=deadline,
                              tune_seconds=plan.tune_seconds, say=say, prompt_lookup=pair.lookup is not None,
-                             names=(Path(request.target).name, Path(str(request.draft)).name), on_step=on_step)
+                             names=(Path(request.target).name, Path(str(request.draft)).name), on_step=on_step,
+                             note=note or say)
     finally:
         bar.close()
 
@@ -370,19 +427,19 @@ def chosen_mask_file(work: Path) -> str:
 def published_names(result: Any, work: Path, folder: Path) -> Any:
     """``result`` with every mask that lives in the work folder named by its path in the published
     pair's folder: the report names files that exist once the pair is published."""
-    from viasd_adapt.tuning.tune import TuneResult
-
     def name(mask: str | None) -> str | None:
         if mask is None or not Path(mask).is_relative_to(work):
             return mask
         return str(folder / Path(mask).relative_to(work))
 
+    names = {mask: name(mask) for mask in result.masks}
     points = [replace(p, mask=name(p.mask)) for p in result.points]
     chosen = points[result.points.index(result.chosen)]
     pooled = points[result.points.index(result.pooled)] if result.pooled is not None else None
     costs = {(name(k) if k in result.masks else k): v for k, v in result.costs.items()}
-    return TuneResult(points, chosen, result.budget, costs, {name(k): v for k, v in result.masks.items()}, result.seconds,
-                      pooled)
+    prices = result.price_list.renamed(names).to_dict() if result.price_list is not None else None
+    return replace(result, points=points, chosen=chosen, pooled=pooled, costs=costs, prices=prices,
+                   masks={name(k): v for k, v in result.masks.items()})
 
 
 def publish(work: Path, folder: Path) -> None:
@@ -392,5 +449,5 @@ def publish(work: Path, folder: Path) -> None:
     os.rename(work, folder)
 
 
-__all__ = ["AddRequest", "DEFAULT_MINUTES", "MASK_FILENAME", "add_pair", "check_request", "open_work_folder", "publish",
-           "chosen_mask_file", "published_names"]
+__all__ = ["AddRequest", "DEFAULT_MINUTES", "MASK_FILENAME", "NAME_LIMIT", "add_pair", "check_name", "check_request",
+           "chosen_mask_file", "open_work_folder", "publish", "published_names"]

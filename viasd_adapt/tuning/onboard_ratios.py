@@ -41,18 +41,19 @@ def search_budget_guard(deadline: Deadline, per_evaluation: float, kept: float) 
 def search_ratios(target: Any, draft: Any, tokenizer: Any, base_config: Any, *, ratios: tuple[float, ...], steps: int,
                   extra_steps: int, work: Path, units: UnitCosts, deadline: Deadline, tune_seconds: float,
                   say: Callable[[str], None], prompt_lookup: bool, names: tuple[str, str],
-                  on_step: Callable[[Any, float], None] | None = None) -> tuple[list[tuple[float, Path]], bool]:
+                  on_step: Callable[[Any, float], None] | None = None,
+                  note: Callable[[str], None] | None = None) -> tuple[list[tuple[float, Path]], bool]:
     """Searches one mask per ratio into ``work`` (the main ratio's with ``steps`` evaluations, each
     other's with ``extra_steps``), each stopping early when the time it leaves the tuning sweep
     (``tune_seconds``) runs short; a ratio whose whole search no longer fits is skipped, said in one
-    line. Returns each ratio tried with its mask file (main first) and whether the main one was resumed. A mask file
+    line (``say``: the report; ``note``: progress, such as the search's calibration). Returns each ratio tried with its mask file (main first) and whether the main one was resumed. A mask file
     already there (an interrupted run) is checked against the target and kept."""
     from viasd_adapt.routing.mask import load_mask
     from viasd_adapt.search import decoder_windows as cal
     from viasd_adapt.search.pipeline import search_pair
     from viasd_adapt.search.report import ReportInput, describe as describe_search
 
-    cache = cal.WindowCache(None, say=say)
+    cache = cal.WindowCache(None, say=note or say)
     n_cal, n_held = base_config.calibration.n_calibration, base_config.calibration.n_heldout
     paths: list[tuple[float, Path]] = []
     resumed = False
@@ -81,7 +82,7 @@ def search_ratios(target: Any, draft: Any, tokenizer: Any, base_config: Any, *, 
 
         info = ReportInput(target_name=names[0], draft_name=names[1], out=path)
         outcome = search_pair(target, draft, tokenizer, config, prompt_lookup=prompt_lookup, window_cache=cache,
-                              on_step=step, info=info, say=say if index == 0 else None)
+                              on_step=step, info=info, say=(note or say) if index == 0 else None)
         if outcome.result.stop_reason == "budget":
             say(f"time budget: the search at the skip ratio {ratio:g} stops after {len(outcome.result.history)} of "
                 f"{evaluations} masks, keeping the time the later stages are planned to take")
