@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from viasd_adapt.routing.hardware import hardware_stamp
 from viasd_adapt.config.onboard_report import REPORT_FILENAME, OnboardEstimate, OnboardReport, StageTime
 from viasd_adapt.config.pair_file import DTYPES, PROMPT_LOOKUP, PairFile, PairTarget
 from viasd_adapt.config.tuned import TUNED_FILENAME
@@ -327,7 +328,7 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
     report = OnboardReport(name=request.name, target=Path(request.target).name, drafter=Path(str(request.draft)).name,
                            threads=request.threads, dtype=request.dtype, estimate=estimate, stages=stages.times,
                            verdict=verdict, peak_memory_mb=round(_peak_memory_mb(), 1),
-                           total_seconds=round(time.perf_counter() - started, 1))
+                           total_seconds=round(time.perf_counter() - started, 1), hardware=hardware_stamp(pair.target))
     report.save(work / REPORT_FILENAME)
     _declaration(request, mask=MASK_FILENAME, tuned=TUNED_FILENAME, report=REPORT_FILENAME).save(work / DECLARATION)
     publish(work, request.folder)
