@@ -25,17 +25,20 @@ with less than ``--min-free-gb`` available.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 sys.path.insert(0, str(BENCH_DIR))
+
+from viasd_adapt.config.schema import read_json  # noqa: E402
+from viasd_adapt.io import write_json  # noqa: E402
 
 
 def available_gb() -> float:
@@ -54,11 +57,58 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def interleaved_costs(model, context: int, gamma: int, ratio: float, repeats: int) -> dict:
+    """Milliseconds (medians) of a full pass over a block, a full one-token step, a slim pass over the
+    block with its own cache (a mask spread over the stack), and, with the shared prefix at a mask
+    skipping a contiguous run from the middle layer, the slim pass and the resumed full pass; timed
+    round-robin, so that other work on a shared machine slows every row alike."""
+    import statistics
+
+    import torch
+    from forward_costs import skip_run_mask, spread_mask
+    from viasd_adapt.routing import SlimVerifier
+    from viasd_adapt.routing.runner import CachedRunner
+    from viasd_adapt.routing.shared import SharedPrefixRunners
+
+    layers, vocab = model.config.num_hidden_layers, model.config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(3, vocab, (context,), generator=generator).tolist()
+    block = torch.randint(3, vocab, (gamma + 1,), generator=generator).tolist()
+    sequence, skipped = prompt + block, round(ratio * layers)
+    full = CachedRunner(model)
+    spread = SlimVerifier(model, spread_mask(layers, skipped))
+    separate = CachedRunner(spread.model, spread.new_cache)
+    shared_mask = skip_run_mask(layers, skipped, layers // 2)
+    shared = SharedPrefixRunners(model, SlimVerifier(model, shared_mask))
+    passes = {
+        "full_block": lambda: full.logits_for(sequence, len(block)),
+        "full_token": lambda: full.logits_for(prompt + block[:1], 1),
+        "slim_block": lambda: separate.logits_for(sequence, len(block)),
+        "shared_slim_block": lambda: shared.slim_logits(sequence, len(block)),
+        "resumed_full_block": lambda: shared.full_logits(sequence, len(block)),  # right after u's pass
+    }
+    times: dict[str, list[float]] = {name: [] for name in passes}
+    with torch.no_grad():
+        for runner in (full, separate):
+            runner.logits_for(prompt, 1)  # prefill, untimed
+        for round_ in range(repeats + 1):  # the first round warms up
+            for name, run in passes.items():
+                start = time.perf_counter()
+                run()
+                if round_:
+                    times[name].append(time.perf_counter() - start)
+    ms = {name: 1e3 * statistics.median(values) for name, values in times.items()}
+    return {"ms": ms, "fraction_of_full_block": {name: value / ms["full_block"] for name, value in ms.items()},
+            "slim_mask_skipped": list(spread_mask(layers, skipped).skipped),
+            "shared_mask_skipped": list(shared_mask.skipped), "shared_s1": shared_mask.first_skipped,
+            "context": context, "block": len(block), "repeats": repeats}
+
+
 def child(args: argparse.Namespace) -> dict:
     """One process: build, decode in the role's mode, report peak RSS (and, for ``tier``, pass costs)."""
     import torch
     import transformers
-    from forward_costs import DTYPES, SHAPES, Shape, build, shape_rows
+    from forward_costs import DTYPES, SHAPES, Shape, build
     from viasd_adapt.core.hooks import make_plugin_manager
     from viasd_adapt.core.sampling import SamplingConfig
     from viasd_adapt.core.settings import TierSettings
@@ -100,19 +150,15 @@ def child(args: argparse.Namespace) -> dict:
     }
     if tier and args.repeats > 0:
         verifier = out = None
-        rows = shape_rows(target, device, args.cost_context, args.gamma, args.ratio, args.repeats)
-        result["cost_rows"] = rows
+        result["costs"] = interleaved_costs(target, args.cost_context, args.gamma, args.ratio, args.repeats)
     return result
 
 
 def summary(alone: dict, tier: dict) -> dict:
     """The ratios the docs quote (peaks; pass costs as fractions of a full block pass)."""
     out = {"peak_ratio": tier["peak_rss"] / alone["peak_rss"]}
-    rows = tier.get("cost_rows") or []
-    for name in ("full_token", "slim_block", "shared_slim_block", "resumed_full_block"):
-        found = {r.get("s1"): round(r["fraction_of_full_block"], 3) for r in rows if r["row"] == name}
-        if found:
-            out[name] = found
+    if "costs" in tier:
+        out.update({name: round(value, 3) for name, value in tier["costs"]["fraction_of_full_block"].items()})
     return out
 
 
@@ -130,38 +176,44 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--min-free-gb", type=float, default=17.0)
     parser.add_argument("--role", choices=["alone", "tier"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--roles", default="alone,tier", help="the runs to make (tier alone: pass costs only)")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
     args = parser.parse_args(argv)
-    if args.role:
-        print(json.dumps(child(args)))
+    if args.role:  # a child: its result goes to the file --json names
+        write_json(args.json, child(args))
         return {}
 
     passed = [f"--{name.replace('_', '-')}={value}" for name, value in vars(args).items()
-              if name not in ("role", "json", "min_free_gb")]
+              if name not in ("role", "roles", "json", "min_free_gb")]
     results = {}
-    for role in ("alone", "tier"):
+    for role in args.roles.split(","):
         free = available_gb()
         if args.shape != "tiny" and free < args.min_free_gb:
             raise SystemExit(f"only {free:.1f} GB available, {args.min_free_gb} needed for the {role} run")
-        proc = subprocess.run([sys.executable, __file__, *passed, "--role", role],
-                              capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise SystemExit(f"the {role} run failed:\n{proc.stderr[-3000:]}")
-        results[role] = json.loads(proc.stdout.strip().splitlines()[-1])
+        with tempfile.TemporaryDirectory() as folder:
+            out = Path(folder) / f"{role}.json"
+            proc = subprocess.run([sys.executable, __file__, *passed, "--role", role, "--json", str(out)],
+                                  capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise SystemExit(f"the {role} run failed:\n{proc.stderr[-3000:]}")
+            results[role] = read_json(out, f"the {role} run's result")
         print(f"{role}: peak RSS {results[role]['peak_rss'] / 1e9:.2f} GB "
               f"(after building the target {results[role]['peak_rss_after_build'] / 1e9:.2f} GB; "
               f"weights {results[role]['parameter_bytes'] / 1e9:.2f} GB), "
               f"{results[role]['tokens']} tokens in {results[role]['generate_seconds']} s", flush=True)
+    if "alone" not in results:
+        results["alone"] = results["tier"]  # a costs-only run: no peak to compare
     ratios = summary(results["alone"], results["tier"])
     print(f"peak with the tier / target alone: {ratios['peak_ratio']:.4f}x")
-    for name in ("full_token", "slim_block", "shared_slim_block", "resumed_full_block"):
-        if name in ratios:
-            print(f"{name} / full_block: {ratios[name]}")
+    if "costs" in results["tier"]:
+        costs = results["tier"]["costs"]
+        print(f"passes at a {costs['context']}-token context, a {costs['block']}-token block, medians of "
+              f"{costs['repeats']} (round-robin), as fractions of the full block pass ({costs['ms']['full_block']:.0f} ms):")
+        for name, fraction in costs["fraction_of_full_block"].items():
+            print(f"  {name:<20}{costs['ms'][name]:>10.0f} ms{fraction:>8.3f}")
     result = {"machine": platform.machine(), "processor": platform.processor(), "args": vars(args) | {"json": None},
               "runs": results, "summary": ratios}
     if args.json:
-        from viasd_adapt.io import write_json
-
         write_json(args.json, result)
     return result
 

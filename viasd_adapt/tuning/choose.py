@@ -235,7 +235,7 @@ def artifact_of(result: TuneResult, pair: LoadedPair, masks_dir: Path | None = N
         budget=asdict(result.budget),
         measured=chosen.to_dict(),
         measured_on=MEASURED_ON,
-        hardware=hardware_stamp(pair.target),
+        hardware=hardware_stamp(pair.target) if pair.target is not None else None,
         report={"best_within_budget": best, "costs": result.costs, "masks": result.masks, "seconds": round(result.seconds, 1),
                 "mask_file": mask_file,
                 "points": len(result.points)},
