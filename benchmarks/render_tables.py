@@ -454,6 +454,51 @@ def render_paper_conditions(load: Loader) -> str:
     return "\n".join(lines)
 
 
+#: The shipped pairs whose ``tuned.json`` the shipped-choices table reads, in order.
+SHIPPED_PAIRS: tuple[str, ...] = ("demo", "demo-ee", "smollm2")
+
+#: How the shipped-choices table names each choice ``viasd tune`` writes.
+CHOICE_NAMES = {"ar": "the target alone (`ar`)", "sd": "untiered SD (`sd`, mode `none`)", "lenient": "lenient",
+                "lossless": "lossless (the fixed tier)", "lossless-adaptive": "lossless (the adaptive tier)",
+                "viasd": "lossy VIA-SD (the fixed tier)", "viasd-adaptive": "lossy VIA-SD (the adaptive tier)"}
+
+
+def render_shipped_choices(load: Loader, assets: Path = REPO / "viasd_adapt" / "assets") -> str:
+    """What each shipped pair's ``tuned.json`` runs by default: its choice, the settings that
+    choice reads, and its measured cost beside the cheapest drafting point's, read from the files
+    themselves (``load`` is unused: the files are the shipped assets)."""
+    import json
+
+    header = ["pair", "tuned choice (what every command runs by default)", "settings it reads",
+              "full-equivalent passes/token when tuned", "drafter it was tuned with"]
+    body = []
+    for pair in SHIPPED_PAIRS:
+        tuned = json.loads((assets / pair / "tuned.json").read_text())
+        choice, settings = tuned["choice"], tuned["settings"]
+        reads = {"lenient": f"lenience {settings['lenience']:g}, gamma {settings['gamma']}",
+                 "viasd": f"alpha1 {settings['alpha1']:g}, alpha2 {settings['alpha2']:g}, gamma {settings['gamma']}",
+                 "ar": "-"}.get(choice.removesuffix("-adaptive"), f"gamma {settings['gamma']}")
+        measured = (tuned.get("measured") or {}).get("full_equivalent")
+        drafter = tuned.get("drafter")
+        drafter = "prompt lookup" if drafter == "prompt-lookup" else (
+            f"{drafter['num_layers']}-layer drafter model" if isinstance(drafter, dict) else "not recorded")
+        body.append([f"`{pair}`", CHOICE_NAMES.get(choice, f"`{choice}`"), reads,
+                     number(measured) if choice != "ar" else
+                     f"{number(_ar_cost(tuned))} (the cheapest drafting point: {number(measured)})",
+                     drafter])
+    return "\n".join(markdown_table(header, body) + [
+        "", "Read from `viasd_adapt/assets/<pair>/tuned.json` by `benchmarks/render_tables.py`; each file also holds "
+            "the fidelity budget and the best point of every family within it."])
+
+
+def _ar_cost(tuned: dict) -> float | None:
+    """The target alone's cost in a tuned file whose choice is ``ar``, priced from the tune's own
+    forward costs as the tuner priced it."""
+    from viasd_adapt.config.tuned import plain_decoding_cost
+
+    return plain_decoding_cost((tuned.get("report") or {}).get("costs") or {})
+
+
 #: Every rendered table: name -> (the Markdown file it sits in, how to render it).
 TABLES: dict[str, tuple[str, Callable[[Loader], str]]] = {
     "verdict": ("README.md", render_verdict),
@@ -464,6 +509,7 @@ TABLES: dict[str, tuple[str, Callable[[Loader], str]]] = {
     "adaptive": ("docs/results.md", render_adaptive),
     "paper-measured": ("docs/paper.md", render_paper_measured),
     "paper-conditions": ("docs/paper.md", render_paper_conditions),
+    "shipped-choices": ("docs/tuning.md", render_shipped_choices),
 }
 
 def report_names() -> list[str]:

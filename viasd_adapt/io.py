@@ -15,12 +15,13 @@ umask's mode before it is renamed into place (:func:`follow_umask`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from viasd_adapt.errors import ViasdError
 
@@ -53,12 +54,22 @@ def follow_umask(path: str | os.PathLike) -> None:
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[Path], None], what: str = "file") -> Path:
-    """Calls ``write(tmp_path)`` then renames ``tmp_path`` onto ``path``; a failure leaves ``path`` as it was."""
+    """Calls ``write(tmp_path)`` then renames ``tmp_path`` onto ``path``; a failure leaves ``path`` as it was.
+
+    Only a regular file (or a new path) is replaced. A symbolic link is followed: its target is
+    written and the link stays. A FIFO, a character device (``/dev/null``) or a process's own
+    descriptor (``/dev/stdout``, ``/dev/fd/N``) is written through, as a shell's ``>`` would (see
+    :func:`output_kind`); anything else (a folder, a block device, a socket) is refused by name.
+    """
     path = Path(path).expanduser()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_dir():
-            raise IsADirectoryError(21, "is a directory")
+        kind = output_kind(path)
+        if kind == THROUGH:
+            return _write_through(path, write)
+        if kind != REGULAR:
+            raise ViasdError(f"cannot write {what} {path}: it is {kind}, not a regular file; give a file path")
+        path = _followed(path)
+        _make_parent(path, what)
         handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(handle)
         tmp = Path(name)
@@ -74,6 +85,99 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Path], None], what: s
     return path
 
 
+#: :func:`output_kind` of a path written by a rename (a regular file, or none yet).
+REGULAR = "a regular file"
+#: :func:`output_kind` of a path written through (a FIFO, a character device, a descriptor).
+THROUGH = "written through"
+_DESCRIPTOR_FOLDERS = ("/dev/fd", "/proc/self/fd")
+_DESCRIPTOR_NAMES = ("/dev/stdin", "/dev/stdout", "/dev/stderr")
+
+
+def output_kind(path: str | os.PathLike) -> str:
+    """How an output ``path`` is written: :data:`REGULAR` (a regular file, a new path, or a link to
+    either: replaced atomically), :data:`THROUGH` (a FIFO, a character device such as ``/dev/null``,
+    or a descriptor such as ``/dev/stdout``: opened and written, never replaced, since a rename would
+    put a regular file in place of the node and a reader waiting on it would get nothing), or else
+    what it is (``"a directory"``, ``"a block device"``, ``"a socket"``), which is refused."""
+    import stat
+
+    path = Path(path).expanduser()
+    if str(path) in _DESCRIPTOR_NAMES or str(path.parent) in _DESCRIPTOR_FOLDERS:
+        return THROUGH  # a descriptor: even one redirected to a file is that file's open handle
+    try:
+        mode = os.stat(path).st_mode  # follows links
+    except FileNotFoundError:
+        return REGULAR
+    except NotADirectoryError:
+        return REGULAR  # the caller's folder check names the file in the way
+    if stat.S_ISREG(mode):
+        return REGULAR
+    if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+        return THROUGH
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _followed(path: Path) -> Path:
+    """``path``, or, for a symbolic link, the file it names (which is replaced; the link stays)."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _write_through(path: Path, write: Callable[[Path], None]) -> Path:
+    """``write`` into a private temporary file, then its bytes into ``path`` (opened for appending,
+    so a descriptor redirected to a file keeps what was written before). A failed write or close
+    (``/dev/full``: no space left) raises, so nothing says the output was written when it was not."""
+    folder = tempfile.mkdtemp(prefix=".viasd-through-")
+    try:
+        tmp = Path(folder) / path.name
+        write(tmp)
+        with open(tmp, "rb") as source, open(path, "ab") as sink:
+            shutil.copyfileobj(source, sink)
+            sink.flush()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return path
+
+
+def make_folder(path: str | os.PathLike, what: str = "folder") -> Path:
+    """Creates ``path`` (and its parents) unless it is a folder already; the one way the product makes
+    a folder, so that every failure is one line naming the folder and the reason: a read-only file
+    system, permission denied, or a file where a folder should be (the file is named)."""
+    import errno
+
+    path = Path(path).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ViasdError(f"cannot create the {what} {path}: {_file_in_the_way(path)} is a file, not a folder") from None
+    except OSError as err:
+        reason = {errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+                  errno.EPERM: "permission denied", errno.ENOSPC: "no space left on the device"}.get(err.errno)
+        raise ViasdError(f"cannot create the {what} {path}: {reason or err.strerror or err}") from None
+    return path
+
+
+def _make_parent(path: Path, what: str) -> None:
+    """The folder ``path`` is written in, made by :func:`make_folder`; its failure said as the write's."""
+    try:
+        make_folder(path.parent, "folder")
+    except ViasdError as err:
+        raise ViasdError(f"cannot write {what} {path}: {err}") from None
+
+
+def _file_in_the_way(path: Path) -> Path:
+    """The nearest ancestor of ``path`` (or ``path``) that exists and is not a folder."""
+    for candidate in (path, *path.parents):
+        if candidate.exists() and not candidate.is_dir():
+            return candidate
+    return path
+
+
 def write_directory(path: str | os.PathLike, write: Callable[[Path], None], what: str = "directory") -> Path:
     """Calls ``write(tmp_dir)`` on a new directory beside ``path``, then puts it in place of ``path``.
 
@@ -85,7 +189,7 @@ into it get the umask's modes (:func:`follow_umask`), whatever modes ``write`` l
     """
     path = Path(path).expanduser()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_parent(path, what)
         if path.exists() and not path.is_dir():
             raise NotADirectoryError(20, "exists and is not a directory")
         tmp = Path(tempfile.mkdtemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent))
@@ -156,6 +260,53 @@ def sweep_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
     return removed
 
 
+@contextlib.contextmanager
+def hold_lock(path: str | os.PathLike, what: str) -> Iterator[Path]:
+    """Holds an exclusive lock on the file ``path`` while the block runs, or raises at once, naming
+    the process that holds it, when another one does (``what``: who holds such a lock, for the message).
+
+    ``flock``: the kernel drops the lock when its process ends, however it ends, so a lock file that
+    a killed run left behind holds nothing and is taken over. The file holds its owner's pid (for the
+    message) and is removed on release; a run that locked a file another run was just removing
+    tries again on the new one, so two runs never both hold the lock."""
+    import fcntl
+
+    path = Path(path).expanduser()
+    make_folder(path.parent, "folder of the lock file")
+    while True:
+        try:
+            handle = open(path, "a+", encoding="utf-8")
+        except OSError as err:
+            raise ViasdError(f"cannot create the lock file {path}: {err.strerror or err}") from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            owner = handle.read().strip()
+            handle.close()
+            raise ViasdError(f"{what} is running already (process {owner or 'unknown'}, lock {path}); "
+                             "wait for it to end") from None
+        try:
+            current = os.stat(path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(handle.fileno()).st_ino:
+            break
+        handle.close()  # locked a file its owner was removing: lock the new one
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    try:
+        yield path
+    finally:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        handle.close()
+
+
 def file_digest(path: str | os.PathLike) -> str:
     """The sha256 of a file's content, read in 1 MiB chunks."""
     import hashlib
@@ -203,6 +354,14 @@ def ensure_writable(path: str | os.PathLike, what: str, force: bool = True) -> P
     path = Path(path).expanduser()
     if path.is_dir():
         raise ConfigError(f"{what} {path} is a directory; give a file path")
+    kind = output_kind(path)
+    if kind == THROUGH:  # a FIFO, a device, a descriptor: written through, never replaced (no --force needed)
+        if not os.access(path, os.W_OK):
+            raise ConfigError(f"{what} {path} is not writable (permission denied)")
+        return path
+    if kind != REGULAR:
+        raise ConfigError(f"{what} {path} is {kind}, not a regular file; give a file path")
+    path = _followed(path)  # a link: its target is what is written
     if path.exists() and not force:
         raise ConfigError(f"{what} {path} already exists; pass --force to overwrite it, or choose another path")
     ancestor = path.parent
@@ -250,5 +409,5 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
         raise ViasdError(f"cannot read {what} {path}: {err.strerror or err}") from None
 
 
-__all__ = ["ensure_writable", "file_digest", "follow_umask", "process_umask", "read_text", "relative_name", "save_figure", "sweep_stale_temporaries",
+__all__ = ["REGULAR", "THROUGH", "ensure_writable", "file_digest", "follow_umask", "hold_lock", "make_folder", "output_kind", "process_umask", "read_text", "relative_name", "save_figure", "sweep_stale_temporaries",
            "write_atomic", "write_directory", "write_json", "write_text"]

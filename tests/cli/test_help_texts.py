@@ -112,4 +112,4 @@ def test_help_texts_say_what_the_commands_do():
     assert "self-trained" not in _help("models")
     assert "1<=x<=2" not in _help("models", "build")
     result = CliRunner().invoke(cli, ["models", "build", "--threads", "0"])
-    assert result.exit_code == 2 and "x>=1" in result.output  # control: the bound that stays is shown
+    assert result.exit_code == 2 and "1<=x<=1024" in result.output  # control: the bound that stays is shown (1 to MAX_THREADS)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from viasd_adapt.cli.threads import _note_above_cores, threads_type
 from viasd_adapt.io import json_text
 from viasd_adapt.models.presets import PRESETS
 
@@ -37,7 +38,7 @@ def models() -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for initialisation, data order and masks.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory under which <recipe>/ is written [default: $VIASD_CACHE or ~/.cache/viasd-adapt].")
-@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--threads", type=threads_type, default=1, show_default=True, callback=_note_above_cores,
               help="torch CPU threads; the same seed and thread count give the same weights.")
 def build(recipe: str | None, old_recipe_option: str | None, seed: int, out_dir: Path | None, threads: int) -> None:
     """Train a tokenizer, a target and a drafter on stdlib code, and write them with a report.
@@ -106,11 +107,13 @@ def list_command(as_json: bool) -> None:
         click.echo("no model pairs found; build one with `viasd models build --recipe tiny`")
     for pair in pairs:
         extras = [label for label, path in (("eagle_head", pair.eagle_head), ("mask", pair.mask)) if path]
-        if isinstance(pair.draft, str):
+        if isinstance(pair.draft, str) and pair.draft:
             extras.insert(0, f"drafter: {pair.draft}")
         suffix = f" (+{', '.join(extras)})" if extras else ""
         click.echo(f"{pair.name:12s} {pair.source:8s} {pair.root}{suffix}")
-        if pair.missing:
+        if pair.damaged:
+            click.echo(f"{'':12s} DAMAGED: {pair.damaged}")
+        elif pair.missing:
             click.echo(f"{'':12s} NOT INSTALLED: {pair.missing}")
 
 

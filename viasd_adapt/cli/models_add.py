@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option
+from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, finite
 from viasd_adapt.cli.threads import threads_option
 from viasd_adapt.config.pair_file import DTYPES
 from viasd_adapt.tuning.onboard import DEFAULT_MINUTES
@@ -25,7 +25,7 @@ from viasd_adapt.tuning.onboard import DEFAULT_MINUTES
 @click.option("--calib", default=None,
               help="Calibration prompts: a file (one per line or a JSON list; a small file holds out what it can), "
                    "or spec-bench[:TASK,...] [default: Spec-Bench's calibration split for a chat model, else stdlib snippets].")
-@click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_MINUTES, show_default=True,
+@click.option("--minutes", type=finite(min=0, min_open=True), default=DEFAULT_MINUTES, show_default=True,
               help="Budget for the mask search and the tuning: their sizes are chosen to fit it, from a measured step.")
 @click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True,
               help="The dtype the weights load in; a .gguf target is cached in it (bfloat16: half the disk).")
@@ -46,4 +46,6 @@ def add(name, target, draft, eagle_head, calib, minutes, dtype, threads, chat, r
 
     request = AddRequest(name=name, target=target, draft=draft, eagle_head=eagle_head, calib=calib, minutes=minutes,
                          threads=threads, dtype=dtype, chat=chat, root=root)
-    add_pair(request, restart=restart, say=lambda line: click.echo(line, err=True), progress=not no_progress)
+    # the report on stdout, progress on stderr (a closed or full stderr costs nothing: viasd_adapt.cli.output)
+    add_pair(request, restart=restart, say=click.echo, note=lambda line: click.echo(line, err=True),
+             progress=not no_progress)

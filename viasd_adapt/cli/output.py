@@ -96,9 +96,83 @@ def _say(reason: str) -> None:
         pass
 
 
+class _ForgivingStderr(io.BufferedIOBase):
+    """stderr's descriptor, written directly; a write it refuses (full: ``2>/dev/full``, an I/O error)
+    is dropped. stderr carries notes and progress, never a result, so losing them must not cost the
+    result (a progress bar that fails to draw would otherwise fail a model's load)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError:
+            pass
+        return len(data)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        try:
+            return os.isatty(self._fd)
+        except OSError:
+            return False
+
+
+def _forgiving_stderr() -> Any:
+    """What ``sys.stderr`` becomes for the command (:class:`_ForgivingStderr`), or None when the
+    caller replaced stderr (click's ``CliRunner``, pytest's capture keep theirs). A stderr closed at
+    start-up (``2>&-``) is pointed at the null device first, so that no file the command opens
+    later takes descriptor 2 and receives what a library writes to stderr."""
+    original = sys.stderr
+    if original is not None and original is not sys.__stderr__:
+        return None
+    try:
+        if original is not None:
+            original.flush()
+        os.fstat(2)
+    except OSError:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            if devnull != 2:
+                os.dup2(devnull, 2)
+                os.close(devnull)
+        except OSError:
+            return None
+    except ValueError:  # a stderr object closed by its owner
+        return None
+    encoding = getattr(original, "encoding", None) or "utf-8"
+    return io.TextIOWrapper(_ForgivingStderr(2), encoding=encoding, errors="backslashreplace", line_buffering=True,
+                            write_through=True)
+
+
 def run_guarded(main: Callable[[], Any]) -> Any:
-    """``main()`` (a click command's ``main``) with stdout guarded (module docstring). Exits with
-    :data:`OUTPUT_FAILED` and one line on stderr when stdout cannot be written."""
+    """``main()`` (a click command's ``main``) with stdout guarded (module docstring) and stderr made
+    forgiving (:func:`_forgiving_stderr`). Exits with :data:`OUTPUT_FAILED` and one line on stderr
+    when stdout cannot be written."""
+    errors, stderr = sys.stderr, _forgiving_stderr()
+    if stderr is None:
+        return _run_stdout_guarded(main)
+    sys.stderr = stderr
+    _KEPT.append(stderr)  # never closed: a library's handler may still hold it when the interpreter ends
+    try:
+        return _run_stdout_guarded(main)
+    finally:
+        sys.stderr = errors
+
+
+_KEPT: list[Any] = []
+
+
+def _run_stdout_guarded(main: Callable[[], Any]) -> Any:
     original = sys.stdout
     if original is None:  # Python found file descriptor 1 closed at start-up
         _say("it is closed")

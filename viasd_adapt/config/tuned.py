@@ -118,11 +118,19 @@ def plain_decoding_cost(costs: dict[str, Any]) -> float | None:
     return entry["c_full"] / entry["c_full_block"]
 
 
+#: Every ``choice`` the tuner writes: its families (:data:`viasd_adapt.tuning.grid.FAMILIES`; a test
+#: keeps the two equal) and plain decoding. Named here, so that reading tuned.json loads no tuner.
+KNOWN_CHOICES = ("sd", "lossless", "lenient", "viasd", "lossless-adaptive", "viasd-adaptive", PLAIN_DECODING_CHOICE)
+
+
 def _named_choice(value: str) -> str:
-    """``choice``: what the tuner chose, by name; an empty one is refused like a missing one."""
+    """``choice``: what the tuner chose, by name; an empty or unknown one is refused (a choice no
+    run knows would be "applied" as whatever its settings happen to say)."""
     if not value.strip():
         raise ValueError("'choice' must name what viasd tune chose (viasd, lenient, sd, lossless, or one of them "
                          "with -adaptive, or ar); it is empty")
+    if value not in KNOWN_CHOICES:
+        raise ValueError(f"'choice' must be one of {', '.join(KNOWN_CHOICES)}; got {value!r}")
     return value
 
 
@@ -420,6 +428,6 @@ class TunedOnUnknownDeviceWarning(UserWarning):
     its choice is applied, unchecked (:mod:`viasd_adapt.config.hardware`)."""
 
 
-__all__ = ["COST_FIELDS", "DRAFTER_MODEL", "EAGLE_HEAD", "FORMAT", "MEASURED_ON_DEFAULT", "OTHER_DEVICE", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
+__all__ = ["COST_FIELDS", "DRAFTER_MODEL", "EAGLE_HEAD", "FORMAT", "KNOWN_CHOICES", "MEASURED_ON_DEFAULT", "OTHER_DEVICE", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
            "TunedBudget", "TunedForAnotherDeviceWarning", "TunedForAnotherDrafterWarning", "TunedOnUnknownDeviceWarning", "TunedForAnotherMaskWarning", "TunedPoint", "TunedReport",
            "TunedSettings", "TunedValueClampedWarning", "drafter_mismatch", "find_tuned", "recorded_mask", "tuned_path_beside"]

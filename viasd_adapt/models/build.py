@@ -25,7 +25,7 @@ import transformers
 
 from viasd_adapt.config.build_report import BUILD_REPORT_FILENAME, BuildReport, PairBuildReport
 from viasd_adapt.errors import ConfigError, ViasdError
-from viasd_adapt.io import follow_umask
+from viasd_adapt.io import follow_umask, make_folder
 from viasd_adapt.models import corpus, evaluate
 from viasd_adapt.models.layer_skip import random_mask
 from viasd_adapt.models.presets import Preset, get_preset
@@ -103,7 +103,7 @@ def start_build(preset_name: str, out_dir: str | Path | None) -> tuple[Path, Pat
     pair_dir = root / preset_name
     check_build_destination(pair_dir, preset_name)
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        make_folder(root, "folder of pairs")
         staging_dir = Path(tempfile.mkdtemp(prefix=f".{preset_name}-building-", dir=root))
     except OSError as err:
         raise ViasdError(f"cannot write the pair under {root}: {err.strerror or err}") from None

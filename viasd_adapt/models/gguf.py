@@ -43,7 +43,7 @@ from pathlib import Path
 from viasd_adapt.config.cache_records import GGUFCacheRecord
 from viasd_adapt.config.schema import read_json
 from viasd_adapt.errors import ConfigError, UnsupportedModelError, ViasdError
-from viasd_adapt.io import file_digest, sweep_stale_temporaries, write_directory
+from viasd_adapt.io import file_digest, make_folder, sweep_stale_temporaries, write_directory
 from viasd_adapt.memory import release_free_memory
 from viasd_adapt.models.registry import cache_dir
 
@@ -166,7 +166,7 @@ def check_cache_space(path: Path, root: Path, dtype: str, say=_say) -> int:
     space ``root`` has; refuses by name an entry that would not fit. Returns the bytes it will take."""
     parameters = gguf_parameter_count(path)
     needed = parameters * DTYPE_BYTES[dtype]
-    root.mkdir(parents=True, exist_ok=True)
+    make_folder(root, "GGUF cache folder")
     free = shutil.disk_usage(root).free
     say(f"first load of {path.name}: dequantizing {parameters / 1e9:.2f}B parameters into a {dtype} cache of "
         f"{needed / 1e9:.1f} GB in {root} ({free / 1e9:.1f} GB free); once per file, about {FIRST_LOAD_MINUTES_PER_B[0]:g} min "

@@ -40,6 +40,7 @@ class PairPaths:
     mask: Path | None
     missing: str | None = None  # how to install what a declared pair needs
     dtype: str = "float32"  # what its weights load in (pair.json's; viasd models add --dtype)
+    damaged: str | None = None  # why the pair cannot be used: the file at fault and the reason
 
     def to_json(self) -> dict:
         return {
@@ -93,23 +94,35 @@ def pair_declaration(root: Path) -> PairFile | None:
 
 
 def read_pair(root: Path, name: str | None = None, source: str = "built") -> PairPaths | None:
-    """The pair in ``root``, or None if ``root`` lacks a loadable target or draft."""
+    """The pair in ``root``, or None if ``root`` lacks a loadable target or draft.
+
+    A pair whose ``pair.json`` cannot be read, or names a file that is gone (its mask, its
+    ``tuned.json``, its report, its drafter or EAGLE head), is returned with ``damaged`` saying
+    which file and why, never raised: one damaged pair must not hide the others
+    (:func:`list_pairs`), and a pair used without its mask would silently lose its tuned settings
+    too (they are read beside the mask)."""
     root = Path(root)
-    eagle_head, mask = root / "eagle_head", root / "mask.json"
-    declared = _declared_target(root)
+    try:
+        declared = _declared_target(root)
+    except ViasdError as err:
+        shown = str(err) if str(root / DECLARATION) in str(err) else f"{root / DECLARATION}: {err}"
+        return _damaged(root, name, source, shown)
     if declared is not None:
         target, draft, missing = declared
         data = PairFile.load(root / DECLARATION)
-        if data.eagle_head is not None:
-            eagle_head = root / Path(data.eagle_head).expanduser()
-        if data.mask is not None:
-            mask = root / data.mask
+        eagle_head = root / Path(data.eagle_head).expanduser() if data.eagle_head is not None else root / "eagle_head"
+        mask = root / data.mask if data.mask is not None else root / "mask.json"
         return PairPaths(name=name or root.name, source=source, root=root, target=target, draft=draft,
                          eagle_head=eagle_head if eagle_head.is_dir() else None,
-                         mask=mask if mask.is_file() else None, missing=missing, dtype=data.dtype)
+                         mask=mask if mask.is_file() else None, missing=missing, dtype=data.dtype,
+                         damaged=_absent_files(root, data, draft if target is not None else None))
     target, draft = root / "target", root / "draft"
     if not ((target / "config.json").is_file() and (draft / "config.json").is_file()):
+        if source != "shipped" and any((root / leftover).is_file() for leftover in ONBOARDED_FILES):
+            return _damaged(root, name, source, f"{root / DECLARATION} is missing (the folder holds "
+                            f"{', '.join(f for f in ONBOARDED_FILES if (root / f).is_file())} but no pair declaration)")
         return None
+    eagle_head, mask = root / "eagle_head", root / "mask.json"
     return PairPaths(
         name=name or root.name,
         source=source,
@@ -121,6 +134,30 @@ def read_pair(root: Path, name: str | None = None, source: str = "built") -> Pai
     )
 
 
+#: The files ``viasd models add`` writes beside ``pair.json``: a folder holding them is a pair.
+ONBOARDED_FILES = ("mask.json", "tuned.json", "report.json")
+
+
+def _damaged(root: Path, name: str | None, source: str, why: str) -> PairPaths:
+    return PairPaths(name=name or root.name, source=source, root=root, target=None, draft="", eagle_head=None,
+                     mask=None, damaged=why)
+
+
+def _absent_files(root: Path, data: PairFile, draft: Path | str | None) -> str | None:
+    """Which files ``pair.json`` names that are gone (None: all there)."""
+    named = [(field, root / getattr(data, field)) for field in ("mask", "tuned", "report") if getattr(data, field)]
+    if data.eagle_head is not None:
+        named.append(("eagle_head", root / Path(data.eagle_head).expanduser()))
+    if isinstance(draft, Path):
+        named.append(("drafter", draft))
+    gone = [f"{path} ({field})" for field, path in named if not path.exists()]
+    if not gone:
+        return None
+    return (f"{root / DECLARATION} names {', '.join(gone)}, which {'is' if len(gone) == 1 else 'are'} missing; "
+            "put back what was moved or deleted (a pair is not used without the files it names: its tuned "
+            "settings were measured with its mask and its drafter)")
+
+
 def _pairs_under(root: Path, source: str) -> list[PairPaths]:
     if not root.is_dir():
         return []
@@ -128,6 +165,20 @@ def _pairs_under(root: Path, source: str) -> list[PairPaths]:
     found = (read_pair(child, source=source) for child in sorted(root.iterdir())
              if child.is_dir() and not child.name.startswith("."))
     return [pair for pair in found if pair is not None]
+
+
+def shipped_names() -> list[str]:
+    """The names of the pairs shipped in the package (reserved: ``viasd models add`` refuses them)."""
+    return [pair.name for pair in _pairs_under(shipped_dir(), "shipped")]
+
+
+#: The hidden folder an unfinished ``viasd models add NAME`` works in, beside where NAME will be.
+WORK_SUFFIX = ".adding"
+
+
+def work_folder(root: Path, name: str) -> Path:
+    """Where ``viasd models add NAME`` builds the pair until it is whole (then renamed to ``root/NAME``)."""
+    return Path(root) / f".{name}{WORK_SUFFIX}"
 
 
 def list_pairs() -> list[PairPaths]:
@@ -149,6 +200,7 @@ def resolve_pair(name: str) -> PairPaths:
     for pair in list_pairs():
         if pair.name == name:
             return _installed(pair)
+    _not_a_pair(name)
     known = sorted({pair.name for pair in list_pairs()})
     from viasd_adapt.models.presets import PRESETS
 
@@ -159,7 +211,22 @@ def resolve_pair(name: str) -> PairPaths:
     raise ViasdError(f"no model pair named {name!r} (known: {', '.join(known) or 'none'}); {how}")
 
 
+def _not_a_pair(name: str) -> None:
+    """Says why ``name`` is no pair when something of that name is in the cache: an unfinished
+    ``viasd models add`` (resumable), or a folder that holds no pair."""
+    work = work_folder(cache_dir(), name)
+    if work.is_dir():
+        raise ViasdError(f"the pair {name!r} is not finished: an interrupted `viasd models add {name}` left {work}; "
+                         f"run the same `viasd models add {name} ...` command again to resume it where it stopped, "
+                         "or add --restart to start over")
+    folder = cache_dir() / name
+    if folder.is_dir():
+        raise ViasdError(f"{folder} holds no pair: no {DECLARATION}, and no target/ and draft/ with config.json")
+
+
 def _installed(pair: PairPaths) -> PairPaths:
+    if pair.damaged:
+        raise ViasdError(f"the pair {pair.name!r} is damaged: {pair.damaged}")
     if pair.missing:
         raise ViasdError(pair.missing)
     return pair

@@ -13,12 +13,16 @@ whole pair (``os.rename`` of a folder onto a free name is atomic), and the regis
 folders. The work folder also makes the command resumable stage by stage: a second run with the
 same inputs reuses the mask and ``tuned.json`` already written there (each stage's file is written
 atomically), and a run with other inputs is refused until ``restart`` removes that work folder
-(ours; nothing of the user's is ever removed).
+(ours; nothing of the user's is ever removed). One run of a name works at a time: it holds a lock
+(``<root>/.NAME.lock``, :func:`viasd_adapt.io.hold_lock`) from before the work folder is opened
+until the pair is published, and a second run says that the first is running.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import resource
 import statistics
 import sys
@@ -32,8 +36,9 @@ from viasd_adapt.config.onboard_report import REPORT_FILENAME, OnboardEstimate, 
 from viasd_adapt.config.pair_file import DTYPES, PROMPT_LOOKUP, PairFile, PairTarget
 from viasd_adapt.config.tuned import TUNED_FILENAME
 from viasd_adapt.errors import ConfigError, ViasdError
+from viasd_adapt.io import hold_lock, make_folder
 from viasd_adapt.memory import release_free_memory
-from viasd_adapt.models.registry import DECLARATION, cache_dir
+from viasd_adapt.models.registry import DECLARATION, cache_dir, shipped_names, work_folder
 
 MASK_FILENAME = "mask.json"
 #: The budget ``viasd models add`` gives itself when none is asked for (minutes).
@@ -73,19 +78,40 @@ class AddRequest:
 
     @property
     def work(self) -> Path:
-        return (self.root or cache_dir()) / f".{self.name}.adding"
+        return work_folder(self.root or cache_dir(), self.name)
+
+    @property
+    def lock(self) -> Path:
+        """The lock file one run of this name holds while it works (:func:`viasd_adapt.io.hold_lock`)."""
+        return (self.root or cache_dir()) / f".{self.name}.lock"
+
+
+#: A pair name: letters, digits, '-' and '_', at most this many characters (a folder name on any file system).
+NAME_LIMIT = 64
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def check_name(name: str) -> None:
+    """The pair name rule: letters, digits, '-' and '_', at most :data:`NAME_LIMIT` characters, not
+    the name of a shipped pair (``--pair demo`` must keep meaning the shipped demo)."""
+    if not _NAME.fullmatch(name or ""):
+        raise ConfigError(f"{name!r} is not a pair name: use only letters, digits, '-' or '_'")
+    if len(name) > NAME_LIMIT:
+        raise ConfigError(f"a pair name has at most {NAME_LIMIT} characters; {name[:20]}... has {len(name)}")
+    if name in shipped_names():
+        raise ConfigError(f"{name!r} is the name of a pair shipped with viasd-adapt (reserved: "
+                          f"{', '.join(shipped_names())}); choose another name")
 
 
 def check_request(request: AddRequest) -> None:
     """Every input error, before a model loads: the name, the files, the budget, an existing pair."""
     name = request.name
-    if not name or name.startswith(".") or "/" in name or os.sep in name or name != name.strip():
-        raise ConfigError(f"{name!r} is not a pair name: use letters, digits, '-' or '_' (no '/', not starting with '.')")
+    check_name(name)
     if request.folder.exists():
         raise ConfigError(f"a pair named {name!r} already exists at {request.folder}; choose another name "
                           "(viasd models add never replaces or deletes a folder)")
-    if not request.minutes > 0:
-        raise ConfigError(f"--minutes must be more than 0, got {request.minutes}")
+    if not (math.isfinite(request.minutes) and request.minutes > 0):
+        raise ConfigError(f"--minutes must be a finite number more than 0, got {request.minutes}")
     if request.dtype not in DTYPES:
         raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {request.dtype!r}")
     for role, path in (("target", request.target), ("drafter", request.draft), ("EAGLE head", request.eagle_head)):
@@ -128,7 +154,7 @@ def open_work_folder(request: AddRequest, restart: bool, say: Callable[[str], No
                               "pass --restart to start over (it removes only that work folder)")
         say(f"resuming the interrupted run in {work} (kept: {', '.join(finished)})")
         return work
-    work.mkdir(parents=True)
+    make_folder(work, "work folder of `viasd models add`")
     wanted.save(declaration)
     return work
 
@@ -266,11 +292,25 @@ def _tune_prompts(request: AddRequest, pair, count: int):
 
 
 def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str], None] | None = None,
-             progress: bool = True) -> Path:
+             progress: bool = True, note: Callable[[str], None] | None = None) -> Path:
     """Onboards ``request``'s pair (module docstring) and returns its folder.
 
-    ``say`` gets every line meant for the user (default: stderr); ``progress`` shows tqdm bars.
-    Each stage that left its file in the work folder (the mask, ``tuned.json``) is resumed from it."""
+    ``say`` gets what the run reports (the check, the estimate, the search's and the tuning's
+    results, the pair written; default: stderr), ``note`` its progress (each stage's time, a
+    resumed or restarted run; default: ``say``); ``progress`` shows tqdm bars. Each stage that
+    left its file in the work folder (the mask, ``tuned.json``) is resumed from it. Input errors
+    come before torch is imported; a second run of the same name while one works is refused."""
+    started = time.perf_counter()
+    check_request(request)
+    say = say or _say_default
+    make_folder(request.root or cache_dir(), "folder of pairs")
+    with hold_lock(request.lock, f"`viasd models add {request.name}`"):
+        return _add_locked(request, restart, say, note or say, progress, started)
+
+
+def _add_locked(request: AddRequest, restart: bool, say: Callable[[str], None], note: Callable[[str], None],
+                progress: bool, started: float) -> Path:
+    """:func:`add_pair` once its inputs are checked and its lock is held."""
     import torch
 
     from viasd_adapt.bench.session import quiet_transformers
@@ -279,15 +319,12 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
     from viasd_adapt.search.config import DEFAULTS
     from viasd_adapt.search.prompt_ids import count_file_prompts
 
-    say = say or _say_default
-    started = time.perf_counter()
-    check_request(request)
     file_prompts = count_file_prompts(request.calib)
     torch.set_num_threads(request.threads)
     quiet_transformers()
-    stages = _Stages(say)
+    stages = _Stages(note)
 
-    work = open_work_folder(request, restart, say)
+    work = open_work_folder(request, restart, note)
     began = time.perf_counter()
     dtype = request.dtype if request.dtype != "float32" else None
     pair = load_pair(request.target, request.draft, need_mask=False, device="cpu", eagle_head=request.eagle_head,
@@ -309,13 +346,13 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
     if file_prompts is not None and estimate.heldout_prompts < DEFAULTS.calibration.n_heldout:
         say(f"note: {request.calib} has {file_prompts} prompts: {estimate.heldout_prompts} held out for the agreement "
             f"report (of {DEFAULTS.calibration.n_heldout} by default), {estimate.calibration_prompts} calibrated on")
-    for note in estimate.notes:
-        say(f"note: {note}")
+    for remark in estimate.notes:
+        say(f"note: {remark}")
     stages.record("estimate", began)
 
     mask_path = work / MASK_FILENAME
     began = time.perf_counter()
-    resumed = _search_stage(request, pair, estimate, search, mask_path, say, progress)
+    resumed = _search_stage(request, pair, estimate, search, mask_path, say, progress, note)
     stages.record("search", began, resumed)
 
     began = time.perf_counter()
@@ -353,7 +390,7 @@ class _Stages:
 
 
 def _search_stage(request: AddRequest, pair: Any, estimate: OnboardEstimate, search: Any, mask_path: Path,
-                  say: Callable[[str], None], progress: bool) -> bool:
+                  say: Callable[[str], None], progress: bool, note: Callable[[str], None] | None = None) -> bool:
     """Searches the pair's mask into ``mask_path``; True when a mask of an interrupted run was there
     already (checked against the target's weights, then kept)."""
     from tqdm import tqdm
@@ -378,7 +415,7 @@ def _search_stage(request: AddRequest, pair: Any, estimate: OnboardEstimate, sea
                        out=mask_path, started=time.perf_counter())
     try:
         outcome = search_pair(pair.target, draft, pair.tokenizer, config, prompt_lookup=pair.lookup is not None,
-                              on_step=on_step, info=info, say=say)
+                              on_step=on_step, info=info, say=note or say)
     finally:
         bar.close()
     for line in describe_search(outcome):
@@ -426,5 +463,5 @@ def publish(work: Path, folder: Path) -> None:
     os.rename(work, folder)
 
 
-__all__ = ["AddRequest", "DEFAULT_MINUTES", "MASK_FILENAME", "add_pair", "check_request", "measure_one_token_step", "measure_step", "open_work_folder",
+__all__ = ["AddRequest", "DEFAULT_MINUTES", "MASK_FILENAME", "NAME_LIMIT", "add_pair", "check_name", "check_request", "measure_one_token_step", "measure_step", "open_work_folder",
            "plan", "publish", "tune_points"]
