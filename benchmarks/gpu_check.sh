@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU check of viasd-adapt, at most ~8 minutes on one H200, nothing installed from the network.
+# One GPU check of viasd-adapt, at most ~10 minutes on one H100 or H200, nothing installed from the network.
 #
 #   bash benchmarks/gpu_check.sh            # writes into $OUT when set, else ./gpu_results
 #
@@ -9,14 +9,17 @@
 # into a scratch site folder (the layout `pip install` makes), so no build step is needed.
 #
 # Steps, each under `timeout` (a hang cannot eat the budget) and each run even when an earlier one
-# failed; a step is skipped when less than 20 s of the budget (GPU_CHECK_BUDGET_S, default 470 s)
+# failed; a step is skipped when less than 20 s of the budget (GPU_CHECK_BUDGET_S, default 570 s)
 # is left. Output files (at most 8, as the device tool returns):
 #   env.txt            nvidia-smi, versions, clocks
 #   lossless.json      tiered lossless vs the target's greedy output, fp32/fp16/bf16 (+ mask loads)
+#   device_map.json    the same on the demo target split by `device_map="auto"` over cuda:0 and the CPU
 #   bench.json         `viasd bench --pair demo --device cuda`, per framework (hf, pearl, eagle)
 #   pearl_profile.json PEARL on CUDA: threads vs sequential, streams, GIL, dtypes, profiler tables
 #   forward_costs.json per-forward costs at Llama-2 7B/13B shapes, bf16, random weights
-#   summary.txt        step status and the key figures
+#   summary.txt        step status, the key figures, and the hardware stamp of each file written
+#                      (`viasd models add --device cuda` on a random model: mask.json, tuned.json,
+#                      report.json; the bench's JSON)
 #   log.txt            everything the steps printed
 set -u
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,7 +27,7 @@ OUT_DIR="${OUT:-$REPO/gpu_results}"
 mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
 PY="${PYTHON:-python3}"
-BUDGET_S="${GPU_CHECK_BUDGET_S:-470}"
+BUDGET_S="${GPU_CHECK_BUDGET_S:-570}"
 DEADLINE=$(( $(date +%s) + BUDGET_S ))
 LOG="$OUT_DIR/log.txt"
 SUMMARY="$OUT_DIR/summary.txt"
@@ -95,6 +98,18 @@ step "import" 60 "$PY" -c 'import viasd_adapt, viasd_adapt.adapters.pearl, viasd
 step "lossless_identity" 80 "$PY" "$REPO/benchmarks/cuda_lossless_check.py" --device cuda \
   --dtypes float32,float16 --num-prompts 4 --max-new-tokens 48 --json "$OUT_DIR/lossless.json"
 
+# a target split by a device map: Python (every method, beside stock) and the command (--device-map auto)
+step "device_map_identity" 60 "$PY" "$REPO/benchmarks/device_map_check.py" --dtype float32 --num-prompts 4 \
+  --max-new-tokens 32 --json "$OUT_DIR/device_map.json"
+step "generate_device_map" 40 "${VIASD[@]}" generate --pair demo --device-map auto --framework hf --mode lossless \
+  --prompt "def add(a, b):" --max-new-tokens 24 --no-show-tiers --json "$WORK/generate_device_map.json"
+
+# the onboarding of a user's own model on the GPU (a random 0.3B Llama stands in), within its --minutes
+step "random_model" 60 "$PY" "$REPO/benchmarks/random_model.py" "$WORK/random-llama" --layers 24 --hidden 1024 \
+  --dtype bfloat16
+step "models_add_cuda" 240 "${VIASD[@]}" models add gpu-random --target "$WORK/random-llama" --draft prompt-lookup \
+  --device cuda --minutes 3 --out "$WORK/pairs" --no-progress
+
 for framework in hf pearl eagle; do
   step "bench_$framework" 80 "${VIASD[@]}" bench --pair demo --device cuda --frameworks "$framework" \
     --modes none,lenient,lossless,lossy,audit --repeats 2 --num-prompts 3 --max-new-tokens 32 \
@@ -125,6 +140,9 @@ step "forward_costs" 110 "$PY" "$REPO/benchmarks/forward_costs.py" --device cuda
 {
   echo
   "$PY" "$REPO/benchmarks/gpu_summary.py" "$OUT_DIR" 2>&1
+  echo
+  echo "hardware stamps of the files written:"
+  "$PY" "$REPO/benchmarks/print_stamps.py" "$WORK/pairs/gpu-random" "$WORK" 2>&1
   echo
   echo "total $(( $(date +%s) - DEADLINE + BUDGET_S )) s of a ${BUDGET_S} s budget"
 } >> "$SUMMARY"

@@ -257,6 +257,11 @@ def load_ea_model(
     return model
 
 
+#: Why EAGLE refuses a target spread by a device map: what its loop assumes of the base model.
+SPLIT_REASON = ("eagle-llm loads its own copy of the base model on one device and keeps its KV cache in buffers "
+                "allocated beside each layer's weights, which accelerate's offload hooks do not hold")
+
+
 def load_for_pair(pair: "LoadedPair") -> nn.Module:
     """The pair's EaModel, loaded (and sanity-checked) once per target and head
     (:func:`viasd_adapt.models.pair.loaded_for`: beside the pair, which is immutable)."""
@@ -264,6 +269,9 @@ def load_for_pair(pair: "LoadedPair") -> nn.Module:
 
     if not pair.eagle_head:
         raise ConfigError("the eagle framework needs an EAGLE head (--eagle-head PATH, or a pair that ships eagle_head/)")
+    from viasd_adapt.models.placement import refuse_split
+
+    refuse_split(pair.target, "the eagle framework", SPLIT_REASON)
 
     def load() -> nn.Module:
         on_cpu = pair.device.type == "cpu"

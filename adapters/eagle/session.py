@@ -284,6 +284,10 @@ def tiered(
     options = as_options(options)
     if not hasattr(ea_model, "ea_layer") or not hasattr(ea_model, "base_model"):
         raise ConfigError(f"expected an eagle EaModel, got {type(ea_model).__name__}")
+    from viasd_adapt.adapters.eagle.compat import SPLIT_REASON
+    from viasd_adapt.models.placement import refuse_split
+
+    refuse_split(ea_model.base_model, "the eagle framework", SPLIT_REASON)
     check_head_embeddings(ea_model)
     # tuned.json's points measure the engine's loop, not EAGLE's tree: not read for the adaptive tier;
     # EAGLE drafts with its head: tuned settings measured with a drafter model are not this pair's

@@ -239,10 +239,11 @@ def test_verdict_calls_a_tier_win_inside_the_noise_margin_a_tie_and_recommends_t
     assert tier_beats(0.96, 1.0) and not tier_beats(0.975, 1.0) and tier_beats(0.5, None)
     assert tier_beats(0.975, 1.0, margin=0.02) and not tier_beats(1.0, 1.0, margin=0.0)
     (line,) = verdict([row("none", 1.003), row("lenient", 1.003), row("lossless", 1.000), row("lossy", 1.039)])
-    assert "lossless is only 0.3% cheaper than none" in line and "does not pay here: use none" in line
+    assert "lossless costs 1.000 against none's 1.003 (0.3% less), not more than the 3% margin" in line
+    assert "does not pay here: use none" in line
     assert "pays here." not in line
     (line,) = verdict([row("none", 1.0), row("lenient", 0.9), row("lossy-fixed", 0.85)])  # 5.6% better than lenient: a win
-    assert "is lossy-fixed" in line and "The slim tier pays here." in line
+    assert "is lossy-fixed" in line and "The slim tier pays here: use lossy-fixed." in line
 
 
 def test_verdict_weighs_the_adaptive_rows_like_any_tier_row():
@@ -252,14 +253,14 @@ def test_verdict_weighs_the_adaptive_rows_like_any_tier_row():
     rows = [row("none", 1.0), row("lenient", 0.95, 0.01), row("lossless-fixed", 1.2), row("lossless", 0.9),
             row("lossy-fixed", 0.8, 0.05), row("lossy", 0.85, 0.03)]
     (line,) = verdict(rows, max_ll_drop=0.02)  # lossless (adaptive) is exact: admitted with no fidelity measured
-    assert "is lossless " in line and "The default (adaptive) tier is the cheapest here" in line and "lossy 0.850 (LL drop" in line
+    assert "is lossless " in line and "The default (adaptive) tier pays here: use lossless" in line and "lossy 0.850 (LL drop" in line
     (line,) = verdict(rows, max_ll_drop=0.04)  # lossy (adaptive) within, fixed lossy not
-    assert "is lossy " in line and "The default (adaptive) tier is the cheapest here" in line
+    assert "is lossy " in line and "The default (adaptive) tier pays here: use lossy" in line
     (line,) = verdict([rows[0], rows[2], row("lossless", 0.99)], max_ll_drop=0.02)  # within the noise margin of none
-    assert "lossless is only 1.0% cheaper than none" in line and "use none" in line
+    assert "lossless costs 0.990 against none's 1.000 (1.0% less), not more than the 3% margin" in line and "use none" in line
     # the fixed tier is weighed too: where it is the cheapest, the slim tier pays
     (line,) = verdict([rows[0], row("lossless-fixed", 0.7), row("lossless", 0.9)], max_ll_drop=0.02)
-    assert "is lossless-fixed" in line and "The slim tier pays here." in line
+    assert "is lossless-fixed" in line and "The slim tier pays here: use lossless-fixed." in line
 
 
 def test_verdict_recommends_plain_decoding_when_no_drafting_row_beats_it():
@@ -270,7 +271,7 @@ def test_verdict_recommends_plain_decoding_when_no_drafting_row_beats_it():
     (line,) = verdict(rows)
     assert "is ar (0.550" in line and "Speculative decoding itself does not pay here" in line and "use ar" in line
     (line,) = verdict([row("ar", "-", 0.80)] + rows[1:])  # cheaper drafting rows: AR is only a candidate
-    assert "is lossy" in line and "The slim tier pays here." in line
+    assert "is lossy" in line and "The slim tier pays here: use lossy-fixed." in line
 
 
 # ---------------------------------------------------------------------------- per-prompt sums
@@ -290,8 +291,10 @@ def test_every_row_keeps_its_sums_per_prompt_and_they_pool_to_the_row(result):
 
 
 def test_the_verdict_on_a_run_states_its_uncertainty_at_its_number_of_prompts(result):
-    for line in verdict(result.rows):
-        assert f"etermined at {len(PROMPTS)} prompts" in line and "bootstrap resamples" in line
+    for line in verdict(result.rows, prices=result.prices):
+        assert f"etermined at {len(PROMPTS)} prompts" in line and "resamples of the prompts and price rounds" in line
+    for line in verdict(result.rows):  # without the run's price list, only the prompts are resampled
+        assert "resamples of the prompts)" in line
 
 
 def test_the_report_keeps_the_sums_and_an_old_report_loads_and_says_it_cannot_state_an_uncertainty(result):
@@ -382,7 +385,9 @@ def test_bad_inputs_give_clear_errors(tmp_path, pair):
     # the fixed twins: beside the default (adaptive) rows, named once, none with --no-adaptive
     assert RunPlan(modes=("lossy", "lossless")).row_modes == ["lossy", "lossy-fixed", "lossless", "lossless-fixed"]
     assert RunPlan(modes=("lossy", "lossy-fixed")).row_modes == ["lossy", "lossy-fixed"]
-    assert RunPlan(modes=("lossy", "lossless"), adaptive=False).row_modes == ["lossy", "lossless"]
+    assert RunPlan(modes=("lossy", "lossless"), fixed_twins=False).row_modes == ["lossy", "lossless"]
+    # one meaning of "not adaptive" in every command: the tier on every cycle
+    assert RunPlan(modes=("lossy", "lossless"), adaptive=False).row_modes == ["lossy-fixed", "lossless-fixed"]
     other = tiny_model("llama", 5, num_layers=LAYERS, vocab_size=CHAR_VOCAB)
     MaskArtifact(char_mask(), 0.33, fingerprint=model_fingerprint(other)).save(tmp_path / "other.json")
     with pytest.raises(ModelMismatchError):

@@ -55,7 +55,7 @@ def test_verdict_recommends_stock_prompt_lookup_when_it_is_cheapest():
     (line,) = verdict(rows)
     assert "is lookup (0.500" in line and "use lookup" in line
     (line,) = verdict([row("lookup", "plain", 0.70)] + rows[2:])  # a cheaper tier row beats it by more than the margin
-    assert "is lossy-fixed" in line and "The slim tier pays here." in line
+    assert "is lossy-fixed" in line and "The slim tier pays here: use lossy-fixed." in line
 
 
 def test_every_prompt_lookup_row_prices_its_one_token_forwards_as_one_token_passes(char_pair):
@@ -134,11 +134,15 @@ def test_tune_prices_a_prompt_lookup_with_no_match_as_a_one_token_pass(char_pair
     from viasd_adapt.tuning import measure as tuning  # where the sweep measures its forward costs
     from viasd_adapt.tuning.tune import TuneGrid, tune
 
-    def injected_costs(target, draft, slim=None, context=None, gamma=5, repeats=15, source=None):
-        return ForwardCosts(c_draft=0.0, c_slim=None if slim is None else 0.006, c_resume=None if slim is None else 0.009,
-                            c_full_block=0.010, c_full=0.004, context_length=len(context or ()), block_length=gamma + 1)
+    from viasd_adapt.bench.prices import PriceList
 
-    monkeypatch.setattr(tuning, "measure_forward_costs", injected_costs)
+    def injected_prices(target, draft, slims=None, context=None, gamma=5, repeats=15, source=None):
+        rounds = {"c_full_block": [0.010] * 3, "c_full": [0.004] * 3}
+        for name in slims or {}:
+            rounds |= {f"c_slim@{name}": [0.006] * 3, f"c_resume@{name}": [0.009] * 3}
+        return PriceList(rounds, tuple(slims or ()), len(context or ()), gamma + 1)
+
+    monkeypatch.setattr(tuning, "measure_prices", injected_prices)
 
     pair = load_pair(char_pair / "target", "prompt-lookup", char_pair / "mask.json", device="cpu")
     ids = pair.tokenizer("for i in range(10):\n    print(i)\n")["input_ids"]

@@ -18,7 +18,7 @@ def _row(framework: str, mode: str, cost: float) -> dict:
 def test_a_plan_names_the_default_rows_bare_and_the_fixed_tier_by_its_suffix():
     plan = RunPlan(frameworks=("hf",), modes=("none", "lossless", "lossy"))
     assert plan.row_modes == ["none", "lossless", "lossless-fixed", "lossy", "lossy-fixed"]
-    assert RunPlan(frameworks=("hf",), modes=("none", "lossless"), adaptive=False).row_modes == ["none", "lossless"]
+    assert RunPlan(frameworks=("hf",), modes=("none", "lossless"), fixed_twins=False).row_modes == ["none", "lossless"]
     # the older names still ask for the adaptive rows
     assert RunPlan(frameworks=("hf",), modes=("none", "lossless-adaptive")).row_modes == ["none", "lossless", "lossless-fixed"]
     assert "lossless-fixed" in CANDIDATE_MODES and "lossless" in EXACT_MODES and "lossless-fixed" in EXACT_MODES

@@ -33,7 +33,7 @@ def test_the_control_where_the_tier_does_not_pay_it_runs_on_few_cycles():
     spec = resolve_bench_settings(config)
     pair = load_bench_pair(config, spec)
     plan = RunPlan(frameworks=("hf",), modes=("none", "lossless"), max_new_tokens=24, repeats=1, cost_repeats=1,
-                   plain_rows=False, adaptive=False)
+                   plain_rows=False, fixed_twins=False)
     rows = run_bench(pair, spec.settings, config.sampling, text_prompts(pair.tokenizer, bench_snippets(1)), plan).rows
     lossless = next(r for r in rows if r["framework"] == "hf" and r["mode"] == "lossless")
     assert lossless["tier_share"] < 0.5

@@ -270,3 +270,26 @@ def test_the_gguf_cache_follows_the_process_umask(cache, tiny_gguf, umask):
     for entry in entries:
         expected = (0o777 if entry.is_dir() else 0o666) & ~umask
         assert stat.S_IMODE(entry.stat().st_mode) == expected, (entry.name, oct(entry.stat().st_mode))
+
+
+def test_a_bfloat16_entry_is_built_in_bfloat16_with_the_float32_entrys_values_rounded(cache, tiny_gguf, monkeypatch):
+    """transformers builds the model in the dtype asked (its GGUF reader's float32 arrays are cast as
+    they load): no float32 model is made on the way to a bfloat16 entry, and the values are the
+    float32 entry's, rounded once."""
+    from transformers import AutoModelForCausalLM
+
+    path, _ = tiny_gguf
+    real, asked = AutoModelForCausalLM.from_pretrained, []
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("dtype"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", spy)
+    half = load_model(path, CPU, "target", dtype="bfloat16")
+    assert asked[0] == torch.bfloat16  # the dequantizing load itself, in bfloat16 (control: float32 below)
+    full = load_model(path, CPU, "target")
+    assert asked[2] == torch.float32
+    assert next(half.parameters()).dtype == torch.bfloat16
+    for (name, a), (_, b) in zip(half.state_dict().items(), full.state_dict().items()):
+        assert torch.equal(a, b.to(torch.bfloat16)), name

@@ -100,7 +100,7 @@ def test_a_new_user_adds_a_pair_then_generates_benches_and_loads_it_by_name(cach
     assert generated.exit_code == 0, generated.output
     assert "no mask for this target" not in generated.output  # the pair's own mask and tuned setting are used
     benched = runner.invoke(cli, ["bench", "--pair", "mine", "--frameworks", "hf", "--modes", "none,lossy", "--num-prompts",
-                                  "1", "--max-new-tokens", "4", "--repeats", "1", "--task-prompts", "0", "--no-adaptive"])
+                                  "1", "--max-new-tokens", "4", "--repeats", "1", "--task-prompts", "0", "--no-fixed-twins"])
     assert benched.exit_code == 0, benched.output
     assert "FALLBACK" not in benched.output and "mask: skipped layers" in benched.output
 

@@ -35,31 +35,59 @@ def test_a_clear_win_over_many_prompts_is_determined():
     points = [_point("sd", "none", base, [0.0] * n), _point("viasd", "lossy", 0.7 * base, [0.0] * n, alpha1=0.3)]
     result = _result(points)
     assert result.chosen.family == "viasd"
-    assert result.pooled is None and result.chosen is result.point_estimate  # determined: written as it is
-    uncertainty = choice_uncertainty(result)
-    assert uncertainty.determined and uncertainty.recommended == uncertainty.stated
-    assert any(line.startswith("UNCERTAINTY: the choice is determined at 30 prompts") for line in describe(result))
-    assert any(line.startswith("VERDICT: the slim tier pays") for line in describe(result))
-
-
-def test_a_lenient_point_out_of_budget_by_one_prompt_leaves_the_choice_undetermined():
-    n = 8
-    points = [_point("sd", "none", [1.0] * n, [0.0] * n),
-              _point("lenient", "lenient", [0.6] * n, [0.3] + [0.0] * (n - 1), lenience=0.4),
-              _point("viasd", "lossy", [0.8] * n, [0.0] * n, alpha1=0.3)]
-    result = _result(points)
-    assert result.pooled.family == "viasd"  # the point estimate on all 8 prompts pooled
-    assert result.chosen.family == "sd"  # what tuned.json records: the simpler setting the bootstrap recommends
+    assert result.pooled is None and result.chosen is result.point_estimate  # written as it is
+    assert result.drafting.determined
     lines = describe(result)
+    assert any(line.startswith("UNCERTAINTY: the choice is determined at 30 prompts") for line in lines)
     verdict_line = next(line for line in lines if line.startswith("VERDICT"))
-    assert verdict_line.startswith("VERDICT (a preview, undetermined at 8 prompts): the slim tier pays")
-    uncertainty_line = next(line for line in lines if line.startswith("UNCERTAINTY"))
-    assert "use the simpler sd: none" in uncertainty_line
-    assert "tuned.json records the simpler sd: none, not the pooled choice viasd" in uncertainty_line
-    # judged again (another budget, the same one here) keeps the same written choice; a determined
-    # result writes its point estimate and keeps no separate pooled point
-    assert result.rechosen(result.budget).chosen is result.chosen
+    assert verdict_line.startswith("VERDICT: the slim tier pays")
+    assert "30.0% less, more than the 3% margin, in 100% of 1000 resamples" in verdict_line
 
+
+def _three_conditions(n=8, lossy_costs=None, lossy_regret=0.0):
+    """sd (exact) and lenient (lossy), 20% cheaper on every prompt unless told otherwise."""
+    return [_point("sd", "none", [1.0] * n, [0.0] * n),
+            _point("lenient", "lenient", lossy_costs or [0.8] * n, [lossy_regret] * n, lenience=0.4)]
+
+
+def test_a_lossy_setting_is_written_over_the_exact_one_only_when_all_three_conditions_hold():
+    """The exact-first rule: each of the three conditions failing alone keeps the exact setting,
+    and the VERDICT line says which one, with the figures of that comparison. Control: all three
+    holding write the lossy setting."""
+    n = 8
+    written = _result(_three_conditions(n))
+    assert written.chosen.family == "lenient"  # the control: saves 20%, in every resample, within budget
+    # 1. the saving is not more than the margin (2%, on every prompt)
+    margin = _result(_three_conditions(n, [0.98] * n))
+    assert margin.chosen.family == "sd" and margin.pooled.family == "lenient"
+    line = next(line for line in describe(margin) if line.startswith("VERDICT"))
+    assert "not more than the 3% margin" in line and "so sd: none (exact, simpler) is written" in line
+    assert "the cheapest setting is lenient" not in line  # the words name what is written
+    # 2. the saving is more than the margin pooled, but rests on two prompts: it does not hold in 95%
+    noise = _result(_three_conditions(n, [0.3, 0.3] + [1.02] * (n - 2)))
+    assert noise.pooled.family == "lenient" and 1 - noise.pooled.full_equivalent > 0.03
+    assert noise.chosen.family == "sd"
+    line = next(line for line in describe(noise) if line.startswith("VERDICT"))
+    assert "but it holds in only" in line and "within noise" in line and "100%" not in line
+    # 3. the saving holds, but the setting is outside the fidelity budget
+    budget = _result(_three_conditions(n, lossy_regret=0.05))
+    assert budget.chosen.family == "sd" and budget.pooled is None  # out of budget: never the cheapest within it
+
+
+def test_the_target_alone_against_untiered_sd_follows_the_same_rule():
+    """ar (the simplest exact setting) stays unless drafting saves more than the margin in 95% of
+    resamples: untiered SD 2% under ar keeps ar; 20% under it writes sd."""
+    from viasd_adapt.tuning.choose import target_alone_cheapest
+
+    n = 8
+    points = [_point("sd", "none", [0.98] * n, [0.0] * n)]
+    costs = {"None": {"c_full": 1.0, "c_full_block": 1.0, "c_slim": None, "c_resume": None, "c_draft": 0.0}}
+    close = judged(points, Budget(), costs, {}, 1.0)
+    assert target_alone_cheapest(close)
+    note = next(line for line in describe(close) if line.startswith("NOTE"))
+    assert "sd: none costs 0.980 against ar's 1.000 (2.0% less), not more than the 3% margin" in note
+    points = [_point("sd", "none", [0.8] * n, [0.0] * n)]
+    assert not target_alone_cheapest(judged(points, Budget(), costs, {}, 1.0))
 
 
 def test_repricing_prices_every_prompt_again_and_older_points_state_no_uncertainty():
@@ -77,6 +105,7 @@ def test_repricing_prices_every_prompt_again_and_older_points_state_no_uncertain
                          regret=p.regret, passes=p.passes) for p in points])
     assert choice_uncertainty(old) is None
     assert "UNCERTAINTY: none can be stated" in "\n".join(describe(old))
+    assert old.drafting is not None and not old.drafting.replicates  # judged on the pooled costs alone
 
 
 def test_when_the_target_alone_is_cheapest_tuned_json_records_ar_with_the_drafting_settings():
@@ -105,4 +134,23 @@ def test_when_the_target_alone_is_cheapest_tuned_json_records_ar_with_the_drafti
         assert bool(note) is (written == "ar")
         if note:
             assert "records the choice ar" in note[0] and "runs the target alone" in note[0]
-            assert "0.500 full-equivalent passes/token" in tuned.target_alone_reason()
+            assert "ar (exact) is the cheapest setting within the budget (0.500)" in tuned.target_alone_reason()
+
+
+def test_a_tuned_ar_choice_never_says_the_target_alone_cost_less_beside_figures_that_say_otherwise():
+    """A tuned.json with the choice ar explains it from the tuner's own line (``report.why``); an older
+    file without one is worded from its figures: "cost less" only where plain decoding did cost less.
+    Control: the same file with plain decoding cheaper keeps the words."""
+    from viasd_adapt.config.tuned import TunedSettings
+
+    def tuned(c_full, why=None):
+        report = {"costs": {"None": {"c_full": c_full, "c_full_block": 1.0, "c_slim": None, "c_resume": None,
+                                     "c_draft": 0.0}}} | ({"why": why} if why else {})
+        return TunedSettings(settings=TierSettings(mode="none"), choice="ar", measured={"full_equivalent": 0.498},
+                             report=report)
+
+    dearer = tuned(0.895).target_alone_reason()
+    assert "cost less than drafting" not in dearer and "0.895" in dearer and "0.498" in dearer
+    assert "cost less than drafting (0.400" in tuned(0.4).target_alone_reason()  # the control
+    line = "sd: none costs 0.980 against ar's 1.000 (2.0% less), not more than the 3% margin; so ar (exact, simpler) is written"
+    assert tuned(0.895, why=line).target_alone_reason().endswith(line)

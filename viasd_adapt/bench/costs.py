@@ -166,28 +166,31 @@ def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def _decoder_only_probes(target, draft, slim, context, block) -> dict:
+def _decoder_only_probes(target, draft, slims, context, block) -> dict:
+    """Probes of the target, the drafter and each mask's slim verifier (``slims``: name -> verifier),
+    keyed by :func:`~viasd_adapt.bench.prices.kind_name`."""
     probes = {
         "c_full_block": _Probe(CachedRunner(target), _device(target), context, block),
         "c_full": _Probe(CachedRunner(target), _device(target), context, 1),
     }
     if draft is not None:  # None: a token-only drafter (prompt lookup) runs no model; its cost is 0
         probes["c_draft"] = _Probe(CachedRunner(draft), _device(draft), context, 1)
-    if slim is not None:
+    for name, slim in slims.items():
         if slim.mask.first_skipped > 0:
             shared = _SharedProbe(target, slim, context, block)
-            probes["c_slim"] = shared.slim
-            probes["c_resume"] = shared.resume
+            probes[kind_name("c_slim", name)] = shared.slim
+            probes[kind_name("c_resume", name)] = shared.resume
         else:
-            probes["c_slim"] = _Probe(CachedRunner(slim.model, slim.new_cache), _device(target), context, block)
+            probes[kind_name("c_slim", name)] = _Probe(CachedRunner(slim.model, slim.new_cache), _device(target), context,
+                                                       block)
     return probes
 
 
-def _encoder_decoder_probes(target, draft, slim, context, block, source) -> dict:
+def _encoder_decoder_probes(target, draft, slims, context, block, source) -> dict:
     """Decoder passes of an encoder-decoder pair, as the engine runs them
     (:mod:`viasd_adapt.engine.seq2seq`): the target's encoder runs once on ``source``, and q and u
     read its output; a drafter with its own encoder runs it once too. No pass resumes (the
-    encoder-decoder runners share no decoder prefix), so ``c_resume`` is None."""
+    encoder-decoder runners share no decoder prefix), so no ``c_resume`` is timed."""
     from viasd_adapt.engine.seq2seq import drafter_context
     from viasd_adapt.routing.encdec import EncoderContext, decoder_cache_config, seq2seq_cache
     from viasd_adapt.routing.seq2seq import Seq2SeqRunner
@@ -202,11 +205,44 @@ def _encoder_decoder_probes(target, draft, slim, context, block, source) -> dict
     if draft is not None:
         own = drafter_context(draft, encoder, source_ids.to(_device(draft)))
         probes["c_draft"] = _Probe(Seq2SeqRunner(draft, own), _device(draft), context, 1)
-    if slim is not None:
-        config = decoder_cache_config(target)
-        runner = Seq2SeqRunner(slim.model, encoder, lambda: seq2seq_cache(config, slim.mask.retained))
-        probes["c_slim"] = _Probe(runner, device, context, block)
+    config = decoder_cache_config(target)
+    for name, slim in slims.items():
+        runner = Seq2SeqRunner(slim.model, encoder, lambda retained=slim.mask.retained: seq2seq_cache(config, retained))
+        probes[kind_name("c_slim", name)] = _Probe(runner, device, context, block)
     return probes
+
+
+def forward_probes(target: nn.Module, draft: nn.Module | None, slims: dict[str, SlimVerifier], context: list[int],
+                   gamma: int, source: list[int] | None = None) -> dict:
+    """One timing probe per forward kind (the target's, the drafter's and each mask's in ``slims``),
+    keyed by :func:`kind_name`. For an encoder-decoder target every probe times a decoder pass: the
+    encoder runs once on ``source`` (default: ``context``) before any timing, as in generation, and
+    ``context`` is the decoder's sequence (:func:`probe_context` builds both from a prompt)."""
+    from viasd_adapt.model_kind import is_encoder_decoder
+
+    block = gamma + 1
+    if is_encoder_decoder(target):
+        return _encoder_decoder_probes(target, draft, slims, context, block, source or context)
+    return _decoder_only_probes(target, draft, slims, context, block)
+
+
+def time_rounds(probes: dict, repeats: int) -> dict[str, list[float]]:
+    """Every probe timed once per round, round-robin (a mask's slim pass before its resumed pass),
+    so load from other processes hits them alike; every round's time is kept."""
+    rounds: dict[str, list[float]] = {name: [] for name in probes}
+    for _ in range(max(1, repeats)):
+        for name, probe in probes.items():
+            rounds[name].append(probe())
+    return rounds
+
+
+def kind_name(kind: str, mask: str | None) -> str:
+    """A forward kind's key in a run's price list: ``c_slim@mask.json`` for a mask's kinds."""
+    return kind if mask is None else f"{kind}@{mask}"
+
+
+#: The key of the one mask :func:`measure_forward_costs` times.
+_ONE_MASK = "mask"
 
 
 def measure_forward_costs(
@@ -218,33 +254,21 @@ def measure_forward_costs(
     repeats: int = 15,
     source: list[int] | None = None,
 ) -> ForwardCosts:
-    """Times single forwards of each kind, round-robin (one of each per round, so load from other
-    processes hits them alike); each cost is the median over rounds.
-
-    For an encoder-decoder target every timed forward is a decoder pass: the encoder runs once on
-    ``source`` (default: ``context``) before any timing, as in generation, and ``context`` is the
-    decoder's sequence (:func:`probe_context` builds both from a prompt)."""
-    from viasd_adapt.model_kind import is_encoder_decoder
-
+    """Times single forwards of each kind, round-robin (:func:`time_rounds`); each cost is the median
+    over rounds. A run that prices several settings uses one
+    :func:`~viasd_adapt.bench.prices.measure_prices` list for all of them instead."""
     context = context or list(range(1, 65))
-    block = gamma + 1
-    if is_encoder_decoder(target):
-        probes = _encoder_decoder_probes(target, draft, slim, context, block, source or context)
-    else:
-        probes = _decoder_only_probes(target, draft, slim, context, block)
-    samples: dict[str, list[float]] = {name: [] for name in probes}
-    for _ in range(repeats):
-        for name, probe in probes.items():  # c_slim runs before c_resume in every round
-            samples[name].append(probe())
-    medians = {name: statistics.median(values) for name, values in samples.items()}
+    slims = {_ONE_MASK: slim} if slim is not None else {}
+    rounds = time_rounds(forward_probes(target, draft, slims, context, gamma, source), repeats)
+    medians = {name: statistics.median(values) for name, values in rounds.items()}
     return ForwardCosts(
         c_draft=medians.get("c_draft", 0.0),
-        c_slim=medians.get("c_slim"),
-        c_resume=medians.get("c_resume"),
+        c_slim=medians.get(kind_name("c_slim", _ONE_MASK)),
+        c_resume=medians.get(kind_name("c_resume", _ONE_MASK)),
         c_full_block=medians["c_full_block"],
         c_full=medians["c_full"],
         context_length=len(context),
-        block_length=block,
+        block_length=gamma + 1,
     )
 
 
@@ -273,5 +297,6 @@ def analytic_bound(costs: ForwardCosts, passes: PassCounts, overlapped_drafting:
     return costs.c_full / per_token if per_token > 0 else None
 
 
-__all__ = ["ForwardCosts", "PassCounts", "analytic_bound", "full_equivalent", "measure_forward_costs", "probe_context",
+__all__ = ["ForwardCosts", "PassCounts", "analytic_bound", "forward_probes", "full_equivalent", "kind_name",
+           "measure_forward_costs", "probe_context", "time_rounds",
            "seconds_per_token"]

@@ -202,16 +202,20 @@ def run_demo(
     progress: bool = True,
     pairs: Sequence[PairPaths] | None = None,
     threads: int | None = None,
+    device: str = "auto",
+    dtype: str | None = None,
+    device_map: str | None = None,
 ) -> dict:
     """The whole demo (module docstring). ``echo`` prints a line, ``write`` a piece of streamed text
     (default: stdout, flushed); ``progress`` shows bars on stderr; ``pairs`` is what the default
-    pair is chosen from (tests). Returns ``{"answers", "bench", "hint", "tier_case"}``."""
+    pair is chosen from (tests); ``device``, ``dtype`` (None or auto: the pair's own) and ``device_map``
+    place the models (:mod:`viasd_adapt.models.placement`). Returns ``{"answers", "bench", "hint", "tier_case"}``."""
     from viasd_adapt.bench import progress as bars
     from viasd_adapt.bench.session import BenchConfig, load_bench_pair, quiet_transformers, resolve_bench_settings, set_threads
     from viasd_adapt.config.resolve import resolve_settings
     from viasd_adapt.engine.context import check_spec_model
     from viasd_adapt.models.gguf import is_gguf_path
-    from viasd_adapt.models.pair import FALLBACK_MASK_LABEL
+    from viasd_adapt.models.pair import FALLBACK_MASK_LABEL, named_dtype
     from viasd_adapt.models.registry import resolve_pair
 
     budget = budget or budget_from_env()
@@ -226,7 +230,7 @@ def run_demo(
         paths.target, paths.draft, eagle_head=paths.eagle_head, pair_mask=paths.mask, chat=chat,
         frameworks=frameworks or DEMO_FRAMEWORKS, modes=DEMO_MODES, max_new_tokens=budget.tokens, repeats=budget.repeats,
         cost_repeats=budget.cost_repeats, task_prompts=0, costs=PROJECTION_COSTS, json_path=json_path, plot_path=plot_path,
-        label=f"viasd demo ({paths.name} pair)")
+        label=f"viasd demo ({paths.name} pair)", device=device, dtype=named_dtype(paths, dtype), device_map=device_map)
     spec = resolve_bench_settings(config)  # the rows' settings: the tuner's best point per family
     tuned = resolve_settings(pair_mask=paths.mask, tuned=spec.tuned)  # the answer's: tune's pick itself
     echo(f"pair: {paths.name} ({paths.source}); {threads} CPU thread(s)")
@@ -297,7 +301,7 @@ def small_bench(pair, config, spec, prompts, budget: DemoBudget, threads: int, e
     # the stock rows of hf (and eagle) are left out: stock prompt lookup is the stock row that matters
     # here; so are the fixed-tier twins (viasd bench runs them): the demo keeps to a few minutes, and
     # its lossless and lossy rows show what a default (adaptive) run costs
-    plan = replace(config.plan, plain_rows=False, adaptive=False, stop_at_eos=uses_chat(pair.tokenizer, config.chat))
+    plan = replace(config.plan, plain_rows=False, fixed_twins=False, stop_at_eos=uses_chat(pair.tokenizer, config.chat))
     rows, _, _ = plan_rows(pair, plan)
     total = len(prompts) + len(rows) * (1 + len(prompts) * budget.repeats)
     echo("")
@@ -318,14 +322,15 @@ def small_bench(pair, config, spec, prompts, budget: DemoBudget, threads: int, e
     finally:
         probes.stop()
         ticker.close()
-    judgement = verdict(result.rows, budget=config.budget)
+    judgement = verdict(result.rows, budget=config.budget, prices=result.prices)
     echo(format_table(result.rows, DEMO_COLUMNS))
     echo("feq/tok = full-equivalent passes per token (each pass priced by its forward time measured in this run); "
          "x_ar = tokens/s over AR")
     echo(bold("verdict (this CPU, measured):", colour))
     for line in judgement:
         echo(f"  {line}")
-    lines, projection = projection_report(result.rows, cost_model, pair.routing, spec.settings.gamma + 1, config.budget)
+    lines, projection = projection_report(result.rows, cost_model, pair.routing, spec.settings.gamma + 1, config.budget,
+                                          result.costs, result.prices)
     for line in lines:
         echo(line)
     echo(bold(preview_line(judgement, len(prompts)), colour))
@@ -360,6 +365,7 @@ def preview_line(verdict: list[str], prompts: int) -> str:
     from viasd_adapt.bench.uncertainty import prompts_words
 
     undetermined = [line.split(":", 1)[0] for line in verdict if "undetermined at" in line.lower()]
+    # (the exact-first rule writes the simpler row there, and the line says which comparison is within noise)
     state = f"undetermined for {', '.join(undetermined)}" if undetermined else "determined for every framework"
     return (f"preview on {prompts_words(prompts)}: {state}. For a verdict that holds, run "
             "`viasd bench --prompts spec-bench` (more prompts, the same rows).")

@@ -2,7 +2,10 @@
 
 Tiered rows report their passes through :class:`~viasd_adapt.core.metrics.TierMetrics`; only the rows
 without viasd-adapt (``ar``, ``plain``, stock prompt lookup) need counting from the outside, with
-forward hooks on the target and the drafter. The same hooks see every KV cache a run uses: the
+forward hooks on the target and the drafter. A stock row is priced in full: every drafter forward
+counts, the assistant's included, which stock assisted generation runs through a shallow copy of
+the drafter that shares its hook registry; a stock row that drafts with a model but shows no
+drafter forward is left unpriced (:func:`viasd_adapt.bench.run.uncounted_reason`). The same hooks see every KV cache a run uses: the
 weight-sharing views of the target (slim verifier, resumed passes) are built during the run and copy
 the target's hook registries, so their caches are seen too. Cache layers shared by several cache
 objects (the shared prefix) are counted once.
@@ -89,12 +92,14 @@ class RunMeter:
             if current is None:
                 return
             current.models_used[name] = model
-            if module is model:  # the model itself, not one of its views
-                if name == "target":
-                    current.full_passes += 1
-                    current.single_passes += new_tokens(args, kwargs) == 1
-                else:
-                    current.draft_passes += 1
+            if name == "draft":
+                # the drafter or a shallow copy of it (stock assisted generation runs
+                # adapters.hf.runner.drafting_blocks_of's copy, which shares the drafter's hook
+                # registry): every forward it makes is a drafter pass
+                current.draft_passes += 1
+            elif module is model:  # the target itself, not one of its views
+                current.full_passes += 1
+                current.single_passes += new_tokens(args, kwargs) == 1
             elif name == "target" and getattr(module, FULL_DEPTH_VIEW, False):
                 # q's view under a shared prefix runs every layer: its one-token passes are one-token
                 # passes (its passes themselves are in the run's TierMetrics)

@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.registry import shipped_dir
@@ -148,5 +150,35 @@ PROJECTION_COLUMNS = (
 )
 
 
-__all__ = ["COST_FORMAT", "CostModel", "PROJECTION_COLUMNS", "load_cost_model", "project_costs_per_mask", "project_rows",
+def projection_difference(measured_row: dict, projected_row: dict, measured: ForwardCosts, projected: ForwardCosts) -> str | None:
+    """Where the projected verdict uses another row than the measured one: one sentence naming the pass
+    kind whose price makes the difference (the kind whose change of price moves the two rows' cost gap
+    most, from the rows' own pass counts). None when either row has no pass counts."""
+    from viasd_adapt.bench.prices import PASS_KINDS, pass_vector, unit_prices
+
+    a, b = row_passes(measured_row), row_passes(projected_row)
+    if a is None or b is None:
+        return None
+
+    def prices(costs: ForwardCosts):
+        seconds = [costs.c_draft, costs.c_slim or 0.0, costs.c_full_block,
+                   costs.c_resume if costs.c_resume is not None else costs.c_full_block, costs.c_full]
+        return unit_prices(np.array([seconds], dtype=float))[0]
+
+    gap = pass_vector(a) - pass_vector(b)
+    before, after = prices(measured), prices(projected)
+    shift = gap * (after - before)
+    k = int(np.argmax(np.abs(shift)))
+    if shift[k] == 0:  # no price moved the two rows' gap: the passes alone differ
+        return None
+    names = {"draft": "drafter", "slim": "slim", "full": "full block", "resumed": "resumed", "single": "1-token"}
+    label = lambda row: row["framework"] if row["framework"] in ("ar", "lookup") else row["mode"]  # noqa: E731
+    kind = PASS_KINDS[k]
+    return (f"The projection uses {label(projected_row)} where the measurement uses {label(measured_row)} because of "
+            f"the {names[kind]} pass's price: {after[k]:.2f} of a full block pass projected against {before[k]:.2f} "
+            f"measured, and {label(measured_row)} runs {pass_vector(a)[k]:.2f} {names[kind]} passes per token against "
+            f"{label(projected_row)}'s {pass_vector(b)[k]:.2f}.")
+
+
+__all__ = ["COST_FORMAT", "CostModel", "PROJECTION_COLUMNS", "load_cost_model", "project_costs_per_mask", "project_rows", "projection_difference",
            "repriced_prompt_sums", "row_passes"]

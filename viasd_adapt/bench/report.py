@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import torch
 from pydantic import Field, model_validator
 
+from viasd_adapt.bench.prices import format_price_list
 from viasd_adapt.bench.run import ROW_FIELDS, BenchResult
 from viasd_adapt.core.settings import renamed_row
 from viasd_adapt.io import save_figure, write_json
@@ -78,6 +79,8 @@ class BenchReport(Artifact):
     environment: dict[str, Any] = Field(default_factory=dict)
     rows: list[BenchRow] = Field(default_factory=list)
     costs_seconds: dict[str, Any] = Field(default_factory=dict)
+    #: the run's one price list: every forward kind's rounds, medians and spread (None: an older report)
+    prices: dict[str, Any] | None = None
     full_equivalent_formula: str = ""
     analytic_bound_formula: str = ""
     peak_mem_source: str = ""
@@ -218,7 +221,7 @@ def format_costs(result: BenchResult) -> str:
         f"full 1 tok {ms(c.c_full)}\n"
         "feq/tok = full-equivalent passes per token (every pass priced by its measured cost, in full block passes); "
         "bound = c_full / forward time per token; %bound = x_ar / bound"
-    )
+    ) + (f"\n{format_price_list(result.prices)}" if result.prices is not None else "")
 
 
 def environment() -> dict[str, Any]:
@@ -245,6 +248,7 @@ def result_json(result: BenchResult, run_info: dict[str, Any]) -> dict[str, Any]
         "environment": environment(),
         "rows": rows,
         "costs_seconds": result.costs.to_dict(),
+        "prices": result.prices.to_dict() if result.prices is not None else None,
         "full_equivalent_formula": "(draft*c_draft + slim*c_slim + (full-resumed)*c_full_block + resumed*c_resume "
         "+ single*c_full) / c_full_block, per generated token",
         "analytic_bound_formula": "c_full / (forward time per token); max() of drafting and verifying for overlapped frameworks",

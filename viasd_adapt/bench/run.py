@@ -5,8 +5,9 @@ exists), ``none`` (the tier installed but off: untiered lossless SD), ``lenient`
 lossy baseline) and each VIA-SD mode. One process, the same prompts, pair and seeds for every row.
 The VIA-SD rows ``lossless`` and ``lossy`` run what a default run of that mode runs: the adaptive
 tier (:mod:`viasd_adapt.core.adaptive`); beside each, ``lossless-fixed`` and ``lossy-fixed`` run the
-same mode with the tier on every cycle (``adaptive=False``), unless ``RunPlan.adaptive`` is off
-(``viasd bench --no-adaptive``). Reports written before (version 2) named the fixed rows
+same mode with the tier on every cycle (``adaptive=False``), unless ``RunPlan.fixed_twins`` is off
+(``viasd bench --no-fixed-twins``). ``RunPlan.adaptive`` off (``viasd bench --no-adaptive``, the flag's
+meaning in every command) runs only the fixed rows. Reports written before (version 2) named the fixed rows
 ``lossless``/``lossy`` and the adaptive ones ``-adaptive``; they read under today's names.
 
 Schedule: for each repeat, for each prompt, every row runs once, in an order rotated by
@@ -38,13 +39,14 @@ from typing import Callable, Sequence
 import torch
 
 from viasd_adapt.frameworks import registry as frameworks
-from viasd_adapt.bench.costs import (ForwardCosts, PassCounts, analytic_bound, full_equivalent, measure_forward_costs,
-                                    probe_context)
+from viasd_adapt.bench.costs import ForwardCosts, PassCounts, analytic_bound, full_equivalent, probe_context
+from viasd_adapt.bench.prices import PASS_KINDS, PriceList, measure_prices
 from viasd_adapt.bench.fidelity import next_line_match, positional_agreement, score_output
 from viasd_adapt.bench.measure import RunMeter, memory_source
 from viasd_adapt.bench.prompt_sets import UNGROUPED, BenchPrompt, text_prompts
 from viasd_adapt.bench.uncertainty import prompt_key
 from viasd_adapt.checks import check_max_new_tokens
+from viasd_adapt.config.budget import BASELINE_FRAMEWORKS  # ar and stock prompt lookup: no drafter model
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.model_kind import model_kind
 from viasd_adapt.core.metrics import TierMetrics
@@ -57,6 +59,8 @@ from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import ADAPTIVE_MODES, ADAPTIVE_SUFFIX, FIXED_SUFFIX, TierSettings, label_settings
 
 AR = "ar"
+#: The price list's name for the bench's one mask.
+MASK_PRICE_KEY = "mask"
 TIER_MODES = frameworks.TIER_MODES
 #: every row a plan may name: the tier modes (lossless and lossy adaptive, as a default run), and
 #: lossless and lossy with the tier on every cycle (``-fixed``)
@@ -75,7 +79,7 @@ ROW_FIELDS = (
     "speedup_vs_untiered", "target_ll", "ll_drop", "regret", "greedy_agreement", "identical_outputs", "target_argmax_agreement",
     "overrule_rate",
     "overrule_tier1", "overrule_tier2", "overrule_tier3", "tv_distance", "next_line_match", "peak_mem_mb",
-    "analytic_bound", "fraction_of_bound",
+    "analytic_bound", "fraction_of_bound", "cost_note",
 )
 
 
@@ -94,7 +98,10 @@ class RunPlan:
     task_tokens: int = 24  # tokens generated per next-line example
     stop_at_eos: bool = False
     plain_rows: bool = True  # the frameworks' stock (viasd-adapt-free) rows; ``viasd demo`` leaves them out
-    adaptive: bool = True  # each lossless and lossy row gets its fixed-tier twin (module docstring)
+    # lossless and lossy run the adaptive tier (False: the tier on every cycle, their -fixed rows
+    # only: one meaning of "not adaptive" in every command)
+    adaptive: bool = True
+    fixed_twins: bool = True  # each adaptive lossless and lossy row gets its fixed-tier twin (module docstring)
 
     def __post_init__(self) -> None:
         check_max_new_tokens(self.max_new_tokens)
@@ -114,11 +121,17 @@ class RunPlan:
     @property
     def row_modes(self) -> list[str]:
         """The tier rows of each framework, in order: ``modes``, each lossless and lossy row (the
-        adaptive tier, as a default run) followed by its fixed-tier twin when ``adaptive`` is on."""
+        adaptive tier, as a default run) followed by its fixed-tier twin when ``fixed_twins`` is on;
+        with ``adaptive`` off, each lossless and lossy row is its fixed twin instead."""
         rows: list[str] = []
         for mode in self.modes:
             twin = mode + FIXED_SUFFIX
-            rows += [mode] + ([twin] if self.adaptive and twin in ROW_MODES and twin not in self.modes else [])
+            if twin not in ROW_MODES:
+                rows.append(mode)
+            elif not self.adaptive:
+                rows.append(twin)
+            else:
+                rows += [mode] + ([twin] if self.fixed_twins and twin not in self.modes else [])
         return list(dict.fromkeys(rows))
 
 
@@ -207,6 +220,7 @@ class BenchResult:
     task_prompts: int = 0
     groups: dict[str, list[dict]] = field(default_factory=dict)  # group -> rows summarised on its prompts only
     group_sizes: dict[str, int] = field(default_factory=dict)  # group -> number of prompts
+    prices: PriceList | None = None  # the run's one price list; ``costs`` are its medians
     hardware: HardwareStamp | None = None  # where the rows were measured (the target's device and dtype)
 
 
@@ -289,10 +303,11 @@ def run_bench(
 
     say(f"greedy reference: {len(prompt_ids)} prompt(s) x {n} tokens")
     references = [generate(rows[0], ids, n, plan.seed, SamplingConfig()).tokens for ids in prompt_ids]
-    say("timing single forwards of drafter, slim verifier, resumed and full target")
-    slim = SlimVerifier(pair.target, pair.routing) if pair.routing is not None else None
+    say("timing single forwards of drafter, slim verifier, resumed and full target, interleaved: the run's one price list")
+    slims = {MASK_PRICE_KEY: SlimVerifier(pair.target, pair.routing)} if pair.routing is not None else {}
     cost_context, source = probe_context(pair.target, prompt_ids[0], references[0][: n // 2])
-    costs = measure_forward_costs(pair.target, pair.draft, slim, cost_context, settings.gamma, plan.cost_repeats, source)
+    prices = measure_prices(pair.target, pair.draft, slims, cost_context, settings.gamma, plan.cost_repeats, source)
+    costs = prices.costs(MASK_PRICE_KEY if slims else None)  # every row is priced from these medians
 
     stats: dict[tuple[str, str], list[RepeatStats]] = {row.key: [] for row in rows}
     # per row, per prompt, all repeats pooled: what the verdict's bootstrap over prompts resamples
@@ -319,11 +334,13 @@ def run_bench(
                 for key, value in values.items():
                     group_stats[group][key].append(value)
     task_scores = _task_scores(pair, rows, task, plan, generate, say) if task else {}
-    summary = _summarise(rows, stats, costs, task_scores, by_prompt, [prompt_key(ids) for ids in prompt_ids])
-    per_group = {group: _summarise(rows, group_stats[group], costs, {}) for group in groups}
+    drafter_model = pair.draft is not None and pair.lookup is None  # a stock row drafts with this model
+    summary = _summarise(rows, stats, costs, task_scores, by_prompt, [prompt_key(ids) for ids in prompt_ids], drafter_model)
+    per_group = {group: _summarise(rows, group_stats[group], costs, {}, drafter_model=drafter_model) for group in groups}
     return BenchResult(summary, costs, skipped, memory_source(pair.device), descriptions,
                        time.perf_counter() - started, [len(ids) for ids in prompt_ids], len(task), per_group,
-                       {group: sum(p.group == group for p in prompts) for group in groups}, hardware_stamp(pair.target))
+                       {group: sum(p.group == group for p in prompts) for group in groups}, prices,
+                       hardware_stamp(pair.target))
 
 
 def _run_timed(pair: LoadedPair, meter: RunMeter, run, ids: list[int], accumulators: list[RepeatStats],
@@ -409,9 +426,20 @@ def prompt_sums(row: PlannedRow, per_prompt: list[RepeatStats], costs: ForwardCo
     } | ({"keys": list(keys)} if keys is not None else {})
 
 
+def uncounted_reason(row: PlannedRow, runs: list[RepeatStats], drafter_model: bool) -> str | None:
+    """Why a row's passes cannot all be counted (None: they can). A stock row that drafts with a
+    model keeps no metrics of its own; if the meter saw none of its drafter's forwards, pricing its
+    target passes alone would make it look cheaper than it ran, so it gets no cost at all."""
+    if not (row.stock and drafter_model) or row.framework in BASELINE_FRAMEWORKS or any(r.metrics is not None for r in runs):
+        return None
+    if any(r.meter_draft for r in runs) or not any(r.tokens for r in runs):
+        return None
+    return "its drafter's forwards were not seen by the bench's meter: no full-equivalent cost is stated"
+
+
 def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: dict,
                by_prompt: dict[tuple[str, str], list[RepeatStats]] | None = None,
-               keys: Sequence[str] | None = None) -> list[dict]:
+               keys: Sequence[str] | None = None, drafter_model: bool = False) -> list[dict]:
     ar_runs = stats[(AR, AR_ROW_MODE)]
     ar_ll = _median([r.log_likelihood / r.tokens if r.tokens else None for r in ar_runs])
     out = []
@@ -429,6 +457,8 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
         per_tier = [r.metrics.overrule_rate_by_tier if r.metrics is not None and r.metrics.audited else None for r in runs]
         ll = med(lambda r: r.log_likelihood / r.tokens if r.tokens else None)
         has_passes = row.bound_kind == "ar" or any(r.metrics is not None for r in runs) or any(r.meter_full for r in runs)
+        note = uncounted_reason(row, runs, drafter_model)
+        has_passes = has_passes and note is None
         record = {
             "framework": row.framework,
             "mode": row.mode,
@@ -468,6 +498,7 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
         else:
             bound = _median([analytic_bound(costs, p, row.bound_kind == "overlapped") for p in passes])
         record["analytic_bound"] = bound
+        record["cost_note"] = note
         speedup = record["speedup_vs_ar"]
         record["fraction_of_bound"] = speedup / bound if bound and speedup is not None else None
         record["repeats"] = {
@@ -475,12 +506,15 @@ def _summarise(rows: list[PlannedRow], stats, costs: ForwardCosts, task_scores: 
             "tokens": [r.tokens for r in runs],
             "seconds": [r.seconds for r in runs],
             "per_prompt_tokens_per_s": [r.per_prompt_tps for r in runs],
+            # each repeat priced from the run's one price list: the same passes, the same cost
+            "full_equivalent_per_token": [full_equivalent(costs, p) for p in passes] if has_passes else None,
+            "passes_per_token": [[getattr(p, kind) for kind in PASS_KINDS] for p in passes] if has_passes else None,
         }
         if by_prompt is not None:
-            record["per_prompt"] = prompt_sums(row, by_prompt[row.key], costs, keys)
+            record["per_prompt"] = prompt_sums(row, by_prompt[row.key], costs, keys) if note is None else None
         out.append(record)
     return out
 
 
 __all__ = ["AR", "DEFAULT_MODES", "ROW_FIELDS", "ROW_MODES", "BenchResult", "RunPlan", "PlannedRow", "paired_speedup",
-           "plan_rows", "prompt_sums", "run_bench"]
+           "plan_rows", "prompt_sums", "run_bench", "uncounted_reason"]

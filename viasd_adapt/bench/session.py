@@ -28,12 +28,14 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from viasd_adapt.bench.projection import PROJECTION_COLUMNS, CostModel, load_cost_model, project_rows
+from viasd_adapt.bench.costs import ForwardCosts
+from viasd_adapt.bench.prices import PriceList
+from viasd_adapt.bench.projection import PROJECTION_COLUMNS, CostModel, load_cost_model, project_rows, projection_difference
 from viasd_adapt.bench.prompt_sets import BenchPrompt, spec_bench_prompts
 from viasd_adapt.bench.report import (FIDELITY_COLUMNS, SPEED_COLUMNS, format_costs, format_group_tables, format_table, plot_rows,
                                       result_json, save_json)
 from viasd_adapt.bench.run import DEFAULT_MODES, BenchResult, RunPlan, run_bench
-from viasd_adapt.bench.verdict import verdict
+from viasd_adapt.bench.verdict import decisions, verdict
 from viasd_adapt.config.advice import delta_message
 from viasd_adapt.config.budget import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, Budget
 from viasd_adapt.config.mask import RoutingMask
@@ -109,13 +111,15 @@ class BenchConfig:
     # --- what runs
     frameworks: tuple[str, ...] = DEFAULT_FRAMEWORKS
     modes: tuple[str, ...] = DEFAULT_MODES
-    adaptive: bool = True  # each lossless and lossy row gets its fixed-tier twin (viasd_adapt.bench.run)
+    adaptive: bool = True  # lossless and lossy run the adaptive tier (False: the tier on every cycle, as generate)
+    fixed_twins: bool = True  # each adaptive lossless and lossy row gets its fixed-tier twin (viasd_adapt.bench.run)
     max_new_tokens: int = 64
     repeats: int = 3
     seed: int = 0
     temperature: float = 0.0
     cost_repeats: int = 15
     device: str = "auto"
+    device_map: str | None = None  # a target spread over devices by accelerate (viasd_adapt.models.placement)
     threads: int | None = None  # torch CPU threads (None: $VIASD_BENCH_THREADS, else 1)
     dtype: str | None = None  # the weights' dtype (a --pair's pair.json; None: float32 on the CPU)
     # --- the verdict
@@ -143,7 +147,8 @@ class BenchConfig:
             raise ConfigError("--per-category is for --prompts spec-bench[:TASK,...]")
         object.__setattr__(self, "plan", RunPlan(
             frameworks=self.frameworks, modes=self.modes, max_new_tokens=self.max_new_tokens, repeats=self.repeats,
-            seed=self.seed, cost_repeats=self.cost_repeats, stop_at_eos=self.spec_bench, adaptive=self.adaptive))
+            seed=self.seed, cost_repeats=self.cost_repeats, stop_at_eos=self.spec_bench, adaptive=self.adaptive,
+            fixed_twins=self.fixed_twins))
         object.__setattr__(self, "budget", Budget(self.max_ll_drop, self.max_overrule, self.max_regret))
         object.__setattr__(self, "sampling", SamplingConfig.from_temperature(self.temperature))
 
@@ -229,7 +234,8 @@ def read_text_prompts(config: BenchConfig) -> list[str] | None:
 def load_bench_pair(config: BenchConfig, spec: RunSpec) -> LoadedPair:
     """The target, drafter, EAGLE head and the resolved mask (each mask file read once: ``spec.masks``)."""
     return load_pair(config.target, config.draft, spec.mask_path, need_mask=config.needs_mask, device=config.device,
-                     eagle_head=config.eagle_head, ratio=spec.settings.ratio, spec=spec, dtype=config.dtype)
+                     eagle_head=config.eagle_head, ratio=spec.settings.ratio, spec=spec, dtype=config.dtype,
+                     device_map=config.device_map)
 
 
 def bench_drafter(config: BenchConfig, pair: LoadedPair):
@@ -288,6 +294,7 @@ def result_lines(result: BenchResult, judgement: list[str]) -> list[str]:
     if result.groups:
         lines += ["\nper Spec-Bench task (tau = committed tokens per target forward; x_ar = tokens/s over AR, same run):",
                   format_group_tables(result)]
+    lines += [f"{r['framework']}/{r['mode']}: no feq/tok: {r['cost_note']}" for r in result.rows if r.get("cost_note")]
     lines += ["", format_costs(result), f"peak memory: {result.memory_source}"]
     if judgement:
         lines += ["verdict:", *(f"  {line}" for line in judgement)]
@@ -295,11 +302,26 @@ def result_lines(result: BenchResult, judgement: list[str]) -> list[str]:
 
 
 def projection_report(rows: list[dict], cost_model: CostModel, routing: RoutingMask | None, block_length: int,
-                      budget: Budget) -> tuple[list[str], dict[str, Any]]:
+                      budget: Budget, measured: ForwardCosts | None = None,
+                      prices: PriceList | None = None) -> tuple[list[str], dict[str, Any]]:
     """The measured pass counts priced with another machine's forward costs: the lines to print and
-    the JSON's ``projection`` record (the projected rows' costs and the projected verdict)."""
+    the JSON's ``projection`` record (the projected rows' costs and the projected verdict). With the
+    run's ``measured`` costs, a framework whose projected row differs from the measured one gets one
+    sentence naming the pass price that makes the difference."""
     projected = project_rows(rows, cost_model, routing, block_length)
     projected_verdict = verdict(projected, budget=budget)
+    if measured is not None:
+        measured_use = {f: use for f, (_, _, use) in decisions(rows, budget, prices).items()}
+        projected_costs = cost_model.forward_costs(routing, block_length)
+        for i, line in enumerate(projected_verdict):
+            framework = line.split(":", 1)[0]
+            chosen = decisions(projected, budget).get(framework)
+            before = measured_use.get(framework)
+            if chosen is None or before is None or (chosen[2]["framework"], chosen[2]["mode"]) == (before["framework"], before["mode"]):
+                continue
+            why = projection_difference(before, chosen[2], measured, projected_costs)
+            if why:
+                projected_verdict[i] = f"{line} {why}"
     lines = [(f"\nPROJECTION, not a measurement: the pass counts measured above, priced with the forward costs of "
               f"{cost_model.label} ({cost_model.source or 'cost file'}):"),
              format_table(projected, PROJECTION_COLUMNS),
@@ -338,6 +360,7 @@ def run_info(config: BenchConfig, spec: RunSpec, pair: LoadedPair, prompts: int,
         "max_new_tokens": config.max_new_tokens,
         "repeats": config.repeats,
         "adaptive_rows": config.adaptive,
+        "fixed_twins": config.fixed_twins,
         "seed": config.seed,
         "threads": threads,
         "max_ll_drop": config.max_ll_drop,
@@ -396,12 +419,13 @@ def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = prin
         echo(line)
     result = run_bench(pair, spec.settings, config.sampling, prompts, config.plan, task_examples(config.task_examples),
                        progress=lambda m: echo(f"  .. {m}"), chat=config.chat)
-    judgement = verdict(result.rows, budget=config.budget)
+    judgement = verdict(result.rows, budget=config.budget, prices=result.prices)
     for line in result_lines(result, judgement):
         echo(line)
     projection = None
     if cost_model is not None:
-        lines, projection = projection_report(result.rows, cost_model, pair.routing, spec.settings.gamma + 1, config.budget)
+        lines, projection = projection_report(result.rows, cost_model, pair.routing, spec.settings.gamma + 1, config.budget,
+                                              result.costs, result.prices)
         for line in lines:
             echo(line)
     echo(f"bench wall time {result.wall_seconds:.1f}s")

@@ -60,7 +60,7 @@ def run_tier_case(prompts: int = 2, tokens: int = 48, cost_repeats: int = 3,
     spec = resolve_bench_settings(config)
     pair = load_bench_pair(config, spec)
     plan = RunPlan(frameworks=(CASE_FRAMEWORK,), modes=("none", "lossy"), max_new_tokens=tokens, repeats=1,
-                   cost_repeats=cost_repeats, plain_rows=False, adaptive=False)
+                   cost_repeats=cost_repeats, plain_rows=False, fixed_twins=False)
     result = run_bench(pair, spec.settings, config.sampling, text_prompts(pair.tokenizer, bench_snippets(prompts)), plan,
                        on_run=on_run)
     rows = {row["mode"]: row for row in result.rows if row["framework"] == CASE_FRAMEWORK}

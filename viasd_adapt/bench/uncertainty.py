@@ -56,6 +56,7 @@ class PromptSums:
     overruled: Sequence[float] | None = None
     audited: Sequence[float] | None = None
     keys: Sequence[str] | None = None
+    passes: dict[str, Sequence[float]] | None = None  # raw passes per kind per prompt (priced again per replicate)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -92,11 +93,18 @@ class Uncertainty:
 
     def sentence(self) -> str:
         """One clause for the verdict: "determined at 40 prompts (...)" or "undetermined at 3 prompts (...)"."""
-        parts = [f"holds in {self.holds:.0%} of {self.replicates} bootstrap resamples of the prompts"]
+        # "undetermined" never stands beside a share that reads as certainty: an undetermined verdict
+        # names what leaves it open (too few prompts, an interval across the margin, a share below the level)
+        resamples = f"{self.replicates} bootstrap resamples of the prompts"
+        if self.determined or self.holds < self.level:
+            parts = [f"holds in {'only ' if not self.determined else ''}{self.holds:.0%} of {resamples}"]
+        else:  # the share is no evidence here: the clauses below say what leaves the verdict open
+            parts = []
         if self.gain_interval is not None:
             lo, hi = self.gain_interval
+            across = " (an interval across the margin)" if lo <= self.margin <= hi else ""
             parts.append(f"{self.tier} saves {lo:+.1%} to {hi:+.1%} of {self.simple}'s passes ({self.level:.0%} interval; "
-                         f"it must save over {self.margin:.0%})")
+                         f"it must save over {self.margin:.0%}){across}")
         flipping = [f"{name} {share:.0%}" for name, share in self.admitted.items() if 1 - self.level < share < self.level]
         if flipping:
             more = f" and {len(flipping) - 3} more settings" if len(flipping) > 4 else ""
@@ -138,8 +146,12 @@ def _pooled(values: Sequence[float] | None, units: np.ndarray, m: int) -> Sequen
 
 
 def _pool_copies(sums: PromptSums, units: np.ndarray, m: int) -> PromptSums:
-    return PromptSums(*(_pooled(getattr(sums, name), units, m)
-                        for name in ("tokens", "cost", "log_likelihood", "regret", "overruled", "audited")))
+    pooled = PromptSums(*(_pooled(getattr(sums, name), units, m)
+                          for name in ("tokens", "cost", "log_likelihood", "regret", "overruled", "audited")))
+    if not sums.passes:
+        return pooled
+    return PromptSums(pooled.tokens, pooled.cost, pooled.log_likelihood, pooled.regret, pooled.overruled, pooled.audited,
+                      passes={kind: _pooled(values, units, m) for kind, values in sums.passes.items()})
 
 
 def _common_keys(candidates: Sequence["Candidate"], reference: "PromptSums | None") -> Sequence[str] | None:
@@ -203,15 +215,39 @@ def _recommend(cost: np.ndarray, within: np.ndarray, simple: np.ndarray, margin:
     return np.where(np.isfinite(masked[rows, cheapest]), use, -1)
 
 
-def bootstrap_verdict(candidates: Sequence[Candidate], budget: Budget, reference: PromptSums | None = None,
-                      margin: float = TIE_MARGIN, replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
-                      level: float = DEFAULT_LEVEL, unmeasured_ok: Sequence[str] = (), stated: str | None = None
-                      ) -> Uncertainty:
-    """The paired bootstrap of a verdict (module docstring).
+@dataclass(frozen=True)
+class Resampled:
+    """Every setting of a verdict over the replicates (row 0: every prompt once, at the median prices).
 
-    ``reference``: the target's own greedy output on the same prompts (its log-likelihood and
-    tokens), from which every LL drop is measured; without it the drop counts as not measured.
-    ``stated``: the recommendation the caller states (default: this function's own on all prompts)."""
+    ``cost``, ``within``: ``(replicates + 1, settings)``; ``prompts``: distinct prompts (copies
+    pooled), ``copies``: how many prompts repeated another one."""
+
+    names: list[str]
+    cost: np.ndarray
+    within: np.ndarray
+    prompts: int
+    copies: int
+    candidates: list[Candidate]
+    priced: bool  # whether the prices were resampled beside the prompts
+
+
+def _price_rounds(price_vectors: Sequence[np.ndarray] | None, k: int) -> list[np.ndarray] | None:
+    if price_vectors is None or len(price_vectors) != k or any(v is None for v in price_vectors):
+        return None
+    rounds = {np.asarray(v).shape[0] for v in price_vectors}
+    return [np.asarray(v, dtype=float) for v in price_vectors] if len(rounds) == 1 else None
+
+
+def resample(candidates: Sequence[Candidate], budget: Budget, reference: PromptSums | None = None,
+             replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED, unmeasured_ok: Sequence[str] = (),
+             price_vectors: Sequence[np.ndarray] | None = None) -> Resampled:
+    """Each setting's cost per token and budget status in every replicate of the paired bootstrap.
+
+    ``price_vectors``: per setting, the run's price rounds it is priced by
+    (:meth:`~viasd_adapt.bench.prices.PriceList.vectors`, the same rounds for every setting); with
+    them and every setting's raw pass counts (``PromptSums.passes``), each replicate also resamples
+    the price list's rounds (one draw for every setting, :func:`~viasd_adapt.bench.prices.price_replicates`)
+    and prices the resampled passes with it: the price list's spread is carried into the verdict."""
     if not candidates:
         raise ValueError("a verdict needs at least one candidate")
     if replicates < 1:
@@ -234,7 +270,9 @@ def bootstrap_verdict(candidates: Sequence[Candidate], budget: Budget, reference
         den = np.column_stack([_column(c.sums.tokens, n) for c in candidates])
         return _ratio(weights @ np.nan_to_num(num), weights @ den) + np.where(np.isnan(num).any(axis=0), np.nan, 0.0)
 
-    cost = per_token(lambda s: s.cost)
+    rounds = _price_rounds(price_vectors, len(candidates))
+    priced = rounds is not None and all(c.sums.passes for c in candidates)
+    cost = _priced_cost(candidates, weights, rounds, replicates, seed, n) if priced else per_token(lambda s: s.cost)
     regret = per_token(lambda s: s.regret)
     if reference is not None and reference.log_likelihood is not None:
         ref_ll = _ratio(weights @ _column(reference.log_likelihood, n), weights @ _column(reference.tokens, n))
@@ -245,11 +283,40 @@ def bootstrap_verdict(candidates: Sequence[Candidate], budget: Budget, reference
     overruled = np.column_stack([_column(c.sums.overruled, n) for c in candidates])
     overrule = _ratio(weights @ np.nan_to_num(overruled), weights @ np.nan_to_num(audited))
     overrule = np.where(np.isnan(audited).any(axis=0) | np.isnan(overruled).any(axis=0), np.nan, overrule)
-
     exact = np.array([c.exact for c in candidates])
-    simple = np.array([c.simple for c in candidates])
     within = _within(budget, np.broadcast_to(exact, cost.shape), ll_drop, regret, overrule, unmeasured_ok)
     within &= np.isfinite(cost)
+    return Resampled(names, cost, within, n, copies, list(candidates), priced)
+
+
+def _priced_cost(candidates: Sequence[Candidate], weights: np.ndarray, rounds: list[np.ndarray], replicates: int,
+                 seed: int, n: int) -> np.ndarray:
+    """``(R + 1, K)`` cost per token: each replicate's resampled passes priced by its resampled prices."""
+    from viasd_adapt.bench.prices import PASS_KINDS, price_replicates
+
+    columns = []
+    for candidate, vectors in zip(candidates, rounds):
+        passes = np.column_stack([_column(candidate.sums.passes.get(kind, [0.0] * n), n) for kind in PASS_KINDS])
+        prices = price_replicates(vectors, replicates, seed + 1)  # one draw of rounds for every setting
+        tokens = weights @ _column(candidate.sums.tokens, n)
+        columns.append(_ratio(((weights @ passes) * prices).sum(axis=1), tokens))
+    return np.column_stack(columns)
+
+
+def bootstrap_verdict(candidates: Sequence[Candidate], budget: Budget, reference: PromptSums | None = None,
+                      margin: float = TIE_MARGIN, replicates: int = DEFAULT_REPLICATES, seed: int = DEFAULT_SEED,
+                      level: float = DEFAULT_LEVEL, unmeasured_ok: Sequence[str] = (), stated: str | None = None,
+                      price_vectors: Sequence[np.ndarray] | None = None) -> Uncertainty:
+    """The paired bootstrap of a verdict (module docstring).
+
+    ``reference``: the target's own greedy output on the same prompts (its log-likelihood and
+    tokens), from which every LL drop is measured; without it the drop counts as not measured.
+    ``stated``: the recommendation the caller states (default: this function's own on all prompts).
+    ``price_vectors``: see :func:`resample`."""
+    resampled = resample(candidates, budget, reference, replicates, seed, unmeasured_ok, price_vectors)
+    names, cost, within, n, copies = resampled.names, resampled.cost, resampled.within, resampled.prompts, resampled.copies
+    candidates = resampled.candidates
+    simple = np.array([c.simple for c in candidates])
     use = _recommend(cost, within, simple, margin)
     stated_index = names.index(stated) if stated is not None else int(use[0])
     holds = float(np.mean(use[1:] == stated_index))
@@ -294,8 +361,8 @@ def sums_from_json(data: Any) -> PromptSums | None:
     if not isinstance(data, dict) or not data.get("tokens") or data.get("cost") is None:
         return None
     return PromptSums(**{key: data.get(key) for key in ("tokens", "cost", "log_likelihood", "regret", "overruled", "audited",
-                                                         "keys")})
+                                                         "keys", "passes")})
 
 
-__all__ = ["Candidate", "DEFAULT_LEVEL", "DEFAULT_REPLICATES", "MIN_PROMPTS", "PromptSums", "Uncertainty",
-           "bootstrap_verdict", "distinct_units", "prompt_key", "prompts_words", "sums_from_json"]
+__all__ = ["Candidate", "DEFAULT_LEVEL", "DEFAULT_REPLICATES", "MIN_PROMPTS", "PromptSums", "Resampled", "Uncertainty",
+           "bootstrap_verdict", "resample", "distinct_units", "prompt_key", "prompts_words", "sums_from_json"]

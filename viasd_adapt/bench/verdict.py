@@ -7,18 +7,21 @@ untiered SD, lenient) at the same fidelity; this turns a bench's rows into that 
 
 from __future__ import annotations
 
+import numpy as np
 
-# The budget and the recommendation rule live one layer down (viasd_adapt.config.budget), where the
-# verdicts' bootstrap (viasd_adapt.bench.uncertainty) can use them too; they are importable from here as before.
+from viasd_adapt.bench.exact_first import AR_RUNG, EXACT_RUNG, EXACT_TIER_RUNG, LENIENT_RUNG, LOSSY_TIER_RUNG, Decision, decide
+from viasd_adapt.bench.prices import PriceList
+
+# The budget lives one layer down (viasd_adapt.config.budget), where the verdicts' bootstrap
+# (viasd_adapt.bench.uncertainty) can use it too; the names are importable from here as before.
 from viasd_adapt.config.budget import (
     BASELINE_FRAMEWORKS,
     DEFAULT_MAX_LL_DROP,
     DEFAULT_MAX_REGRET,
     SIMPLE_MODES,
-    TIE_MARGIN,
+    TIE_MARGIN,  # noqa: F401 (importable from here)
     TIER_MODES,
     Budget,
-    recommend,
 )
 from viasd_adapt.core.settings import ADAPTIVE_MODES, FIXED_SUFFIX
 
@@ -49,22 +52,52 @@ def _row_within(row: dict, budget: Budget) -> bool:
                                 regret=row.get("regret"), unmeasured_ok=("regret",))
 
 
+#: The exact-first ladder's rung of each row a verdict weighs (:mod:`viasd_adapt.bench.exact_first`).
+ROW_RUNGS = {"none": EXACT_RUNG, "lossless": EXACT_TIER_RUNG, "lossless" + FIXED_SUFFIX: EXACT_TIER_RUNG,
+             "lenient": LENIENT_RUNG, "lossy": LOSSY_TIER_RUNG, "lossy" + FIXED_SUFFIX: LOSSY_TIER_RUNG}
+
+
+def _rung(row: dict) -> int:
+    if row["framework"] == "ar":
+        return AR_RUNG
+    return EXACT_RUNG if _is_baseline(row) else ROW_RUNGS[row["mode"]]
+
+
 def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regret: float = DEFAULT_MAX_REGRET,
-            max_overrule: float | None = None, budget: Budget | None = None) -> list[str]:
+            max_overrule: float | None = None, budget: Budget | None = None, prices: PriceList | None = None) -> list[str]:
     """Per framework: the cheapest row (full-equivalent passes per token) within the fidelity
     budget (:class:`Budget`: LL drop, regret and, when set, the overrule rate), among plain
-    autoregressive decoding (the ``ar`` row, when the bench ran it), untiered SD (none), lenient,
-    lossless and lossy as a default run (the adaptive tier) and with the tier on every cycle
-    (``lossless-fixed``, ``lossy-fixed``), and whether the tier won. AR is a candidate because speculative decoding
-    itself may not pay: on a CPU a block pass costs well over one single-token pass, and a weak
-    drafter may not make up for it.
+    autoregressive decoding (the ``ar`` row, when the bench ran it), stock prompt lookup, untiered
+    SD (none), lenient, lossless and lossy as a default run (the adaptive tier) and with the tier on
+    every cycle (``lossless-fixed``, ``lossy-fixed``), and the row to use: the exact-first ladder's
+    choice (:mod:`viasd_adapt.bench.exact_first`), the same rule ``viasd tune`` writes by. AR is a
+    candidate because speculative decoding itself may not pay: on a CPU a block pass costs well over
+    one single-token pass, and a weak drafter may not make up for it.
 
-    Rows that carry their per-prompt sums (``per_prompt``, kept by the bench since they existed)
-    get a paired bootstrap over prompts (:mod:`viasd_adapt.bench.uncertainty`): each line says whether
-    the recommendation is determined at N prompts; where it is not, the line recommends the simpler
-    setting instead of the point estimate's."""
+    Rows that carry their per-prompt sums (``per_prompt``) are resampled over prompts and, with the
+    run's ``prices``, over the price list's rounds too; the sentence quotes the comparison that
+    decided, and says "undetermined" where a cheaper row was refused on noise alone."""
     budget = budget or Budget(max_ll_drop, max_overrule, max_regret)
     lines = []
+    for framework, (candidates, decision, use) in decisions(rows, budget, prices).items():
+        cheapest = min((r for r in candidates if _row_within(r, budget)), key=lambda r: r["full_equivalent_per_token"])
+        described = ", ".join(
+            f"{_mode_label(r)} {r['full_equivalent_per_token']:.3f}"
+            + (f" (LL drop {r['ll_drop']:+.3f})" if r.get("ll_drop") is not None
+               and r["mode"] in ("lenient", "lossy", "lossy" + FIXED_SUFFIX) else "")
+            for r in candidates
+        )
+        lines.append(
+            f"{framework}: cheapest within {_budget_words(budget)} is "
+            f"{_mode_label(cheapest)} ({cheapest['full_equivalent_per_token']:.3f} full-equivalent passes/token; "
+            f"all: {described}). {_judgement(use)} {_evidence_words(decision)}."
+        )
+    return lines
+
+
+def decisions(rows: list[dict], budget: Budget, prices: PriceList | None = None) -> dict[str, tuple[list[dict], Decision, dict]]:
+    """Per framework: its candidate rows (with the baselines), the exact-first decision, and the row to use."""
+    out = {}
     baselines = [r for r in rows if _is_baseline(r) and r.get("full_equivalent_per_token") is not None]
     for framework in dict.fromkeys(r["framework"] for r in rows if not _is_baseline(r)):
         candidates = baselines + [
@@ -72,76 +105,62 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
             if r["framework"] == framework and r["mode"] in CANDIDATE_MODES
             and r.get("full_equivalent_per_token") is not None
         ]
-        within = [r for r in candidates if _row_within(r, budget)]
-        if not within:
+        if not any(_row_within(r, budget) for r in candidates):
             continue
-        cheapest, use = recommend(within, cost=lambda r: r["full_equivalent_per_token"],
-                                  is_simple=lambda r: _is_baseline(r) or r["mode"] in SIMPLE_MODES)
-        described = ", ".join(
-            f"{_mode_label(r)} {r['full_equivalent_per_token']:.3f}"
-            + (f" (LL drop {r['ll_drop']:+.3f})" if r.get("ll_drop") is not None
-               and r["mode"] in ("lenient", "lossy", "lossy" + FIXED_SUFFIX) else "")
-            for r in candidates
-        )
-        uncertainty = _uncertainty(candidates, use, budget)
-        if uncertainty is not None and not uncertainty.determined and uncertainty.recommended != _mode_label(use):
-            # the point estimate is not to be trusted: say so instead of its sentence, and name the simpler row
-            judgement = (f"On these prompts pooled, {_mode_label(use)} would be the recommendation, but it is "
-                         f"{uncertainty.sentence()}.")
-        else:
-            judgement = f"{_judgement(cheapest, use)} {_uncertainty_words(uncertainty)}."
-        lines.append(
-            f"{framework}: cheapest within {_budget_words(budget)} is "
-            f"{_mode_label(cheapest)} ({cheapest['full_equivalent_per_token']:.3f} full-equivalent passes/token; "
-            f"all: {described}). " + judgement
-        )
-    return lines
+        decision = _decision(candidates, budget, prices)
+        if decision is not None:
+            out[framework] = (candidates, decision, next(r for r in candidates if _mode_label(r) == decision.chosen))
+    return out
 
 
-def _judgement(cheapest: dict, use: dict) -> str:
-    """The verdict's sentence on the point estimate (every prompt pooled)."""
-    if use is not cheapest:
-        gain = 1 - cheapest["full_equivalent_per_token"] / use["full_equivalent_per_token"]
-        return (f"{_mode_label(cheapest)} is only {gain:.1%} cheaper than {_mode_label(use)}, within the "
-                f"{TIE_MARGIN:.0%} margin of timing noise: the slim tier does not pay here: use {_mode_label(use)}.")
+def _judgement(use: dict) -> str:
+    """What the row to use means, in a sentence."""
     if use["framework"] == "ar":
-        return ("Speculative decoding itself does not pay here (every drafting row costs more than plain "
-                "decoding), so neither does the slim tier: use ar (the target alone).")
+        return ("Speculative decoding itself does not pay here, so neither does the slim tier: use ar (the target "
+                "alone).")
     if use["framework"] == "lookup":
-        return ("Stock prompt lookup (no drafter model, no tier) is the cheapest here, so the slim tier does not pay: "
+        return ("Stock prompt lookup (no drafter model, no tier) is the row to use, so the slim tier does not pay: "
                 "use lookup (generate(prompt_lookup_num_tokens=...)).")
     if use["mode"] in ADAPTIVE_ROWS:
-        return ("The default (adaptive) tier is the cheapest here (the slim tier on the cycles where it pays, "
+        return (f"The default (adaptive) tier pays here: use {use['mode']} (the slim tier on the cycles where it pays, "
                 "untiered verification on the others).")
     if use["mode"] in TIER_MODES or use["mode"] in FIXED_ROWS:
-        return "The slim tier pays here."
+        return f"The slim tier pays here: use {use['mode']}."
     return f"The slim tier does not pay here: use {use['mode']}."
 
 
-def _uncertainty(candidates: list[dict], use: dict, budget: Budget):
-    """The paired bootstrap over prompts of one framework's verdict (:mod:`viasd_adapt.bench.uncertainty`);
-    None when a row carries no per-prompt sums (a report written before they were kept)."""
-    from viasd_adapt.bench.uncertainty import Candidate, PromptSums, bootstrap_verdict, sums_from_json
+def _decision(candidates: list[dict], budget: Budget, prices: PriceList | None) -> Decision | None:
+    """The exact-first ladder over one framework's rows: resampled over prompts (and the price list's
+    rounds) where every row carries its per-prompt sums, else on the pooled costs alone."""
+    from viasd_adapt.bench.uncertainty import Candidate, PromptSums, Resampled, resample, sums_from_json
 
+    names = [_mode_label(r) for r in candidates]
+    exact = [_is_baseline(r) or r["mode"] in EXACT_MODES for r in candidates]
+    rungs = [_rung(r) for r in candidates]
     sums = [sums_from_json(r.get("per_prompt")) for r in candidates]
-    reference = next((s for r, s in zip(candidates, sums) if r["framework"] == "ar"), None)
     if any(s is None for s in sums) or len({len(s) for s in sums}) != 1:
-        return None
-    pool = [Candidate(_mode_label(r), s, exact=_is_baseline(r) or r["mode"] in EXACT_MODES,
-                      simple=_is_baseline(r) or r["mode"] in SIMPLE_MODES) for r, s in zip(candidates, sums)]
+        cost = np.array([[r["full_equivalent_per_token"] for r in candidates]], dtype=float)
+        within = np.array([[_row_within(r, budget) for r in candidates]])
+        pool = [Candidate(n, PromptSums([1.0], [c]), e, False) for n, c, e in zip(names, cost[0], exact)]
+        return decide(Resampled(names, cost, within, 0, 0, pool, False), rungs)
+    reference = next((s for r, s in zip(candidates, sums) if r["framework"] == "ar"), None)
     if reference is None:  # no ar row: the drop is measured from untiered SD, which is exact
         reference = next((s for r, s in zip(candidates, sums) if r["mode"] == "none"), None)
     reference = (PromptSums(reference.tokens, reference.cost, reference.log_likelihood, keys=reference.keys)
                  if reference is not None else None)
-    return bootstrap_verdict(pool, budget, reference, unmeasured_ok=("regret",), stated=_mode_label(use))
+    pool = [Candidate(n, s, exact=e, simple=_is_baseline(r) or r["mode"] in SIMPLE_MODES)
+            for n, s, e, r in zip(names, sums, exact, candidates)]
+    vectors = [prices.vectors(prices.masks[0] if prices.masks else None)] * len(pool) if prices is not None else None
+    return decide(resample(pool, budget, reference, unmeasured_ok=("regret",), price_vectors=vectors), rungs)
 
 
-def _uncertainty_words(uncertainty) -> str:
-    """The bootstrap's clause after the point sentence (capitalised), or why there is none."""
-    if uncertainty is None:
-        return "No uncertainty can be stated (these rows carry no per-prompt sums: an older report)"
-    sentence = uncertainty.sentence()
-    return sentence[0].upper() + sentence[1:]
+def _evidence_words(decision: Decision) -> str:
+    """The decision's evidence (determined or not, at N prompts) and the comparison that decided."""
+    if not decision.replicates:
+        return ("No uncertainty can be stated (these rows carry no per-prompt sums: an older report); "
+                f"{decision.reason()}")
+    evidence = decision.evidence()
+    return f"{evidence[0].upper()}{evidence[1:]}: {decision.reason()}"
 
 
 def _budget_words(budget: Budget) -> str:
@@ -156,4 +175,4 @@ def _budget_words(budget: Budget) -> str:
     return " and ".join(words)
 
 
-__all__ = ["verdict"]
+__all__ = ["decisions", "verdict"]

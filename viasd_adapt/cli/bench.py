@@ -12,8 +12,8 @@ from pathlib import Path
 import click
 
 from viasd_adapt.cli.threads import threads_option
-from viasd_adapt.cli.options import (DRAFT_HELP, pair_dtype, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
-                                     finite, pair_option, preset_option)
+from viasd_adapt.cli.options import (DRAFT_HELP, PLACEMENT_OPTIONS, pair_dtype, TARGET_HELP, DraftPath, ModelPath, adaptive_option,
+                                     chat_option, choose_pair, finite, pair_option, placement_of, preset_option)
 from viasd_adapt.prompts.spec_bench import is_spec_bench
 
 
@@ -62,8 +62,12 @@ def bench_options(function):
         click.option("--modes", default=DEFAULT_MODES, show_default=True,
                      help="Comma-separated tier modes (none is always run); lossless and lossy run as a default run does "
                           "(the adaptive tier), lossless-fixed and lossy-fixed with the tier on every cycle."),
-        adaptive_option("Beside each lossless and lossy row (the adaptive tier), its fixed twin (lossless-fixed, "
-                        "lossy-fixed): the tier on every cycle.", default=True),
+        adaptive_option("Lossless and lossy rows run the adaptive tier, as a default run does; --no-adaptive runs "
+                        "them with the tier on every cycle (the lossless-fixed and lossy-fixed rows only), as "
+                        "`viasd generate --no-adaptive` does.", default=True),
+        click.option("--fixed-twins/--no-fixed-twins", "fixed_twins", default=True, show_default=True,
+                     help="Beside each adaptive lossless and lossy row, its fixed twin (lossless-fixed, lossy-fixed): "
+                          "the tier on every cycle."),
         click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Interleaved repeats; medians are reported."),
         click.option("--seed", type=int, default=0, show_default=True,
                      help="Base seed of sampling (--temperature > 0; each prompt and repeat draws from a seed derived "
@@ -82,7 +86,7 @@ def bench_options(function):
                      help="... and its regret bound (nats/token the target preferred its own choice by)."),
         click.option("--max-overrule", type=finite(min=0.0, max=1.0), default=None,
                      help="Also cap the overrule rate (share of tokens q would overrule), as viasd tune --max-overrule."),
-        click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
+        *PLACEMENT_OPTIONS,
         threads_option,
         click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the rows as JSON."),
         click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a PNG."),
@@ -93,6 +97,12 @@ def bench_options(function):
     for option in reversed(options):
         function = option(function)
     return function
+
+
+#: Printed when ``viasd bench --no-adaptive`` is given: the flag had another meaning in this command before.
+NO_ADAPTIVE_NOTICE = ("note: `viasd bench --no-adaptive` runs lossless and lossy with the tier on every cycle (their "
+                      "-fixed rows only), as it does in `viasd generate` and `viasd tune`; it used to leave out the "
+                      "fixed rows instead, which is now --no-fixed-twins")
 
 
 @click.command()
@@ -118,6 +128,8 @@ def bench(target_path, draft_path, pair, eagle_head, **options) -> None:
     choice = choose_pair(pair, target_path, draft_path, eagle_head)
     if choice.paths is None and not (choice.target and choice.draft):
         raise ConfigError("give --target and --draft (model directories), or --pair NAME")
+    options["dtype"] = pair_dtype(choice, options["dtype"])  # --dtype, else the pair's own
+    placement_of(options["device"], options["dtype"], options["device_map"])  # refused before any load
     # The pair's mask is resolved with its tuned.json, read once (viasd_adapt.config.resolve.resolve_settings).
     if options["mask_path"] is None and choice.mask is None and options["modes"] == DEFAULT_MODES \
             and not (Path(choice.target).expanduser().parent / "mask.json").is_file():
@@ -125,6 +137,7 @@ def bench(target_path, draft_path, pair, eagle_head, **options) -> None:
 
         options["modes"] = UNTIERED_MODES  # a first run on the user's own target: the modes that need no mask
         click.echo(f"note: {how_to_get_a_mask(choice.target, choice.draft)}; benching modes {UNTIERED_MODES}")
-    config = BenchConfig(choice.target, choice.draft, eagle_head=choice.eagle_head, pair_mask=choice.mask,
-                         dtype=pair_dtype(choice), **options)
+    if not options["adaptive"]:  # the flag's meaning changed: say so while it reads as the old one to some
+        click.echo(NO_ADAPTIVE_NOTICE, err=True)
+    config = BenchConfig(choice.target, choice.draft, eagle_head=choice.eagle_head, pair_mask=choice.mask, **options)
     run_bench_session(config, echo=click.echo)

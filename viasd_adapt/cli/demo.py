@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import chat_option
+from viasd_adapt.cli.options import chat_option, placement_of, placement_options
 from viasd_adapt.cli.threads import threads_option
 
 
@@ -23,13 +23,15 @@ from viasd_adapt.cli.threads import threads_option
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bars on stderr.")
 @chat_option
 @threads_option
-def demo(pair, quick, frameworks, json_path, plot_path, progress, chat, threads) -> None:
+@placement_options
+def demo(pair, quick, frameworks, json_path, plot_path, progress, chat, threads, device, dtype, device_map) -> None:
     """Run the real model (about 2 min on 2 CPU cores): one question answered by the target alone and by
     the tuned setting, then a small bench, its verdict and a projection to an H200."""
     import sys
 
     from viasd_adapt.bench.demo import budget_from_env, run_demo
 
+    placement_of(device, dtype, device_map)  # refused before anything loads
     colour = sys.stdout.isatty()
 
     def write(text: str) -> None:
@@ -38,4 +40,4 @@ def demo(pair, quick, frameworks, json_path, plot_path, progress, chat, threads)
 
     run_demo(pair=pair, budget=budget_from_env(quick), echo=lambda line: click.echo(line, color=colour), write=write,
              colour=colour, json_path=json_path, plot_path=plot_path, frameworks=frameworks, chat=chat, progress=progress,
-             threads=threads)
+             threads=threads, device=device, dtype=dtype, device_map=device_map)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from viasd_adapt.cli.options import (DRAFT_HELP, pair_dtype, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
-                                     finite, pair_option, preset_option, registered_pair)
+                                     finite, pair_option, placement_of, placement_options, preset_option, registered_pair)
 from viasd_adapt.cli.threads import threads_option, use_threads
 from viasd_adapt.config.resolve import UNREAD
 from viasd_adapt.errors import ConfigError
@@ -100,7 +100,9 @@ FRAMEWORK_CHOICES = ("ar", "engine", "hf", "pearl", "eagle", "lookup")
 @click.option("--eagle-head", type=_PATH, default=None, help="EAGLE head directory (--framework eagle).")
 @click.option("--mask", type=click.Path(path_type=Path), default=None, help="Routing mask artifact (mask.json) [default: the pair's].")
 @click.option("--mode", type=click.Choice([m.value for m in Mode]), default=None,
-              help="Tier mode [default: the tuned choice beside the mask, else lossy; none for --framework ar and lookup].")
+              help="Tier mode [default: the tuned choice beside the mask, else lossy; none for --framework ar and lookup]. "
+                   "Only a tuned choice is held to the fidelity budget: lossy without one runs its default settings "
+                   "with no budget check; lossless is exact.")
 @click.option("--prompt", default="", help="Text to continue; for an encoder-decoder target, the source text.")
 @click.option("--input-features", type=_PATH, default=None,
               help="Encoder input features (.npy or .pt, (mel, frames)) for a target that reads features (Whisper).")
@@ -126,10 +128,12 @@ FRAMEWORK_CHOICES = ("ar", "engine", "hf", "pearl", "eagle", "lookup")
 @click.option("--color/--no-color", "colour", default=None, help="Colour by tier [default: when stdout is a terminal].")
 @chat_option
 @threads_option
+@placement_options
 @click.option("--explain", is_flag=True, help="First print each setting, its value and where it came from (default, "
               "tuned.json, preset, flag), the mask and which framework the tuned settings were measured on; then generate.")
 def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, input_features, max_new_tokens, temperature, top_p,
-             seed, preset, gamma, alpha1, alpha2, lenience, adaptive, json_path, show_tiers, colour, chat, threads, explain) -> None:
+             seed, preset, gamma, alpha1, alpha2, lenience, adaptive, json_path, show_tiers, colour, chat, threads, device, dtype,
+             device_map, explain) -> None:
     """Generate a completion, streamed as it is committed, and show which tier committed each token.
 
     The answer goes to stdout, everything else (prompt, legend, summary) to stderr: `viasd generate
@@ -150,6 +154,7 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
 
         ensure_writable(json_path, "--json")  # before any model loads
     sampling = SamplingConfig.from_temperature(temperature, top_p)
+    placement_of(device, dtype, device_map)  # CUDA asked without CUDA, a bad device map: refused before any load
     spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset,
                                mode=Mode.NONE.value if framework == "lookup" else mode, gamma=gamma, alpha1=alpha1,
                                alpha2=alpha2, lenience=lenience, adaptive=adaptive)
@@ -157,7 +162,7 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
         framework, reason = "ar", spec.tuned.target_alone_reason()
         spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset, tuned=spec.tuned)
         _note(f"note: running the target alone (--framework ar): {reason}; --framework hf drafts anyway")
-    pair = load_run_pair(framework, spec, choice)
+    pair = load_run_pair(framework, spec, choice, device=device, dtype=dtype, device_map=device_map)
     colour = sys.stdout.isatty() if colour is None else colour
     if explain:
         for line in pair.spec.explain():
@@ -206,10 +211,12 @@ def _note(line: str) -> None:
     click.echo(line, err=True)
 
 
-def load_run_pair(framework: str, spec: RunSpec, choice: PairChoice):
+def load_run_pair(framework: str, spec: RunSpec, choice: PairChoice, *, device: str = "cpu", dtype: str | None = None,
+                  device_map: str | None = None):
     """The pair the run uses, loaded once with what ``spec`` read (no file read again), its settings
     checked against its models: refused for another model, like bench; not applied for another
-    drafter. The pair carries the checked spec and the tuned evidence for this drafter."""
+    drafter. The pair carries the checked spec and the tuned evidence for this drafter. ``device``,
+    ``dtype`` (None or auto: a ``--pair``'s own) and ``device_map``: the placement options."""
     from dataclasses import replace
 
     from viasd_adapt.frameworks import registry as frameworks
@@ -218,8 +225,9 @@ def load_run_pair(framework: str, spec: RunSpec, choice: PairChoice):
     draft = choice.draft
     if not frameworks.get(framework).honours(frameworks.DRAFTER):
         draft = None  # the pair's drafter (--pair, the demo pair) is not loaded, nor recorded, where it is not used
-    pair = load_pair(choice.target, draft, spec.mask_path, need_mask=spec.settings.mode.uses_slim, device="cpu",
-                     eagle_head=choice.eagle_head, ratio=spec.settings.ratio, spec=spec, dtype=pair_dtype(choice))
+    pair = load_pair(choice.target, draft, spec.mask_path, need_mask=spec.settings.mode.uses_slim, device=device,
+                     eagle_head=choice.eagle_head, ratio=spec.settings.ratio, spec=spec, dtype=pair_dtype(choice, dtype),
+                     device_map=device_map)
     spec = check_spec_model(spec, pair.target, drafter_of(framework, pair))
     mask = pair.mask
     if spec.settings.mode.uses_slim and mask is None:  # the tuned choice needed no mask, the defaults do

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, finite
+from viasd_adapt.cli.options import DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, chat_option, finite, placement_options
 from viasd_adapt.cli.threads import threads_option
-from viasd_adapt.config.pair_file import DTYPES
 from viasd_adapt.tuning.onboard import DEFAULT_MINUTES
 
 
@@ -27,25 +26,26 @@ from viasd_adapt.tuning.onboard import DEFAULT_MINUTES
                    "or spec-bench[:TASK,...] [default: Spec-Bench's calibration split for a chat model, else stdlib snippets].")
 @click.option("--minutes", type=finite(min=0, min_open=True), default=DEFAULT_MINUTES, show_default=True,
               help="Budget for the mask search and the tuning: their sizes are chosen to fit it, from a measured step.")
-@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True,
-              help="The dtype the weights load in; a .gguf target is cached in it (bfloat16: half the disk).")
+@placement_options
 @threads_option
 @chat_option
 @click.option("--out", "root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where pairs live [default: $VIASD_CACHE or ~/.cache/viasd-adapt].")
 @click.option("--restart", is_flag=True, help="Discard an interrupted run of this name (its hidden work folder) and start over.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bars.")
-def add(name, target, draft, eagle_head, calib, minutes, dtype, threads, chat, root, restart, no_progress) -> None:
+def add(name, target, draft, eagle_head, calib, minutes, device, dtype, device_map, threads, chat, root, restart,
+        no_progress) -> None:
     """Search the mask, tune, and save your target and drafter as the pair NAME.
 
     Checks the pair, states an estimate, searches the mask and tunes within --minutes, prints the
     verdict with its uncertainty, and writes NAME/ (pair.json naming your files where they are,
     mask.json, tuned.json, report.json) for `--pair NAME` and load_pair("NAME"). Interrupted, it
-    resumes where it stopped; killed at any point, it leaves no half-written pair."""
+    resumes where it stopped; killed at any point, it leaves no half-written pair. --dtype is
+    recorded in pair.json (a .gguf target is cached in it: bfloat16 takes half the disk)."""
     from viasd_adapt.tuning.onboard import AddRequest, add_pair
 
     request = AddRequest(name=name, target=target, draft=draft, eagle_head=eagle_head, calib=calib, minutes=minutes,
-                         threads=threads, dtype=dtype, chat=chat, root=root)
+                         threads=threads, dtype=dtype, chat=chat, root=root, device=device, device_map=device_map)
     # the report on stdout, progress on stderr (a closed or full stderr costs nothing: viasd_adapt.cli.output)
     add_pair(request, restart=restart, say=click.echo, note=lambda line: click.echo(line, err=True),
              progress=not no_progress)

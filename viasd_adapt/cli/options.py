@@ -20,6 +20,7 @@ from typing import Any, Callable
 import click
 from click.types import FloatParamType
 
+from viasd_adapt.config.placement_words import DEVICE_MAPS, DEVICE_PATTERN, DEVICE_WORDS, DTYPE_CHOICES
 from viasd_adapt.config.resolve import PRESETS
 from viasd_adapt.prompts.chat import CHAT_CHOICES
 from viasd_adapt.models.registry import PROMPT_LOOKUP
@@ -116,11 +117,57 @@ def choose_pair(pair: str | None, target, draft, eagle_head=None, demo_default: 
     return PairChoice(paths, paths.target, draft or paths.draft, eagle_head if eagle_head is not None else paths.eagle_head)
 
 
-def pair_dtype(choice: PairChoice) -> str | None:
-    """The dtype a ``--pair``'s weights load in (its ``pair.json``'s; None: the default), so that its
-    mask, searched on those weights, matches them."""
+def pair_dtype(choice: PairChoice, asked: str | None = None) -> str | None:
+    """The dtype a run's weights load in: ``--dtype`` when it names one, else a ``--pair``'s (its
+    ``pair.json``'s, the weights its mask was searched on; None: auto, float32 on the CPU)."""
+    if asked not in (None, "auto"):
+        return asked
     dtype = getattr(choice.paths, "dtype", "float32") if choice.paths is not None else "float32"
     return None if dtype == "float32" else dtype
+
+
+class DeviceName(click.ParamType):
+    """``--device``: auto, cpu, cuda or cuda:N, by its spelling; whether this machine has it is
+    checked when the command runs (:func:`placement_of`), before any model loads."""
+
+    name = "device"
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip().lower()
+        if not DEVICE_PATTERN.fullmatch(text):
+            self.fail(f"{value!r} is not a device: use {DEVICE_WORDS}", param, ctx)
+        return text
+
+
+#: The three options of every command that loads a model (``--pair``/``--target``): one definition,
+#: one meaning (:mod:`viasd_adapt.models.placement`); tests/cli/test_placement_options.py fails
+#: for a command that lacks them.
+PLACEMENT_OPTIONS = (
+    click.option("--device", "device", type=DeviceName(), default="auto", show_default=True,
+                 help=f"Where the models run: {DEVICE_WORDS} (auto: CUDA when available, else the CPU)."),
+    click.option("--dtype", "dtype", type=click.Choice(DTYPE_CHOICES), default="auto", show_default=True,
+                 help="The weights' dtype, as they load (no float32 copy on the way); auto: float32 on the CPU, the "
+                      "checkpoint's own on a GPU (a --pair's: its pair.json's)."),
+    click.option("--device-map", "device_map", type=click.Choice(DEVICE_MAPS), default=None,
+                 help="Spread a target too large for one device over the GPUs, then the CPU, then the disk "
+                      "(accelerate's big-model placement); not with --device cpu or cuda:N."),
+)
+
+
+def placement_options(function):
+    """Adds :data:`PLACEMENT_OPTIONS` (``--device``, ``--dtype``, ``--device-map``) to a command."""
+    for option in reversed(PLACEMENT_OPTIONS):
+        function = option(function)
+    return function
+
+
+def placement_of(device: str = "auto", dtype: str | None = "auto", device_map: str | None = None):
+    """The checked :class:`~viasd_adapt.models.placement.Placement` of the three options: CUDA asked
+    without CUDA, a ``cuda:N`` this machine lacks or a device map beside one device fail here, in
+    one line, before any model loads (imports torch: call it inside a command)."""
+    from viasd_adapt.models.placement import placement
+
+    return placement(device, dtype, device_map)
 
 
 chat_option = click.option(
@@ -172,6 +219,6 @@ def finite(min: float | None = None, max: float | None = None, min_open: bool = 
     return FiniteFloat(min=min, max=max, min_open=min_open, max_open=max_open)
 
 
-__all__ = ["DRAFT_HELP", "PAIR_HELP", "TARGET_HELP", "DraftPath", "FiniteFloat", "ModelPath", "PairChoice", "adaptive_option",
-           "chat_option",
-           "choose_pair", "finite", "pair_dtype", "pair_option", "preset_option", "registered_pair"]
+__all__ = ["DRAFT_HELP", "PAIR_HELP", "PLACEMENT_OPTIONS", "TARGET_HELP", "DeviceName", "DraftPath", "FiniteFloat", "ModelPath",
+           "PairChoice", "adaptive_option", "chat_option", "choose_pair", "finite", "pair_dtype", "pair_option",
+           "placement_of", "placement_options", "preset_option", "registered_pair"]

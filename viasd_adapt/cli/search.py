@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import chat_option, choose_pair, finite, pair_option
+from viasd_adapt.cli.options import chat_option, choose_pair, finite, pair_dtype, pair_option, placement_of, placement_options
 from viasd_adapt.cli.threads import threads_option
 
 from viasd_adapt.errors import ConfigError
@@ -29,22 +29,23 @@ def check_ratio(ratio: float) -> float:
     return ratio
 
 
-def _load_model(path: Path, role: str, target=None):
-    """A causal LM or an encoder-decoder model (T5, BART, Marian, Whisper) in float32 on the CPU;
-    ``target`` assembles a drafter that shares its target's embedding (the smollm2 drafter)."""
+def _load_model(path: Path, role: str, target=None, where=None):
+    """A causal LM or an encoder-decoder model (T5, BART, Marian, Whisper) where ``where`` (a
+    :class:`~viasd_adapt.models.placement.Placement`; None: float32 on the CPU) places it; ``target``
+    assembles a drafter that shares its target's embedding (the smollm2 drafter)."""
     import torch
 
     from viasd_adapt.models.loading import load_model
 
-    return load_model(path, torch.device("cpu"), role, target=target)
+    return load_model(path, torch.device("cpu"), role, target=target, placement=where)
 
 
-def _load_tokenizer(path: Path, role: str, required: bool):
+def _load_tokenizer(path: Path, role: str, required: bool, dtype: str | None = None):
     from viasd_adapt.errors import ViasdError
     from viasd_adapt.models.loading import load_tokenizer
 
     try:
-        return load_tokenizer(path)  # a model folder or a .gguf file (its tokenizer comes from the cache)
+        return load_tokenizer(path, dtype=dtype)  # a model folder or a .gguf file (its tokenizer comes from the cache)
     except (ViasdError, OSError, ValueError, TypeError) as err:
         if required:
             raise ConfigError(f"no usable tokenizer with the {role} model at {path}: {err}") from None
@@ -118,11 +119,12 @@ def _load_tokenizer(path: Path, role: str, required: bool):
 @click.option("--compare-random", "compare_random", type=int, default=DEFAULTS.compare_random, show_default=True,
               help="Also score K seeded random masks at the same r and record them in the report.")
 @threads_option
+@placement_options
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, steps, price, escalation_rate, cycle_cost,
            window_cache_path, no_window_cache, objective, bo_every, patience, seed, calib_file,
            calib_pairs, calib_continuation, calib_prompts, heldout_prompts, chat, new_tokens, prompt_tokens, out_path,
-           force, plot_path, compare_random, threads, no_progress) -> None:
+           force, plot_path, compare_random, threads, device, dtype, device_map, no_progress) -> None:
     """Search the routing mask of the slim verifier: the guided search by default (probes, warm starts,
     a trust region ranked with a BoTorch GP), or DIMR (--strategy dimr: random masks + BoTorch)."""
     started = time.perf_counter()
@@ -150,12 +152,13 @@ def search(target_path, draft_path, pair, ratio, space, slim_cost, strategy, ste
     from viasd_adapt.search.prompt_ids import check_prompt_sources
 
     check_prompt_sources(config)  # fail fast on an empty, unreadable or too short prompts file
+    where = placement_of(device, pair_dtype(choice, dtype), device_map)  # refused before any load
 
     import torch
 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    target, target_tok, draft, draft_tok, prompt_lookup = _search_models(Path(target_path), str(draft_path), chat)
+    target, target_tok, draft, draft_tok, prompt_lookup = _search_models(Path(target_path), str(draft_path), chat, where)
 
     from tqdm import tqdm
 
@@ -220,17 +223,25 @@ def _search_config(*, calib_file, calib_prompts, heldout_prompts, new_tokens, pr
     return config
 
 
-def _search_models(target_path: Path, draft_path: str, chat: str):
+def _search_models(target_path: Path, draft_path: str, chat: str, where=None):
     """``(target, its tokenizer, drafter, its tokenizer or None, prompt_lookup)``. ``--chat on``
     without a chat template fails before the drafter loads; prompt lookup is scored through
     :func:`~viasd_adapt.search.pipeline.prompt_lookup_stand_in`."""
     from viasd_adapt.prompts.chat import uses_chat
     from viasd_adapt.search.pipeline import prompt_lookup_stand_in
 
-    target = _load_model(target_path, "target")
-    target_tok = _load_tokenizer(target_path, "target", required=True)
+    from dataclasses import replace
+
+    from viasd_adapt.models.loading import gguf_dtype
+    from viasd_adapt.models.placement import Placement, input_device
+
+    where = where or Placement()
+    target = _load_model(target_path, "target", where=where)
+    target_tok = _load_tokenizer(target_path, "target", required=True, dtype=gguf_dtype(where))
     uses_chat(target_tok, chat)
     if draft_path == PROMPT_LOOKUP:
         return target, target_tok, prompt_lookup_stand_in(target), None, True
-    draft = _load_model(Path(draft_path), "draft", target=target)
+    # the drafter on the target's (first) device, whole
+    draft = _load_model(Path(draft_path), "draft", target=target,
+                        where=replace(where, device=input_device(target), device_map=None, max_memory=None))
     return target, target_tok, draft, _load_tokenizer(Path(draft_path), "draft", required=False), False

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from viasd_adapt.cli.options import (DRAFT_HELP, pair_dtype, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
-                                     finite, pair_option)
+                                     finite, pair_option, placement_of, placement_options)
 from viasd_adapt.cli.threads import threads_option
 from viasd_adapt.routing.mask import check_tuned_model
 
@@ -73,11 +73,12 @@ def _floats(value: str, option: str = "") -> tuple[float, ...]:
 @adaptive_option("Also measure the adaptive tier (the lossless point and the cheapest lossy point within budget of "
                  "each mask, the tier chosen cycle by cycle) beside the tier on every cycle.", default=True)
 @threads_option
+@placement_options
 @click.option("--costs", default=None, help="Also price every point's measured pass counts with another machine's forward costs "
               "(a cost file, or a shipped one: h200-llama2-7b, h200-llama2-13b) and print the projected verdict (not written).")
 def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, alpha1_values, alpha2_values, lenience_values,
          greedy_gates, gamma, max_ll_drop, max_overrule, max_regret, reuse_path, retime, num_prompts, calib, chat, max_new_tokens,
-         temperature, out_path, force, plot_path, json_path, adaptive, threads, costs) -> None:
+         temperature, out_path, force, plot_path, json_path, adaptive, threads, device, dtype, device_map, costs) -> None:
     """Sweep VIA-SD (alpha1, alpha2, r) and the lenient baseline; write the cheapest setting within a fidelity budget."""
     import torch
     from tqdm import tqdm
@@ -116,11 +117,12 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     from viasd_adapt.bench.projection import load_cost_model
 
     cost_model = load_cost_model(costs) if costs else None  # a bad cost file fails before any load
+    placement_of(device, dtype, device_map)  # CUDA asked without CUDA, a bad device map: refused before any load
     torch.set_num_threads(threads)
     quiet_transformers()
     # the sweep measures its own points: a tuned.json already beside the mask is not read (it is the file rewritten)
-    loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device="cpu", spec=None,
-                       dtype=pair_dtype(choice))
+    loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device=device, spec=None,
+                       dtype=pair_dtype(choice, dtype), device_map=device_map)
     if loaded.mask.is_fallback:
         click.echo(f"note: no mask.json for this pair; tuning with the {loaded.mask.source}")
     if reuse_path is not None:

@@ -225,6 +225,10 @@ class TunedReport(SparseRecord):
     seconds: float | None = None
     mask_file: str | None = None
     points: int | None = None
+    #: the sweep's one price list (every forward kind's rounds, medians and spread); None in older files
+    prices: dict[str, Any] | None = None
+    #: why the choice was written, in one line (the exact-first rule's comparison)
+    why: str | None = None
 
     def best(self, family: str) -> TunedPoint | None:
         """The tuner's cheapest point of ``family`` ("viasd", "lenient", "lossless", "sd", and the adaptive
@@ -324,10 +328,17 @@ class TunedSettings(Artifact):
     def target_alone_reason(self) -> str:
         """Why the target runs alone, in one clause with the tune's figures (full-equivalent passes per
         token): plain decoding's cost against the cheapest drafting setting's."""
+        if self.report.why:  # the tuner's own sentence, from the comparison that made the choice
+            return f"when this pair was tuned, the target alone was written: {self.report.why}"
         plain, drafting = plain_decoding_cost(self.report.costs), self.measured.get("full_equivalent")
-        figures = (f" ({plain:.3f} full-equivalent passes/token against {drafting:.3f} for the cheapest drafting "
-                   "setting)" if plain is not None and drafting is not None else "")
-        return f"when this pair was tuned, the target alone cost less than drafting{figures}"
+        if plain is None or drafting is None:
+            return "when this pair was tuned, the target alone was written"
+        figures = f"{plain:.3f} full-equivalent passes/token against {drafting:.3f} for the drafting setting"
+        if plain <= drafting:
+            return f"when this pair was tuned, the target alone cost less than drafting ({figures})"
+        # an older file: its words come from the same figures they quote
+        return (f"when this pair was tuned, the target alone was written although drafting cost less ({figures}): "
+                "the file predates the one price list; run viasd tune again")
 
 
 def tuned_path_beside(mask_path: str | os.PathLike | None) -> Path | None:

@@ -222,15 +222,15 @@ def _dequantize_into(path: Path, folder: Path, sha256: str, transformers_version
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # its per-tensor progress bar and notes are not the user's business
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+        # built in the dtype asked: transformers' reader dequantizes each tensor to float32 arrays, which are cast as
+        # they load, so a bfloat16 entry never holds a float32 copy of the whole model beside the arrays
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=getattr(torch, dtype))
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     except (OSError, ValueError, KeyError, RuntimeError, TypeError) as err:
         detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ViasdError(f"transformers could not read the GGUF model {path}: {detail}") from None
     finally:
         hf_logging.set_verbosity(verbosity)
-    if dtype != "float32":
-        model = model.to(getattr(torch, dtype))
     model.config.name_or_path = path.name  # the folder, not the developer's path, names it from now on
     # The weights are plain floats now: saved as such, the folder loads without GGUF's quantizer.
     model.hf_quantizer = None

@@ -14,18 +14,12 @@ from torch import nn
 
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.models.gguf import is_gguf_path, load_gguf
+from viasd_adapt.models.placement import Placement, check_device, check_dtype, forget_offload_with
 
 
 def pick_device(name: str = "auto") -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as err:
-        raise ConfigError(f"unknown device {name!r}: {err}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for but CUDA is not available")
-    return device
+    """The device ``--device`` names (:func:`viasd_adapt.models.placement.check_device`: auto, cpu, cuda, cuda:N)."""
+    return check_device(name)
 
 
 # Files from which transformers can build a tokenizer; a directory with none of them is not one.
@@ -56,7 +50,7 @@ def _first_line(err: BaseException) -> str:
 
 
 def load_model(path: str | Path, device: torch.device, role: str, target: nn.Module | None = None,
-               dtype: str | None = None) -> nn.Module:
+               dtype: str | None = None, placement: Placement | None = None) -> nn.Module:
     """An eval-mode causal LM (or encoder-decoder model: T5, BART, Marian, Whisper, ...) from a
     local directory or a ``.gguf`` file (:mod:`viasd_adapt.models.gguf`), with a clear error if it
     is not one (missing, no config.json, unknown architecture, missing or damaged weights).
@@ -64,11 +58,15 @@ def load_model(path: str | Path, device: torch.device, role: str, target: nn.Mod
     A drafter folder that shares its target's embedding (:mod:`viasd_adapt.models.shared_drafter`)
     is assembled with ``target`` and refused for any other target. ``dtype`` (``"bfloat16"``, ...):
     the weights' dtype (default float32 on the CPU, the stored one on CUDA); a GGUF file is cached
-    in it. A name that is no local path is a hub id, loaded where a hub is reachable."""
+    in it. ``placement`` (:class:`~viasd_adapt.models.placement.Placement`: device, dtype, device
+    map) replaces ``device`` and ``dtype`` when given. The weights are created on the device in
+    their dtype (no float32 copy on the way). A name that is no local path is a hub id, loaded where
+    a hub is reachable."""
     from viasd_adapt.models.shared_drafter import assemble_drafter, is_shared_drafter
 
+    where = placement if placement is not None else Placement(torch.device(device), check_dtype(dtype))
     if not is_local_path(path):
-        return _load_folder(str(path), device, role, dtype)  # a hub id: from_pretrained fetches it
+        return _load_folder(str(path), where, role)  # a hub id: from_pretrained fetches it
     path = Path(path).expanduser()
     if not path.exists():
         raise ViasdError(f"{role} path {path} does not exist")
@@ -76,25 +74,34 @@ def load_model(path: str | Path, device: torch.device, role: str, target: nn.Mod
         if target is None:
             raise ConfigError(f"the {role} in {path} shares its target's embedding and loads only with its target "
                               "(viasd_adapt.models.shared_drafter.assemble_drafter(path, target))")
-        return assemble_drafter(path, target, device)
+        return assemble_drafter(path, target, where.device)
     if is_gguf_path(path):  # dequantized once, then read from the (checked) cache
-        return load_gguf(path, lambda folder: _load_folder(folder, device, role, dtype), dtype=dtype or "float32")
-    return _load_folder(path, device, role, dtype)
+        return load_gguf(path, lambda folder: _load_folder(folder, where, role), dtype=gguf_dtype(where))
+    return _load_folder(path, where, role)
 
 
-def _load_folder(path: Path | str, device: torch.device, role: str, dtype_name: str | None = None) -> nn.Module:
-    """A model saved with ``save_pretrained`` in ``path``, or a hub id (module docstring for the errors)."""
+def gguf_dtype(where: Placement) -> str:
+    """The dtype a ``.gguf`` file is cached and loaded in: the one asked, else float32 on the CPU and
+    bfloat16 on a GPU (a GGUF file stores quantized blocks, no float dtype of its own to keep)."""
+    if where.dtype is not None:
+        return where.dtype
+    return "bfloat16" if where.device.type == "cuda" else "float32"
+
+
+def _load_folder(path: Path | str, where: Placement, role: str) -> nn.Module:
+    """A model saved with ``save_pretrained`` in ``path``, or a hub id (module docstring for the
+    errors), created on ``where``'s device (or spread by its device map) in its dtype."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq
 
     if isinstance(path, Path) and not (path / "config.json").is_file():
         raise ViasdError(f"{role} path {path} is not a model directory (no config.json)")
+    kwargs = where.load_kwargs()
     try:
-        dtype = getattr(torch, dtype_name) if dtype_name else torch.float32 if device.type == "cpu" else "auto"
         auto = AutoModelForCausalLM
         config = AutoConfig.from_pretrained(str(path))
         if getattr(config, "is_encoder_decoder", False):
             auto = AutoModelForSpeechSeq2Seq if config.model_type == "whisper" else AutoModelForSeq2SeqLM
-        model = auto.from_pretrained(str(path), dtype=dtype)
+        model = auto.from_pretrained(str(path), dtype=where.torch_dtype(), **kwargs)
     except _load_errors() as err:
         detail = _first_line(err)
         if "deserializ" in detail or "incomplete metadata" in detail or isinstance(err, (EOFError,)):
@@ -102,7 +109,10 @@ def _load_folder(path: Path | str, device: torch.device, role: str, dtype_name: 
         if not isinstance(path, Path):
             detail += " (no such local path, so it was read as a hub id)"
         raise ViasdError(f"cannot load the {role} model from {path}: {detail}") from None
-    return model.to(device).eval()
+    forget_offload_with(model, kwargs.get("offload_folder"))
+    if "device_map" not in kwargs:
+        model = model.to(where.device)
+    return model.eval()
 
 
 def is_local_path(path: str | Path) -> bool:
@@ -140,4 +150,4 @@ def _tokenizer_from(path: str | Path):
         raise ViasdError(f"cannot load a tokenizer from {path}: {_first_line(err)}") from None
 
 
-__all__ = ["TOKENIZER_FILES", "is_local_path", "load_model", "load_tokenizer", "pick_device"]
+__all__ = ["TOKENIZER_FILES", "gguf_dtype", "is_local_path", "load_model", "load_tokenizer", "pick_device"]

@@ -25,7 +25,8 @@ from torch import nn
 from viasd_adapt.checks import check_drafter_reads_source, check_same_tokenizer, check_same_vocabulary
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import relative_name
-from viasd_adapt.models.loading import TOKENIZER_FILES, is_local_path, load_model, load_tokenizer, pick_device  # noqa: F401  (their old home)
+from viasd_adapt.models.loading import TOKENIZER_FILES, gguf_dtype, is_local_path, load_model, load_tokenizer, pick_device  # noqa: F401  (their old home)
+from viasd_adapt.models.placement import Placement, check_dtype, input_device, placement
 from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP, PromptLookupSpec
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask, skip_count
@@ -221,6 +222,9 @@ def load_pair(
     *,
     tokenizer: Any = None,
     dtype: str | None = None,
+    device_map: str | Mapping[str, Any] | None = None,
+    max_memory: Mapping[Any, Any] | None = None,
+    offload_folder: str | Path | None = None,
 ) -> LoadedPair:
     """Loads a pair and its mask; checks that drafter and target share a vocabulary.
 
@@ -230,7 +234,13 @@ def load_pair(
     model object already loaded (``AutoModelForCausalLM.from_pretrained(...)``: then pass its
     ``tokenizer``), and ``draft_path`` the same, ``"prompt-lookup"`` (no model: the drafter copies
     n-grams of the text, :mod:`viasd_adapt.engine.prompt_lookup`), or None (no drafter).
-    ``dtype``: the dtype weights load in (``"bfloat16"``, ...; default float32 on the CPU).
+    ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``), ``dtype`` (``auto``, ``float32``,
+    ``bfloat16``, ``float16``; auto: float32 on the CPU, the stored dtype on a GPU) and
+    ``device_map`` (``"auto"``, ..., or a dict of module name -> device, ``"disk"`` included, with
+    ``max_memory`` and ``offload_folder`` as accelerate takes them) say where and how the models
+    load (:mod:`viasd_adapt.models.placement`): on the device, in the dtype, with no float32 copy
+    on the way. With a device map the target is spread by accelerate and the drafter loads on the
+    target's first device.
 
     ``spec``: the run's resolution of its settings (:class:`~viasd_adapt.config.resolve.RunSpec`),
     when the caller resolved them (the commands): the mask files and the tuned file it read are
@@ -242,18 +252,21 @@ def load_pair(
                 or tokenizer is not None):
             raise ConfigError("load_pair(name) takes the pair's own mask and head; pass paths to choose others "
                               "(load_pair(target, drafter, mask))")
-        return load_named_pair(str(target_path), device=device)
+        return load_named_pair(str(target_path), device=device, dtype=dtype, device_map=device_map,
+                               max_memory=max_memory, offload_folder=offload_folder)
     given = isinstance(target_path, nn.Module)
-    dev = _device_of(target_path) if given else pick_device(device)
-    target = target_path.eval() if given else load_model(target_path, dev, "target", dtype=dtype)
+    target, where, dev = _placed_target(target_path, placement(device, dtype, device_map, max_memory, offload_folder)
+                                        if not given else None, device_map)
+    drafter_place = Placement(dev, where.dtype if where is not None else check_dtype(dtype))
     lookup = PromptLookupSpec() if isinstance(draft_path, (str, Path)) and str(draft_path) == PROMPT_LOOKUP else None
     if isinstance(draft_path, nn.Module):
         draft = draft_path.eval()
     else:
-        draft = (load_model(draft_path, dev, "draft", target=target, dtype=dtype)
+        draft = (load_model(draft_path, dev, "draft", target=target, placement=drafter_place)
                  if draft_path is not None and lookup is None else None)
-    if tokenizer is None:
-        tokenizer = load_tokenizer(_model_source(target) if given else target_path, dtype=dtype)
+    if tokenizer is None:  # a .gguf target's tokenizer comes from the cache entry its weights loaded from
+        tokenizer = load_tokenizer(_model_source(target) if given else target_path,
+                                   dtype=gguf_dtype(where) if where is not None else dtype)
     if draft is not None:
         check_same_vocabulary(target, draft)
         check_drafter_reads_source(target, draft)
@@ -271,6 +284,19 @@ def load_pair(
     return LoadedPair(target, draft, tokenizer, mask, dev, target_name, draft_name,
                       str(eagle_head) if eagle_head else None, lookup=lookup, spec=spec,
                       evidence=spec.evidence if spec is not None else None)
+
+
+def _placed_target(target_path: Any, where: Placement | None, device_map: Any) -> tuple[nn.Module, Placement | None, torch.device]:
+    """``(target, its placement, where inputs and the drafter go)``: a model object as it is (None:
+    it is placed already), else the target loaded where ``where`` says; with a device map, inputs
+    go where the map put the embeddings."""
+    if where is None:
+        if device_map is not None:
+            raise ConfigError("device_map places a model while it loads; this target is a model object already loaded "
+                              "(pass its path, or load it with from_pretrained(..., device_map=...) yourself)")
+        return target_path.eval(), None, _device_of(target_path)
+    target = load_model(target_path, where.device, "target", placement=where)
+    return target, where, input_device(target) if where.split else where.device
 
 
 def _device_of(model: nn.Module) -> torch.device:
@@ -309,12 +335,16 @@ def _spec_beside(mask_path: str | Path | None):
     return resolve_settings(mask_path)
 
 
-def load_named_pair(name: str, device: str = "auto") -> LoadedPair:
+def load_named_pair(name: str, device: str = "auto", dtype: str | None = None,
+                    device_map: str | Mapping[str, Any] | None = None, max_memory: Mapping[Any, Any] | None = None,
+                    offload_folder: str | Path | None = None) -> LoadedPair:
     """The pair called ``name`` (:func:`viasd_adapt.models.registry.resolve_pair`: shipped, built,
     or declared by ``pair.json`` like smollm2; a pair directory works too), loaded with its mask and
     the settings it runs with by default: ``viasd tune``'s choice when the pair has a ``tuned.json``,
     with the mask that choice was measured with (:func:`viasd_adapt.config.resolve.resolve_settings`).
-    Each file is read once; runs on the pair read none again (:meth:`LoadedPair.run_context`)."""
+    Each file is read once; runs on the pair read none again (:meth:`LoadedPair.run_context`).
+    ``dtype`` (None or ``"auto"``: the pair's own, its ``pair.json``'s) and the placement arguments
+    are :func:`load_pair`'s."""
     from viasd_adapt.config.resolve import resolve_settings
     from viasd_adapt.engine.context import check_spec_model
     from viasd_adapt.models.registry import resolve_pair
@@ -323,10 +353,21 @@ def load_named_pair(name: str, device: str = "auto") -> LoadedPair:
     spec = resolve_settings(pair_mask=paths.mask) if paths.mask is not None else None
     pair = load_pair(paths.target, paths.draft, spec.mask_path if spec is not None else None,
                      need_mask=paths.mask is not None, device=device, eagle_head=paths.eagle_head, spec=spec,
-                     dtype=paths.dtype if paths.dtype != "float32" else None)
+                     dtype=named_dtype(paths, dtype), device_map=device_map, max_memory=max_memory,
+                     offload_folder=offload_folder)
     if spec is not None:
         spec = check_spec_model(spec, pair.target)
     return replace(pair, name=paths.name, spec=spec)
+
+
+def named_dtype(paths: Any, asked: str | None = None) -> str | None:
+    """The dtype a named pair loads in: the one asked (not ``auto``), else its ``pair.json``'s (the
+    weights its mask was searched on; None: auto, float32 on the CPU)."""
+    asked = check_dtype(asked)
+    if asked is not None:
+        return asked
+    own = getattr(paths, "dtype", "float32")
+    return None if own == "float32" else own
 
 
 __all__ = [
@@ -339,6 +380,7 @@ __all__ = [
     "load_pair",
     "load_tokenizer",
     "loaded_for",
+    "named_dtype",
     "pick_device",
     "resolve_mask_info",
 ]

@@ -85,6 +85,16 @@ def accepts_logits_to_keep(model: nn.Module) -> bool:
         return False
 
 
+def input_device(model: nn.Module) -> torch.device:
+    """Where a model's inputs go: the device of its first parameter held in memory. A layer that
+    accelerate offloaded (a device map with ``"cpu"`` or ``"disk"`` entries) holds ``meta``
+    tensors, and its hooks run it where its map says; an input is never put on ``meta``."""
+    for parameter in model.parameters():
+        if parameter.device.type != "meta":
+            return parameter.device
+    return torch.device("cpu")
+
+
 def run_block(model: nn.Module, cache, cache_kwarg: str, tokens: list[int], start: int, n_tail: int,
               trim_head: bool) -> torch.Tensor:
     """One forward of ``tokens`` placed at positions ``start, start+1, ...`` after ``cache``.
@@ -92,7 +102,7 @@ def run_block(model: nn.Module, cache, cache_kwarg: str, tokens: list[int], star
     Returns the float logits of the last ``n_tail`` positions, ``(n_tail, V)``. With ``trim_head``
     only those rows go through the LM head (a catch-up forward over many tokens needs one row).
     """
-    device = next(model.parameters()).device
+    device = input_device(model)
     input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
     position_ids = torch.arange(start, start + len(tokens), device=device).unsqueeze(0)
     kwargs = {cache_kwarg: cache, "use_cache": True, "position_ids": position_ids}

@@ -24,7 +24,7 @@ from torch import nn
 from viasd_adapt.checks import check_drafter_pair, max_positions, vocab_size_of
 from viasd_adapt.search.windows import CalibrationSet  # also importable from here, as before
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
-from viasd_adapt.routing.runner import CachedRunner, accepts_logits_to_keep
+from viasd_adapt.routing.runner import CachedRunner, accepts_logits_to_keep, input_device
 from viasd_adapt.search.config import DEFAULT_NEW_TOKENS, DEFAULT_PROMPT_TOKENS
 
 BATCH_TOKENS = 16_384  # tokens per teacher-forced forward (all windows of a default calibration)
@@ -151,11 +151,12 @@ def scored_log_probs(model: nn.Module, windows: TokenWindows, batch_size: int | 
     out: torch.Tensor | None = None
     filled = 0
     trims = accepts_logits_to_keep(model)
+    device = input_device(model)
     for number, start in enumerate(range(0, windows.input_ids.size(0), batch_size)):
         if before_batch is not None:
             before_batch(number)
-        ids = windows.input_ids[start : start + batch_size]
-        scored = windows.scored[start : start + batch_size]
+        ids = windows.input_ids[start : start + batch_size].to(device)  # windows live on the CPU, the model anywhere
+        scored = windows.scored[start : start + batch_size].to(device)
         if trims:
             # the LM head is a large share of a small model's forward: project only the columns
             # from the first scored position on (HF's logits_to_keep keeps the last N columns)

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent
+from viasd_adapt.bench.exact_first import AR_RUNG, EXACT_RUNG, EXACT_TIER_RUNG, LENIENT_RUNG, LOSSY_TIER_RUNG, Decision, decide
+from viasd_adapt.bench.prices import PriceList
 from viasd_adapt.bench.projection import CostModel, project_costs_per_mask, repriced_prompt_sums
 from viasd_adapt.config.budget import TIE_MARGIN, Budget, recommend  # Budget: the one budget rule, shared with the bench's verdict
 from viasd_adapt.config.mask import RoutingMask
@@ -78,11 +80,18 @@ class TuneResult:
     masks: dict[str, dict]
     seconds: float
     pooled: Point | None = None
+    prices: dict | None = None  # the sweep's one price list (PriceList.to_dict()); None in older files
+    decision: Decision | None = None  # the exact-first ladder with the target alone (exact_first)
+    drafting: Decision | None = None  # the same ladder without it: the drafting setting written
 
     @property
     def point_estimate(self) -> Point:
         """The cheapest point within budget on all prompts pooled (what the verdict's figures describe)."""
         return self.pooled if self.pooled is not None else self.chosen
+
+    @property
+    def price_list(self) -> PriceList | None:
+        return PriceList.from_dict(self.prices) if self.prices else None
 
     def best(self, family: str) -> Point | None:
         within = [p for p in self.points if p.family == family and self.budget.admits(p)]
@@ -98,16 +107,18 @@ class TuneResult:
         chosen = points[self.points.index(self.chosen)]
         pooled = points[self.points.index(self.pooled)] if self.pooled is not None else None
         costs = {(rename(k) if k in names else k): v for k, v in self.costs.items()}
-        return TuneResult(points, chosen, self.budget, costs, {rename(k): v for k, v in self.masks.items()}, self.seconds,
-                          pooled)
+        prices = self.price_list.renamed(names).to_dict() if self.price_list is not None else None
+        return replace(self, points=points, chosen=chosen, costs=costs, masks={rename(k): v for k, v in self.masks.items()},
+                       pooled=pooled, prices=prices)
 
     def rechosen(self, budget: Budget) -> "TuneResult":
         """The same measurements judged under another budget (nothing is run again)."""
-        return judged(self.points, budget, self.costs, self.masks, self.seconds)
+        return judged(self.points, budget, self.costs, self.masks, self.seconds, prices=self.price_list)
 
-    def repriced(self, costs: dict[str | None, ForwardCosts]) -> "TuneResult":
+    def repriced(self, costs: dict[str | None, ForwardCosts], prices: PriceList | None = None) -> "TuneResult":
         """The same pass counts priced with per-forward costs measured again (keyed by mask name,
-        None for the runs without a slim verifier): timings are the only noisy part of a sweep."""
+        None for the runs without a slim verifier): timings are the only noisy part of a sweep.
+        ``prices``: the price list ``costs`` are the medians of (its spread goes into the verdict)."""
         points = []
         for point in self.points:
             if not point.passes:
@@ -115,7 +126,8 @@ class TuneResult:
             point_costs = costs[point.mask if point.family in TIER_FAMILIES else None]
             priced = full_equivalent(point_costs, PassCounts(**point.passes))
             points.append(replace(point, full_equivalent=priced, per_prompt=repriced_prompt_sums(point.per_prompt, point_costs)))
-        return judged(points, self.budget, {str(k): v.to_dict() for k, v in costs.items()}, self.masks, self.seconds)
+        return judged(points, self.budget, {str(k): v.to_dict() for k, v in costs.items()}, self.masks, self.seconds,
+                      prices=prices)
 
 
 def portable_name(name: str, folder: str | Path) -> str:
@@ -142,19 +154,83 @@ def choose(points: list[Point], budget: Budget, margin: float = TIE_MARGIN) -> P
 
 
 def judged(points: list[Point], budget: Budget, costs: dict[str, dict], masks: dict[str, dict],
-           seconds: float) -> TuneResult:
-    """The result of a sweep, with what tuned.json is to record.
+           seconds: float, prices: PriceList | dict | None = None) -> TuneResult:
+    """The result of a sweep, with what tuned.json is to record: the exact-first ladder's choice
+    (:mod:`viasd_adapt.bench.exact_first`) over every point and the target alone, each priced by the
+    sweep's one price list (``prices``), its rounds resampled beside the calibration prompts.
 
-    The point estimate (:func:`choose` on all prompts pooled) is written when the paired bootstrap
-    over prompts confirms it. When it is undetermined, a few prompts decide it, and the simpler
-    setting the bootstrap recommends is written instead (``pooled`` keeps the point estimate for
-    the verdict): a file that users apply to every later run should not rest on a coin flip."""
-    pooled = choose(points, budget)
-    result = TuneResult(points, pooled, budget, costs, masks, seconds)
-    uncertainty = choice_uncertainty(result)
-    if uncertainty is None or uncertainty.determined or uncertainty.recommended in (None, uncertainty.stated):
-        return result
-    return replace(result, chosen=points[point_names(points).index(uncertainty.recommended)], pooled=pooled)
+    ``chosen`` is the drafting setting the ladder picks without the target alone (written as the
+    settings, also under the choice ``ar``); ``pooled`` the cheapest point within the budget when
+    the ladder wrote another (the verdict names both). Points without per-prompt sums (an older
+    file) are judged on their pooled costs alone."""
+    if isinstance(prices, dict):
+        prices = PriceList.from_dict(prices)
+    drafting = ladder(points, budget, costs, prices, with_target_alone=False)
+    decision = ladder(points, budget, costs, prices, with_target_alone=True)
+    names = point_names(points)
+    if decision is not None and decision.chosen in names:  # a drafting setting climbed over the target alone
+        chosen = points[names.index(decision.chosen)]
+    elif drafting is not None:  # the target alone is written; these settings serve a run that drafts anyway
+        chosen = points[names.index(drafting.chosen)]
+    else:  # nothing within the budget: the cheapest exact point (exact points always are)
+        chosen = choose(points, budget)
+    cheapest = points[names.index(drafting.cheapest)] if drafting is not None and drafting.cheapest in names else chosen
+    return TuneResult(points, chosen, budget, costs, masks, seconds, cheapest if cheapest is not chosen else None,
+                      prices.to_dict() if prices is not None else None, decision, drafting)
+
+
+#: The ladder's rung of each tune family (:mod:`viasd_adapt.bench.exact_first`).
+FAMILY_RUNGS = {"sd": EXACT_RUNG, "lossless": EXACT_TIER_RUNG, "lossless" + ADAPTIVE_SUFFIX: EXACT_TIER_RUNG,
+                "lenient": LENIENT_RUNG, "viasd": LOSSY_TIER_RUNG, "viasd" + ADAPTIVE_SUFFIX: LOSSY_TIER_RUNG}
+
+
+def ladder(points: list[Point], budget: Budget, costs: dict[str, dict], prices: PriceList | None,
+           with_target_alone: bool) -> Decision | None:
+    """The exact-first decision over ``points`` (and, ``with_target_alone``, plain decoding priced by
+    the same list): resampled over prompts and price rounds where the points carry their per-prompt
+    sums, else on the pooled costs alone."""
+    from viasd_adapt.bench.uncertainty import Candidate, PromptSums, resample, sums_from_json
+
+    names = point_names(points)
+    sums = [sums_from_json(p.per_prompt) for p in points]
+    plain = plain_decoding_cost(costs) if with_target_alone else None
+    if not points or any(s is None for s in sums) or len({len(s) for s in sums}) != 1:
+        return decide(_pooled_only(points, names, budget, plain), _rungs(points, plain))
+    first = points[0].per_prompt
+    reference = PromptSums(first["reference_tokens"], first["reference_tokens"], first["reference_ll"],
+                           keys=first.get("keys")) if first.get("reference_ll") is not None else None
+    candidates = [Candidate(name, s, exact=p.exact, simple=p.family in ("sd", "lenient"))
+                  for name, p, s in zip(names, points, sums)]
+    vectors = [prices.vectors(p.mask if p.family in TIER_FAMILIES else None) for p in points] if prices else None
+    if plain is not None and reference is not None:
+        tokens = list(reference.tokens)
+        alone = PromptSums(tokens, [t * plain for t in tokens], reference.log_likelihood, [0.0] * len(tokens),
+                           keys=reference.keys, passes={"single": tokens})
+        candidates.append(Candidate(PLAIN_DECODING_CHOICE, alone, exact=True, simple=True))
+        vectors = vectors + [prices.vectors(None)] if vectors is not None else None
+    elif plain is not None:
+        return decide(_pooled_only(points, names, budget, plain), _rungs(points, plain))
+    resampled = resample(candidates, budget, reference, price_vectors=vectors)
+    return decide(resampled, _rungs(points, plain))
+
+
+def _rungs(points: list[Point], plain: float | None) -> list[int]:
+    return [FAMILY_RUNGS.get(p.family, EXACT_RUNG) for p in points] + ([AR_RUNG] if plain is not None else [])
+
+
+def _pooled_only(points: list[Point], names: list[str], budget: Budget, plain: float | None):
+    """The points as one replicate (their pooled costs): an older file's points carry no per-prompt sums."""
+    import numpy as np
+
+    from viasd_adapt.bench.uncertainty import Candidate, PromptSums, Resampled
+
+    cost = [p.full_equivalent for p in points] + ([plain] if plain is not None else [])
+    within = [budget.admits(p) for p in points] + ([True] if plain is not None else [])
+    candidates = [Candidate(n, PromptSums([1.0], [c]), exact=p.exact, simple=False) for n, p, c in zip(names, points, cost)]
+    if plain is not None:
+        candidates.append(Candidate(PLAIN_DECODING_CHOICE, PromptSums([1.0], [plain]), exact=True, simple=True))
+    return Resampled(names + ([PLAIN_DECODING_CHOICE] if plain is not None else []), np.array([cost], dtype=float),
+                     np.array([within]), 0, 0, candidates, False)
 
 
 def choice_uncertainty(result: TuneResult):
@@ -195,7 +271,7 @@ def load_result(data: dict, source: str = "the tune JSON") -> TuneResult:
         report = tuned.report
         if report.seconds is None:
             raise KeyError("seconds")
-        return judged(points, budget, report.costs, report.masks, report.seconds)
+        return judged(points, budget, report.costs, report.masks, report.seconds, prices=report.prices)
     except KeyError as err:
         raise ConfigError(f"{source} is not a complete viasd tune --json file: it has no {err.args[0]!r}") from None
     except (TypeError, AttributeError) as err:
@@ -238,7 +314,9 @@ def artifact_of(result: TuneResult, pair: LoadedPair, masks_dir: Path | None = N
         hardware=hardware_stamp(pair.target) if pair.target is not None else None,
         report={"best_within_budget": best, "costs": result.costs, "masks": result.masks, "seconds": round(result.seconds, 1),
                 "mask_file": mask_file,
-                "points": len(result.points)},
+                "points": len(result.points),
+                **({"prices": result.prices} if result.prices is not None else {}),
+                **({"why": result.decision.reason()} if result.decision is not None else {})},
     )
 
 
@@ -264,9 +342,11 @@ def ar_full_equivalent(result: TuneResult) -> float | None:
 
 
 def target_alone_cheapest(result: TuneResult) -> bool:
-    """Whether plain decoding costs less than the chosen drafting setting: then ``tuned.json`` records
-    the choice ``ar`` (the chosen point's settings stay, for a run that asks to draft anyway). Plain
-    decoding is the simplest setting of all and exact, so it needs no margin to win."""
+    """Whether the exact-first ladder keeps plain decoding (:func:`judged`): no drafting setting saves
+    more than the margin over it in enough resamples. Then ``tuned.json`` records the choice ``ar``
+    (the chosen point's settings stay, for a run that asks to draft anyway)."""
+    if result.decision is not None:
+        return result.decision.chosen == PLAIN_DECODING_CHOICE
     plain = ar_full_equivalent(result)
     return plain is not None and plain < result.chosen.full_equivalent
 
@@ -299,4 +379,4 @@ def adaptive_candidates(fixed: TuneResult, masks: dict[str, RoutingMask]):
 
 
 __all__ = ["Point", "adaptive_candidates", "TuneResult", "ar_full_equivalent", "artifact_of", "target_alone_cheapest", "choice_uncertainty", "choose", "drafter_record",
-           "judged", "load_result", "pareto", "point_names", "portable_name", "projected", "settings_label"]
+           "judged", "ladder", "load_result", "pareto", "point_names", "portable_name", "projected", "settings_label"]

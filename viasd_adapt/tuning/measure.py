@@ -15,7 +15,8 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
-from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent, measure_forward_costs
+from viasd_adapt.bench.costs import ForwardCosts, PassCounts, full_equivalent
+from viasd_adapt.bench.prices import PriceList, measure_prices
 from viasd_adapt.bench.fidelity import score_output
 from viasd_adapt.bench.measure import RunMeter
 from viasd_adapt.bench.prompt_sets import BenchPrompt
@@ -105,24 +106,29 @@ class Runs:
 @dataclass(frozen=True)
 class Sweep:
     """What every candidate of one sweep is measured against: the pair, the calibration prompts,
-    the masks, the reference and the forward costs per mask."""
+    the masks, the reference and the sweep's one price list (:mod:`viasd_adapt.bench.prices`), with
+    its medians per mask (``costs``: the target's and drafter's prices the same for every mask)."""
 
     pair: LoadedPair
     prompt_ids: list[list[int]]
     masks: dict[str, RoutingMask]
     config: TuneConfig
     reference: Reference
-    costs: dict[str | None, ForwardCosts]
+    prices: PriceList
     say: Callable[[str], None]
+
+    @property
+    def costs(self) -> dict[str | None, ForwardCosts]:
+        return self.prices.costs_by_mask()
 
     @classmethod
     def prepare(cls, pair: LoadedPair, prompt_ids: list[list[int]], masks: dict[str, RoutingMask], config: TuneConfig,
                 say: Callable[[str], None]) -> "Sweep":
         say(f"reference: the target's greedy output on {len(prompt_ids)} calibration prompts x {config.max_new_tokens} tokens")
         reference = Reference.measure(pair, prompt_ids, config)
-        say("timing single forwards per mask")
-        costs = mask_costs(pair, masks, prompt_ids[0], config.grid.gamma, config.cost_repeats)
-        return cls(pair, prompt_ids, masks, config, reference, costs, say)
+        say("timing single forwards of every kind, interleaved: the sweep's one price list")
+        prices = mask_prices(pair, masks, prompt_ids[0], config.grid.gamma, config.cost_repeats)
+        return cls(pair, prompt_ids, masks, config, reference, prices, say)
 
     @property
     def keys(self) -> list[str]:
@@ -144,11 +150,11 @@ class Sweep:
                        for name, m in self.masks.items()}
         budget = self.config.budget
         if self.config.adaptive:
-            fixed = judged(points, budget, cost_record, mask_record, time.perf_counter() - started)
+            fixed = judged(points, budget, cost_record, mask_record, time.perf_counter() - started, prices=self.prices)
             self.say("the adaptive tier: the lossless point and the cheapest lossy point within budget of each mask, adaptive")
             evidence = artifact_of(fixed, self.pair)
             points += [measured(*candidate, evidence) for candidate in adaptive_candidates(fixed, self.masks)]
-        return judged(points, budget, cost_record, mask_record, time.perf_counter() - started)
+        return judged(points, budget, cost_record, mask_record, time.perf_counter() - started, prices=self.prices)
 
     def runs(self, settings: TierSettings, mask_name: str | None, evidence: TunedSettings | None = None) -> Runs:
         """Every calibration prompt through the engine, with the candidate's own run context."""
@@ -188,7 +194,7 @@ class Sweep:
         else:
             audited = self.runs(settings.with_(mode=Mode.AUDIT), mask_name)
             overrule, audit_each = audited.merged.overrule_rate, audited.each
-        costs = self.costs[mask_name]
+        costs = self.prices.costs(mask_name)
         counts = PassCounts.of_metrics(metrics, metrics.committed, sum(runs.singles))
         per_prompt = (prompt_sums(scores, runs.each, audit_each, settings.mode.is_exact, costs, runs.singles)
                       | self.reference.each | {"keys": self.keys})
@@ -200,14 +206,20 @@ class Sweep:
                      regret / max(1, tokens), asdict(counts), per_prompt)
 
 
+def mask_prices(pair: LoadedPair, masks: dict[str, RoutingMask], prompt_ids: list[int], gamma: int,
+                repeats: int) -> PriceList:
+    """The sweep's one price list: the target's, the drafter's and every mask's forwards, timed in the
+    same rounds on one context (:func:`~viasd_adapt.bench.prices.measure_prices`)."""
+    context = prompt_ids[:64] + list(range(1, 33))
+    slims = {name: SlimVerifier(pair.target, mask) for name, mask in masks.items()}
+    return measure_prices(pair.target, pair.draft, slims, context, gamma, repeats)
+
+
 def mask_costs(pair: LoadedPair, masks: dict[str, RoutingMask], prompt_ids: list[int], gamma: int,
                repeats: int) -> dict[str | None, ForwardCosts]:
-    """Per-forward costs without a slim verifier (key None) and with each mask, on one context."""
-    context = prompt_ids[:64] + list(range(1, 33))
-    costs: dict[str | None, ForwardCosts] = {None: measure_forward_costs(pair.target, pair.draft, None, context, gamma, repeats)}
-    for name, mask in masks.items():
-        costs[name] = measure_forward_costs(pair.target, pair.draft, SlimVerifier(pair.target, mask), context, gamma, repeats)
-    return costs
+    """Per-forward costs without a slim verifier (key None) and with each mask: the medians of one
+    price list (:func:`mask_prices`), so the target's prices are the same under every key."""
+    return mask_prices(pair, masks, prompt_ids, gamma, repeats).costs_by_mask()
 
 
 def prompt_sums(scores, each: list[TierMetrics], audit_each: list[TierMetrics] | None, exact: bool,
@@ -234,4 +246,4 @@ def prompt_sums(scores, each: list[TierMetrics], audit_each: list[TierMetrics] |
     }
 
 
-__all__ = ["Reference", "Runs", "Sweep", "mask_costs", "prompt_sums", "tune"]
+__all__ = ["Reference", "Runs", "Sweep", "mask_costs", "mask_prices", "prompt_sums", "tune"]

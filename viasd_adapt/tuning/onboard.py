@@ -67,10 +67,12 @@ class AddRequest:
     calib: str | Path | None = None  # a prompts file, or "spec-bench[:TASKS]"; None: the search's default
     minutes: float = DEFAULT_MINUTES
     threads: int = 1
-    dtype: str = "float32"
+    dtype: str = "auto"  # auto, float32, bfloat16, float16 (viasd_adapt.models.placement); pair.json records the one used
     chat: str = "auto"
     root: Path | None = None  # where pairs live [default: the cache, $VIASD_CACHE]
     seed: int = 0
+    device: str = "auto"  # auto, cpu, cuda, cuda:N
+    device_map: Any = None  # a target spread over devices: "auto", ... (viasd_adapt.models.placement)
 
     @property
     def folder(self) -> Path:
@@ -112,15 +114,27 @@ def check_request(request: AddRequest) -> None:
                           "(viasd models add never replaces or deletes a folder)")
     if not (math.isfinite(request.minutes) and request.minutes > 0):
         raise ConfigError(f"--minutes must be a finite number more than 0, got {request.minutes}")
-    if request.dtype not in DTYPES:
-        raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {request.dtype!r}")
+    if request.dtype not in ("auto", *DTYPES):
+        raise ConfigError(f"--dtype must be one of auto, {', '.join(DTYPES)}, got {request.dtype!r}")
     for role, path in (("target", request.target), ("drafter", request.draft), ("EAGLE head", request.eagle_head)):
         if path is not None and str(path) != PROMPT_LOOKUP and not Path(path).expanduser().exists():
             raise ConfigError(f"the {role} {path} does not exist")
 
 
+def placed(request: AddRequest) -> AddRequest:
+    """``request`` with its placement checked (CUDA asked without CUDA, a bad device map: one line,
+    before any load) and ``dtype`` ``auto`` resolved to the dtype the weights load in, which
+    ``pair.json`` records (:func:`viasd_adapt.models.placement.concrete_dtype`)."""
+    from viasd_adapt.models.placement import concrete_dtype, placement
+
+    where = placement(request.device, request.dtype, request.device_map)
+    return replace(request, dtype=concrete_dtype(request.target, where))
+
+
 def _declaration(request: AddRequest, **files: str | None) -> PairFile:
-    """``pair.json``: the user's files by absolute path, where they are."""
+    """``pair.json``: the user's files by absolute path, where they are, and the dtype the weights load in."""
+    if request.dtype == "auto":
+        request = placed(request)
     draft = str(request.draft) if str(request.draft) == PROMPT_LOOKUP else str(Path(request.draft).expanduser().resolve())
     head = str(Path(request.eagle_head).expanduser().resolve()) if request.eagle_head else None
     return PairFile(description=f"added with viasd models add: {Path(request.target).name} with {Path(str(request.draft)).name}",
@@ -299,9 +313,11 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
     results, the pair written; default: stderr), ``note`` its progress (each stage's time, a
     resumed or restarted run; default: ``say``); ``progress`` shows tqdm bars. Each stage that
     left its file in the work folder (the mask, ``tuned.json``) is resumed from it. Input errors
-    come before torch is imported; a second run of the same name while one works is refused."""
+    come before torch is imported (then the device's, which needs it, before anything is written);
+    a second run of the same name while one works is refused."""
     started = time.perf_counter()
     check_request(request)
+    request = placed(request)  # the device checked (torch imported), --dtype auto made the one pair.json records
     say = say or _say_default
     make_folder(request.root or cache_dir(), "folder of pairs")
     with hold_lock(request.lock, f"`viasd models add {request.name}`"):
@@ -327,8 +343,8 @@ def _add_locked(request: AddRequest, restart: bool, say: Callable[[str], None], 
     work = open_work_folder(request, restart, note)
     began = time.perf_counter()
     dtype = request.dtype if request.dtype != "float32" else None
-    pair = load_pair(request.target, request.draft, need_mask=False, device="cpu", eagle_head=request.eagle_head,
-                     dtype=dtype)
+    pair = load_pair(request.target, request.draft, need_mask=False, device=request.device, eagle_head=request.eagle_head,
+                     dtype=dtype, device_map=request.device_map)
     num_layers = find_decoder_stack(pair.target).num_layers
     say(f"checked: {num_layers}-layer target, drafter {'prompt lookup' if pair.lookup else type(pair.draft).__name__} "
         "on the same vocabulary")

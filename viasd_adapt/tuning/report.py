@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from viasd_adapt.config.budget import TIE_MARGIN
 from viasd_adapt.core.settings import ADAPTIVE_SUFFIX
 from viasd_adapt.io import save_figure
-from viasd_adapt.tuning.choose import (TuneResult, ar_full_equivalent, choice_uncertainty, pareto, settings_label,
-                                       target_alone_cheapest)
+from viasd_adapt.tuning.choose import TuneResult, pareto, settings_label, target_alone_cheapest
 from viasd_adapt.tuning.grid import FAMILIES
 
 
@@ -37,62 +35,47 @@ def describe(result: TuneResult) -> list[str]:
                      f"(LL drop {point.ll_drop:+.3f}, regret {point.regret if point.regret is not None else float('nan'):.3f}, "
                      f"overrule {point.overrule if point.overrule is not None else float('nan'):.3f}) "
                      f"with {settings_label(point.settings)}" + (f", mask {point.mask}" if point.mask else ""))
-    chosen = result.point_estimate
-    viasd, lenient = best["viasd"], best["lenient"]
-    written = "that is what is written" if result.pooled is None else "the bootstrap below decides what is written"
-    target_alone = target_alone_cheapest(result)
-    if target_alone:
-        written = "its settings are written, under the choice ar (see the NOTE)"
-    if chosen.family.endswith(ADAPTIVE_SUFFIX):
-        fixed = best.get(chosen.family[: -len(ADAPTIVE_SUFFIX)])
-        gain = 1 - chosen.full_equivalent / fixed.full_equivalent if fixed else None
-        lines.append(f"VERDICT: the adaptive tier pays on this pair: {family_label(chosen.family)} ({settings_label(chosen.settings)}) is the "
-                     "cheapest setting within the budget; it runs the slim tier on the cycles where it pays"
-                     + (f", {gain:.0%} fewer full-equivalent passes than the tier on every cycle" if gain is not None else "")
-                     + f", and {written}")
-    elif chosen.family == "viasd":
-        gain = 1 - viasd.full_equivalent / lenient.full_equivalent if lenient else None
-        lines.append("VERDICT: the slim tier pays on this pair: VIA-SD lossy is the cheapest setting within the budget"
-                     + (f", {gain:.0%} fewer full-equivalent passes than the best lenient point" if gain is not None else ""))
-    elif viasd is not None and viasd.full_equivalent < chosen.full_equivalent:
-        gain = 1 - viasd.full_equivalent / chosen.full_equivalent
-        lines.append(f"VERDICT: the slim tier does not pay on this pair at this budget: VIA-SD lossy is only {gain:.1%} "
-                     f"cheaper than {family_label(chosen.family)} ({settings_label(chosen.settings)}), within the {TIE_MARGIN:.0%} "
-                     f"margin of timing noise, so the simpler {family_label(chosen.family)} is preferred, and {written}")
-    else:
-        lines.append(f"VERDICT: the slim tier does not pay on this pair at this budget; the cheapest setting is "
-                     f"{family_label(chosen.family)} ({settings_label(chosen.settings)}), and {written}")
-    lines.extend(_uncertainty_lines(result, lines))
-    if target_alone:  # against the written drafting setting, which target_alone_cheapest compared
-        lines.append(f"NOTE: plain decoding (the target alone, one 1-token pass per token) costs "
-                     f"{ar_full_equivalent(result):.3f} full-equivalent passes/token here, less than the cheapest drafting "
-                     f"setting ({result.chosen.full_equivalent:.3f}): "
-                     "speculative decoding itself does not pay with this drafter on this machine, so tuned.json "
-                     "records the choice ar, and `viasd generate --pair` runs the target alone")
+    if result.price_list is not None:
+        from viasd_adapt.bench.prices import format_price_list
+
+        lines.append(format_price_list(result.price_list))
+    lines.append(_verdict_line(result))
+    lines.extend(_uncertainty_lines(result))
+    if target_alone_cheapest(result) and result.decision is not None:  # the same comparison as the choice
+        lines.append(f"NOTE: plain decoding (the target alone, one 1-token pass per token) is written: "
+                     f"{result.decision.reason()}. Speculative decoding itself does not pay with this drafter on this "
+                     "machine, so tuned.json records the choice ar, and `viasd generate --pair` runs the target alone")
     return lines
 
 
-def _uncertainty_lines(result: TuneResult, lines: list[str]) -> list[str]:
-    """The choice's bootstrap over calibration prompts, in a line; an undetermined choice also
-    marks the VERDICT line (in place) and says that the simpler setting is what tuned.json records
-    (:func:`judged`)."""
-    uncertainty = choice_uncertainty(result)
-    if uncertainty is None:
-        return ["UNCERTAINTY: none can be stated (these points carry no per-prompt sums: an older tune file)"]
-    if uncertainty.determined:
-        return [f"UNCERTAINTY: the choice is {uncertainty.sentence()}"]
-    from viasd_adapt.bench.uncertainty import prompts_words
+def _verdict_line(result: TuneResult) -> str:
+    """The VERDICT line: what is written and why, from the exact-first ladder's own comparison
+    (:mod:`viasd_adapt.bench.exact_first`), so the words cannot contradict the figures they quote."""
+    chosen = result.chosen
+    label = f"{family_label(chosen.family)} ({settings_label(chosen.settings)})"
+    decision = result.decision if result.decision is not None and not target_alone_cheapest(result) else result.drafting
+    why = decision.reason() if decision is not None else "nothing else is within the budget"
+    if chosen.family.endswith(ADAPTIVE_SUFFIX):
+        head = "the adaptive tier pays on this pair"
+    elif chosen.family == "viasd":
+        head = "the slim tier pays on this pair: VIA-SD lossy is written"
+    elif chosen.family == "lossless":
+        head = "the exact slim tier pays on this pair"
+    else:
+        head = "the slim tier does not pay on this pair at this budget"
+    return f"VERDICT: {head}: {label} is the drafting setting written, because {why}"
 
-    for i, line in enumerate(lines):
-        if line.startswith("VERDICT: "):
-            counted = prompts_words(uncertainty.prompts) + (" (distinct)" if uncertainty.copies else "")
-            lines[i] = f"VERDICT (a preview, undetermined at {counted}): " + line[len("VERDICT: "):]
-    advice = ""
-    if result.pooled is not None:
-        advice = (f"; tuned.json records the simpler {uncertainty.recommended}, not the pooled choice "
-                  f"{uncertainty.stated}: measure on more calibration prompts (--prompts) to settle it")
-    return [f"UNCERTAINTY: the choice is {uncertainty.sentence()}{advice}"]
 
+def _uncertainty_lines(result: TuneResult) -> list[str]:
+    """How much noise the choice had to beat: the prompts and resamples behind it, and whether a
+    cheaper setting was refused on noise alone."""
+    decision = result.drafting
+    if decision is None or not decision.replicates:
+        return ["UNCERTAINTY: none can be stated (these points carry no per-prompt sums: an older tune file); "
+                "the margin alone decided"]
+    state = ("a cheaper setting is within noise, so the simpler one is written" if decision.within_noise
+             else "no cheaper setting was refused on noise alone")
+    return [f"UNCERTAINTY: the choice is {decision.evidence()}; {state}"]
 
 
 def plot_frontiers(result: TuneResult, path: str | Path, title: str = "") -> Path:
