@@ -136,3 +136,30 @@ def test_the_shipped_tuned_files_say_they_were_measured_on_a_cpu():
     for name in ("demo", "demo-ee", "smollm2"):
         tuned = TunedSettings.load(resolve_pair(name).mask.parent / "tuned.json")
         assert tuned.hardware is not None and tuned.hardware.device == "cpu", name
+
+
+def test_the_demo_answers_with_the_defaults_when_tunes_pick_was_measured_on_another_device(monkeypatch):
+    """The demo's second answer follows the same rule: a pick of the target alone (``ar``) made on a
+    GPU is not the answer on a CPU; control: the same pick stamped ``cpu`` answers once, with ar."""
+    from types import SimpleNamespace
+
+    from viasd_adapt.bench import demo
+    from viasd_adapt.config.resolve import RunSpec
+    from viasd_adapt.engine.context import spec_for_device
+
+    tiny = truncated_pair("llama", layers=2)
+    runs = []
+    monkeypatch.setattr(demo, "show_answer", lambda pair, framework, settings, ids, n, label, *rest, **kw: runs.append(
+        (framework, label)) or {"tokens": [1]})
+    shown = SimpleNamespace(prompts=[SimpleNamespace(ids=[1, 2])], shown_text="q", shown_source="test")
+    for device, frameworks in (("cuda", ["ar", "hf"]), ("cpu", ["ar"])):
+        tuned = TunedSettings(TierSettings(mode="none"), "ar", None, hardware=HardwareStamp(device=device))
+        spec = RunSpec(tuned.settings, {"mode": "tuned.json x (choice ar)"}, tuned=tuned, tuned_applied=True)
+        checked = spec_for_device(spec, tiny.target)
+        runs[:] = []
+        demo.two_answers(None, shown, checked, SimpleNamespace(answer_tokens=4), lambda line: None, lambda text: None,
+                         False)
+        assert [framework for framework, _ in runs] == frameworks, device
+        if device == "cuda":
+            assert "the defaults: tune's pick was measured on another device" in runs[1][1]
+            assert [n.category for n in checked.notices] == [TunedForAnotherDeviceWarning]
