@@ -5,6 +5,7 @@ kept on a fake clock (``tick_clock``) keep it to seconds."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -106,6 +107,8 @@ def test_a_new_user_adds_a_pair_then_generates_benches_and_loads_it_by_name(cach
     assert "10 prompts: 2 held out" in added.output  # the small file works and says what it held out
     folder = cache / "mine"
     assert sorted(p.name for p in folder.iterdir()) == ["mask.json", "pair.json", "report.json", "tuned.json"]
+    for measured in ("mask.json", "tuned.json", "report.json"):  # each says where it was measured
+        assert json.loads((folder / measured).read_text())["hardware"]["device"] == "cpu", measured
     assert user_files[0].is_file()  # the user's file is named where it is, not moved or copied
     assert [p.name for p in list_pairs() if p.source == "built"] == ["mine"]
 

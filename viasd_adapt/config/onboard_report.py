@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from viasd_adapt.config.hardware import HardwareStamp
 from viasd_adapt.config.schema import Artifact, Record
 
 REPORT_FILENAME = "report.json"
@@ -81,6 +82,8 @@ class OnboardReport(Artifact):
     seconds_after_load: float | None = None  # the time the budget covers (everything after the first load)
     peak_memory_mb: float  # the process's peak resident memory (ru_maxrss), models and search included
     total_seconds: float
+    #: where the pair was measured (:mod:`viasd_adapt.config.hardware`); None in reports written before it was recorded
+    hardware: HardwareStamp | None = None
 
 
 __all__ = ["OnboardEstimate", "OnboardReport", "REPORT_FILENAME", "RatioTried", "StageTime"]

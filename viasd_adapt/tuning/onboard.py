@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from viasd_adapt.routing.hardware import hardware_stamp
 from viasd_adapt.config.onboard_report import REPORT_FILENAME, OnboardEstimate, OnboardReport, StageTime
 from viasd_adapt.tuning.budget_plan import MAX_TUNE_PROMPTS, TUNE_TOKENS, BudgetTooSmall, Deadline, units_words
 from viasd_adapt.config.pair_file import DTYPES, PROMPT_LOOKUP, PairFile, PairTarget
@@ -276,7 +277,8 @@ def _add_locked(request: AddRequest, restart: bool, say: Callable[[str], None], 
     report = OnboardReport(name=request.name, target=Path(request.target).name, drafter=Path(str(request.draft)).name,
                            threads=request.threads, dtype=request.dtype, estimate=planned.estimate, stages=stages.times,
                            verdict=verdict, ratios=tried, budget_minutes=request.minutes, seconds_after_load=after_load,
-                           peak_memory_mb=round(_peak_memory_mb(), 1), total_seconds=round(clock() - started, 1))
+                           peak_memory_mb=round(_peak_memory_mb(), 1), total_seconds=round(clock() - started, 1),
+                           hardware=hardware_stamp(pair.target))
     report.save(work / REPORT_FILENAME)
     mask_file = chosen_mask_file(work)
     _declaration(request, mask=mask_file, tuned=TUNED_FILENAME, report=REPORT_FILENAME).save(work / DECLARATION)
