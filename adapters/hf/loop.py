@@ -235,11 +235,10 @@ class _OwnLoop:
     def run_row(self, verifier, drafter, prompt_ids: torch.Tensor, max_new: int, stopping_criteria, config):
         """The engine loop for one row, with the call's stopping criteria, EOS ids and streamer."""
         device = prompt_ids.device
+        criteria = criteria_beyond_the_loop(stopping_criteria)
 
         def should_stop(ids: list[int]) -> bool:
-            if not stopping_criteria:
-                return False
-            return bool(stopping_criteria(torch.tensor([ids], device=device), None).all())
+            return bool(criteria(torch.tensor([ids], device=device), None).all())
 
         def on_tokens(new: list[int]) -> None:
             if self.streamer is not None and new:
@@ -248,7 +247,21 @@ class _OwnLoop:
         # No q prefill: like the stock loop, draft straight after the prompt (q sees the prompt at
         # its first pass), so cost is compared with assisted generation cycle for cycle.
         return speculative_generate(drafter, verifier, prompt_ids.tolist(), max_new, eos_ids(_config_eos(config)),
-                                    None, on_tokens=on_tokens, should_stop=should_stop, q_prefill=False)
+                                    None, on_tokens=on_tokens, should_stop=should_stop if criteria else None,
+                                    q_prefill=False)
+
+
+def criteria_beyond_the_loop(stopping_criteria) -> list:
+    """The call's stopping criteria less the two the engine loop already applies: transformers'
+    ``MaxLengthCriteria`` (the loop stops at ``max_length`` less the padded prompt, never later than
+    the criterion would) and ``EosTokenCriteria`` (the loop stops at the first of the same EOS ids).
+    Why: each criterion is asked after every token, on a tensor on the model's device, and reading
+    its answer is a host synchronisation; these two, which every call has, would only repeat the
+    loop's own checks. Any other criterion (stop strings, a time limit, the user's) is kept; an
+    exact type check, so that a subclass with its own rule is kept too."""
+    from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
+
+    return StoppingCriteriaList(c for c in (stopping_criteria or ()) if type(c) not in (MaxLengthCriteria, EosTokenCriteria))
 
 
 def _config_eos(config):

@@ -360,6 +360,7 @@ def test_cli_bench_writes_json_and_plot(tmp_path, char_pair):
     assert data["run"]["settings"]["alpha1"] == 0.2 and data["run"]["settings"]["alpha2"] == 0.1
     assert data["run"]["mask"]["skipped_layers"] == [2, 4] and not data["run"]["mask"]["is_fallback"]
     assert data["peak_mem_source"].startswith("parameter bytes") and data["run"]["verdict"]
+    assert data["hardware"]["device"] == "cpu" and data["hardware"]["dtype"] == "float32"  # where it was measured
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -7,6 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from tests.support.tuned import CPU_STAMP
 from viasd_adapt.cli.main import cli
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
@@ -159,7 +160,7 @@ def test_adapters_use_tuned_settings_only_with_the_mask_they_were_measured_with(
     artifact = MaskArtifact.load(mask_path)
     target = AutoModelForCausalLM.from_pretrained(str(pair / "target"))
     chosen = TierSettings(mode="lossy", alpha1=0.1, alpha2=0.0)
-    TunedSettings(chosen, "viasd", artifact.mask.bits(), artifact.fingerprint).save(pair / "tuned.json")
+    TunedSettings(chosen, "viasd", artifact.mask.bits(), artifact.fingerprint, hardware=CPU_STAMP).save(pair / "tuned.json")
     assert open_tier(target, mask_path).settings == chosen
     other = MaskArtifact(RoutingMask.from_skipped(6, [1, 5]), 0.33, fingerprint=artifact.fingerprint)
     other.save(pair / "other.json")
@@ -182,7 +183,7 @@ def test_bench_runs_the_tuners_best_viasd_point_when_the_verdict_is_lenient(tmp_
         "lenient": {"family": "lenient", "settings": lenient.to_dict(), "mask": None},
         # recorded with an absolute path on another machine: found again by name beside mask.json
         "viasd": {"family": "viasd", "settings": viasd.to_dict(), "mask": "/elsewhere/mask-exit3.json"}}}
-    TunedSettings(lenient, "lenient", None, fingerprint, report=report).save(pair / "tuned.json")
+    TunedSettings(lenient, "lenient", None, fingerprint, report=report, hardware=CPU_STAMP).save(pair / "tuned.json")
     point = TunedSettings.load(pair / "tuned.json").best("viasd")
     assert point.settings == viasd and recorded_mask(pair / "mask.json", point.mask) == pair / "mask-exit3.json"
 

@@ -27,6 +27,7 @@ OUTSIDE_FORMATS = {
     "viasd_adapt/models/eagle_head.py": "an EAGLE head's config.json (eagle-llm's format)",
     "viasd_adapt/models/eagle_distill.py": "an EAGLE head's config.json (eagle-llm's format)",
     "adapters/eagle/compat.py": "a base model's HF config.json and its EAGLE head's config.json",
+    "viasd_adapt/models/placement.py": "a model folder's HF config.json (the dtype it is stored in)",
 }
 JSON_FUNCTIONS = {"load", "loads", "dump", "dumps"}
 

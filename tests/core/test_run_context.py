@@ -20,6 +20,7 @@ import torch
 
 from tests.support.loads import count_loads
 from tests.support.pairs import truncated_pair
+from tests.support.tuned import CPU_STAMP
 from viasd_adapt.config.advice import NegativeDeltaWarning
 from viasd_adapt.config.mask import MaskArtifact
 from viasd_adapt.config.tuned import TunedSettings
@@ -207,7 +208,7 @@ def test_for_drafter_runs_the_defaults_for_another_drafter_without_reading_anyth
     mask_path = _mask_with_negative_delta(tiny.target, tmp_path, tiny.mask)
     chosen = TierSettings(mode="lenient", lenience=0.3)
     TunedSettings(chosen, "lenient", tiny.mask.bits(), model_fingerprint(tiny.target),
-                  drafter=model_fingerprint(tiny.drafter)).save(tmp_path / "tuned.json")
+                  drafter=model_fingerprint(tiny.drafter), hardware=CPU_STAMP).save(tmp_path / "tuned.json")
     context = open_context(tiny.target, mask_path)
     assert context.settings == chosen and context.runs_tuned and context.routing is None
     reads = count_loads(monkeypatch, MaskArtifact) + count_loads(monkeypatch, TunedSettings)

@@ -1,15 +1,17 @@
 """A user's own pair, start to finish (viasd_adapt.tuning.onboard, ``viasd models add``): a tiny GGUF
 target with prompt lookup is searched, tuned and named, then generated with, benched and loaded by
 name; interrupted or killed at any point it leaves no half-written pair and resumes. Tiny budgets
-(``--minutes 0.1``) keep it to seconds."""
+kept on a fake clock (``tick_clock``) keep it to seconds."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from viasd_adapt.cli.main import cli  # noqa: E402
 from viasd_adapt.errors import ConfigError  # noqa: E402
 from viasd_adapt.models.registry import list_pairs  # noqa: E402
 from viasd_adapt.models.tiny import tiny_model  # noqa: E402
+from viasd_adapt.config.onboard_report import OnboardReport  # noqa: E402
 from viasd_adapt.tuning import onboard  # noqa: E402
 
 PROMPTS = ["the cat sat on the mat and the cat sat on the mat", "a b c a b c a b c", "def add(a, b): return a + b",
@@ -60,6 +63,21 @@ def warm_gguf_cache(user_files, tmp_path_factory):
     return folder / "gguf"
 
 
+#: The budget the tests give: with the tick clock below, a small plan on any machine.
+MINUTES = 0.3
+
+
+@pytest.fixture(autouse=True)
+def tick_clock(monkeypatch):
+    """Every onboarding of these tests keeps its budget on a clock that advances 0.02 s per read:
+    the probe's prices, the plan and each stage's early stop are the same however loaded the machine."""
+    from tests.support.clock import TickClock
+
+    clock = TickClock(0.02)
+    monkeypatch.setattr(onboard, "CLOCK", clock)
+    return clock
+
+
 @pytest.fixture
 def cache(tmp_path, monkeypatch, warm_gguf_cache):
     import shutil
@@ -70,15 +88,15 @@ def cache(tmp_path, monkeypatch, warm_gguf_cache):
     return folder
 
 
-def add_args(user_files, name="mine"):
+def add_args(user_files, name="mine", minutes=MINUTES):
     target, prompts = user_files
-    return ["models", "add", name, "--target", str(target), "--draft", "prompt-lookup", "--minutes", "0.1",
+    return ["models", "add", name, "--target", str(target), "--draft", "prompt-lookup", "--minutes", str(minutes),
             "--calib", str(prompts), "--no-progress"]
 
 
 def request_of(user_files, cache, name="mine") -> onboard.AddRequest:
     target, prompts = user_files
-    return onboard.AddRequest(name=name, target=target, draft="prompt-lookup", calib=prompts, minutes=0.1, root=cache)
+    return onboard.AddRequest(name=name, target=target, draft="prompt-lookup", calib=prompts, minutes=MINUTES, root=cache)
 
 
 def test_a_new_user_adds_a_pair_then_generates_benches_and_loads_it_by_name(cache, user_files):
@@ -89,6 +107,8 @@ def test_a_new_user_adds_a_pair_then_generates_benches_and_loads_it_by_name(cach
     assert "10 prompts: 2 held out" in added.output  # the small file works and says what it held out
     folder = cache / "mine"
     assert sorted(p.name for p in folder.iterdir()) == ["mask.json", "pair.json", "report.json", "tuned.json"]
+    for measured in ("mask.json", "tuned.json", "report.json"):  # each says where it was measured
+        assert json.loads((folder / measured).read_text())["hardware"]["device"] == "cpu", measured
     assert user_files[0].is_file()  # the user's file is named where it is, not moved or copied
     assert [p.name for p in list_pairs() if p.source == "built"] == ["mine"]
 
@@ -185,7 +205,8 @@ def test_a_killed_run_leaves_no_pair(cache, user_files, tmp_path):
     """SIGKILL (no handler runs) once the mask is written: the work folder stays hidden, no pair appears.
     The wait is for the mask file (an event), however slow the machine."""
     env = {**os.environ, "VIASD_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([str(Path(sys.executable).with_name("viasd")), *add_args(user_files)], env=env,
+    # a real clock in the child: a budget far past what the smallest plan needs on a loaded machine
+    process = subprocess.Popen([str(Path(sys.executable).with_name("viasd")), *add_args(user_files, minutes=3)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     work = cache / ".mine.adding"
     wait_for_file_or_end(work / "mask.json", process)
@@ -209,26 +230,103 @@ def test_a_work_folder_of_other_inputs_is_refused_until_restart(cache, user_file
     onboard.open_work_folder(request, restart=False, say=lambda line: None)  # control: nothing finished, nothing refused
 
 
-def test_a_budget_is_turned_into_sizes_that_fit_it():
-    """The plan prices a step; a larger budget buys more masks and more tuning, never beyond the unbounded sizes."""
-    request = onboard.AddRequest(name="x", target="t", draft="prompt-lookup", minutes=1.0)
-    small, _, small_grid = onboard.plan(request, step=0.05, window=0.5, num_layers=24, ratio=0.45, file_prompts=None)
-    large, search, large_grid = onboard.plan(onboard.AddRequest(name="x", target="t", draft="prompt-lookup", minutes=60.0),
-                                             step=0.05, window=0.5, num_layers=24, ratio=0.45, file_prompts=None)
-    assert small.search_steps < large.search_steps <= 24 + 36 + 15
-    assert small.tune_points <= large.tune_points and large.expected_minutes <= 60 * 1.1
-    assert search["steps"] == large.search_steps and large_grid.alpha1 and small_grid.alpha1
+def test_a_budget_the_smallest_plan_cannot_fit_stops_before_any_search(cache, user_files, monkeypatch):
+    """The probe prices the units; a budget under the smallest plan is refused with the minutes it
+    needs, before the search or the tuning start, and no mask is written."""
+    started: list[str] = []
+
+    def search(*args, **kwargs):
+        started.append("search")
+        raise Interrupted()
+
+    monkeypatch.setattr("viasd_adapt.search.pipeline.run_stages", search)
+    request = replace(request_of(user_files, cache), minutes=0.05)
+    said: list[str] = []
+    with pytest.raises(ConfigError, match=r"--minutes 0.05 is too small .* pass --minutes (\d+\.?\d*) or more") as refused:
+        onboard.add_pair(request, say=said.append, progress=False)
+    assert started == [] and not (request.work / "mask.json").exists() and not request.folder.exists()
+    assert said[-1].startswith("probe ") and "tiered" in said[-1]  # what the named minutes are priced from
+    needed = refused.value.minutes_needed
+    assert needed > 0.05
+    lines: list[str] = []  # control: the minutes it named are taken, and the plan stated is within them
+    with pytest.raises(Interrupted):  # the stubbed search: the run went past the plan into it
+        onboard.add_pair(replace(request, minutes=needed), say=lines.append, progress=False, restart=True)
+    assert started == ["search"] and any(f"within the {needed:g} min budget" in line for line in lines)
 
 
-def test_a_drafter_model_is_priced_into_every_tuning_point():
-    """Drafting is priced at a block of drafter steps per token: the same budget buys fewer tuning
-    prompts with a drafter model than with prompt lookup, and the estimate says the drafter's step."""
-    request = onboard.AddRequest(name="x", target="t", draft="d", minutes=30.0)
-    sizes = dict(step=0.2, window=1.9, num_layers=24, ratio=0.45, file_prompts=None)
-    lookup, _, _ = onboard.plan(request, **sizes)
-    drafted, _, _ = onboard.plan(request, **sizes, draft_step=0.03)
-    assert drafted.tune_prompts < lookup.tune_prompts and drafted.draft_step_seconds == 0.03
-    assert lookup.draft_step_seconds == 0.0 and drafted.search_steps == lookup.search_steps
+def test_the_estimate_words_match_a_one_prompt_file(cache, user_files, tmp_path):
+    one = tmp_path / "one.txt"
+    one.write_text("the cat sat on the mat and the cat sat on the mat\n")
+    request = replace(request_of(user_files, cache), calib=one)
+    lines: list[str] = []
+    onboard.add_pair(request, say=lines.append, progress=False)
+    estimate = next(line for line in lines if line.startswith("estimate:"))
+    assert "on 1 prompt" in estimate and "on 1 prompts" not in estimate and "4 prompts" not in estimate
+    report = OnboardReport.load(request.folder / "report.json")
+    assert report.estimate.tune_prompts == 1 and "at 1 prompt" in " ".join(report.verdict)
+
+
+def test_the_report_names_masks_by_the_published_pair_and_lists_each_ratio_tried(cache, user_files, monkeypatch):
+    """A budget that allows it tries three skip ratios: each has its mask file in the published pair,
+    its held-out agreement and its costs, in the printed lines and report.json; nothing names the
+    work folder, which is gone once the pair is published."""
+    from viasd_adapt.tuning.budget_plan import UnitCosts
+
+    lines: list[str] = []
+    request = replace(request_of(user_files, cache), minutes=1.0)
+    # prices that make the masks cheap and the sweep dear: three ratios on the middle grid, few prompts
+    units = UnitCosts(step=0.001, window=0.001, sd_point=0.5, tier_point=0.5)
+    monkeypatch.setattr("viasd_adapt.tuning.probe.measure_units", lambda *args, **kwargs: units)
+    onboard.add_pair(request, say=lines.append, progress=False)
+    folder = request.folder
+    report = OnboardReport.load(folder / "report.json")
+    assert [r.ratio for r in report.ratios] == [0.45, 0.3, 0.2]
+    assert [Path(r.mask) for r in report.ratios] == [folder / "mask.json", folder / "mask-r0.30.json", folder / "mask-r0.20.json"]
+    assert all(Path(r.mask).is_file() and r.heldout_agreement is not None and r.lossless_cost is not None for r in report.ratios)
+    said = [line for line in lines if line.startswith("skip ratio")]
+    assert len(said) == 3 and all("held-out agreement" in line and "feq/token" in line for line in said)
+    assert ".mine.adding" not in "\n".join(lines) + (folder / "report.json").read_text() + (folder / "tuned.json").read_text()
+    assert any(f"mask {folder}" in line for line in report.verdict)
+
+
+def test_published_names_map_only_the_work_folders_masks(tmp_path):
+    from viasd_adapt.tuning.tune import Budget, Point, TuneResult
+    from viasd_adapt.core.settings import Mode, TierSettings
+
+    work, folder = tmp_path / ".x.adding", tmp_path / "x"
+    inside, outside = str(work / "mask.json"), str(tmp_path / "elsewhere.json")
+    points = [Point("lossless", TierSettings(mode=Mode.LOSSLESS), inside, 1.0, 0.0, 0.0, 4),
+              Point("lossless", TierSettings(mode=Mode.LOSSLESS), outside, 1.1, 0.0, 0.0, 4)]
+    result = TuneResult(points, points[0], Budget(), {inside: {}, outside: {}}, {inside: {}, outside: {}}, 1.0)
+    renamed = onboard.published_names(result, work, folder)
+    assert [p.mask for p in renamed.points] == [str(folder / "mask.json"), outside]  # control: a mask elsewhere keeps its name
+    assert renamed.chosen.mask == str(folder / "mask.json") and set(renamed.masks) == {str(folder / "mask.json"), outside}
+
+
+def test_stages_that_run_long_stop_early_and_the_pair_is_still_written(cache, user_files, tick_clock):
+    """The clock jumps to near the budget's end once the estimate is said (a machine that slowed
+    down): the search and the sweep each stop between units with a line, and the pair is published."""
+    request = request_of(user_files, cache)
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        lines.append(line)
+        if line.startswith("estimate:"):
+            tick_clock.jump(MINUTES * 60 * 0.97)
+
+    onboard.add_pair(request, say=say, progress=False)
+    assert any(line.startswith("time budget: the search at the skip ratio 0.45 stops after") for line in lines)
+    assert any(line.startswith("time budget: the sweep stops here") for line in lines)
+    report = OnboardReport.load(request.folder / "report.json")
+    assert report.seconds_after_load <= MINUTES * 60 * 1.1
+    assert (request.folder / "tuned.json").is_file()
+
+
+def test_without_a_jump_no_stage_stops_early(cache, user_files):
+    """Control of the above: the same run on the steady clock says no early stop."""
+    lines: list[str] = []
+    onboard.add_pair(request_of(user_files, cache), say=lines.append, progress=False)
+    assert not [line for line in lines if line.startswith("time budget")]
 
 
 def test_a_bfloat16_pair_runs_by_name_with_the_mask_searched_on_its_bfloat16_weights(cache, user_files):
@@ -239,7 +337,7 @@ def test_a_bfloat16_pair_runs_by_name_with_the_mask_searched_on_its_bfloat16_wei
 
     target, prompts = user_files
     shutil.rmtree(cache / "gguf")  # no float32 entry to start from: every load of this pair reads the bfloat16 one
-    request = onboard.AddRequest(name="half", target=target, draft="prompt-lookup", calib=prompts, minutes=0.05,
+    request = onboard.AddRequest(name="half", target=target, draft="prompt-lookup", calib=prompts, minutes=MINUTES,
                                  dtype="bfloat16", root=cache)
     onboard.add_pair(request, say=lambda line: None, progress=False)
     pair = load_pair("half")
@@ -248,3 +346,18 @@ def test_a_bfloat16_pair_runs_by_name_with_the_mask_searched_on_its_bfloat16_wei
                                          "--no-color"])
     assert generated.exit_code == 0, generated.output
     assert [p.name for p in (cache / "gguf").iterdir()] == [f"{file_sha256(target)}-bfloat16"]  # no float32 copy made
+
+
+@pytest.mark.parametrize("mode, named", [("lossless", "mask-r0.30.json"), ("lenient", "mask.json")])
+def test_pair_json_names_the_mask_the_tuned_choice_was_measured_with(tmp_path, mode, named):
+    """Another ratio's mask may win the sweep: pair.json then names that mask, so the tuned choice
+    is applied (it applies only with its own mask); a choice without a slim verifier keeps mask.json."""
+    from viasd_adapt.config.tuned import TunedSettings
+    from viasd_adapt.core.settings import TierSettings
+
+    (tmp_path / "mask.json").write_text("{}")
+    (tmp_path / "mask-r0.30.json").write_text("{}")
+    settings = TierSettings(mode=mode, lenience=0.4) if mode == "lenient" else TierSettings(mode=mode, ratio=0.3)
+    TunedSettings(settings, mode, [1, 0, 1, 1] if mode == "lossless" else None, {},
+                  report={"mask_file": "mask-r0.30.json"}).save(tmp_path / "tuned.json")
+    assert onboard.chosen_mask_file(tmp_path) == named

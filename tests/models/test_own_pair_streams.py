@@ -22,6 +22,8 @@ from tests.models.test_own_pair import add_args, cache, user_files, warm_gguf_ca
 from viasd_adapt.models.registry import list_pairs  # noqa: E402
 
 VIASD = str(Path(sys.executable).with_name("viasd"))
+#: A real clock in these processes: a budget well past the smallest plan on a loaded machine.
+MINUTES = 0.5
 
 
 def shell(command: list[str], redirect: str, cache_folder: Path) -> subprocess.CompletedProcess:
@@ -34,7 +36,7 @@ def shell(command: list[str], redirect: str, cache_folder: Path) -> subprocess.C
 
 def test_models_add_reports_on_stdout_and_progress_on_stderr(cache, user_files, tmp_path):  # noqa: F811
     errors = tmp_path / "stderr.txt"
-    done = shell([VIASD, *add_args(user_files)], f"2>{shlex.quote(str(errors))}", cache)
+    done = shell([VIASD, *add_args(user_files, minutes=MINUTES)], f"2>{shlex.quote(str(errors))}", cache)
     assert done.returncode == 0, errors.read_text()
     said = errors.read_text()
     for report in ("checked:", "estimate: about", "VERDICT", "pair 'mine' ->"):
@@ -44,10 +46,10 @@ def test_models_add_reports_on_stdout_and_progress_on_stderr(cache, user_files, 
 
 @pytest.mark.parametrize("redirect", ["2>&-", "2>/dev/full"])
 def test_models_add_with_stderr_closed_or_full_still_writes_the_pair(cache, user_files, redirect):  # noqa: F811
-    done = shell([VIASD, *add_args(user_files)], redirect, cache)
+    done = shell([VIASD, *add_args(user_files, minutes=MINUTES)], redirect, cache)
     assert done.returncode == 0, done.stdout
     assert "VERDICT" in done.stdout and f"pair 'mine' -> {cache / 'mine'}" in done.stdout
-    assert sorted(p.name for p in (cache / "mine").iterdir()) == ["mask.json", "pair.json", "report.json", "tuned.json"]
+    assert {"mask.json", "pair.json", "report.json", "tuned.json"} <= {p.name for p in (cache / "mine").iterdir()}
     assert not (cache / ".mine.adding").exists() and not (cache / ".mine.lock").exists()
     assert [p.name for p in list_pairs() if p.source == "built"] == ["mine"]
 

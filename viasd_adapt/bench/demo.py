@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from viasd_adapt.config.tuned import OTHER_DEVICE
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.core.tiers import Tier
 from viasd_adapt.errors import ConfigError
@@ -213,7 +214,7 @@ def run_demo(
     from viasd_adapt.bench import progress as bars
     from viasd_adapt.bench.session import BenchConfig, load_bench_pair, quiet_transformers, resolve_bench_settings, set_threads
     from viasd_adapt.config.resolve import resolve_settings
-    from viasd_adapt.engine.context import check_spec_model
+    from viasd_adapt.engine.context import check_spec_model, spec_for_device
     from viasd_adapt.models.gguf import is_gguf_path
     from viasd_adapt.models.pair import FALLBACK_MASK_LABEL, named_dtype
     from viasd_adapt.models.registry import resolve_pair
@@ -238,6 +239,7 @@ def run_demo(
     with bars.waiting(f"loading {paths.name}{first_load}", enabled=progress):
         loaded = load_bench_pair(config, spec)
     check_spec_model(spec, loaded.target)
+    tuned = spec_for_device(tuned, loaded.target)  # the same file: its notice, if any, was just given
     if loaded.mask is not None and loaded.mask.is_fallback:
         echo(bold(f"no mask.json shipped with this pair: using the {FALLBACK_MASK_LABEL}", colour, fg="red"))
     with bars.waiting("preparing the prompts", enabled=progress):
@@ -273,6 +275,8 @@ def two_answers(pair, shown: DemoPrompts, tuned, budget: DemoBudget, echo: Calla
         return answers
     mode = tuned.settings.mode.value
     why = f"tune's pick for this pair, {tuned.tuned.choice}" if tuned.tuned is not None else "no tuned.json: the defaults"
+    if tuned.not_applied.startswith(OTHER_DEVICE):
+        why = f"the defaults: tune's pick was {tuned.not_applied}"
     echo("")
     answers["tuned"] = show_answer(pair, "hf", tuned.settings, ids, budget.answer_tokens,
                                    f"answer of the tuned setting (hf framework, mode {mode}: {why}):", echo, write, colour)

@@ -14,6 +14,7 @@ from viasd_adapt.bench.prices import format_price_list
 from viasd_adapt.bench.run import ROW_FIELDS, BenchResult
 from viasd_adapt.core.settings import renamed_row
 from viasd_adapt.io import save_figure, write_json
+from viasd_adapt.config.hardware import HardwareStamp
 from viasd_adapt.config.schema import Artifact, SparseRecord, load_artifact
 
 BENCH_FORMAT = "viasd-adapt/bench"
@@ -90,6 +91,8 @@ class BenchReport(Artifact):
     task_prompts: int = 0
     groups: dict[str, list[BenchRow]] = Field(default_factory=dict)
     group_sizes: dict[str, int] = Field(default_factory=dict)
+    #: where the rows were measured (:mod:`viasd_adapt.config.hardware`); None in reports written before it was recorded
+    hardware: HardwareStamp | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -257,6 +260,7 @@ def result_json(result: BenchResult, run_info: dict[str, Any]) -> dict[str, Any]
         "task_prompts": result.task_prompts,
         "groups": {group: [{key: row.get(key) for key in ROW_FIELDS} for row in rows] for group, rows in result.groups.items()},
         "group_sizes": result.group_sizes,
+        "hardware": result.hardware,
     }).to_json()
 
 

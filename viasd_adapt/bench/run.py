@@ -52,6 +52,8 @@ from viasd_adapt.model_kind import model_kind
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.models.pair import LoadedPair
 from viasd_adapt.frameworks.requests import RunRequest
+from viasd_adapt.config.hardware import HardwareStamp
+from viasd_adapt.routing.hardware import hardware_stamp
 from viasd_adapt.routing.slim import SlimVerifier
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import ADAPTIVE_MODES, ADAPTIVE_SUFFIX, FIXED_SUFFIX, TierSettings, label_settings
@@ -219,6 +221,7 @@ class BenchResult:
     groups: dict[str, list[dict]] = field(default_factory=dict)  # group -> rows summarised on its prompts only
     group_sizes: dict[str, int] = field(default_factory=dict)  # group -> number of prompts
     prices: PriceList | None = None  # the run's one price list; ``costs`` are its medians
+    hardware: HardwareStamp | None = None  # where the rows were measured (the target's device and dtype)
 
 
 def plan_rows(pair: LoadedPair, plan: RunPlan) -> tuple[list[PlannedRow], dict[str, str], dict[str, str]]:
@@ -336,7 +339,8 @@ def run_bench(
     per_group = {group: _summarise(rows, group_stats[group], costs, {}, drafter_model=drafter_model) for group in groups}
     return BenchResult(summary, costs, skipped, memory_source(pair.device), descriptions,
                        time.perf_counter() - started, [len(ids) for ids in prompt_ids], len(task), per_group,
-                       {group: sum(p.group == group for p in prompts) for group in groups}, prices)
+                       {group: sum(p.group == group for p in prompts) for group in groups}, prices,
+                       hardware_stamp(pair.target))
 
 
 def _run_timed(pair: LoadedPair, meter: RunMeter, run, ids: list[int], accumulators: list[RepeatStats],

@@ -25,7 +25,9 @@ from viasd_adapt.tuning.onboard import DEFAULT_MINUTES
               help="Calibration prompts: a file (one per line or a JSON list; a small file holds out what it can), "
                    "or spec-bench[:TASK,...] [default: Spec-Bench's calibration split for a chat model, else stdlib snippets].")
 @click.option("--minutes", type=finite(min=0, min_open=True), default=DEFAULT_MINUTES, show_default=True,
-              help="Budget for the mask search and the tuning: their sizes are chosen to fit it, from a measured step.")
+              help="Budget after the first load: a probe prices each stage, the masks, skip ratios, settings and prompts "
+                   "are sized to fit, each stage stops on time, and a budget too small for the smallest plan is refused "
+                   "naming the minutes it needs.")
 @placement_options
 @threads_option
 @chat_option
@@ -37,9 +39,10 @@ def add(name, target, draft, eagle_head, calib, minutes, device, dtype, device_m
         no_progress) -> None:
     """Search the mask, tune, and save your target and drafter as the pair NAME.
 
-    Checks the pair, states an estimate, searches the mask and tunes within --minutes, prints the
-    verdict with its uncertainty, and writes NAME/ (pair.json naming your files where they are,
-    mask.json, tuned.json, report.json) for `--pair NAME` and load_pair("NAME"). Interrupted, it
+    Checks the pair, states an estimate, searches the masks (skip ratio 0.45, and 0.3 and 0.2 when
+    the budget allows) and tunes within --minutes, prints the verdict with its uncertainty and each
+    ratio's agreement and cost, and writes NAME/ (pair.json naming your files where they are,
+    the masks, tuned.json, report.json) for `--pair NAME` and load_pair("NAME"). Interrupted, it
     resumes where it stopped; killed at any point, it leaves no half-written pair. --dtype is
     recorded in pair.json (a .gguf target is cached in it: bfloat16 takes half the disk)."""
     from viasd_adapt.tuning.onboard import AddRequest, add_pair

@@ -6,6 +6,7 @@ Heavy imports happen inside the command so ``viasd --help`` stays fast.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import click
@@ -14,6 +15,9 @@ from viasd_adapt.cli.options import (DRAFT_HELP, pair_dtype, TARGET_HELP, DraftP
                                      finite, pair_option, placement_of, placement_options)
 from viasd_adapt.cli.threads import threads_option
 from viasd_adapt.routing.mask import check_tuned_model
+
+#: The clock a ``--minutes`` budget is kept on (a test swaps in a fake one, scoped).
+CLOCK = time.perf_counter
 
 
 def _floats(value: str, option: str = "") -> tuple[float, ...]:
@@ -73,12 +77,16 @@ def _floats(value: str, option: str = "") -> tuple[float, ...]:
 @adaptive_option("Also measure the adaptive tier (the lossless point and the cheapest lossy point within budget of "
                  "each mask, the tier chosen cycle by cycle) beside the tier on every cycle.", default=True)
 @threads_option
+@click.option("--minutes", type=finite(min=0.0, min_open=True), default=None,
+              help="Time budget after loading: a probe prices one setting on one prompt, the sweep runs on as many prompts "
+                   "(and, without --ratios, tries as many other skip ratios) as fit, and stops between settings at the end; "
+                   "a budget too small for one prompt is refused, naming the minutes it needs [default: no budget].")
 @placement_options
 @click.option("--costs", default=None, help="Also price every point's measured pass counts with another machine's forward costs "
               "(a cost file, or a shipped one: h200-llama2-7b, h200-llama2-13b) and print the projected verdict (not written).")
 def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, alpha1_values, alpha2_values, lenience_values,
          greedy_gates, gamma, max_ll_drop, max_overrule, max_regret, reuse_path, retime, num_prompts, calib, chat, max_new_tokens,
-         temperature, out_path, force, plot_path, json_path, adaptive, threads, device, dtype, device_map, costs) -> None:
+         temperature, out_path, force, plot_path, json_path, adaptive, threads, minutes, device, dtype, device_map, costs) -> None:
     """Sweep VIA-SD (alpha1, alpha2, r) and the lenient baseline; write the cheapest setting within a fidelity budget."""
     import torch
     from tqdm import tqdm
@@ -125,14 +133,25 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
                        dtype=pair_dtype(choice, dtype), device_map=device_map)
     if loaded.mask.is_fallback:
         click.echo(f"note: no mask.json for this pair; tuning with the {loaded.mask.source}")
+    loaded_at = CLOCK()  # a --minutes budget runs from here
     if reuse_path is not None:
         result = _reused(loaded, reused, reuse_path, budget, grid.gamma if retime else None)
     else:
+        prompts, stop_when = _calibration_prompts(loaded, calib, chat, num_prompts, max_new_tokens), None
+        if minutes is not None:
+            prompts, ratio_values, stop_when = _budgeted(loaded, prompts, minutes, loaded_at, grid, ratio_values, not ratios,
+                                                         search_steps, max_new_tokens, len(exit_layers), chat)
         config = TuneConfig(max_new_tokens, grid, budget, ratio_values, search_steps, exit_layers, sampling,
                             save_masks_to=base_dir, chat=chat, adaptive=adaptive)
-        result = run_tune(loaded, _calibration_prompts(loaded, calib, chat, num_prompts, max_new_tokens), config,
-                          progress=lambda m: click.echo(f"  .. {m}"),
-                          bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False))
+        result = run_tune(loaded, prompts, config, progress=lambda m: click.echo(f"  .. {m}"),
+                          bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False), stop_when=stop_when)
+        if minutes is not None or ratio_values:
+            from viasd_adapt.prompts.chat import encode_prompt
+            from viasd_adapt.tuning.tune_budget import ratio_table
+
+            ids = [p.ids if hasattr(p, "ids") else encode_prompt(loaded.tokenizer, p, chat) for p in prompts]
+            for line in ratio_table(result, loaded.target, ids):
+                click.echo(line)
     for line in describe(result):
         click.echo(line)
     if cost_model is not None:
@@ -150,6 +169,37 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
         portable = result.relative_to(out_path.parent)  # the same names as the artifact: --reuse finds its costs
         sweep = TunePoints(points=[p.to_dict() for p in portable.points], tuned=artifact)
         click.echo(f"wrote {sweep.save(json_path)}")
+
+
+def _budgeted(loaded, prompts: list, minutes: float, loaded_at: float, grid, ratios: tuple[float, ...], auto_ratios: bool,
+              search_steps: int, max_new_tokens: int, exits: int, chat: str):
+    """``--minutes``: the probe, the sweep's size for what is left (said before it starts, or a
+    refusal naming the minutes it needs), and the ``stop_when`` that ends the sweep at the budget.
+    Returns the prompts and ratios to run and ``stop_when``."""
+    from viasd_adapt.prompts.chat import encode_prompt
+    from viasd_adapt.routing.layers import find_decoder_stack
+    from viasd_adapt.search.config import DEFAULTS
+    from viasd_adapt.tuning.budget_plan import Deadline
+    from viasd_adapt.tuning.onboard_plan import grid_size
+    from viasd_adapt.tuning.probe import measure_units
+    from viasd_adapt.tuning.tune_budget import fit_tune, scaled, tune_estimate_line
+
+    deadline = Deadline(minutes * 60, CLOCK, start=loaded_at)
+    first = prompts[0]
+    ids = list(first.ids if hasattr(first, "ids") else encode_prompt(loaded.tokenizer, first, chat))
+    ratio = loaded.mask.mask.ratio if loaded.mask is not None else DEFAULTS.ratio
+    units = scaled(measure_units(loaded, ids, num_layers=find_decoder_stack(loaded.target).num_layers, ratio=ratio,
+                                 window_tokens=DEFAULTS.calibration.max_prompt_tokens + 32, gamma=grid.gamma, clock=CLOCK),
+                   max_new_tokens)
+    probe = CLOCK() - loaded_at
+    size = grid_size(grid)
+    plan = fit_tune(units, deadline.remaining(), minutes=minutes, grid=size, masks=(loaded.mask is not None) + exits,
+                    ratios=ratios, auto_ratios=auto_ratios, search_steps=search_steps, prompts_asked=len(prompts))
+    click.echo(tune_estimate_line(plan, probe, minutes, size))
+    for note in plan.notes:
+        click.echo(f"note: {note}")
+    per_setting = plan.prompts * max(units.sd_point, units.tier_point)
+    return prompts[:plan.prompts], plan.ratios, lambda: not deadline.allows(per_setting)
 
 
 def _reused(loaded, reused, reuse_path: Path, budget, retime_gamma: int | None):

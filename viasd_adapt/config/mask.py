@@ -20,6 +20,7 @@ from typing import Annotated, Any, ClassVar, Optional, Sequence, Union
 from pydantic import BeforeValidator, Field, PlainSerializer, ValidationInfo, WrapValidator
 
 from viasd_adapt.config.fingerprint import ModelFingerprint
+from viasd_adapt.config.hardware import HardwareStamp
 from viasd_adapt.config.schema import Artifact, read_json
 from viasd_adapt.config.search_record import EARLY_EXIT, EarlyExitRecord, SearchMeasurements, SearchRecord
 from viasd_adapt.errors import ConfigError
@@ -245,6 +246,8 @@ class MaskArtifact(Artifact):
     search: SearchSection = None
     fingerprint: FingerprintSection = Field(default_factory=ModelFingerprint)
     report: ReportSection = None
+    #: where the search ran (:mod:`viasd_adapt.config.hardware`); the mask applies on any device
+    hardware: HardwareStamp | None = None
 
     def __init__(self, mask: Any = None, ratio: float | None = None, score: float | None = None,
                  delta: float | None = None, **fields: Any):
@@ -261,6 +264,12 @@ class MaskArtifact(Artifact):
     def searched(self) -> bool:
         """Whether the mask was found by a search (its ``search`` and ``report`` are records)."""
         return isinstance(self.search, SearchRecord)
+
+    def to_json(self) -> dict[str, Any]:
+        data = super().to_json()
+        if self.hardware is None:  # an older file keeps its shape
+            data.pop("hardware", None)
+        return data
 
     def save(self, path: str | os.PathLike) -> Path:
         """Writes the artifact atomically (a failed write leaves an existing file as it was)."""

@@ -34,7 +34,7 @@ from viasd_adapt.errors import ConfigError
 from viasd_adapt.config.mask import MaskArtifact
 from viasd_adapt.core.notices import Notice, emit
 from viasd_adapt.core.settings import ADAPTIVE_MODES, CONSERVATIVE, Mode, TierSettings
-from viasd_adapt.config.tuned import OTHER_DRAFTER, TunedForAnotherMaskWarning, TunedSettings, recorded_mask, tuned_path_beside
+from viasd_adapt.config.tuned import OTHER_DEVICE, OTHER_DRAFTER, TunedForAnotherMaskWarning, TunedSettings, recorded_mask, tuned_path_beside
 
 #: Source of a value nobody set.
 DEFAULT = "default"
@@ -82,6 +82,9 @@ class RunSpec:
     #: what the user should be told about this resolution (tuned settings measured with another
     #: mask), given as warnings by the caller that read the files (:func:`resolve_settings`)
     notices: tuple[Notice, ...] = ()
+    #: what the run knows of the device the tuned settings were measured on (``--explain``), "" until
+    #: checked against the run's target (:func:`viasd_adapt.engine.context.spec_for_device`)
+    device_note: str = ""
 
     def without_tuned(self, reason: str) -> "RunSpec":
         """The same resolution without the tuned file's layers (its choice and its best points): every
@@ -105,8 +108,9 @@ class RunSpec:
     @property
     def evidence(self) -> TunedSettings | None:
         """The tuned file as evidence of what this run's passes cost (the adaptive tier's prices and
-        priors): None without one, or when it was set aside as measured with another drafter."""
-        return None if self.not_applied.startswith(OTHER_DRAFTER) else self.tuned
+        priors): None without one, or when it was set aside as measured with another drafter or on
+        another kind of device (its prices are another machine's)."""
+        return None if self.not_applied.startswith((OTHER_DRAFTER, OTHER_DEVICE)) else self.tuned
 
     @property
     def measured_on(self) -> str | None:
@@ -156,6 +160,8 @@ class RunSpec:
                          f"measured on the {self.measured_on} framework")
             if self.drafter_note:
                 lines.append(f"tuned settings' drafter: {self.drafter_note}")
+            if self.device_note:
+                lines.append(f"tuned settings' device: {self.device_note}")
             if self.tuned_applied and self.framework is not None and self.framework != self.measured_on:
                 lines.append(f"note: --framework {self.framework} runs settings measured on the {self.measured_on} "
                              f"framework's loop (viasd tune measures only {self.measured_on}); the same settings "

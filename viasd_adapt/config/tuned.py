@@ -72,6 +72,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, field_
 from typing import Literal, Union
 
 from viasd_adapt.config.fingerprint import ModelFingerprint
+from viasd_adapt.config.hardware import HardwareStamp
 from viasd_adapt.config.schema import Artifact, SparseRecord, TierSettingsField, load_artifact
 from viasd_adapt.core.settings import TierSettings
 
@@ -254,6 +255,8 @@ class TunedSettings(Artifact):
     measured: dict[str, Any] = Field(default_factory=dict)
     report: TunedReport = Field(default_factory=TunedReport)
     measured_on: Annotated[str, BeforeValidator(_known_framework)] = MEASURED_ON_DEFAULT
+    #: where the settings were measured (:mod:`viasd_adapt.config.hardware`); None in files written before it was recorded
+    hardware: HardwareStamp | None = None
     #: the names of the settings the file states (every one, for a file written by viasd tune)
     _stated: frozenset = PrivateAttr(default=SETTING_NAMES)
 
@@ -277,8 +280,9 @@ class TunedSettings(Artifact):
 
     def to_json(self) -> dict[str, Any]:
         data = super().to_json()
-        if self.drafter is None:  # an older file keeps its shape: no drafter record is written as none
-            data.pop("drafter", None)
+        for record in ("drafter", "hardware"):  # an older file keeps its shape: no record is written as none
+            if getattr(self, record) is None:
+                data.pop(record, None)
         return data
 
     @classmethod
@@ -421,6 +425,20 @@ class TunedForAnotherDrafterWarning(UserWarning):
     """``tuned.json`` was measured with another drafter than the run's: its settings are not applied."""
 
 
-__all__ = ["COST_FIELDS", "DRAFTER_MODEL", "EAGLE_HEAD", "FORMAT", "KNOWN_CHOICES", "MEASURED_ON_DEFAULT", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
-           "TunedBudget", "TunedForAnotherDrafterWarning", "TunedForAnotherMaskWarning", "TunedPoint", "TunedReport",
+#: How the reason starts when tuned settings are set aside for the device (``RunSpec.not_applied``).
+OTHER_DEVICE = "measured on another device"
+
+
+class TunedForAnotherDeviceWarning(UserWarning):
+    """``tuned.json`` was measured on another kind of device than the run's (a CPU, run on a GPU): its
+    choice is not applied (:mod:`viasd_adapt.config.hardware`)."""
+
+
+class TunedOnUnknownDeviceWarning(UserWarning):
+    """``tuned.json`` does not say which device it was measured on (written before files recorded it):
+    its choice is applied, unchecked (:mod:`viasd_adapt.config.hardware`)."""
+
+
+__all__ = ["COST_FIELDS", "DRAFTER_MODEL", "EAGLE_HEAD", "FORMAT", "KNOWN_CHOICES", "MEASURED_ON_DEFAULT", "OTHER_DEVICE", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
+           "TunedBudget", "TunedForAnotherDeviceWarning", "TunedForAnotherDrafterWarning", "TunedOnUnknownDeviceWarning", "TunedForAnotherMaskWarning", "TunedPoint", "TunedReport",
            "TunedSettings", "TunedValueClampedWarning", "drafter_mismatch", "find_tuned", "recorded_mask", "tuned_path_beside"]

@@ -40,14 +40,17 @@ from torch import nn
 from viasd_adapt.config.advice import negative_delta_notice
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.config.resolve import UNREAD, RunSpec, read_settings
-from viasd_adapt.config.tuned import (DRAFTER_MODEL, EAGLE_HEAD, PROMPT_LOOKUP_DRAFTER, TunedForAnotherDrafterWarning,
-                                      TunedSettings, drafter_mismatch, find_tuned)
+from viasd_adapt.config.hardware import device_mismatch, retune_hint, unknown_device
+from viasd_adapt.config.tuned import (DRAFTER_MODEL, EAGLE_HEAD, OTHER_DEVICE, PROMPT_LOOKUP_DRAFTER,
+                                      TunedForAnotherDeviceWarning, TunedForAnotherDrafterWarning,
+                                      TunedOnUnknownDeviceWarning, TunedSettings, drafter_mismatch, find_tuned)
 from viasd_adapt.core.adaptive import AdaptivePlan
 from viasd_adapt.core.hooks import make_plugin_manager
 from viasd_adapt.core.notices import Notice, emit
 from viasd_adapt.core.settings import Mode, TierSettings, check_settings
 from viasd_adapt.core.verify_step import VerifyStep
 from viasd_adapt.engine.priors import adaptive_plan
+from viasd_adapt.routing.hardware import run_device_kind
 from viasd_adapt.routing.mask import MaskLike, check_tuned_model, model_mismatches, resolve_mask
 from viasd_adapt.routing.slim import SlimVerifier
 
@@ -245,6 +248,46 @@ def other_drafter_notice(tuned_path: Path | None, mismatch: str) -> Notice:
         "defaults). Run viasd tune with this drafter to tune this pair."))
 
 
+def _pair_name(spec: RunSpec) -> str:
+    """The pair a tuned file belongs to, for the re-tune command: its folder's name."""
+    return spec.tuned_path.parent.name if spec.tuned_path is not None else "NAME"
+
+
+def spec_for_device(spec: RunSpec, model: nn.Module) -> RunSpec:
+    """``spec`` checked against the device kind ``model`` (the run's target) computes on (pure: the
+    notice is in ``notices``; :mod:`viasd_adapt.config.hardware`).
+
+    Tuned settings measured on another kind of device are not applied: the spec without them (the
+    default mode, the mask the pair loaded), with a :class:`~viasd_adapt.config.tuned.TunedForAnotherDeviceWarning`
+    that says how to tune here. A file that records no device is applied, with one
+    :class:`~viasd_adapt.config.tuned.TunedOnUnknownDeviceWarning`. Checked once: a spec that says
+    where its settings were measured (``device_note``) is returned as it is. The returned spec's
+    ``notices`` are this check's only (the resolution's own were the resolver's to give)."""
+    if spec.tuned is None or spec.device_note:
+        return replace(spec, notices=())
+    kind = run_device_kind(model)
+    hint = retune_hint(_pair_name(spec), kind)
+    recorded = spec.tuned.hardware
+    applied = spec.tuned_applied or any(source.startswith("tuned.json") for source in spec.sources.values())
+    if unknown_device(recorded):
+        note = "not recorded (a file written before devices were recorded): applied unchecked"
+        notice = Notice(TunedOnUnknownDeviceWarning, (
+            f"viasd-adapt: {spec.tuned_path} does not say which device it was measured on (written before files "
+            f"recorded it); its choice ({spec.tuned.choice}) is applied unchecked on {kind}. To record it, tune here: "
+            f"{hint}"))
+        return replace(spec, device_note=note, notices=(notice,) if applied else ())
+    mismatch = device_mismatch(recorded, kind)
+    if mismatch is None:
+        return replace(spec, device_note=f"{recorded.describe()}, as this run", notices=())
+    if not applied:
+        return replace(spec, device_note=mismatch, notices=())  # nothing of it was applied (another mask): nothing to take back
+    untuned = spec.without_tuned(f"{OTHER_DEVICE}: {mismatch}")
+    notice = Notice(TunedForAnotherDeviceWarning, (
+        f"viasd-adapt: {spec.tuned_path} was {mismatch}; its choice ({spec.tuned.choice}) is not applied (running "
+        f"the default mode with the pair's mask). Tune here: {hint}"))
+    return replace(untuned, device_note=mismatch, notices=(notice,))
+
+
 def spec_for_drafter(spec: RunSpec, model: nn.Module, drafter: DrafterLike = None) -> RunSpec:
     """``spec`` checked against the models of the run (pure: the notice is in ``notices``).
 
@@ -256,7 +299,8 @@ def spec_for_drafter(spec: RunSpec, model: nn.Module, drafter: DrafterLike = Non
     if spec.tuned is None:
         return spec
     check_tuned_model(spec.tuned, model, source=f"tuned settings {spec.tuned_path}")
-    if drafter is None:
+    spec = spec_for_device(spec, model)  # its notice (if any) is the only one in spec.notices now
+    if drafter is None or spec.not_applied.startswith(OTHER_DEVICE):
         return spec
     mismatch = tuned_drafter_mismatch(spec.tuned, drafter)
     if mismatch is None:
@@ -267,7 +311,7 @@ def spec_for_drafter(spec: RunSpec, model: nn.Module, drafter: DrafterLike = Non
     if not (spec.tuned_applied or any(source.startswith("tuned.json") for source in spec.sources.values())):
         return replace(spec, drafter_note=note)  # nothing of it was applied (another mask): nothing to take back
     untuned = spec.without_tuned(mismatch)  # --explain says why in its "not applied" clause
-    return replace(untuned, notices=(other_drafter_notice(spec.tuned_path, mismatch),))
+    return replace(untuned, notices=(*spec.notices, other_drafter_notice(spec.tuned_path, mismatch)))
 
 
 def check_spec_model(spec: RunSpec, model: nn.Module, drafter: DrafterLike = None) -> RunSpec:
@@ -316,6 +360,9 @@ def resolve_context(
     if settings is None and spec is not None:
         if spec.tuned is not None:
             check_tuned_model(spec.tuned, target, source=f"tuned settings {spec.tuned_path}")
+            checked = spec_for_device(spec, target)
+            spec = replace(checked, notices=spec.notices + checked.notices)
+            evidence = None if spec.not_applied.startswith(OTHER_DEVICE) else evidence
         settings = spec.settings
     settings = check_settings(settings if settings is not None else TierSettings())
     routing = resolve_mask(target, mask, settings.mode, source=mask_source)
@@ -389,4 +436,4 @@ def _adapts(settings: TierSettings | None) -> bool:
 
 __all__ = ["EAGLE_HEAD", "GIVEN", "NO_MASK_MESSAGE", "RunContext", "UntieredWithoutMaskWarning", "check_spec_model",
            "drafter_identity", "no_mask_default", "open_context", "other_drafter_notice", "resolve_context",
-           "spec_for_drafter", "tuned_drafter_mismatch"]
+           "spec_for_device", "spec_for_drafter", "tuned_drafter_mismatch"]

@@ -80,6 +80,11 @@ class SearchResult:
         return len(self.history)
 
 
+class StopSearch(Exception):
+    """Raised by an ``on_step`` callback to end a search after the evaluation it was just given (a
+    time budget spent): the search returns its best mask so far, with stop reason ``"budget"``."""
+
+
 def dimr_search(
     cost: Callable[[Bits], float],
     space: MaskSpace,
@@ -140,7 +145,11 @@ def dimr_search(
         else:
             since_best += 1
         if on_step is not None:
-            on_step(evaluation, best)
+            try:
+                on_step(evaluation, best)
+            except StopSearch:
+                stop_reason = "budget"
+                break
         if config.patience and since_best >= config.patience:
             stop_reason = "patience"
             break

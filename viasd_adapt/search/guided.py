@@ -63,7 +63,7 @@ from viasd_adapt.search.candidates import (
     unique_unseen,
 )
 from viasd_adapt.search.config import DEFAULTS, GuidedConfig, SearchConfig, default_steps
-from viasd_adapt.search.dimr import Evaluation, SearchResult
+from viasd_adapt.search.dimr import Evaluation, SearchResult, StopSearch
 from viasd_adapt.search.gp import fit_gp, fitted_state, rebuild_gp
 
 PROBE, WARM, LOCAL, GLOBAL = "probe", "warm", "local", "global"
@@ -188,6 +188,7 @@ class Evaluations:
     in_space: dict[Bits, float] = field(default_factory=dict)
     best: float = math.inf
     since_best: int = 0
+    stopped: bool = False  # the on_step callback raised StopSearch (a time budget spent)
 
     def evaluate(self, bits: Bits, kind: str) -> float:
         """Scores ``bits`` (a probe outside the space is recorded, never a result)."""
@@ -204,7 +205,10 @@ class Evaluations:
             else:
                 self.since_best += 1
         if self.on_step is not None:
-            self.on_step(record, self.best)
+            try:
+                self.on_step(record, self.best)
+            except StopSearch:
+                self.stopped = True
         return value
 
     def best_bits(self) -> Bits | None:
@@ -233,7 +237,7 @@ def warm_start(evaluations: Evaluations, sensitivity: list[float] | None, steps:
     if not guided.warm:
         return
     for bits in structured_starts(evaluations.space, sensitivity)[: guided.warm_starts]:
-        if len(evaluations.history) >= steps:
+        if len(evaluations.history) >= steps or evaluations.stopped:
             break
         if bits not in evaluations.seen:
             evaluations.evaluate(bits, WARM)
@@ -360,7 +364,7 @@ def guided_search(
     region, reason, total = Region(), "steps", space.size()
     t_loop = time.perf_counter()
     while len(evaluations.history) < steps:
-        stop = stop_reason(evaluations, config.patience, total)
+        stop = "budget" if evaluations.stopped and evaluations.in_space else stop_reason(evaluations, config.patience, total)
         if stop is not None:
             reason = stop
             break

@@ -199,7 +199,7 @@ def artifact_of(search: SearchRecord, measured: SearchMeasurements, trace: Searc
     """The mask artifact of the trace's best mask, carrying the two sections."""
     return MaskArtifact(mask=trace.best_mask, ratio=trace.best_mask.ratio, score=round(trace.best_score.cost, 6),
                         delta=round(trace.best_score.delta, 6), search=search, fingerprint=trace.fingerprint,
-                        report=measured)
+                        report=measured, hardware=trace.hardware)
 
 
 def report_search(prepared: Prepared, trace: SearchTrace, info: ReportInput = ReportInput()) -> SearchOutcome:

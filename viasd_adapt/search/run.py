@@ -18,6 +18,8 @@ from torch import nn
 
 from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.routing.layers import find_decoder_stack
+from viasd_adapt.config.hardware import HardwareStamp
+from viasd_adapt.routing.hardware import hardware_stamp
 from viasd_adapt.routing.mask import model_fingerprint
 from viasd_adapt.search.candidates import Bits, MaskSpace
 from viasd_adapt.search.config import DEFAULTS, SearchConfig
@@ -74,6 +76,7 @@ class SearchTrace:
     heldout_tau: int | None = None
     heldout_agreement: float | None = None
     drafter_heldout_agreement: float | None = None
+    hardware: HardwareStamp | None = None  # where the search ran (the target's device and dtype)
     extras: dict = field(default_factory=dict)
 
 
@@ -110,6 +113,7 @@ def run_search(target: nn.Module, draft: nn.Module, prepared: Prepared, config: 
     trace = SearchTrace(config, space, objective_kind, result, best_mask, best_score, objective.direct_cost, num_layers,
                         model_fingerprint(target), setup_seconds, eval_seconds, 0.0, objective.prefix is not None,
                         random)
+    trace.hardware = hardware_stamp(target)
     if probe is not None:
         trace.heldout_tau = probe.windows.num_scored
         trace.heldout_agreement = probe.of_mask(best_mask)

@@ -21,6 +21,7 @@ from viasd_adapt.config.tuned import PLAIN_DECODING_CHOICE, PROMPT_LOOKUP_DRAFTE
 from viasd_adapt.core.settings import ADAPTIVE_MODES, ADAPTIVE_SUFFIX, Mode, TierSettings
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.pair import LoadedPair
+from viasd_adapt.routing.hardware import hardware_stamp
 from viasd_adapt.routing.mask import model_fingerprint
 from viasd_adapt.tuning.grid import FAMILIES, MEASURED_ON, TIER_FAMILIES
 
@@ -310,6 +311,7 @@ def artifact_of(result: TuneResult, pair: LoadedPair, masks_dir: Path | None = N
         budget=asdict(result.budget),
         measured=chosen.to_dict(),
         measured_on=MEASURED_ON,
+        hardware=hardware_stamp(pair.target) if pair.target is not None else None,
         report={"best_within_budget": best, "costs": result.costs, "masks": result.masks, "seconds": round(result.seconds, 1),
                 "mask_file": mask_file,
                 "points": len(result.points),

@@ -73,6 +73,8 @@ class TuneConfig:
         cost_repeats: repeats of each forward timed for the costs.
         chat: how text prompts become ids (``auto``, ``on``, ``off``).
         adaptive: also measure the adaptive twins (False: the tier on every cycle only).
+        mask_files: masks already searched (files, checked against the target) measured beside
+            the pair's own, each named by its path (``viasd models add``'s other skip ratios).
     """
 
     max_new_tokens: int = 48
@@ -87,6 +89,7 @@ class TuneConfig:
     cost_repeats: int = 15
     chat: str = "auto"
     adaptive: bool = True
+    mask_files: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -95,6 +98,7 @@ class TuneConfig:
             raise ConfigError(f"cost_repeats must be at least 1, got {self.cost_repeats}")
         object.__setattr__(self, "ratios", tuple(self.ratios))
         object.__setattr__(self, "exits", tuple(self.exits))
+        object.__setattr__(self, "mask_files", tuple(Path(p) for p in self.mask_files))
 
     @property
     def base(self) -> TierSettings:
@@ -103,16 +107,21 @@ class TuneConfig:
 
 
 def masks_for_ratios(pair: LoadedPair, ratios: tuple[float, ...], search_steps: int, save_dir: Path | None,
-                      say: Callable[[str], None], exits: tuple[int, ...] = ()) -> dict[str, RoutingMask]:
-    """The pair's own mask, one DIMR mask per ratio it does not already cover, and the early-exit
-    masks ``exits`` (keep layers ``0..k-1``, skip the rest: everything the slim pass computes is
-    reused when the target resumes at k, so they cost nothing beyond the exit's own layers)."""
+                      say: Callable[[str], None], exits: tuple[int, ...] = (),
+                      mask_files: tuple[Path, ...] = ()) -> dict[str, RoutingMask]:
+    """The pair's own mask, the masks of ``mask_files`` (searched already), one DIMR mask per ratio
+    none of those covers, and the early-exit masks ``exits`` (keep layers ``0..k-1``, skip the rest:
+    everything the slim pass computes is reused when the target resumes at k, so they cost nothing
+    beyond the exit's own layers)."""
     from viasd_adapt.routing.layers import find_decoder_stack
+    from viasd_adapt.routing.mask import load_mask
     from viasd_adapt.config.mask import skip_count
 
     masks: dict[str, RoutingMask] = {}
     if pair.mask is not None:
         masks[pair.mask.source] = pair.mask.mask
+    for path in mask_files:
+        masks[str(path)] = load_mask(path, pair.target).mask
     num_layers = find_decoder_stack(pair.target).num_layers
     have = {mask.num_skipped for mask in masks.values()}
     for ratio in ratios:

@@ -39,7 +39,7 @@ from viasd_adapt.tuning.grid import MEASURED_ON, TuneConfig, fixed_candidates, m
 
 def tune(pair: LoadedPair, prompts: Sequence[str | BenchPrompt], config: TuneConfig | None = None, *,
          progress: Callable[[str], None] | None = None, bar: Callable[[int], object] | None = None,
-         **options: Any) -> TuneResult:
+         stop_when: Callable[[], bool] | None = None, **options: Any) -> TuneResult:
     """Measures every candidate and chooses the cheapest within ``config.budget`` (module docstring
     of :mod:`viasd_adapt.tuning.tune`); ``config.adaptive=False`` measures no adaptive twin.
 
@@ -47,7 +47,9 @@ def tune(pair: LoadedPair, prompts: Sequence[str | BenchPrompt], config: TuneCon
     :func:`viasd_adapt.bench.prompt_sets.tune_spec_bench_prompts`), or texts (held-out snippets,
     :func:`viasd_adapt.prompts.splits.tune_snippets`) put through the chat template per ``config.chat``.
     ``options``: :class:`TuneConfig`'s fields, when no ``config`` is given. ``progress`` says what
-    is being done; ``bar(total)`` makes a progress bar of the candidates."""
+    is being done; ``bar(total)`` makes a progress bar of the candidates. ``stop_when()``, asked
+    before each setting after the first (plain SD), ends the sweep early when it answers True (a
+    time budget spent): the choice is made among the settings measured, and ``progress`` says so."""
     if config is None:
         config = TuneConfig(**options)
     elif options:
@@ -57,7 +59,8 @@ def tune(pair: LoadedPair, prompts: Sequence[str | BenchPrompt], config: TuneCon
     if not prompts:
         raise ConfigError("tuning needs at least one calibration prompt")
     prompt_ids = [p.ids if isinstance(p, BenchPrompt) else encode_prompt(pair.tokenizer, p, config.chat) for p in prompts]
-    masks = masks_for_ratios(pair, config.ratios, config.search_steps, config.save_masks_to, say, config.exits)
+    masks = masks_for_ratios(pair, config.ratios, config.search_steps, config.save_masks_to, say, config.exits,
+                             config.mask_files)
     with warnings.catch_warnings():
         # the sweep tries tolerances far from the defaults on purpose; the junk-drafter monitor
         # would read a loose gate 1 as a junk drafter
@@ -66,7 +69,7 @@ def tune(pair: LoadedPair, prompts: Sequence[str | BenchPrompt], config: TuneCon
         candidates = list(fixed_candidates(masks, config.grid, config.base, config.sampling.greedy))
         ticker = bar(len(candidates) + (2 * len(masks) if config.adaptive else 0)) if bar is not None else None
         try:
-            return sweep.run(candidates, ticker, started)
+            return sweep.run(candidates, ticker, started, stop_when)
         finally:
             if ticker is not None:
                 ticker.close()
@@ -135,16 +138,18 @@ class Sweep:
         """Each calibration prompt's key: copies of a prompt are counted once."""
         return [prompt_key(ids) for ids in self.prompt_ids]
 
-    def run(self, candidates: list[tuple[str, TierSettings, str | None]], ticker, started: float) -> TuneResult:
+    def run(self, candidates: list[tuple[str, TierSettings, str | None]], ticker, started: float,
+            stop_when: Callable[[], bool] | None = None) -> TuneResult:
         """Every fixed candidate, then (``config.adaptive``) the adaptive twins of the best fixed
-        points, starting from those points as the written tuned.json will give them."""
+        points, starting from those points as the written tuned.json will give them; ``stop_when``
+        (:func:`tune`) can end either list early."""
         def measured(family: str, settings: TierSettings, mask_name: str | None, evidence=None) -> Point:
             point = self.measure(family, settings, mask_name, evidence)
             if ticker is not None:
                 ticker.update(1)
             return point
 
-        points = [measured(*candidate) for candidate in candidates]
+        points = self.measured_until(candidates, measured, stop_when)
         cost_record = {str(k): v.to_dict() for k, v in self.costs.items()}
         mask_record = {name: {"bits": m.bits(), "skipped": list(m.skipped), "s1": m.first_skipped}
                        for name, m in self.masks.items()}
@@ -153,8 +158,23 @@ class Sweep:
             fixed = judged(points, budget, cost_record, mask_record, time.perf_counter() - started, prices=self.prices)
             self.say("the adaptive tier: the lossless point and the cheapest lossy point within budget of each mask, adaptive")
             evidence = artifact_of(fixed, self.pair)
-            points += [measured(*candidate, evidence) for candidate in adaptive_candidates(fixed, self.masks)]
+            twins = [(*candidate, evidence) for candidate in adaptive_candidates(fixed, self.masks)]
+            if len(points) == len(candidates):  # a sweep stopped early measures no twin
+                points += self.measured_until(twins, measured, stop_when, first=False)
         return judged(points, budget, cost_record, mask_record, time.perf_counter() - started, prices=self.prices)
+
+    def measured_until(self, candidates: list[tuple], measured: Callable[..., Point], stop_when: Callable[[], bool] | None,
+                       first: bool = True) -> list[Point]:
+        """``measured(*candidate)`` for each candidate until ``stop_when()`` says the time is spent (asked
+        before each but the first of the sweep, ``first``), said in one line."""
+        points: list[Point] = []
+        for index, candidate in enumerate(candidates):
+            if stop_when is not None and (index > 0 or not first) and stop_when():
+                self.say(f"time budget: the sweep stops here, {len(candidates) - index} of its {len(candidates)} "
+                         "settings not measured; the choice is made among those measured")
+                break
+            points.append(measured(*candidate))
+        return points
 
     def runs(self, settings: TierSettings, mask_name: str | None, evidence: TunedSettings | None = None) -> Runs:
         """Every calibration prompt through the engine, with the candidate's own run context."""

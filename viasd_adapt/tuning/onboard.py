@@ -24,14 +24,15 @@ import math
 import os
 import re
 import resource
-import statistics
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from viasd_adapt.routing.hardware import hardware_stamp
 from viasd_adapt.config.onboard_report import REPORT_FILENAME, OnboardEstimate, OnboardReport, StageTime
+from viasd_adapt.tuning.budget_plan import MAX_TUNE_PROMPTS, TUNE_TOKENS, BudgetTooSmall, Deadline, units_words
 from viasd_adapt.config.pair_file import DTYPES, PROMPT_LOOKUP, PairFile, PairTarget
 from viasd_adapt.config.tuned import TUNED_FILENAME
 from viasd_adapt.errors import ConfigError, ViasdError
@@ -42,17 +43,10 @@ from viasd_adapt.models.registry import DECLARATION, cache_dir, shipped_names, w
 MASK_FILENAME = "mask.json"
 #: The budget ``viasd models add`` gives itself when none is asked for (minutes).
 DEFAULT_MINUTES = 30.0
-#: Shares of the budget: the mask search (calibration included) and the tuning sweep.
-SEARCH_SHARE, TUNE_SHARE = 0.45, 0.45
-#: Tokens each tuning prompt generates, and the fewest prompts a verdict is stated on.
-TUNE_NEW_TOKENS, MIN_TUNE_PROMPTS, MAX_TUNE_PROMPTS = 32, 4, 12
-#: A tuning point's time over its tokens in decode steps. A point does more than decode: its target
-#: passes verify blocks (dearer than a one-token step), fixed-tier points run up to 1.6 passes per
-#: token, and every output is scored by the target. Measured at the shape of Qwen2-0.5B (2-core
-#: x86_64 CPU, prompt lookup, 33 points on 4 prompts): 2,231 s against 688 s of decode steps.
-TUNE_POINT_FACTOR = 3.2
-#: The fewest and most masks the search evaluates, whatever the budget.
-MIN_SEARCH_STEPS = 4
+#: Tokens each tuning prompt generates.
+TUNE_NEW_TOKENS = TUNE_TOKENS
+#: The clock the budget is kept on (``add_pair``'s default; a test swaps in a fake one, scoped).
+CLOCK: Callable[[], float] = time.perf_counter
 
 
 @dataclass(frozen=True)
@@ -172,100 +166,6 @@ def open_work_folder(request: AddRequest, restart: bool, say: Callable[[str], No
     return work
 
 
-# ----------------------------------------------------------------------------- estimate
-
-
-def _median_seconds(run: Callable[[], Any], repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
-def measure_step(target, window_tokens: int) -> tuple[float, float]:
-    """``(one decode step with a KV cache, one forward over a window of window_tokens)`` of the target, in seconds."""
-    import torch
-
-    device = next(target.parameters()).device
-    ids = torch.ones((1, window_tokens), dtype=torch.long, device=device)
-    with torch.no_grad():
-        window = _median_seconds(lambda: target(ids, use_cache=False), repeats=2)
-    return measure_one_token_step(target), window
-
-
-def measure_one_token_step(model) -> float:
-    """One one-token forward of ``model`` (the target, or a drafter model a tuning point drafts
-    with), in seconds: a decode step without its history (attention over a short history is a small
-    part of one)."""
-    import torch
-
-    ids = torch.ones((1, 1), dtype=torch.long, device=next(model.parameters()).device)
-    with torch.no_grad():
-        return _median_seconds(lambda: model(ids, use_cache=False), repeats=3)
-
-
-def tune_points(grid, adaptive: bool) -> int:
-    """How many settings a sweep of ``grid`` on one mask measures (plain SD, the lossless cascade,
-    each lenient tolerance, each lossy setting, and the two adaptive twins)."""
-    lossy = len(grid.alpha1) * len(grid.alpha2) * len(grid.greedy_gates)
-    return 2 + len(grid.lenience) + lossy + (2 if adaptive else 0)
-
-
-def plan(request: AddRequest, step: float, window: float, num_layers: int, ratio: float, file_prompts: int | None,
-         draft_step: float = 0.0):
-    """The sizes that fit the budget: ``(OnboardEstimate, SearchConfig changes, TuneGrid)``.
-
-    Priced in measured seconds: a calibration prompt costs its greedy tokens in decode steps, a mask
-    evaluation one slim forward over every calibration window, a tuning point its prompts' tokens
-    in decode steps times :data:`TUNE_POINT_FACTOR` (measured) plus, with a drafter model, a whole
-    block of drafter forwards (``draft_step`` each) per token: what drafting costs when the target
-    keeps one token a block, as a drafter nobody has measured on this target may do. A floor, not
-    a bound: HF assisted generation's drafted token costs more than a bare forward (its own
-    generate loop), and the tune stage of a poor drafter pair ran 1.46x this price."""
-    from viasd_adapt.search.config import DEFAULT_NEW_TOKENS, default_steps
-    from viasd_adapt.tuning.tune import TuneGrid
-
-    budget = request.minutes * 60
-    notes: list[str] = []
-    n_cal, n_held = 16, 16
-    if file_prompts is not None:  # the whole file; what it can spare held out (search.prompt_ids.fit_heldout)
-        n_held = n_held if file_prompts > n_held else file_prompts // 4
-        n_cal = file_prompts - n_held
-    per_prompt = DEFAULT_NEW_TOKENS * step
-    search_budget = budget * SEARCH_SHARE
-    while file_prompts is None and n_cal > 4 and (n_cal + n_held) * per_prompt > search_budget / 2:
-        n_cal, n_held = max(4, n_cal // 2), max(2, n_held // 2)
-    calibrate = (n_cal + n_held) * per_prompt
-    evaluation = n_cal * window * (1 - ratio) + 1e-3
-    steps = int(max(0.0, search_budget - calibrate) / evaluation)
-    most = default_steps(num_layers)
-    steps = max(MIN_SEARCH_STEPS, min(most, steps))
-    if steps < most:
-        notes.append(f"the search evaluates {steps} masks (the budget's share), not the {most} it would take unbounded")
-    tune_budget = budget * TUNE_SHARE
-    grids = [TuneGrid(), TuneGrid(alpha1=(0.0, 0.5), alpha2=(0.0, 0.3), lenience=(0.4, 0.8), greedy_gates=("proposer",)),
-             TuneGrid(alpha1=(0.5,), alpha2=(0.3,), lenience=(0.6,), greedy_gates=("proposer",))]
-    per_tune_prompt = TUNE_NEW_TOKENS * (step * TUNE_POINT_FACTOR + draft_step * grids[0].gamma)  # one setting, one prompt
-    for grid in grids:
-        prompts = int(tune_budget / (tune_points(grid, True) + 1) / per_tune_prompt)
-        if prompts >= MIN_TUNE_PROMPTS:
-            break
-    prompts = max(MIN_TUNE_PROMPTS, min(MAX_TUNE_PROMPTS, prompts))
-    points = tune_points(grid, True)
-    expected = calibrate + steps * evaluation + (points + 1) * prompts * per_tune_prompt
-    if expected > budget * 1.1:
-        notes.append(f"even the smallest sizes take about {expected / 60:.1f} min here, over the {request.minutes:g} asked")
-    estimate = OnboardEstimate(minutes=request.minutes, step_seconds=round(step, 4), window_seconds=round(window, 4),
-                               draft_step_seconds=round(draft_step, 4),
-                               calibration_prompts=n_cal, heldout_prompts=n_held, search_steps=steps, tune_prompts=prompts,
-                               tune_points=points, expected_minutes=round(expected / 60, 2), notes=notes)
-    strategy = "guided" if steps >= 2 * num_layers else "dimr"
-    search = dict(steps=steps, strategy=strategy, patience=max(steps, 1), compare_random=0)
-    return estimate, search, grid
-
-
 # ----------------------------------------------------------------------------- stages
 
 
@@ -305,7 +205,8 @@ def _tune_prompts(request: AddRequest, pair, count: int):
 
 
 def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str], None] | None = None,
-             progress: bool = True, note: Callable[[str], None] | None = None) -> Path:
+             progress: bool = True, note: Callable[[str], None] | None = None,
+             clock: Callable[[], float] | None = None) -> Path:
     """Onboards ``request``'s pair (module docstring) and returns its folder.
 
     ``say`` gets what the run reports (the check, the estimate, the search's and the tuning's
@@ -313,34 +214,39 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
     resumed or restarted run; default: ``say``); ``progress`` shows tqdm bars. Each stage that
     left its file in the work folder (the mask, ``tuned.json``) is resumed from it. Input errors
     come before torch is imported (then the device's, which needs it, before anything is written);
-    a second run of the same name while one works is refused."""
-    started = time.perf_counter()
+    a second run of the same name while one works is refused.
+
+    ``--minutes`` is kept from the end of the first load: a probe prices each stage's unit of work,
+    the plan is sized to fit what is left (or the run stops here, naming the minutes it needs), and
+    each long stage stops between units when its share runs out. ``clock``: the time source of the
+    probe, the plan and the stages (default :data:`CLOCK`; a test passes a fake one)."""
+    clock = clock or CLOCK
+    started = clock()
     check_request(request)
     request = placed(request)  # the device checked (torch imported), --dtype auto made the one pair.json records
     say = say or _say_default
     make_folder(request.root or cache_dir(), "folder of pairs")
     with hold_lock(request.lock, f"`viasd models add {request.name}`"):
-        return _add_locked(request, restart, say, note or say, progress, started)
+        return _add_locked(request, restart, say, note or say, progress, started, clock)
 
 
 def _add_locked(request: AddRequest, restart: bool, say: Callable[[str], None], note: Callable[[str], None],
-                progress: bool, started: float) -> Path:
+                progress: bool, started: float, clock: Callable[[], float]) -> Path:
     """:func:`add_pair` once its inputs are checked and its lock is held."""
     import torch
 
     from viasd_adapt.bench.session import quiet_transformers
     from viasd_adapt.models.pair import load_pair
     from viasd_adapt.routing.layers import find_decoder_stack
-    from viasd_adapt.search.config import DEFAULTS
     from viasd_adapt.search.prompt_ids import count_file_prompts
 
     file_prompts = count_file_prompts(request.calib)
     torch.set_num_threads(request.threads)
     quiet_transformers()
-    stages = _Stages(note)
+    stages = _Stages(note, clock)
 
     work = open_work_folder(request, restart, note)
-    began = time.perf_counter()
+    began = clock()
     dtype = request.dtype if request.dtype != "float32" else None
     pair = load_pair(request.target, request.draft, need_mask=False, device=request.device, eagle_head=request.eagle_head,
                      dtype=dtype, device_map=request.device_map)
@@ -349,126 +255,193 @@ def _add_locked(request: AddRequest, restart: bool, say: Callable[[str], None], 
         "on the same vocabulary")
     stages.record("load and check", began)
 
-    began = time.perf_counter()
-    step, window = measure_step(pair.target, DEFAULTS.calibration.max_prompt_tokens + DEFAULTS.calibration.new_tokens)
-    draft_step = 0.0 if pair.draft is None else measure_one_token_step(pair.draft)
-    estimate, search, grid = plan(request, step, window, num_layers, DEFAULTS.ratio, file_prompts, draft_step)
-    drafting = f", a drafter step {draft_step * 1000:.0f} ms" if draft_step else ""
-    say(f"estimate: about {estimate.expected_minutes:.1f} min within the {request.minutes:g} min budget "
-        f"(a decode step {step * 1000:.0f} ms{drafting}, a calibration window {window:.2f}s): calibrate on "
-        f"{estimate.calibration_prompts} prompts, search {estimate.search_steps} masks, tune {estimate.tune_points} "
-        f"settings on {estimate.tune_prompts} prompts")
+    deadline = Deadline(request.minutes * 60, clock)  # the budget runs from the end of the first load
+    planned, prompts = _estimate_stage(request, pair, num_layers, file_prompts, deadline, stages, say)
+
+    began = clock()
+    masks, resumed = _search_stage(request, pair, planned, work, deadline, say, progress, note)
+    mask_paths = [path for _, path in masks]
+    stages.record("search", began, resumed)
+
+    began = clock()
+    verdict, resumed, result = _tune_stage(request, pair, planned, prompts, mask_paths, work, deadline, progress)
+    stages.record("tune", began, resumed)
+    from viasd_adapt.tuning.onboard_ratios import ratio_lines, ratios_tried
+
+    tried = ratios_tried(masks, result, work, request.folder)
+    for line in [*verdict, *ratio_lines(tried)]:
+        say(line)
+
+    began = clock()
+    after_load = round(clock() - deadline.end + request.minutes * 60, 1)
+    report = OnboardReport(name=request.name, target=Path(request.target).name, drafter=Path(str(request.draft)).name,
+                           threads=request.threads, dtype=request.dtype, estimate=planned.estimate, stages=stages.times,
+                           verdict=verdict, ratios=tried, budget_minutes=request.minutes, seconds_after_load=after_load,
+                           peak_memory_mb=round(_peak_memory_mb(), 1), total_seconds=round(clock() - started, 1),
+                           hardware=hardware_stamp(pair.target))
+    report.save(work / REPORT_FILENAME)
+    mask_file = chosen_mask_file(work)
+    _declaration(request, mask=mask_file, tuned=TUNED_FILENAME, report=REPORT_FILENAME).save(work / DECLARATION)
+    publish(work, request.folder)
+    stages.record("write the pair", began)
+    say(f"pair {request.name!r} -> {request.folder} (peak memory {report.peak_memory_mb:.0f} MB, "
+        f"{clock() - started:.0f}s; {after_load / 60:.1f} min after the first load, budget {request.minutes:g}); "
+        f"use it with `viasd generate --pair {request.name}` or load_pair({request.name!r})")
+    return request.folder
+
+
+def _estimate_stage(request: AddRequest, pair: Any, num_layers: int, file_prompts: int | None, deadline: Deadline,
+                    stages: "_Stages", say: Callable[[str], None]):
+    """The probe and the plan (:mod:`viasd_adapt.tuning.onboard_plan`), said before anything long
+    starts; a budget the smallest plan does not fit stops the run here. Returns the plan and the
+    tuning prompts (read once: their count is part of the plan)."""
+    from viasd_adapt.prompts.chat import encode_prompt
+    from viasd_adapt.search.config import DEFAULTS
+    from viasd_adapt.tuning.onboard_plan import estimate_line, plan_onboarding
+    from viasd_adapt.tuning.probe import measure_units
+
+    began = deadline.clock()
+    prompts = _tune_prompts(request, pair, MAX_TUNE_PROMPTS)
+    first = prompts[0]
+    ids = first.ids if hasattr(first, "ids") else encode_prompt(pair.tokenizer, first, request.chat)
+    units = measure_units(pair, list(ids), num_layers=num_layers, ratio=DEFAULTS.ratio, clock=deadline.clock,
+                          window_tokens=DEFAULTS.calibration.max_prompt_tokens + DEFAULTS.calibration.new_tokens)
+    probe_seconds = deadline.clock() - began
+    try:
+        planned = plan_onboarding(units, minutes=request.minutes, probe_seconds=probe_seconds, num_layers=num_layers,
+                                  ratio=DEFAULTS.ratio, file_prompts=file_prompts, tune_available=len(prompts))
+    except BudgetTooSmall:
+        say(f"probe {probe_seconds:.1f}s: {units_words(units)}")  # what the refusal's minutes are priced from
+        raise
+    estimate = planned.estimate
+    say(estimate_line(estimate))
     if file_prompts is not None and estimate.heldout_prompts < DEFAULTS.calibration.n_heldout:
         say(f"note: {request.calib} has {file_prompts} prompts: {estimate.heldout_prompts} held out for the agreement "
             f"report (of {DEFAULTS.calibration.n_heldout} by default), {estimate.calibration_prompts} calibrated on")
     for remark in estimate.notes:
         say(f"note: {remark}")
     stages.record("estimate", began)
-
-    mask_path = work / MASK_FILENAME
-    began = time.perf_counter()
-    resumed = _search_stage(request, pair, estimate, search, mask_path, say, progress, note)
-    stages.record("search", began, resumed)
-
-    began = time.perf_counter()
-    verdict, resumed = _tune_stage(request, pair, estimate, grid, mask_path, work, progress)
-    stages.record("tune", began, resumed)
-    for line in verdict:
-        say(line)
-
-    began = time.perf_counter()
-    report = OnboardReport(name=request.name, target=Path(request.target).name, drafter=Path(str(request.draft)).name,
-                           threads=request.threads, dtype=request.dtype, estimate=estimate, stages=stages.times,
-                           verdict=verdict, peak_memory_mb=round(_peak_memory_mb(), 1),
-                           total_seconds=round(time.perf_counter() - started, 1))
-    report.save(work / REPORT_FILENAME)
-    _declaration(request, mask=MASK_FILENAME, tuned=TUNED_FILENAME, report=REPORT_FILENAME).save(work / DECLARATION)
-    publish(work, request.folder)
-    stages.record("write the pair", began)
-    say(f"pair {request.name!r} -> {request.folder} (peak memory {report.peak_memory_mb:.0f} MB, "
-        f"{time.perf_counter() - started:.0f}s); use it with `viasd generate --pair {request.name}` or "
-        f"load_pair({request.name!r})")
-    return request.folder
+    return planned, prompts[:estimate.tune_prompts]
 
 
 class _Stages:
     """The time each onboarding stage took, said as it ends and kept for the report."""
 
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.say = say
+    def __init__(self, say: Callable[[str], None], clock: Callable[[], float] = time.perf_counter) -> None:
+        self.say, self.clock = say, clock
         self.times: list[StageTime] = []
 
     def record(self, name: str, began: float, resumed: bool = False) -> None:
         release_free_memory()  # what the stage freed goes back to the system before the next one grows
-        self.times.append(StageTime(stage=name, seconds=round(time.perf_counter() - began, 2), resumed=resumed))
+        self.times.append(StageTime(stage=name, seconds=round(self.clock() - began, 2), resumed=resumed))
         self.say(f"[{name}] {self.times[-1].seconds:.1f}s" + (" (resumed)" if resumed else ""))
 
 
-def _search_stage(request: AddRequest, pair: Any, estimate: OnboardEstimate, search: Any, mask_path: Path,
-                  say: Callable[[str], None], progress: bool, note: Callable[[str], None] | None = None) -> bool:
-    """Searches the pair's mask into ``mask_path``; True when a mask of an interrupted run was there
-    already (checked against the target's weights, then kept)."""
+def _search_stage(request: AddRequest, pair: Any, planned: Any, work: Path, deadline: Deadline,
+                  say: Callable[[str], None], progress: bool,
+                  note: Callable[[str], None] | None = None) -> tuple[list[tuple[float, Path]], bool]:
+    """Searches one mask per planned skip ratio into the work folder (``mask.json`` for the main
+    one); each ratio tried with its mask file, and True when the main mask of an interrupted run was there already."""
     from tqdm import tqdm
 
-    from viasd_adapt.routing.mask import load_mask
+    from viasd_adapt.search.pipeline import prompt_lookup_stand_in
+    from viasd_adapt.tuning.onboard_ratios import search_ratios
 
-    if mask_path.is_file():
-        load_mask(mask_path, pair.target)  # a mask of other weights is refused, naming the file
-        return True
-    from viasd_adapt.search.pipeline import prompt_lookup_stand_in, search_pair
-    from viasd_adapt.search.report import ReportInput, describe as describe_search
-
-    config = _calibration(request, estimate, search)
+    estimate, plan = planned.estimate, planned.plan
+    config = _calibration(request, estimate, planned.search)
     draft = prompt_lookup_stand_in(pair.target) if pair.lookup is not None else pair.draft
-    bar = tqdm(total=estimate.search_steps, desc="mask search", unit="mask", disable=not progress, leave=False)
+    total = plan.search_steps + plan.extra_steps * (len(plan.ratios) - 1)
+    bar = tqdm(total=total, desc="mask search", unit="mask", disable=not progress, leave=False)
 
     def on_step(evaluation, best):
         bar.update(1)
         bar.set_postfix(best=f"{best:.3f}")
 
-    info = ReportInput(target_name=Path(request.target).name, draft_name=Path(str(request.draft)).name,
-                       out=mask_path, started=time.perf_counter())
     try:
-        outcome = search_pair(pair.target, draft, pair.tokenizer, config, prompt_lookup=pair.lookup is not None,
-                              on_step=on_step, info=info, say=note or say)
+        return search_ratios(pair.target, draft, pair.tokenizer, config, ratios=plan.ratios, steps=plan.search_steps,
+                             extra_steps=plan.extra_steps, work=work, units=_units_of(estimate), deadline=deadline,
+                             tune_seconds=plan.tune_seconds, say=say, prompt_lookup=pair.lookup is not None,
+                             names=(Path(request.target).name, Path(str(request.draft)).name), on_step=on_step,
+                             note=note or say)
     finally:
         bar.close()
-    for line in describe_search(outcome):
-        say(line)
-    return False
 
 
-def _tune_stage(request: AddRequest, pair: Any, estimate: OnboardEstimate, grid: Any, mask_path: Path, work: Path,
-                progress: bool) -> tuple[list[str], bool]:
-    """Tunes the pair with its mask into the work folder's ``tuned.json``; its verdict lines, and True
-    when the file of an interrupted run was there already (checked against the target, then kept)."""
+def _units_of(estimate: OnboardEstimate):
+    from viasd_adapt.tuning.budget_plan import UnitCosts
+
+    return UnitCosts(step=estimate.step_seconds, window=estimate.window_seconds,
+                     sd_point=estimate.untiered_point_seconds, tier_point=estimate.tiered_point_seconds)
+
+
+def _tune_stage(request: AddRequest, pair: Any, planned: Any, prompts: list, mask_paths: list[Path], work: Path,
+                deadline: Deadline, progress: bool) -> tuple[list[str], bool, Any]:
+    """Tunes the pair with its masks into the work folder's ``tuned.json``, stopping between settings
+    when the budget runs out; its verdict lines (masks named by the published pair's paths), True
+    when the file of an interrupted run was there already (checked against the target, then kept),
+    and the sweep's result (None when resumed)."""
     from tqdm import tqdm
 
     from viasd_adapt.config.tuned import TunedSettings
     from viasd_adapt.models.pair import load_pair
     from viasd_adapt.routing.mask import check_tuned_model
-    from viasd_adapt.tuning.tune import Budget, artifact_of, describe
+    from viasd_adapt.tuning.tune import Budget, TuneConfig, artifact_of, describe
     from viasd_adapt.tuning.tune import tune as run_tune
 
     tuned_path = work / TUNED_FILENAME
     if tuned_path.is_file():
         tuned = TunedSettings.load(tuned_path)
         check_tuned_model(tuned, pair.target, source=str(tuned_path))
-        return list(getattr(tuned.report, "verdict", None) or []), True
-    tuning = load_pair(pair.target, pair.draft if pair.lookup is None else PROMPT_LOOKUP, mask_path,
+        return list(getattr(tuned.report, "verdict", None) or []), True, None
+    tuning = load_pair(pair.target, pair.draft if pair.lookup is None else PROMPT_LOOKUP, mask_paths[0],
                        tokenizer=pair.tokenizer)
-    prompts = _tune_prompts(request, tuning, estimate.tune_prompts)
+    estimate = planned.estimate
+    config = TuneConfig(TUNE_NEW_TOKENS, planned.grid, Budget(), seed=request.seed, chat=request.chat,
+                        mask_files=tuple(mask_paths[1:]))
+    per_setting = estimate.tune_prompts * max(estimate.tiered_point_seconds, estimate.untiered_point_seconds)
     bar = tqdm(total=estimate.tune_points, desc="tune", unit="setting", disable=not progress, leave=False)
+    said: list[str] = []
     try:
-        result = run_tune(tuning, prompts, max_new_tokens=TUNE_NEW_TOKENS, grid=grid, budget=Budget(),
-                          seed=request.seed, progress=lambda m: None, bar=lambda total: bar, chat=request.chat)
+        result = run_tune(tuning, prompts, config, progress=said.append, bar=lambda total: bar,
+                          stop_when=lambda: not deadline.allows(per_setting))
     finally:
         bar.close()
-    verdict = describe(result)
+    verdict = [line for line in said if line.startswith("time budget")] + describe(published_names(result, work, request.folder))
     artifact = artifact_of(result, tuning, folder=work)
     artifact.report.verdict = verdict  # an extra field of the report: what a resumed run prints again
     artifact.save(tuned_path)
-    return verdict, False
+    return verdict, False, result
+
+
+def chosen_mask_file(work: Path) -> str:
+    """The mask ``pair.json`` names: the one the tuned choice was measured with when it runs a slim
+    verifier (another ratio's mask may win, and a choice is applied only with its own mask), else
+    ``mask.json``."""
+    from viasd_adapt.config.tuned import TunedSettings
+
+    tuned = TunedSettings.load(work / TUNED_FILENAME)
+    name = getattr(tuned.report, "mask_file", None)
+    if tuned.settings.mode.uses_slim and name and (work / name).is_file():
+        return name
+    return MASK_FILENAME
+
+
+def published_names(result: Any, work: Path, folder: Path) -> Any:
+    """``result`` with every mask that lives in the work folder named by its path in the published
+    pair's folder: the report names files that exist once the pair is published."""
+    def name(mask: str | None) -> str | None:
+        if mask is None or not Path(mask).is_relative_to(work):
+            return mask
+        return str(folder / Path(mask).relative_to(work))
+
+    names = {mask: name(mask) for mask in result.masks}
+    points = [replace(p, mask=name(p.mask)) for p in result.points]
+    chosen = points[result.points.index(result.chosen)]
+    pooled = points[result.points.index(result.pooled)] if result.pooled is not None else None
+    costs = {(name(k) if k in result.masks else k): v for k, v in result.costs.items()}
+    prices = result.price_list.renamed(names).to_dict() if result.price_list is not None else None
+    return replace(result, points=points, chosen=chosen, pooled=pooled, costs=costs, prices=prices,
+                   masks={name(k): v for k, v in result.masks.items()})
 
 
 def publish(work: Path, folder: Path) -> None:
@@ -478,5 +451,5 @@ def publish(work: Path, folder: Path) -> None:
     os.rename(work, folder)
 
 
-__all__ = ["AddRequest", "DEFAULT_MINUTES", "MASK_FILENAME", "NAME_LIMIT", "add_pair", "check_name", "check_request", "measure_one_token_step", "measure_step", "open_work_folder",
-           "plan", "publish", "tune_points"]
+__all__ = ["AddRequest", "DEFAULT_MINUTES", "MASK_FILENAME", "NAME_LIMIT", "add_pair", "check_name", "check_request",
+           "chosen_mask_file", "open_work_folder", "publish", "published_names"]
