@@ -62,7 +62,7 @@ from __future__ import annotations
 
 from viasd_adapt.adapters.hf.checks import ViasdCacheWarning, ViasdFallbackWarning
 from viasd_adapt.core.settings import TierSettings
-from viasd_adapt.core.verify_step import VerifyStep  # the class each call's step is built with
+from viasd_adapt.core.verify_step import VerifyStep
 from viasd_adapt.adapters.hf.patch import is_patched, patch, tiered, unpatch
 from viasd_adapt.adapters.hf.session import FRAMEWORK, TierSession
 from viasd_adapt.adapters.hf.runner import drafting_blocks_of, fix_draft_length, run

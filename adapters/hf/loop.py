@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import sys
 import warnings
 import torch
 from torch import nn
@@ -22,7 +21,6 @@ from viasd_adapt.core.notices import caller_stacklevel
 from viasd_adapt.core.sampling import ProcessorWarper
 from viasd_adapt.core.settings import Mode
 from viasd_adapt.core.tiers import verified_cycle
-from viasd_adapt.core.verify_step import VerifyStep
 from viasd_adapt.engine.context import RunContext
 from viasd_adapt.engine.drafters import ModelDrafter
 from viasd_adapt.engine.loop import speculative_generate
@@ -32,14 +30,6 @@ from viasd_adapt.errors import ConfigError
 from viasd_adapt.model_kind import model_kind
 
 from viasd_adapt.adapters.hf.session import FRAMEWORK, TierSession
-
-
-def _step_class():
-    """The class each call's verify step is built with: ``viasd_adapt.adapters.hf.VerifyStep``,
-    looked up when the call starts, so that code wrapping it there (a test that records each call's
-    settings) sees every step. Read from the package already initialised (a call runs only after
-    ``viasd_adapt.adapters.hf`` was imported), not imported: the package imports this module's callers."""
-    return getattr(sys.modules.get(__package__), "VerifyStep", VerifyStep)
 
 
 def _fall_back(session: TierSession, reason: str, run):
@@ -111,7 +101,7 @@ class _StockObserver:
     """
 
     def __init__(self, context: RunContext):
-        self.step = context.verify_step(FRAMEWORK, make=_step_class())
+        self.step = context.verify_step(FRAMEWORK)
         self.pending: tuple[int, int] | None = None  # (committed length, drafts) of the open cycle
 
     def wrap(self, generator, kwargs: dict):
@@ -187,7 +177,7 @@ class _OwnLoop:
         warper = ProcessorWarper(logits_processor, greedy=not bool(getattr(config, "do_sample", False)))
         # One verify step for the call, every row's cycles through it; the adaptive tier (when the
         # settings adapt) prices this call's drafter: the assistant, or none (lookup).
-        self.step = self.context.verify_step(FRAMEWORK, make=_step_class(), greedy=warper.greedy)
+        self.step = self.context.verify_step(FRAMEWORK, greedy=warper.greedy)
         kind = model_kind(model)
         if kind.encoder_decoder:  # input_ids are decoder ids; each row also reads its source
             from viasd_adapt.adapters.hf_seq2seq_loop import Seq2SeqRows

@@ -11,6 +11,7 @@ import contextlib
 import pytest
 from tests.support.expected_warnings import negative_delta_warning
 from tests.support.pairs import load_shipped_demo_pair, noisy_copy
+from viasd_adapt.engine.context import RunContext
 from viasd_adapt.adapters import hf
 from viasd_adapt.adapters.pearl import pearl_generate
 from viasd_adapt.config.tuned import TunedForAnotherDrafterWarning, TunedSettings
@@ -35,9 +36,9 @@ def another_drafter():
 def test_hf_checks_each_calls_assistant_against_the_tuned_drafter(demo, monkeypatch):
     pair, target, drafter, other, ids = demo
     ran = []  # the settings of each call's verify step
-    step_class = hf.VerifyStep
-    monkeypatch.setattr(hf, "VerifyStep", lambda settings, *args, **kwargs: ran.append(settings) or step_class(
-        settings, *args, **kwargs))
+    built = RunContext.verify_step  # every call's step is built by its run context
+    monkeypatch.setattr(RunContext, "verify_step", lambda context, *args, **kwargs: ran.append(context.settings) or built(
+        context, *args, **kwargs))
     with hf.tiered(target, mask=pair.mask) as session:
         target.generate(ids, assistant_model=drafter, max_new_tokens=4, do_sample=False)
         assert session.last_metrics.slim_passes == 0 and session.settings.mode.value == "lenient"  # the tuned choice
