@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from viasd_adapt.config.schema import read_json
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -38,7 +39,7 @@ def run_once(target: str, draft: str, minutes: float, threads: int) -> dict:
         run = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
         if run.returncode != 0:
             return {"minutes": minutes, "refused": run.stderr.strip().splitlines()[-1]}
-        report = json.loads((Path(cache) / "mine" / "report.json").read_text())
+        report = read_json(Path(cache) / "mine" / "report.json", "onboarding report")
     estimate = report["estimate"]
     return {"minutes": minutes, "estimate_minutes": estimate["expected_minutes"],
             "taken_minutes": round(report["seconds_after_load"] / 60, 2),

@@ -42,6 +42,11 @@ def test_a_lossy_row_is_used_only_when_its_saving_over_the_exact_row_holds_in_th
     assert "The slim tier does not pay here: use none" in line and "Undetermined at 8 prompts" in line
     assert "but it holds in only" in line and "within noise" in line and "so none (exact, simpler) is written" in line
     assert "100%" not in line  # "undetermined" never stands beside a share that reads as certainty
+    # fewer than 5 prompts: undetermined, and the comparison that decided is quoted without its share
+    few = [dict(r, per_prompt={k: v[:3] for k, v in r["per_prompt"].items()}) for r in rows[:2]]
+    (line,) = verdict(few)
+    assert "Undetermined at 3 prompts" in line and "none (exact) costs 1.000 against ar's 1.200" in line
+    assert "% of 1000 resamples" not in line
 
 
 def test_the_demo_says_its_verdict_is_a_preview():

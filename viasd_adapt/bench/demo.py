@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from viasd_adapt.process_settings import leaves_process_settings
 from viasd_adapt.config.tuned import OTHER_DEVICE
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.core.tiers import Tier
@@ -190,6 +191,7 @@ DEMO_COLUMNS = (
 )
 
 
+@leaves_process_settings
 def run_demo(
     pair: str | None = None,
     budget: DemoBudget | None = None,

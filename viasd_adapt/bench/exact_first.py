@@ -112,8 +112,14 @@ class Decision:
             if not taken:
                 return f"{self.chosen} ({kind}) is the cheapest setting within the budget ({self.costs[self.chosen]:.3f})"
             s = taken[-1]
-            held = (f", in {s.holds:.0%} of {self._resamples()} ({self.level:.0%} needed)" if self.replicates
-                    else f", on {self._resamples()}")
+            # the share only where the evidence settles the choice: "undetermined" (too few prompts)
+            # never stands beside a share that reads as certainty
+            if not self.replicates:
+                held = f", on {self._resamples()}"
+            elif self.determined:
+                held = f", in {s.holds:.0%} of {self._resamples()} ({self.level:.0%} needed)"
+            else:
+                held = ""
             return (f"{s.candidate} ({kind}) costs {s.candidate_cost:.3f} against {s.against}'s {s.against_cost:.3f}: "
                     f"{s.saving:.1%} less, more than the {self.margin:.0%} margin{held}")
         head = (f"{step.candidate} costs {step.candidate_cost:.3f} against {step.against}'s {step.against_cost:.3f} "

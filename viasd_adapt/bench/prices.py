@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -168,7 +169,11 @@ def format_price_list(prices: PriceList) -> str:
     """One line per price list: each kind's median (ms), its share of a full block pass, and its spread."""
     spread = prices.spread()
     block = spread["c_full_block"]["median"]
-    parts = [f"{kind} {s['median'] * 1e3:.2f} ms ({s['median'] / block:.2f}, IQR {s['relative_iqr']:.0%})"
+    def short(kind: str) -> str:  # a mask by its file name, not the path of this machine
+        name, _, mask = kind.partition("@")
+        return f"{name}@{Path(mask).name}" if mask else name
+
+    parts = [f"{short(kind)} {s['median'] * 1e3:.2f} ms ({s['median'] / block:.2f}, IQR {s['relative_iqr']:.0%})"
              for kind, s in spread.items()]
     return (f"price list ({prices.repeats} interleaved rounds, context {prices.context_length} tokens, blocks of "
             f"{prices.block_length}; in parentheses: share of a full block pass, IQR over the median): " + ", ".join(parts))

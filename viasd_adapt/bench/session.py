@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from viasd_adapt.process_settings import leaves_process_settings
 from viasd_adapt.bench.costs import ForwardCosts
 from viasd_adapt.bench.prices import PriceList
 from viasd_adapt.bench.projection import PROJECTION_COLUMNS, CostModel, load_cost_model, project_rows, projection_difference
@@ -396,6 +397,7 @@ def write_outputs(config: BenchConfig, data: dict[str, Any], rows: list[dict], s
 # ============================================================================ the invocation
 
 
+@leaves_process_settings
 def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = print, pair: LoadedPair | None = None,
                       tuned: Any = UNREAD) -> dict[str, Any]:
     """Runs the bench ``config`` describes and reports it through ``echo``; returns the JSON document.

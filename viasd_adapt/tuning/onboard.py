@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from viasd_adapt.routing.hardware import hardware_stamp
+from viasd_adapt.process_settings import leaves_process_settings
 from viasd_adapt.config.onboard_report import REPORT_FILENAME, OnboardEstimate, OnboardReport, StageTime
 from viasd_adapt.tuning.budget_plan import MAX_TUNE_PROMPTS, TUNE_TOKENS, BudgetTooSmall, Deadline, units_words
 from viasd_adapt.config.pair_file import DTYPES, PROMPT_LOOKUP, PairFile, PairTarget
@@ -230,12 +230,14 @@ def add_pair(request: AddRequest, *, restart: bool = False, say: Callable[[str],
         return _add_locked(request, restart, say, note or say, progress, started, clock)
 
 
+@leaves_process_settings
 def _add_locked(request: AddRequest, restart: bool, say: Callable[[str], None], note: Callable[[str], None],
                 progress: bool, started: float, clock: Callable[[], float]) -> Path:
     """:func:`add_pair` once its inputs are checked and its lock is held."""
     import torch
 
     from viasd_adapt.bench.session import quiet_transformers
+    from viasd_adapt.routing.hardware import hardware_stamp
     from viasd_adapt.models.pair import load_pair
     from viasd_adapt.routing.layers import find_decoder_stack
     from viasd_adapt.search.prompt_ids import count_file_prompts

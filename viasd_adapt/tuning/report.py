@@ -73,7 +73,7 @@ def _uncertainty_lines(result: TuneResult) -> list[str]:
     if decision is None or not decision.replicates:
         return ["UNCERTAINTY: none can be stated (these points carry no per-prompt sums: an older tune file); "
                 "the margin alone decided"]
-    state = ("a cheaper setting is within noise, so the simpler one is written" if decision.within_noise
+    state = ("so the simpler setting is written" if decision.within_noise
              else "no cheaper setting was refused on noise alone")
     return [f"UNCERTAINTY: the choice is {decision.evidence()}; {state}"]
 
