@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.core.test_tiers import P0, Q0, SIGNIFICANCE, U_UNSURE, fits, rows
+from viasd_adapt.core.hooks import forget_entry_point_plugins
 from viasd_adapt.core.cycle import CyclePolicy, Verifiers, decide_cycle
 from viasd_adapt.core.hooks import hook_rules, hookimpl, make_plugin_manager
 from viasd_adapt.core.rules import BUILTIN_RULES
@@ -123,6 +124,7 @@ def _install_entry_point_plugin(root, monkeypatch) -> None:
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lenient-everything\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[viasd_adapt]\nlenient_everything = lenient_everything\n")
     monkeypatch.syspath_prepend(str(root))
+    forget_entry_point_plugins()  # the group is read once per process: read it again, with the package
 
 
 def test_the_vllm_plugin_serves_an_entry_point_plugins_lenient_rule(tmp_path, monkeypatch):
@@ -131,7 +133,10 @@ def test_the_vllm_plugin_serves_an_entry_point_plugins_lenient_rule(tmp_path, mo
     request = {"viasd": {"tuned": str(DEMO_TUNED), "lenience": 0.01}}
     stock_rules = _engine(request)  # control: built before the plugin is installed
     _install_entry_point_plugin(tmp_path, monkeypatch)
-    with_plugin = _engine(request)
+    try:
+        with_plugin = _engine(request)
+    finally:
+        forget_entry_point_plugins()  # later tests in this worker do not meet the package
     drafted = plugin_accepted = stock_accepted = 0
     for seed in range(10):
         meta, logits, sampling = _step(seed)

@@ -19,6 +19,7 @@ from viasd_adapt.engine.loop import speculative_generate
 from viasd_adapt.core.hooks import (
     BUILTIN_PLUGIN_NAME,
     ENTRY_POINT_GROUP,
+    forget_entry_point_plugins,
     hook_rules,
     hookimpl,
     make_plugin_manager,
@@ -294,9 +295,29 @@ def test_third_party_plugins_load_from_the_entry_point_group(tmp_path, monkeypat
     other = importlib.metadata.EntryPoint("not_ours", "viasd_fake_plugin_mod", "some_other_group")
     monkeypatch.setattr(importlib.metadata, "distributions", lambda: [_FakeDistribution([ours, other])])
 
-    manager = make_plugin_manager()
-    assert manager.has_plugin("fake_router") and not manager.has_plugin("not_ours")
-    outcome = route_block(TOKENS, P, U, SETTINGS, greedy=True, rules=hook_rules(manager))
-    assert outcome.escalate_at == 3  # the loaded plugin overrode the router
+    forget_entry_point_plugins()  # the group as it is installed now
+    try:
+        manager = make_plugin_manager()
+        assert manager.has_plugin("fake_router") and not manager.has_plugin("not_ours")
+        outcome = route_block(TOKENS, P, U, SETTINGS, greedy=True, rules=hook_rules(manager))
+        assert outcome.escalate_at == 3  # the loaded plugin overrode the router
+        assert not make_plugin_manager(load_entrypoints=False).has_plugin("fake_router")
+    finally:
+        forget_entry_point_plugins()  # later tests in this worker do not meet the fake plugin
 
-    assert not make_plugin_manager(load_entrypoints=False).has_plugin("fake_router")
+
+def test_the_entry_point_group_is_read_once_per_process(monkeypatch):
+    """A plugin manager per run (and per tuning candidate) does not scan the installed
+    distributions each time; control: after ``forget_entry_point_plugins`` the next one does."""
+    reads = []
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: reads.append(1) or [])
+    forget_entry_point_plugins()
+    try:
+        for _ in range(3):
+            make_plugin_manager()
+        assert len(reads) == 1
+        forget_entry_point_plugins()
+        make_plugin_manager()
+        assert len(reads) == 2
+    finally:
+        forget_entry_point_plugins()

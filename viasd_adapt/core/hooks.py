@@ -12,10 +12,15 @@ Third-party plugins are found through the ``viasd_adapt`` entry-point group::
 
     [project.entry-points.viasd_adapt]
     my_router = "my_package.my_module"
+
+The group is read once per process (a run context, and so a plugin manager, is built per run and
+per tuning candidate; scanning every installed distribution each time is not free). A program that
+installs a plugin package while it runs calls :func:`forget_entry_point_plugins` first.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -56,13 +61,35 @@ class ViasdHookSpec(TierRules):
 BUILTIN_PLUGIN_NAME = "viasd-builtin-rules"
 
 
+@functools.cache
+def entry_point_plugins() -> tuple[tuple[str, object], ...]:
+    """The ``(name, plugin)`` of each entry point in the ``viasd_adapt`` group, loaded once per
+    process (the order pluggy's own loader uses: distributions as installed, then their entries)."""
+    from importlib.metadata import distributions
+
+    found = []
+    for distribution in list(distributions()):
+        for entry in distribution.entry_points:
+            if entry.group == ENTRY_POINT_GROUP:
+                found.append((entry.name, entry.load()))
+    return tuple(found)
+
+
+def forget_entry_point_plugins() -> None:
+    """Reads the entry-point group again at the next plugin manager: for a program that installed
+    a plugin package after its first run."""
+    entry_point_plugins.cache_clear()
+
+
 def make_plugin_manager(plugins: Iterable[object] = (), load_entrypoints: bool = True) -> pluggy.PluginManager:
     """A plugin manager with the built-in rules, entry-point plugins, then ``plugins``."""
     manager = pluggy.PluginManager(PROJECT_NAME)
     manager.add_hookspecs(ViasdHookSpec)
     manager.register(BuiltinRules(), name=BUILTIN_PLUGIN_NAME)
     if load_entrypoints:
-        manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        for name, plugin in entry_point_plugins():
+            if manager.get_plugin(name) is None and not manager.is_blocked(name):
+                manager.register(plugin, name=name)
     for plugin in plugins:
         manager.register(plugin)
     return manager
