@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     run = subprocess.run(["/usr/bin/time", "-v", *add], capture_output=True, text=True, env=env)
     add_seconds = time.perf_counter() - started
-    lines += ["--- viasd models add (stderr) ---", run.stderr.strip(), "---"]
+    lines += ["--- viasd models add (stdout: its report) ---", run.stdout.strip(),
+              "--- viasd models add (stderr: its progress) ---", run.stderr.strip(), "---"]
     if run.returncode != 0:
         (RESULTS / f"own_pair_{args.name}.txt").write_text("\n".join(lines) + "\n")
         raise SystemExit(f"viasd models add failed:\n{run.stderr}")
