@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from viasd_adapt.cli.main import cli
 
 
-def generate(*args):
-    return CliRunner().invoke(cli, ["generate", "--pair", "demo", "--framework", "engine", "--prompt", "x",
+def generate(*args, pair="demo"):
+    return CliRunner().invoke(cli, ["generate", "--pair", str(pair), "--framework", "engine", "--prompt", "x",
                                     "--max-new-tokens", "2", "--no-color", *map(str, args)])
 
 
@@ -46,11 +46,11 @@ def test_the_control_a_flag_the_mode_reads_runs_and_is_credited_to_the_flag(mode
     assert table(result.output)[name].split()[1:3] == [value, "flag"], result.output
 
 
-def test_a_mode_from_the_tuned_file_is_held_to_the_same_rule():
-    """The demo pair's tuned choice is lenient: --alpha1 would change nothing there."""
-    result = generate("--alpha1", 0.2)
+def test_a_mode_from_the_tuned_file_is_held_to_the_same_rule(tuned_pair):
+    """The pair's tuned choice is lenient (tests/support/tuned.py): --alpha1 would change nothing there."""
+    result = generate("--alpha1", 0.2, pair=tuned_pair)
     assert result.exit_code == 2 and "error: --alpha1 0.2: mode lenient (from tuned.json" in result.output, result.output
-    assert generate("--lenience", 0.3).exit_code == 0  # the control: lenient reads its tolerance
+    assert generate("--lenience", 0.3, pair=tuned_pair).exit_code == 0  # the control: lenient reads its tolerance
 
 
 def test_a_framework_without_a_tier_refuses_the_adaptive_flag_by_its_own_name():

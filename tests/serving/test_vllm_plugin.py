@@ -12,11 +12,18 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from tests.support.tuned import write_shipped_tuned_as
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.serving import vllm_plugin
 from viasd_adapt.serving.vllm_plugin import TESTED_VLLM, VllmVersionError, attach, check_vllm_version, engine_config
 
-DEMO_TUNED = Path(__file__).resolve().parents[2] / "viasd_adapt" / "assets" / "demo" / "tuned.json"
+
+
+@pytest.fixture(scope="module")
+def demo_tuned(tmp_path_factory) -> Path:
+    """The demo pair's tuned.json choosing its best lenient point (tests/support/tuned.py), whatever
+    ``viasd tune`` last chose for the pair: the rule these tests serve."""
+    return write_shipped_tuned_as("demo", tmp_path_factory.mktemp("demo-lenient"), "lenient")
 
 
 @pytest.mark.parametrize("version", ["0.31.9", "0.33.0", "1.0.0", "0.9.2"])
@@ -36,9 +43,9 @@ def test_an_unreadable_version_is_an_error():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
-def test_engine_config_without_vllm_says_how_to_get_it():
+def test_engine_config_without_vllm_says_how_to_get_it(demo_tuned):
     with pytest.raises(VllmVersionError, match="vLLM is not installed.*setup_venv.sh"):
-        engine_config(DEMO_TUNED)
+        engine_config(demo_tuned)
 
 
 def test_engine_config_checks_the_file_first(tmp_path):
@@ -97,11 +104,11 @@ def test_an_engine_that_did_not_ask_is_not_touched():
     assert "forward" not in vars(runner.rejection_sampler)
 
 
-def test_lenience_zero_is_token_identical_and_more_lenience_accepts_more(tmp_path):
+def test_lenience_zero_is_token_identical_and_more_lenience_accepts_more(tmp_path, demo_tuned):
     stock = StandInSampler()
-    zero = _engine({"viasd": {"tuned": str(DEMO_TUNED), "lenience": 0.0}})
+    zero = _engine({"viasd": {"tuned": str(demo_tuned), "lenience": 0.0}})
     audit = tmp_path / "audit.json"
-    tuned = _engine({"viasd": {"tuned": str(DEMO_TUNED), "audit": str(audit)}})
+    tuned = _engine({"viasd": {"tuned": str(demo_tuned), "audit": str(audit)}})
     gained = 0
     for seed in range(20):
         meta, logits, sampling = _step(seed)
@@ -112,14 +119,14 @@ def test_lenience_zero_is_token_identical_and_more_lenience_accepts_more(tmp_pat
         gained += _accepted(out) - _accepted(base)
     assert gained > 0
     data = json.loads(audit.read_text())
-    assert data["lenience"] == json.loads(DEMO_TUNED.read_text())["settings"]["lenience"] > 0 and data["steps"] == 20
+    assert data["lenience"] == json.loads(demo_tuned.read_text())["settings"]["lenience"] > 0 and data["steps"] == 20
     assert data["overruled"] > 0 and data["regret_per_token"] > 0
 
 
-def test_sampled_requests_keep_the_lossless_rule():
+def test_sampled_requests_keep_the_lossless_rule(demo_tuned):
     meta, logits, _ = _step(3, requests=2)
     sampling = SimpleNamespace(all_greedy=False, all_random=False, temperature=torch.tensor([0.0, 0.7]))
-    engine = _engine({"viasd": {"tuned": str(DEMO_TUNED), "lenience": 0.9}})
+    engine = _engine({"viasd": {"tuned": str(demo_tuned), "lenience": 0.9}})
     seen = {}
     stock_processors = engine._viasd_attachment._stock_processors
 
@@ -133,10 +140,10 @@ def test_sampled_requests_keep_the_lossless_rule():
     assert not torch.equal(target[:5], seen["before"][:5])  # the greedy request's are raised
 
 
-def test_an_engine_without_drafts_is_refused():
+def test_an_engine_without_drafts_is_refused(demo_tuned):
     runner = SimpleNamespace()
     with pytest.raises(ConfigError, match="needs speculative decoding"):
-        attach(runner, SimpleNamespace(additional_config={"viasd": {"tuned": str(DEMO_TUNED)}}))
+        attach(runner, SimpleNamespace(additional_config={"viasd": {"tuned": str(demo_tuned)}}))
 
 
 def test_the_entry_point_is_declared():
