@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Iterator
 
 from torch import nn
 
@@ -45,6 +46,22 @@ class TierSession:
     _call: Any = field(default=None, repr=False)
     # the context of each drafter seen (by object for a model: fingerprinted once per session)
     _by_drafter: dict = field(default_factory=dict, repr=False)
+
+    @contextlib.contextmanager
+    def observing_stock_call(self, observer: Any) -> Iterator[None]:
+        """``observer`` watches the stock ``generate`` call running in the block (mode none): the
+        patch hands it the candidate generator transformers builds, so that the drafter's proposals
+        and the target's verdicts are counted without changing the stock path."""
+        self._call = observer
+        try:
+            yield
+        finally:
+            self._call = None
+
+    @property
+    def stock_observer(self) -> Any:
+        """The observer of the stock call running now, else None."""
+        return self._call
 
     @property
     def tier(self) -> RunContext:
