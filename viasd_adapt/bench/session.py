@@ -438,6 +438,4 @@ def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = prin
     return data
 
 
-__all__ = ["BenchConfig", "load_bench_pair", "projection_report", "quiet_transformers",
-           "read_text_prompts", "resolve_bench_settings", "result_lines", "run_bench_session", "run_info", "set_threads",
-           "setup_lines", "spec_bench_set", "task_examples", "write_outputs"]
+__all__ = ["BenchConfig", "run_bench_session"]

@@ -143,3 +143,5 @@ class TierObserver:
                 event=TokenEvent(first_index + offset, int(token), int(tier), self.framework, self.mode)
             )
         self.manager.hook.viasd_cycle_finished(cycle=cycle, metrics=metrics)
+
+__all__ = ["TokenEvent", "hookimpl", "make_plugin_manager"]

@@ -388,5 +388,4 @@ def with_monitor(manager: pluggy.PluginManager) -> tuple[pluggy.PluginManager, D
     return manager_for_a_run(manager, (MONITOR_PLUGIN_NAME, plugin)), plugin
 
 
-__all__ = ["MONITOR_PLUGIN_NAME", "DrafterEvidence", "DrafterMonitorPlugin", "DrafterQualityMonitor", "JunkThresholds",
-           "ViasdQualityWarning", "looks_like_junk", "wilson_upper", "with_monitor"]
+__all__ = ["ViasdQualityWarning"]

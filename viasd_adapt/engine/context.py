@@ -434,6 +434,4 @@ def _adapts(settings: TierSettings | None) -> bool:
     return check_settings(settings if settings is not None else TierSettings()).adapts
 
 
-__all__ = ["EAGLE_HEAD", "GIVEN", "NO_MASK_MESSAGE", "RunContext", "UntieredWithoutMaskWarning", "check_spec_model",
-           "drafter_identity", "no_mask_default", "open_context", "other_drafter_notice", "resolve_context",
-           "spec_for_device", "spec_for_drafter", "tuned_drafter_mismatch"]
+__all__ = ["RunContext"]
