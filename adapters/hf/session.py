@@ -12,6 +12,7 @@ from torch import nn
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.core.notices import emit
 from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.deprecated import deprecated_use
 from viasd_adapt.engine.context import RunContext, drafter_identity
 from viasd_adapt.routing.slim import SlimVerifier
 
@@ -65,7 +66,8 @@ class TierSession:
 
     @property
     def tier(self) -> RunContext:
-        """The session's run context, by its 0.2 name."""
+        """The session's run context by its 0.2 name; deprecated (until 0.4.0): :attr:`context`."""
+        deprecated_use("TierSession.tier", "TierSession.context")
         return self.context
 
     @property

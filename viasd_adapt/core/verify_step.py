@@ -80,7 +80,7 @@ class VerifyStep:
         bonus_after_block: see :class:`~viasd_adapt.core.cycle.CyclePolicy` (False for PEARL).
         thresholds: when the drafter-quality monitor calls a drafter junk.
         adaptive: the prices and priors of the adaptive tier's controllers, when the settings adapt
-            (:func:`viasd_adapt.engine.tier.open_tier` builds them); None:
+            (:func:`viasd_adapt.engine.context.open_context` builds them); None:
             :meth:`AdaptivePlan.fallback`. Ignored when the settings do not adapt.
     """
 

@@ -143,7 +143,10 @@ class RunContext:
 
     @property
     def tuned(self) -> TunedSettings | None:
-        """The tuned evidence (:attr:`evidence`), by the name the 0.2 set-up object gave it."""
+        """The tuned evidence by its 0.2 name; deprecated (until 0.4.0): :attr:`evidence`."""
+        from viasd_adapt.deprecated import deprecated_use
+
+        deprecated_use("RunContext.tuned", "RunContext.evidence")
         return self.evidence
 
     @property
