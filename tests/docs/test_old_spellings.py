@@ -6,7 +6,9 @@
   repeated) -> :mod:`viasd_adapt.engine.context`;
 * ``RunContext.tuned`` -> ``RunContext.evidence``;
 * ``TierSession.tier`` -> ``TierSession.context``;
-* ``LoadedPair(loaded=...)`` -> the framework's object given to its adapter.
+* ``LoadedPair(loaded=...)`` -> the framework's object given to its adapter;
+* ``TieredVerifier(target, settings, sampling, ...)`` without a verify step ->
+  ``TieredVerifier.of(context, context.verify_step(...), sampling)``.
 
 For each: the old spelling warns and still gives what the new one gives; the new spelling does not
 warn (control); and the package's own code (``viasd_adapt/`` and ``adapters/``) does not use the
@@ -30,6 +32,9 @@ from viasd_adapt.adapters import hf
 from viasd_adapt.deprecated import RENAMED_NAMES
 from viasd_adapt.engine import context as context_module
 from viasd_adapt.engine.context import RunContext, open_context
+from viasd_adapt.core.sampling import SamplingConfig
+from viasd_adapt.core.settings import TierSettings
+from viasd_adapt.engine.verifier import TieredVerifier
 from viasd_adapt.models.pair import LoadedPair, MaskInfo, loaded_for
 
 OLD_MODULE = "viasd_adapt.engine.tier"
@@ -120,10 +125,23 @@ def test_loaded_pair_loaded_warns_and_still_hands_the_object_over(tiny):
     assert loaded_for(pair.target, ("eagle", "head"), lambda: pytest.fail("the handed-over object was not kept")) is handed
 
 
+def test_tiered_verifiers_0_2_constructor_warns_and_builds_the_same_step(tiny):
+    settings = TierSettings(mode="lossy", gamma=3, adaptive=False)
+    with pytest.warns(DeprecationWarning, match=r"TieredVerifier\(target, settings, sampling, \.\.\.\) without a step "
+                                                r"is deprecated, use TieredVerifier\.of\(context") as record:
+        old = TieredVerifier(tiny.target, settings, SamplingConfig(), slim=open_context(tiny.target, tiny.mask, settings).slim)
+    _one_warning_here(record)
+    assert old.step.settings == settings and old.settings == settings and old.slim is not None
+
+
 def test_the_new_spellings_do_not_warn(tiny):
-    """Control: the replacements of the three spellings above, with the project's warnings as errors."""
+    """Control: the replacements of the four spellings above, with the project's warnings as errors."""
     scope = _no_project_warning()
     try:
+        settings = TierSettings(mode="lossy", gamma=3, adaptive=False)
+        context = open_context(tiny.target, tiny.mask, settings)
+        verifier = TieredVerifier.of(context, context.verify_step("engine"), SamplingConfig())
+        assert verifier.step.settings == settings and verifier.slim is context.slim
         context = open_context(tiny.target, tiny.mask)
         assert context.evidence is None
         with hf.tiered(tiny.target, mask=tiny.mask) as session:
@@ -140,7 +158,7 @@ def test_the_new_spellings_do_not_warn(tiny):
 def old_spellings(source: str) -> list[str]:
     """Each use of an old spelling in ``source`` that its syntax tree shows: an import of
     ``viasd_adapt.engine.tier`` (absolute, relative from the engine, or as ``engine import tier``),
-    a ``LoadedPair(..., loaded=...)`` call, ``<...>.tier`` read off a session and ``<...>.tuned``
+    a ``LoadedPair(..., loaded=...)`` call, a ``TieredVerifier(...)`` call without a ``step``, ``<...>.tier`` read off a session and ``<...>.tuned``
     read off a run context (by the receiver's name: ``session``, ``context``, ``ctx``, ``run_context``)."""
     found = []
     for node in ast.walk(ast.parse(source)):
@@ -155,6 +173,8 @@ def old_spellings(source: str) -> list[str]:
             callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if callee == "LoadedPair" and any(k.arg == "loaded" for k in node.keywords):
                 found.append("LoadedPair(loaded=...)")
+            if callee == "TieredVerifier" and not any(k.arg == "step" for k in node.keywords) and len(node.args) < 10:
+                found.append("TieredVerifier(...) without a step")
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             receiver = node.value.attr if isinstance(node.value, ast.Attribute) else getattr(node.value, "id", "")
             if node.attr == "tier" and receiver.endswith("session"):
@@ -185,11 +205,15 @@ def test_the_scan_finds_each_old_spelling():
            "from .tier import OpenTier\n"
            "from viasd_adapt.engine import tier\n"
            "pair = LoadedPair(target, None, None, None, device, loaded={'eagle': ea})\n"
+           "verifier = TieredVerifier(target, settings, sampling, slim=slim)\n"
            "print(session.tier, self.session.tier, context.tuned)\n")
     assert old_spellings(old) == [
         "import viasd_adapt.engine.tier", "from viasd_adapt.engine.tier import ...", "from .tier import ...",
-        "from viasd_adapt.engine import ...", "LoadedPair(loaded=...)", "session.tier", "session.tier", "context.tuned"]
+        "from viasd_adapt.engine import ...", "LoadedPair(loaded=...)",
+        "TieredVerifier(...) without a step", "session.tier", "session.tier", "context.tuned"]
     new = ("from viasd_adapt.engine.context import open_context, RunContext\n"
            "pair = LoadedPair(target, None, None, None, device)\n"
+           "verifier = TieredVerifier.of(context, context.verify_step('engine'), sampling)\n"
+           "cls(context.target, None, sampling, step=step)\n"
            "print(session.context, context.evidence, config.tier(), spec.tuned)\n")
     assert old_spellings(new) == []

@@ -40,7 +40,7 @@ SNAPSHOT: dict[str, set[str]] = {
     "viasd_adapt.models.registry": {"resolve_pair"},
     "viasd_adapt.models.tiny": {"tiny_model"},
     "viasd_adapt.routing": {"SlimVerifier"},
-    "viasd_adapt.engine.context": {"RunContext"},
+    "viasd_adapt.engine.context": {"RunContext", "open_context"},
     "viasd_adapt.engine.drafters": {"ModelDrafter"},
     "viasd_adapt.engine.verifier": {"TieredVerifier"},
     "viasd_adapt.engine.loop": {"speculative_generate", "GenerationOutput"},

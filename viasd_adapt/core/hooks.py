@@ -144,4 +144,5 @@ class TierObserver:
             )
         self.manager.hook.viasd_cycle_finished(cycle=cycle, metrics=metrics)
 
+
 __all__ = ["TokenEvent", "hookimpl", "make_plugin_manager"]

@@ -199,4 +199,5 @@ class TierMetrics:
         )
         return data
 
+
 __all__ = ["TierMetrics"]

@@ -152,4 +152,5 @@ def as_warper(sampling: "SamplingConfig | Warper") -> Warper:
         raise ConfigError(f"sampling must be a SamplingConfig (or a Warper), got {type(sampling).__name__}")
     return sampling
 
+
 __all__ = ["SamplingConfig"]

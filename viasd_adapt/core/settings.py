@@ -237,4 +237,5 @@ def check_real(name: str, value: Any, low: float | None = None, high: float | No
         raise ConfigError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
     return float(value)
 
+
 __all__ = ["Mode", "TierSettings"]

@@ -437,4 +437,4 @@ def _adapts(settings: TierSettings | None) -> bool:
     return check_settings(settings if settings is not None else TierSettings()).adapts
 
 
-__all__ = ["RunContext"]
+__all__ = ["RunContext", "open_context"]

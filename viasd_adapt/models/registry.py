@@ -242,4 +242,5 @@ def demo_pair_paths() -> PairPaths:
         )
     return pair
 
+
 __all__ = ["resolve_pair"]

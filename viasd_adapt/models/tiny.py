@@ -71,4 +71,5 @@ def tiny_model(family: str, seed: int = 0, **config_kwargs) -> torch.nn.Module:
     model = AutoModelForCausalLM.from_config(tiny_config(family, **config_kwargs), attn_implementation="eager")
     return model.eval()
 
+
 __all__ = ["tiny_model"]
