@@ -225,14 +225,16 @@ def test_every_run_leaves_the_plugin_manager_as_given_and_a_lossy_one_monitors_i
     manager.set_blocked("blocked-by-the-caller")
     before = manager.list_name_plugin()
     for mode in ("none", "lenient", "lossless", "audit"):
-        assert VerifyStep(TierSettings(mode=mode), "test", manager).plugin_manager is manager
+        VerifyStep(TierSettings(mode=mode), "test", manager)
     steps = [VerifyStep(LOSSY, "test", manager), VerifyStep(LOSSY, "test", manager)]
+    assert all(step.plugin_manager is manager for step in steps)  # the step names the manager it was given
     assert manager.list_name_plugin() == before  # the caller's manager: never a monitor
-    for step in steps:  # control: each lossy run's own manager has its monitor and the caller's plugins
-        names = [name for name, _ in step.plugin_manager.list_name_plugin()]
+    own = [step.observer.manager for step in steps]
+    for hooks in own:  # control: each lossy run's own manager has its monitor and the caller's plugins
+        names = [name for name, _ in hooks.list_name_plugin()]
         assert names.count(MONITOR_PLUGIN_NAME) == 1 and names[:len(before)] == [name for name, _ in before]
-        assert step.plugin_manager.is_blocked("blocked-by-the-caller")
-    assert steps[0].plugin_manager is not steps[1].plugin_manager
+        assert hooks.is_blocked("blocked-by-the-caller")
+    assert own[0] is not own[1]
     drafts, p, verifiers = _block(agree=True)
     steps[0].verify(drafts, p, verifiers)
     assert Counter.seen == 1  # the caller's observer still observes the run

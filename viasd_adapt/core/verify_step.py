@@ -94,12 +94,15 @@ class VerifyStep:
         # the untiered arm verifies as mode none does; its settings are otherwise the run's
         self._plain_settings = settings.with_(mode=Mode.NONE) if settings.mode.uses_slim else settings
         self.framework = framework
-        given = plugin_manager if plugin_manager is not None else make_plugin_manager(plugins)
-        # The monitor plugin runs only where it can act (lossy), in a manager of this run's own: the
-        # manager a caller gave is never changed (it may serve other runs, in other threads).
-        self.plugin_manager, self._monitor_plugin = with_monitor(given) if settings.mode is Mode.LOSSY else (given, None)
-        self.rules = hook_rules(self.plugin_manager)
-        self.observer = TierObserver(self.plugin_manager, framework, settings.mode.value)
+        #: the manager the run was given (its context's): never changed
+        self.plugin_manager = plugin_manager if plugin_manager is not None else make_plugin_manager(plugins)
+        # The monitor plugin runs only where it can act (lossy), in a manager of this run's own (the
+        # given one's plugins as they are now, then the monitor): the given manager may serve other
+        # runs, in other threads.
+        hooks, self._monitor_plugin = (with_monitor(self.plugin_manager) if settings.mode is Mode.LOSSY
+                                       else (self.plugin_manager, None))
+        self.rules = hook_rules(hooks)
+        self.observer = TierObserver(hooks, framework, settings.mode.value)
         self.thresholds = thresholds
         self.bonus_after_block = bonus_after_block
         self.new_generation(greedy)
