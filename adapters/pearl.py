@@ -148,4 +148,4 @@ def run(pair, request):
     return RunOutput(out.tokens, out.metrics, notes)
 
 
-__all__ = ["generate", "pearl_generate", "run"]
+__all__ = ["generate", "pearl_generate"]

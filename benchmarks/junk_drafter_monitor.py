@@ -145,6 +145,7 @@ def measure(pairs: list[str], prompts: int, say) -> list[dict]:
     from viasd_adapt.engine.drafters import ModelDrafter
     from viasd_adapt.engine.loop import speculative_generate
     from viasd_adapt.engine.prompt_lookup import PromptLookupSpec
+    from viasd_adapt.engine.context import open_context
     from viasd_adapt.engine.verifier import TieredVerifier
     from viasd_adapt.models.pair import load_pair
     from viasd_adapt.models.registry import resolve_pair
@@ -167,8 +168,9 @@ def measure(pairs: list[str], prompts: int, say) -> list[dict]:
                 started = time.perf_counter()
                 for index, prompt in enumerate(ids):
                     recorder = CycleRecorder()
-                    verifier = TieredVerifier(pair.target, settings, sampling, slim=slim,
-                                              plugin_manager=make_plugin_manager([recorder], load_entrypoints=False))
+                    context = open_context(pair.target, slim.mask, settings,
+                                           plugin_manager=make_plugin_manager([recorder], load_entrypoints=False))
+                    verifier = TieredVerifier.of(context, context.verify_step("engine"), sampling)
                     drafter = (ModelDrafter(model, sampling) if model is not None
                                else PromptLookupSpec().drafter(vocab, (), pair.device))
                     with warnings.catch_warnings(record=True) as caught:

@@ -115,7 +115,7 @@ def child(args: argparse.Namespace) -> dict:
     from viasd_adapt.engine.drafters import ModelDrafter
     from viasd_adapt.engine.loop import speculative_generate
     from viasd_adapt.engine.verifier import TieredVerifier
-    from viasd_adapt.routing import SlimVerifier
+    from viasd_adapt.engine.context import open_context
     from viasd_adapt.routing.mask import random_mask
 
     torch.set_num_threads(args.threads)
@@ -131,11 +131,10 @@ def child(args: argparse.Namespace) -> dict:
     mask = random_mask(layers, args.ratio, torch.Generator().manual_seed(args.seed))
     tier = args.role == "tier"
     sampling = SamplingConfig()
-    verifier = TieredVerifier(
-        target, TierSettings(mode="lossless" if tier else "none", gamma=args.gamma, adaptive=False), sampling,
-        slim=SlimVerifier(target, mask) if tier else None,
-        plugin_manager=make_plugin_manager(load_entrypoints=False), share_prefix=tier,
-    )
+    context = open_context(target, mask if tier else None,
+                           TierSettings(mode="lossless" if tier else "none", gamma=args.gamma, adaptive=False),
+                           plugin_manager=make_plugin_manager(load_entrypoints=False))
+    verifier = TieredVerifier.of(context, context.verify_step("engine"), sampling, share_prefix=tier)
     prompt = torch.randint(3, shape.vocab, (args.context,), generator=torch.Generator().manual_seed(args.seed)).tolist()
     start = time.perf_counter()
     with torch.no_grad():

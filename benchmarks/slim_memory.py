@@ -38,6 +38,7 @@ from viasd_adapt.routing.mask import random_mask
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from viasd_adapt.engine.drafters import ModelDrafter  # noqa: E402
+from viasd_adapt.engine.context import open_context  # noqa: E402
 from viasd_adapt.engine.verifier import TieredVerifier
 from viasd_adapt.engine.loop import speculative_generate
 from viasd_adapt.core.hooks import make_plugin_manager  # noqa: E402
@@ -92,10 +93,9 @@ def run(target, drafter_model, slim, mode: str, prompt: list[int], new_tokens: i
         share_prefix: bool = False) -> dict:
     sampling = SamplingConfig()
     # the tier on every cycle: this measures what the slim verifier's cache holds when it runs
-    verifier = TieredVerifier(
-        target, TierSettings(mode=mode, gamma=4, adaptive=False), sampling, slim=slim if mode != "none" else None,
-        plugin_manager=make_plugin_manager(load_entrypoints=False), share_prefix=share_prefix,
-    )
+    context = open_context(target, slim.mask if mode != "none" else None, TierSettings(mode=mode, gamma=4, adaptive=False),
+                           plugin_manager=make_plugin_manager(load_entrypoints=False))
+    verifier = TieredVerifier.of(context, context.verify_step("engine"), sampling, share_prefix=share_prefix)
     drafter = ModelDrafter(drafter_model, sampling)
     if device.type == "cuda":
         torch.cuda.synchronize()

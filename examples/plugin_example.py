@@ -24,6 +24,7 @@ from collections import Counter
 
 import torch
 
+from viasd_adapt.engine.context import open_context
 from viasd_adapt.engine.drafters import ModelDrafter
 from viasd_adapt.engine.verifier import TieredVerifier
 from viasd_adapt.engine.loop import speculative_generate
@@ -83,14 +84,14 @@ def run_example(max_new_tokens: int = 48, threshold: float = 0.6, verbose: bool 
     with torch.no_grad():  # sharpen the random model so its distributions are not near-uniform
         target.get_output_embeddings().weight.mul_(30.0)
     drafter_model = SlimVerifier(target, RoutingMask.from_skipped(6, [2, 3, 4])).model  # self-drafting
-    slim = SlimVerifier(target, RoutingMask.from_skipped(6, [3, 4]))
+    mask = RoutingMask.from_skipped(6, [3, 4])
 
     router, counter = EntropyRouter(threshold), TierCounter(every=4 if verbose else 0)
     manager = make_plugin_manager([router, counter], load_entrypoints=False)
     sampling = SamplingConfig()
     # adaptive=False: the tier on every cycle, so that the router plugin decides every cycle it can
-    verifier = TieredVerifier(target, TierSettings(mode="lossy", gamma=4, adaptive=False), sampling, slim=slim,
-                              plugin_manager=manager)
+    context = open_context(target, mask, TierSettings(mode="lossy", gamma=4, adaptive=False), plugin_manager=manager)
+    verifier = TieredVerifier.of(context, context.verify_step("engine"), sampling)
     output = speculative_generate(ModelDrafter(drafter_model, sampling), verifier, [5, 17, 33, 2, 9], max_new_tokens)
     metrics = output.metrics
     if verbose:

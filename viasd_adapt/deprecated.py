@@ -7,6 +7,10 @@ old module is a stand-in that hands out each of its names from where the name li
 :class:`DeprecationWarning` that names the new path; each old name of a package that still exists
 is handed out the same way by the package's ``__getattr__`` (:func:`moved_name`).
 
+Other 0.2 spellings (a module kept for its old names, an attribute, an argument) warn through
+:func:`renamed_name` and :func:`deprecated_use`, with the same version. The package itself uses
+none of them.
+
 Nothing here imports the new homes until a name is asked for (they are named by string), so the
 stand-ins cost nothing to install and the package root stays free of torch.
 """
@@ -67,6 +71,19 @@ MOVED_NAMES: dict[str, dict[str, str]] = {
 }
 
 
+#: module kept only for 0.2's names -> {old name: where it lives now, "module.name"}; the module's
+#: ``__getattr__`` hands each out through :func:`renamed_name`
+RENAMED_NAMES: dict[str, dict[str, str]] = {
+    "viasd_adapt.engine.tier": {
+        "OpenTier": "viasd_adapt.engine.context.RunContext",
+        "open_tier": "viasd_adapt.engine.context.open_context",
+        **{name: f"viasd_adapt.engine.context.{name}" for name in (
+            "EAGLE_HEAD", "NO_MASK_MESSAGE", "UntieredWithoutMaskWarning", "check_spec_model", "drafter_identity",
+            "tuned_drafter_mismatch")},
+    },
+}
+
+
 def _warn(old: str, new: str, stacklevel: int) -> None:
     """``stacklevel`` counts from the caller of ``_warn``: the warning points at the user's line."""
     warnings.warn(f"viasd-adapt: {old} moved to {new}; import it from there (the old path goes in {REMOVED_IN})",
@@ -81,6 +98,26 @@ def moved_name(package: str, name: str):
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
     _warn(f"{package}.{name}", f"{home}.{name}", stacklevel=3)  # moved_name <- the package's __getattr__ <- user
     return getattr(importlib.import_module(home), name)
+
+
+def renamed_name(module: str, name: str):
+    """``module.name`` (a 0.2 name of :data:`RENAMED_NAMES`) from where it lives now, with the
+    warning; for the kept module's ``__getattr__``. :class:`AttributeError` for any other name."""
+    new = RENAMED_NAMES.get(module, {}).get(name)
+    if new is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    _warn(f"{module}.{name}", new, stacklevel=3)  # renamed_name <- the module's __getattr__ <- user
+    home, _, new_name = new.rpartition(".")
+    return getattr(importlib.import_module(home), new_name)
+
+
+def deprecated_use(old: str, new: str, stacklevel: int = 2) -> None:
+    """Warns that a 0.2 spelling (an attribute, an argument) was used: it still works until
+    :data:`REMOVED_IN`, and ``new`` is what replaces it. ``stacklevel`` counts as
+    :func:`warnings.warn`'s would from the caller of this function (2: that caller's caller, the
+    user's line for a property)."""
+    warnings.warn(f"viasd-adapt: {old} is deprecated, use {new} (the old spelling goes in {REMOVED_IN})",
+                  DeprecationWarning, stacklevel=stacklevel + 1)
 
 
 class MovedModule(types.ModuleType):
@@ -122,4 +159,5 @@ def install() -> None:
         sys.meta_path.append(MovedModuleFinder())
 
 
-__all__ = ["MOVED_MODULES", "MOVED_NAMES", "REMOVED_IN", "MovedModule", "MovedModuleFinder", "install", "moved_name"]
+__all__ = ["MOVED_MODULES", "MOVED_NAMES", "RENAMED_NAMES", "REMOVED_IN", "MovedModule", "MovedModuleFinder",
+           "deprecated_use", "install", "moved_name", "renamed_name"]

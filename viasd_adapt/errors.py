@@ -19,3 +19,6 @@ class ModelMismatchError(ViasdError, ValueError):
 
 class UnsupportedModelError(ViasdError, TypeError):
     """A model architecture that viasd-adapt does not know how to route."""
+
+
+__all__ = ["ConfigError", "ModelMismatchError", "UnsupportedModelError", "ViasdError"]

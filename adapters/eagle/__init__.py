@@ -133,23 +133,4 @@ from viasd_adapt.adapters.eagle.session import EagleTierSession, tiered
 from viasd_adapt.adapters.eagle.slim_tree import SlimTreeVerifier
 from viasd_adapt.core.plugins import GreedyArgmaxAcceptance
 
-__all__ = [
-    "PATCHED_NAMES",
-    "EagleGeneration",
-    "EagleOptions",
-    "EagleTierSession",
-    "GreedyArgmaxAcceptance",
-    "HeadFeatures",
-    "LosslessStrategy",
-    "SlimTreeVerifier",
-    "check_base_model",
-    "check_head_embeddings",
-    "check_head_matches",
-    "eagle_compat",
-    "generate",
-    "is_patched",
-    "load_ea_model",
-    "repair_rotary_caches",
-    "run",
-    "tiered",
-]
+__all__ = ["EagleOptions", "EagleTierSession", "generate", "load_ea_model", "tiered"]

@@ -67,18 +67,4 @@ from viasd_adapt.adapters.hf.patch import is_patched, patch, tiered, unpatch
 from viasd_adapt.adapters.hf.session import FRAMEWORK, TierSession
 from viasd_adapt.adapters.hf.runner import drafting_blocks_of, fix_draft_length, run
 
-__all__ = [
-    "FRAMEWORK",
-    "TierSession",
-    "TierSettings",
-    "ViasdCacheWarning",
-    "ViasdFallbackWarning",
-    "VerifyStep",
-    "drafting_blocks_of",
-    "is_patched",
-    "fix_draft_length",
-    "patch",
-    "run",
-    "tiered",
-    "unpatch",
-]
+__all__ = ["TierSession", "ViasdCacheWarning", "ViasdFallbackWarning", "patch", "tiered", "unpatch"]

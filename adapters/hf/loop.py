@@ -139,11 +139,8 @@ class _StockObserver:
 
 def _generate_observed(session: TierSession, context: RunContext, original, args: tuple, kwargs: dict):
     observer = _StockObserver(context)
-    session._call = observer
-    try:
+    with session.observing_stock_call(observer):
         output = original(*args, **kwargs)
-    finally:
-        session._call = None
     session._record(observer.step.metrics)
     return _attach(output, observer.step.metrics)
 

@@ -72,7 +72,7 @@ class _InstancePatch:
     def _dispatch_candidate_generator(self, *args, **kwargs):
         generator = self.original("_get_candidate_generator")(*args, **kwargs)
         session = self.current()
-        call = session._call if session is not None else None
+        call = session.stock_observer if session is not None else None
         if call is None:
             return generator
         return call.wrap(generator, kwargs)

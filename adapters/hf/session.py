@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Iterator
 
 from torch import nn
 
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.core.notices import emit
 from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.deprecated import deprecated_use
 from viasd_adapt.engine.context import RunContext, drafter_identity
 from viasd_adapt.routing.slim import SlimVerifier
 
@@ -46,9 +48,26 @@ class TierSession:
     # the context of each drafter seen (by object for a model: fingerprinted once per session)
     _by_drafter: dict = field(default_factory=dict, repr=False)
 
+    @contextlib.contextmanager
+    def observing_stock_call(self, observer: Any) -> Iterator[None]:
+        """``observer`` watches the stock ``generate`` call running in the block (mode none): the
+        patch hands it the candidate generator transformers builds, so that the drafter's proposals
+        and the target's verdicts are counted without changing the stock path."""
+        self._call = observer
+        try:
+            yield
+        finally:
+            self._call = None
+
+    @property
+    def stock_observer(self) -> Any:
+        """The observer of the stock call running now, else None."""
+        return self._call
+
     @property
     def tier(self) -> RunContext:
-        """The session's run context, by its 0.2 name."""
+        """The session's run context by its 0.2 name; deprecated (until 0.4.0): :attr:`context`."""
+        deprecated_use("TierSession.tier", "TierSession.context")
         return self.context
 
     @property

@@ -1,4 +1,4 @@
-"""Every adapter opens its tier through one set-up call (viasd_adapt.engine.tier.open_tier): the mask
+"""Every adapter opens its tier through one set-up call (viasd_adapt.engine.context.open_context): the mask
 file is read once per call, tuned.json at most once, and a mask path with settings=None runs the
 tuned choice, exactly as the same settings and mask given in memory do."""
 

@@ -4,25 +4,19 @@
 from __future__ import annotations
 
 import doctest
-import importlib.util
 import json
 import shutil
-import sys
 
 import pytest
 
 from tests.support import REPO_ROOT
+from tests.support.scripts import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def render_tables():
-    path = REPO_ROOT / "benchmarks" / "render_tables.py"
-    spec = importlib.util.spec_from_file_location("render_tables", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["render_tables"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("render_tables", None)
+    with benchmark_module("render_tables") as module:
+        yield module
 
 
 @pytest.fixture()

@@ -14,7 +14,7 @@ from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.config.tuned import TunedForAnotherMaskWarning, TunedSettings
 from viasd_adapt.config.resolve import resolve_settings, tuned_mask_path
-from viasd_adapt.engine.tier import open_tier
+from viasd_adapt.engine.context import open_context
 from viasd_adapt.tuning.tune import Budget, Point, TuneGrid, pareto
 from viasd_adapt.routing.mask import check_tuned_model
 
@@ -161,11 +161,11 @@ def test_adapters_use_tuned_settings_only_with_the_mask_they_were_measured_with(
     target = AutoModelForCausalLM.from_pretrained(str(pair / "target"))
     chosen = TierSettings(mode="lossy", alpha1=0.1, alpha2=0.0)
     TunedSettings(chosen, "viasd", artifact.mask.bits(), artifact.fingerprint, hardware=CPU_STAMP).save(pair / "tuned.json")
-    assert open_tier(target, mask_path).settings == chosen
+    assert open_context(target, mask_path).settings == chosen
     other = MaskArtifact(RoutingMask.from_skipped(6, [1, 5]), 0.33, fingerprint=artifact.fingerprint)
     other.save(pair / "other.json")
     with pytest.warns(TunedForAnotherMaskWarning, match="tuned_mask_path"):  # another mask: defaults, said aloud
-        assert open_tier(target, pair / "other.json").settings == TierSettings()
+        assert open_context(target, pair / "other.json").settings == TierSettings()
 
 
 def test_bench_runs_the_tuners_best_viasd_point_when_the_verdict_is_lenient(tmp_path, char_pair):

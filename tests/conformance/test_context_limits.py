@@ -14,7 +14,7 @@ from viasd_adapt.frameworks import registry as frameworks
 from viasd_adapt.adapters import hf
 from viasd_adapt.adapters.pearl import pearl_generate
 from viasd_adapt.engine.drafters import ModelDrafter
-from viasd_adapt.engine.verifier import TieredVerifier
+from tests.support.verifiers import tiered_verifier
 from viasd_adapt.engine.loop import speculative_generate
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
@@ -43,7 +43,7 @@ def _pair(target, draft) -> LoadedPair:
 @pytest.mark.parametrize("prompt", [LONG, NEAR], ids=["prompt-too-long", "prompt-plus-budget-too-long"])
 def test_engine_refuses_before_running(models, prompt):
     target, draft = models
-    verifier = TieredVerifier(target, TierSettings(mode="none"), SamplingConfig())
+    verifier = tiered_verifier(target, TierSettings(mode="none"), SamplingConfig())
     with pytest.raises(ConfigError, match=f"exceeds the target's {LIMIT} positions"):
         speculative_generate(ModelDrafter(draft, SamplingConfig()), verifier, prompt, 10)
 
@@ -52,14 +52,14 @@ def test_engine_checks_a_drafter_with_fewer_positions():
     target = tiny_model("gpt2", seed=0, num_layers=2)
     draft = tiny_model("gpt2", seed=1, num_layers=1)
     draft.config.n_positions = 64
-    verifier = TieredVerifier(target, TierSettings(mode="none"), SamplingConfig())
+    verifier = tiered_verifier(target, TierSettings(mode="none"), SamplingConfig())
     with pytest.raises(ConfigError, match="exceeds the drafter's 64 positions"):
         speculative_generate(ModelDrafter(draft, SamplingConfig()), verifier, [3] * 60, 10)
 
 
 def test_engine_refuses_token_ids_outside_the_vocabulary(models):
     target, draft = models
-    verifier = TieredVerifier(target, TierSettings(mode="none"), SamplingConfig())
+    verifier = tiered_verifier(target, TierSettings(mode="none"), SamplingConfig())
     with pytest.raises(ModelMismatchError, match="token id 96 is outside"):
         speculative_generate(ModelDrafter(draft, SamplingConfig()), verifier, [1, 96], 3)
 

@@ -80,9 +80,10 @@ def _loaded_pair(driver, framework: str):
 
     mask = MaskInfo(driver.mask, "test mask", False)
     if framework == "eagle":  # the EaModel is already loaded: the registry entry takes it from ``loaded``
-        return LoadedPair(driver.target, None, driver.ea_model.tokenizer, mask, torch.device("cpu"),
-                          target_path=driver.stock_target.name_or_path, eagle_head="(loaded)",
-                          loaded={"eagle": driver.ea_model})
+        with pytest.warns(DeprecationWarning, match=r"LoadedPair\(loaded=\.\.\.\) is deprecated"):  # kept until 0.4.0
+            return LoadedPair(driver.target, None, driver.ea_model.tokenizer, mask, torch.device("cpu"),
+                              target_path=driver.stock_target.name_or_path, eagle_head="(loaded)",
+                              loaded={"eagle": driver.ea_model})
     return LoadedPair(driver.target, driver.pair.drafter, None, mask, torch.device("cpu"))
 
 

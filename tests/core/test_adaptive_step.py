@@ -152,15 +152,15 @@ def test_the_tier_pinned_on_every_cycle_is_exactly_adaptive_false():
     from tests.support.pairs import noisy_pair
     from viasd_adapt.engine.drafters import ModelDrafter
     from viasd_adapt.engine.loop import speculative_generate
-    from viasd_adapt.engine.verifier import TieredVerifier
+    from tests.support.verifiers import tiered_verifier
     from viasd_adapt.routing.slim import SlimVerifier
 
     pair = noisy_pair("llama")
     for mode in ("lossless", "lossy"):
         runs = []
         for settings, plan in ((TierSettings(mode=mode, gamma=4, adaptive=False), None), (TierSettings(mode=mode, gamma=4), _plan())):
-            verifier = TieredVerifier(pair.target, settings, pair_sampling(), slim=SlimVerifier(pair.target, pair.mask),
-                                      adaptive=plan)
+            verifier = tiered_verifier(pair.target, settings, pair_sampling(), slim=SlimVerifier(pair.target, pair.mask),
+                                       adaptive=plan)
             out = speculative_generate(ModelDrafter(pair.drafter, pair_sampling()), verifier, [1, 2, 3, 4, 5], 20,
                                        generator=torch.Generator().manual_seed(0))
             runs.append((out.tokens, out.metrics.to_dict(), verifier.step.controller))

@@ -12,7 +12,7 @@ from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.routing.mask import model_fingerprint
 from viasd_adapt.core.settings import TierSettings
-from viasd_adapt.engine.tier import open_tier
+from viasd_adapt.engine.context import open_context
 
 
 def test_delta_message_names_the_numbers_only_when_negative():
@@ -29,11 +29,11 @@ def test_opening_a_lossy_tier_on_a_negative_delta_mask_warns(tmp_path, delta, mo
                         fingerprint=model_fingerprint(target)).save(tmp_path / "mask.json")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        settings = open_tier(target, path, TierSettings(mode=mode)).settings
+        settings = open_context(target, path, TierSettings(mode=mode)).settings
     assert settings.mode.value == mode
     assert any(issubclass(w.category, NegativeDeltaWarning) for w in caught) == warned
     assert warn_if_negative_delta(RoutingMask.from_skipped(6, [2, 4]), TierSettings()) is None  # no artifact, no Delta
-    # the advice reads no file: it is given the artifact open_tier already read
+    # the advice reads no file: it is given the artifact open_context already read
     assert warn_if_negative_delta(str(path), TierSettings()) is None
 
 

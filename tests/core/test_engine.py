@@ -16,7 +16,7 @@ import torch
 
 from viasd_adapt.core.monitor import ViasdQualityWarning
 from viasd_adapt.engine.drafters import ModelDrafter
-from viasd_adapt.engine.verifier import TieredVerifier
+from tests.support.verifiers import tiered_verifier
 from viasd_adapt.engine.loop import speculative_generate
 from tests.support.frameworks import Recorder
 from tests.support.pairs import sharpened_model
@@ -40,7 +40,7 @@ def make(target, mode="lossy", gamma=4, sampling=GREEDY, plugins=(), **settings)
     """A drafter that is the target with layers 2-4 skipped, and a verifier whose u skips 3-4."""
     drafter = ModelDrafter(SlimVerifier(target, RoutingMask.from_skipped(LAYERS, [2, 3, 4])).model, sampling)
     slim = SlimVerifier(target, RoutingMask.from_skipped(LAYERS, [3, 4])) if mode != "none" else None
-    verifier = TieredVerifier(
+    verifier = tiered_verifier(
         target, TierSettings(mode=mode, gamma=gamma, **settings), sampling, slim=slim,
         plugin_manager=make_plugin_manager(list(plugins), load_entrypoints=False),
     )
@@ -165,9 +165,9 @@ def test_full_verifier_catches_up_on_slim_tokens_in_one_forward(share_prefix):
     target = sharpened_model("llama", 30.0, num_layers=LAYERS)
     checked = []
     drafter = ModelDrafter(SlimVerifier(target, RoutingMask.from_skipped(LAYERS, [2, 3, 4])).model, GREEDY)
-    verifier = TieredVerifier(target, TierSettings(gamma=4, adaptive=False), GREEDY,
-                              slim=SlimVerifier(target, RoutingMask.from_skipped(LAYERS, [3, 4])),
-                              plugin_manager=make_plugin_manager(load_entrypoints=False), share_prefix=share_prefix)
+    verifier = tiered_verifier(target, TierSettings(gamma=4, adaptive=False), GREEDY,
+                               slim=SlimVerifier(target, RoutingMask.from_skipped(LAYERS, [3, 4])),
+                               plugin_manager=make_plugin_manager(load_entrypoints=False), share_prefix=share_prefix)
     runners = verifier.runners
     full_logits = runners.full_logits
 
@@ -210,7 +210,7 @@ class FixedDrafter:
 
 def _verifier(target, mode="lossy", sampling=GREEDY):
     slim = SlimVerifier(target, RoutingMask.from_skipped(4, [1, 3])) if mode == "lossy" else None
-    return TieredVerifier(target, TierSettings(mode=mode), sampling, slim=slim)
+    return tiered_verifier(target, TierSettings(mode=mode), sampling, slim=slim)
 
 
 UNIFORM = torch.full((1, 96), 1 / 96)
@@ -239,7 +239,7 @@ def test_engine_argument_types(models):
     with pytest.raises(ConfigError, match="torch.Generator"):
         speculative_generate(ModelDrafter(drafter, GREEDY), _verifier(target), [1], 3, generator=5)
     with pytest.raises(ConfigError, match="SamplingConfig"):
-        TieredVerifier(target, TierSettings(mode="none"), None)
+        tiered_verifier(target, TierSettings(mode="none"), None)
     with pytest.raises(ConfigError, match="SamplingConfig"):
         ModelDrafter(drafter, "greedy")
     with pytest.raises(ConfigError, match="must be a RoutingMask"):

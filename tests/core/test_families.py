@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig, GPTNeoConfig, M
 
 from viasd_adapt.adapters import hf
 from viasd_adapt.engine.drafters import ModelDrafter
-from viasd_adapt.engine.verifier import TieredVerifier
+from tests.support.verifiers import tiered_verifier
 from viasd_adapt.engine.loop import speculative_generate
 from viasd_adapt.errors import UnsupportedModelError
 from viasd_adapt.core.hooks import make_plugin_manager
@@ -83,8 +83,8 @@ def test_engine_runs_and_exact_modes_equal_generate(target, mode):
             max_new_tokens=n, do_sample=False, pad_token_id=0, eos_token_id=None))[0, len(prompt):].tolist()
     drafter = ModelDrafter(SlimVerifier(model, RoutingMask.from_skipped(LAYERS, [1, 2, 3, 4])).model, GREEDY)
     slim = SlimVerifier(model, RoutingMask.from_skipped(LAYERS, [3, 4])) if mode != "none" else None
-    verifier = TieredVerifier(model, TierSettings(mode=mode, gamma=3, adaptive=False), GREEDY, slim=slim,
-                              plugin_manager=make_plugin_manager(load_entrypoints=False))
+    verifier = tiered_verifier(model, TierSettings(mode=mode, gamma=3, adaptive=False), GREEDY, slim=slim,
+                               plugin_manager=make_plugin_manager(load_entrypoints=False))
     out = speculative_generate(drafter, verifier, prompt, n)
     assert len(out.tokens) == n
     if mode != "lossy":

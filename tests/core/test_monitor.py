@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 
 from tests.support.pairs import load_shipped_demo_pair
 from viasd_adapt.engine.drafters import ModelDrafter
-from viasd_adapt.engine.verifier import TieredVerifier
+from tests.support.verifiers import tiered_verifier
 from viasd_adapt.engine.loop import speculative_generate
 from viasd_adapt.core.monitor import DrafterQualityMonitor, ViasdQualityWarning
 from viasd_adapt.config.mask import MaskArtifact
@@ -39,8 +39,8 @@ def demo():
 
 def _run(demo, drafter, mode="lossy", sampling=SamplingConfig(), n=40):
     tokenizer, target, _, _, mask = demo
-    verifier = TieredVerifier(target, TierSettings(mode=mode, adaptive=False), sampling,
-                              slim=SlimVerifier(target, mask) if Mode(mode).uses_slim else None)
+    verifier = tiered_verifier(target, TierSettings(mode=mode, adaptive=False), sampling,
+                               slim=SlimVerifier(target, mask) if Mode(mode).uses_slim else None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         speculative_generate(ModelDrafter(drafter, sampling), verifier, tokenizer(PROMPT)["input_ids"], n,
@@ -161,8 +161,8 @@ def test_prompt_lookup_drafts_are_not_judged_as_a_drafter_model(demo):
     tokenizer, target, _, _, mask = demo
     ids = tokenizer(PROMPT)["input_ids"]
     for sampling in (SamplingConfig(), SamplingConfig(do_sample=True)):
-        verifier = TieredVerifier(target, TierSettings(mode="lossy", adaptive=False), sampling,
-                                  slim=SlimVerifier(target, mask))
+        verifier = tiered_verifier(target, TierSettings(mode="lossy", adaptive=False), sampling,
+                                   slim=SlimVerifier(target, mask))
         drafter = PromptLookupSpec().drafter(target.config.vocab_size, (), torch.device("cpu"))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

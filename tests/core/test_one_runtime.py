@@ -213,15 +213,31 @@ def test_monitor_evidence_stays_with_its_own_step_on_a_shared_manager():
     assert steps[False].monitor.evidence.committed == 15 and steps[False].monitor.evidence.agreement == 0.0
 
 
-def test_a_run_that_cannot_use_the_monitor_leaves_the_plugin_manager_as_given():
-    manager = make_plugin_manager(load_entrypoints=False)
+def test_every_run_leaves_the_plugin_manager_as_given_and_a_lossy_one_monitors_in_its_own():
+    class Counter:
+        seen = 0
+
+        @hookimpl
+        def viasd_cycle_finished(self, cycle, metrics):
+            Counter.seen += 1
+
+    manager = make_plugin_manager([Counter()], load_entrypoints=False)
+    manager.set_blocked("blocked-by-the-caller")
     before = manager.list_name_plugin()
     for mode in ("none", "lenient", "lossless", "audit"):
         VerifyStep(TierSettings(mode=mode), "test", manager)
-    assert manager.list_name_plugin() == before
-    VerifyStep(LOSSY, "test", manager)
-    VerifyStep(LOSSY, "test", manager)
-    assert [name for name, _ in manager.list_name_plugin()].count(MONITOR_PLUGIN_NAME) == 1
+    steps = [VerifyStep(LOSSY, "test", manager), VerifyStep(LOSSY, "test", manager)]
+    assert all(step.plugin_manager is manager for step in steps)  # the step names the manager it was given
+    assert manager.list_name_plugin() == before  # the caller's manager: never a monitor
+    own = [step.observer.manager for step in steps]
+    for hooks in own:  # control: each lossy run's own manager has its monitor and the caller's plugins
+        names = [name for name, _ in hooks.list_name_plugin()]
+        assert names.count(MONITOR_PLUGIN_NAME) == 1 and names[:len(before)] == [name for name, _ in before]
+        assert hooks.is_blocked("blocked-by-the-caller")
+    assert own[0] is not own[1]
+    drafts, p, verifiers = _block(agree=True)
+    steps[0].verify(drafts, p, verifiers)
+    assert Counter.seen == 1  # the caller's observer still observes the run
 
 
 def test_a_junk_drafter_warns_through_the_monitor_plugin():

@@ -14,7 +14,7 @@ import torch
 from tests.support.pairs import greedy_reference, sharpen, truncated_pair
 from tests.support.stats import ALPHA, chi_square_pvalue, exact_joint, joint_counts, outside_support
 from viasd_adapt.adapters import hf
-from viasd_adapt.engine.verifier import TieredVerifier
+from tests.support.verifiers import tiered_verifier
 from viasd_adapt.engine.loop import speculative_generate
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.engine.prompt_lookup import PromptLookupDrafter, lookup_continuation, point_mass
@@ -60,7 +60,7 @@ def test_engine_with_prompt_lookup_is_token_identical_to_greedy_decoding(mode):
         settings = TierSettings(mode=mode, gamma=4)
         slim = SlimVerifier(target, mask) if settings.mode.uses_slim else None
         drafter = PromptLookupDrafter(vocab_size=12)
-        verifier = TieredVerifier(target, settings, SamplingConfig(), slim=slim, framework="engine")
+        verifier = tiered_verifier(target, settings, SamplingConfig(), slim=slim, framework="engine")
         out = speculative_generate(drafter, verifier, prompt, 20)
         assert out.tokens == greedy_reference(target, prompt, 20)
         assert out.metrics.draft_passes == 0
@@ -121,7 +121,7 @@ def test_lossless_sampling_with_a_point_mass_drafter_follows_the_targets_exact_j
     def sample(seed: int) -> list[int]:
         settings = TierSettings(mode=mode, gamma=2)
         slim = SlimVerifier(pair.target, pair.mask) if settings.mode.uses_slim else None
-        verifier = TieredVerifier(pair.target, settings, SAMPLING, slim=slim, framework="engine")
+        verifier = tiered_verifier(pair.target, settings, SAMPLING, slim=slim, framework="engine")
         out = speculative_generate(PromptLookupDrafter(12), verifier, PROMPT, 2, generator=torch.Generator().manual_seed(seed),
                                    q_prefill=False)
         totals["judged"] += out.metrics.drafts_judged

@@ -14,7 +14,7 @@ import torch
 
 from tests.support import REPO_ROOT
 from viasd_adapt.engine.drafters import ModelDrafter
-from viasd_adapt.engine.verifier import TieredVerifier
+from tests.support.verifiers import tiered_verifier
 from viasd_adapt.engine.loop import speculative_generate
 from viasd_adapt.core.hooks import (
     BUILTIN_PLUGIN_NAME,
@@ -223,7 +223,7 @@ def sharp_target():
 def generate(target, plugins, mode="lossy", max_new_tokens=30, eos=(), sampling=SamplingConfig(), seed=None):
     """The engine with the tier on every cycle (``adaptive=False``): the rules decide every cycle."""
     drafter = ModelDrafter(SlimVerifier(target, RoutingMask.from_skipped(6, [2, 3, 4])).model, sampling)
-    verifier = TieredVerifier(
+    verifier = tiered_verifier(
         target, TierSettings(mode=mode, gamma=4, adaptive=False), sampling, slim=SlimVerifier(target, RoutingMask.from_skipped(6, [3, 4])),
         plugin_manager=make_plugin_manager(plugins, load_entrypoints=False),
     )

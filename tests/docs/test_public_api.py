@@ -3,7 +3,7 @@
 The snapshot (:data:`SNAPSHOT`) is the API as released: a change to docs/api.md or to the package's
 ``__all__`` fails here until the snapshot is changed with it, in the same reviewed diff, and a
 removal or move then needs its deprecation path (tests/docs/test_moved_paths.py) and a changelog
-entry. Every listed name must import from its module without a warning, and every import that the
+entry. Each listed module's ``__all__`` is its row of the page, no more and no less. Every listed name must import from its module without a warning, and every import that the
 README, docs/ and examples/ show must be of a listed name (so the documentation teaches only
 the public API). Each checker has a control.
 """
@@ -25,8 +25,8 @@ API_PAGE = REPO_ROOT / "docs" / "api.md"
 #: The public API of 0.3.0: module -> names.
 SNAPSHOT: dict[str, set[str]] = {
     "viasd_adapt": {"__version__", "load_pair", "LoadedPair", "TierSettings", "Mode"},
-    "viasd_adapt.adapters.hf": {"tiered", "patch", "unpatch"},
-    "viasd_adapt.adapters.eagle": {"tiered", "generate", "load_ea_model", "EagleOptions"},
+    "viasd_adapt.adapters.hf": {"tiered", "patch", "unpatch", "TierSession", "ViasdCacheWarning", "ViasdFallbackWarning"},
+    "viasd_adapt.adapters.eagle": {"tiered", "generate", "load_ea_model", "EagleOptions", "EagleTierSession"},
     "viasd_adapt.adapters.pearl": {"generate", "pearl_generate"},
     "viasd_adapt.core.settings": {"TierSettings", "Mode"},
     "viasd_adapt.core.sampling": {"SamplingConfig"},
@@ -36,20 +36,21 @@ SNAPSHOT: dict[str, set[str]] = {
     "viasd_adapt.core.tiers": {"Tier"},
     "viasd_adapt.core.metrics": {"TierMetrics"},
     "viasd_adapt.core.monitor": {"ViasdQualityWarning"},
-    "viasd_adapt.config.mask": {"RoutingMask"},
+    "viasd_adapt.config.mask": {"RoutingMask", "MaskArtifact"},
     "viasd_adapt.models.registry": {"resolve_pair"},
     "viasd_adapt.models.tiny": {"tiny_model"},
     "viasd_adapt.routing": {"SlimVerifier"},
+    "viasd_adapt.engine.context": {"RunContext", "open_context"},
     "viasd_adapt.engine.drafters": {"ModelDrafter"},
     "viasd_adapt.engine.verifier": {"TieredVerifier"},
-    "viasd_adapt.engine.loop": {"speculative_generate"},
-    "viasd_adapt.search.config": {"CalibrationConfig", "GuidedConfig", "SearchConfig"},
-    "viasd_adapt.search.pipeline": {"search_pair"},
+    "viasd_adapt.engine.loop": {"speculative_generate", "GenerationOutput"},
+    "viasd_adapt.search.config": {"CalibrationConfig", "GuidedConfig", "SearchConfig", "BOConfig"},
+    "viasd_adapt.search.pipeline": {"search_pair", "SearchOutcome"},
     "viasd_adapt.tuning.onboard": {"add_pair", "AddRequest"},
     "viasd_adapt.search.report": {"ReportInput"},
     "viasd_adapt.bench.session": {"BenchConfig", "run_bench_session"},
     "viasd_adapt.prompts.chat": {"encode_prompt"},
-    "viasd_adapt.serving.vllm_plugin": {"engine_config"},
+    "viasd_adapt.serving.vllm_plugin": {"engine_config", "VllmVersionError"},
     "viasd_adapt.errors": {"ViasdError", "ConfigError", "ModelMismatchError", "UnsupportedModelError"},
 }
 
@@ -71,6 +72,23 @@ def api_drift(listed: dict[str, set[str]], package_all: list[str], snapshot: dic
         problems += [f"docs/api.md no longer lists {module}.{name}" for name in sorted(removed)]
     if set(package_all) != listed.get("viasd_adapt", set()):
         problems.append(f"viasd_adapt.__all__ {sorted(package_all)} is not what docs/api.md lists for the package")
+    return problems
+
+
+def all_drift(listed: dict[str, set[str]], import_module=importlib.import_module) -> list[str]:
+    """Where a listed module's ``__all__`` is not the page's row for it: every listed module has an
+    ``__all__``, and it names exactly what the page lists (no more: a name a module imports for its
+    own use is not public by being importable; no less: a listed name is exported)."""
+    problems = []
+    for module in sorted(listed):
+        exported = getattr(import_module(module), "__all__", None)
+        if exported is None:
+            problems.append(f"{module} has no __all__")
+            continue
+        problems += [f"{module}.__all__ has {name}, which docs/api.md does not list" for name in sorted(set(exported) - listed[module])]
+        problems += [f"{module}.__all__ lacks {name}, which docs/api.md lists" for name in sorted(listed[module] - set(exported))]
+        if len(exported) != len(set(exported)):
+            problems.append(f"{module}.__all__ names a name twice")
     return problems
 
 
@@ -122,6 +140,36 @@ def test_a_changed_api_is_caught():
         "docs/api.md no longer lists viasd_adapt.adapters.hf.patch",
         "docs/api.md lists viasd_adapt.core.rules.tolerant_accept_prob, the snapshot does not",
         f"viasd_adapt.__all__ {sorted([*viasd_adapt.__all__, 'decide_cycle'])} is not what docs/api.md lists for the package",
+    ]
+
+
+def test_every_listed_module_exports_what_the_page_lists():
+    listed = listed_api(API_PAGE.read_text(encoding="utf-8"))
+    assert len(listed) >= 20
+    assert all_drift(listed) == []
+
+
+def test_an_export_the_page_does_not_list_is_caught():
+    """Control: the real modules, one of whose ``__all__`` gains a name not on the page, one loses a
+    listed name, and one has no ``__all__``."""
+    import types
+
+    listed = listed_api(API_PAGE.read_text(encoding="utf-8"))
+    changed = {
+        "viasd_adapt.adapters.hf": [*importlib.import_module("viasd_adapt.adapters.hf").__all__, "run"],
+        "viasd_adapt.core.rules": [n for n in importlib.import_module("viasd_adapt.core.rules").__all__ if n != "rule_for"],
+    }
+
+    def import_module(name):
+        real = importlib.import_module(name)
+        if name == "viasd_adapt.errors":
+            return types.SimpleNamespace()
+        return types.SimpleNamespace(__all__=changed[name]) if name in changed else real
+
+    assert all_drift(listed, import_module) == [
+        "viasd_adapt.adapters.hf.__all__ has run, which docs/api.md does not list",
+        "viasd_adapt.core.rules.__all__ lacks rule_for, which docs/api.md lists",
+        "viasd_adapt.errors has no __all__",
     ]
 
 

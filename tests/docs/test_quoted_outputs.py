@@ -4,24 +4,18 @@
 from __future__ import annotations
 
 import doctest
-import importlib.util
 import shutil
-import sys
 
 import pytest
 
 from tests.support import REPO_ROOT
+from tests.support.scripts import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def quoted():
-    path = REPO_ROOT / "benchmarks" / "quoted_outputs.py"
-    spec = importlib.util.spec_from_file_location("quoted_outputs", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["quoted_outputs"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("quoted_outputs", None)
+    with benchmark_module("quoted_outputs") as module:
+        yield module
 
 
 @pytest.fixture()

@@ -203,15 +203,15 @@ class EngineDriver(Driver):
     def generate(self, prompt, n, settings, *, sampling=GREEDY, seed=0, mask=DEFAULT, plugins=(), eos=None,
                  drafter=DEFAULT, variant=None) -> Generation:
         from viasd_adapt.engine.drafters import ModelDrafter
-        from viasd_adapt.engine.verifier import TieredVerifier
+        from tests.support.verifiers import tiered_verifier
         from viasd_adapt.engine.loop import speculative_generate
 
         mask = self.mask if mask is DEFAULT else mask
         drafter = self.pair.drafter if drafter is DEFAULT else drafter
         uses_slim = getattr(getattr(settings, "mode", None), "uses_slim", True)
         slim = SlimVerifier(self.target, mask) if mask is not None and uses_slim else None
-        verifier = TieredVerifier(self.target, settings, sampling, slim=slim, framework="engine",
-                                  plugin_manager=make_plugin_manager(list(plugins), load_entrypoints=False))
+        verifier = tiered_verifier(self.target, settings, sampling, slim=slim, framework="engine",
+                                   plugin_manager=make_plugin_manager(list(plugins), load_entrypoints=False))
         out = speculative_generate(ModelDrafter(drafter, sampling), verifier, prompt, n, [] if eos is None else [eos],
                                    generator=torch.Generator().manual_seed(seed))
         return Generation(out.tokens, out.tiers, out.metrics)

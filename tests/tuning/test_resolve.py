@@ -18,7 +18,7 @@ from viasd_adapt.config.mask import MaskArtifact
 from viasd_adapt.core.settings import CONSERVATIVE, TierSettings
 from viasd_adapt.config.tuned import TunedForAnotherMaskWarning, TunedSettings
 from viasd_adapt.tuning.tune import Point
-from viasd_adapt.engine.tier import check_spec_model
+from viasd_adapt.engine.context import check_spec_model
 
 
 @pytest.fixture()

@@ -44,7 +44,7 @@ from viasd_adapt.config.resolve import UNREAD, RunSpec, resolve_settings
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings, label_settings
 from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP
-from viasd_adapt.engine.tier import EAGLE_HEAD, check_spec_model
+from viasd_adapt.engine.context import EAGLE_HEAD, check_spec_model
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import ensure_writable, relative_name
 from viasd_adapt.models.pair import LoadedPair, load_pair
@@ -438,6 +438,4 @@ def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = prin
     return data
 
 
-__all__ = ["BenchConfig", "load_bench_pair", "projection_report", "quiet_transformers",
-           "read_text_prompts", "resolve_bench_settings", "result_lines", "run_bench_session", "run_info", "set_threads",
-           "setup_lines", "spec_bench_set", "task_examples", "write_outputs"]
+__all__ = ["BenchConfig", "run_bench_session"]

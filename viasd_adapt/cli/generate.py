@@ -26,7 +26,7 @@ from viasd_adapt.cli.threads import threads_option, use_threads
 from viasd_adapt.config.resolve import UNREAD
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.settings import Mode, TierSettings
-from viasd_adapt.engine.tier import EAGLE_HEAD, check_spec_model
+from viasd_adapt.engine.context import EAGLE_HEAD, check_spec_model
 
 _DEFAULTS = TierSettings()
 

@@ -283,4 +283,4 @@ class MaskArtifact(Artifact):
         return cls.from_json(data, source=f"mask file {path}")
 
 
-__all__ = ["ARTIFACT_VERSION", "MaskArtifact", "RoutingMask", "skip_count"]
+__all__ = ["MaskArtifact", "RoutingMask"]

@@ -439,7 +439,7 @@ class TierController:
 class AdaptivePlan:
     """What every controller of a run starts from: the prices, the priors, the knobs.
 
-    One per run (an adapter's set-up call, :func:`viasd_adapt.engine.tier.open_tier`, builds it
+    One per run (an adapter's set-up call, :func:`viasd_adapt.engine.context.open_context`, builds it
     from ``tuned.json``'s measurements or the mask's layer counts); each generation gets a fresh
     :class:`TierController` from it (:meth:`controller`), so no sequence's evidence leaks into
     another's choices. ``sources`` says in words where the prices and priors came from.

@@ -95,6 +95,26 @@ def make_plugin_manager(plugins: Iterable[object] = (), load_entrypoints: bool =
     return manager
 
 
+def manager_for_a_run(manager: pluggy.PluginManager, *own: tuple[str, object]) -> pluggy.PluginManager:
+    """A new manager with ``manager``'s hook specifications and plugins, registered in the same
+    order under the same names, and then the run's ``own`` ``(name, plugin)`` pairs (the
+    drafter-quality monitor). What a run adds for itself never changes the manager its caller gave,
+    which may serve other runs, in other threads, with other plugins."""
+    run = pluggy.PluginManager(manager.project_name)
+    namespaces = {id(caller.spec.namespace): caller.spec.namespace
+                  for caller in vars(manager.hook).values() if getattr(caller, "spec", None) is not None}
+    for namespace in namespaces.values():
+        run.add_hookspecs(namespace)
+    for name, plugin in manager.list_name_plugin():
+        if plugin is not None:  # None: a name the caller blocked
+            run.register(plugin, name=name)
+        else:
+            run.set_blocked(name)
+    for name, plugin in own:
+        run.register(plugin, name=name)
+    return run
+
+
 def hook_rules(manager: pluggy.PluginManager) -> TierRules:
     """The rules the decision functions call, answered by ``manager``'s plugins.
 
@@ -123,3 +143,6 @@ class TierObserver:
                 event=TokenEvent(first_index + offset, int(token), int(tier), self.framework, self.mode)
             )
         self.manager.hook.viasd_cycle_finished(cycle=cycle, metrics=metrics)
+
+
+__all__ = ["TokenEvent", "hookimpl", "make_plugin_manager"]

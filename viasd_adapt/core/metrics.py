@@ -198,3 +198,6 @@ class TierMetrics:
             tv_distance=self.tv_distance,
         )
         return data
+
+
+__all__ = ["TierMetrics"]

@@ -331,7 +331,7 @@ def wilson_upper(successes: int, trials: int, z: float = 1.96) -> float:
 
 
 class DrafterMonitorPlugin:
-    """The monitor as a pluggy plugin (registered once per plugin manager, by the verify step).
+    """The monitor as a pluggy plugin (registered in a lossy run's own plugin manager, by its verify step).
 
     It holds no evidence itself: each hook call goes to the monitor that the calling thread's
     verify step put in place with :meth:`watching` (none outside a verify step's decide or record
@@ -379,14 +379,13 @@ class DrafterMonitorPlugin:
 MONITOR_PLUGIN_NAME = "viasd-drafter-monitor"
 
 
-def monitor_plugin_of(manager: pluggy.PluginManager) -> DrafterMonitorPlugin:
-    """The manager's monitor plugin, registered on first use (it is stateless between runs)."""
-    plugin = manager.get_plugin(MONITOR_PLUGIN_NAME)
-    if plugin is None:
-        plugin = DrafterMonitorPlugin()
-        manager.register(plugin, name=MONITOR_PLUGIN_NAME)
-    return plugin
+def with_monitor(manager: pluggy.PluginManager) -> tuple[pluggy.PluginManager, DrafterMonitorPlugin]:
+    """A manager of the run's own: ``manager``'s plugins and a monitor plugin (``manager`` itself is
+    left as it was given)."""
+    from viasd_adapt.core.hooks import manager_for_a_run
+
+    plugin = DrafterMonitorPlugin()
+    return manager_for_a_run(manager, (MONITOR_PLUGIN_NAME, plugin)), plugin
 
 
-__all__ = ["MONITOR_PLUGIN_NAME", "DrafterEvidence", "DrafterMonitorPlugin", "DrafterQualityMonitor", "JunkThresholds",
-           "ViasdQualityWarning", "looks_like_junk", "monitor_plugin_of", "wilson_upper"]
+__all__ = ["ViasdQualityWarning"]

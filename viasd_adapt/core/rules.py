@@ -255,15 +255,4 @@ def rule_for(mode: Mode | str) -> ModeRules:
     """The checks ``mode`` applies (:class:`ModeRules`): the one table of which rule judges what."""
     return _RULES_BY_MODE[Mode(mode)]
 
-__all__ = [
-    "BUILTIN_RULES",
-    "BuiltinRules",
-    "Check",
-    "ModeRules",
-    "TierRules",
-    "gather_token_probs",
-    "lossless_accept_prob",
-    "rule_for",
-    "tolerant_accept_prob",
-    "top_relative_accept",
-]
+__all__ = ["BUILTIN_RULES", "TierRules", "rule_for"]

@@ -151,3 +151,6 @@ def as_warper(sampling: "SamplingConfig | Warper") -> Warper:
     if not callable(getattr(sampling, "probs", None)) or not isinstance(getattr(sampling, "greedy", None), bool):
         raise ConfigError(f"sampling must be a SamplingConfig (or a Warper), got {type(sampling).__name__}")
     return sampling
+
+
+__all__ = ["SamplingConfig"]

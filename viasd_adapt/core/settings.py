@@ -236,3 +236,6 @@ def check_real(name: str, value: Any, low: float | None = None, high: float | No
     if high is not None and (value >= high if high_open else value > high):
         raise ConfigError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
     return float(value)
+
+
+__all__ = ["Mode", "TierSettings"]

@@ -425,23 +425,4 @@ def audit_lenient_cycle(
     return _audit(result, q, greedy, effective)
 
 
-__all__ = [
-    "AuditRecord",
-    "BlockVerdict",
-    "CycleResult",
-    "RouteDecision",
-    "Tier",
-    "audit_cycle",
-    "audit_lenient_cycle",
-    "cascade_candidates",
-    "effective_distribution",
-    "escalate",
-    "first_false",
-    "leading_true",
-    "gather_token_probs",
-    "join_cycle",
-    "route_block",
-    "to_host",
-    "verified_cycle",
-    "verify_block",
-]
+__all__ = ["Tier"]

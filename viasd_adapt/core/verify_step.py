@@ -54,7 +54,7 @@ from viasd_adapt.core.cycle import CycleOutcome, CyclePolicy, StopRule, Verifier
 from viasd_adapt.core.hooks import TierObserver, hook_rules, make_plugin_manager
 from viasd_adapt.core.ledger import CycleLedger
 from viasd_adapt.core.metrics import TierMetrics
-from viasd_adapt.core.monitor import DrafterQualityMonitor, JunkThresholds, monitor_plugin_of
+from viasd_adapt.core.monitor import DrafterQualityMonitor, JunkThresholds, with_monitor
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import CycleResult
 
@@ -80,7 +80,7 @@ class VerifyStep:
         bonus_after_block: see :class:`~viasd_adapt.core.cycle.CyclePolicy` (False for PEARL).
         thresholds: when the drafter-quality monitor calls a drafter junk.
         adaptive: the prices and priors of the adaptive tier's controllers, when the settings adapt
-            (:func:`viasd_adapt.engine.tier.open_tier` builds them); None:
+            (:func:`viasd_adapt.engine.context.open_context` builds them); None:
             :meth:`AdaptivePlan.fallback`. Ignored when the settings do not adapt.
     """
 
@@ -94,14 +94,17 @@ class VerifyStep:
         # the untiered arm verifies as mode none does; its settings are otherwise the run's
         self._plain_settings = settings.with_(mode=Mode.NONE) if settings.mode.uses_slim else settings
         self.framework = framework
+        #: the manager the run was given (its context's): never changed
         self.plugin_manager = plugin_manager if plugin_manager is not None else make_plugin_manager(plugins)
-        self.rules = hook_rules(self.plugin_manager)
-        self.observer = TierObserver(self.plugin_manager, framework, settings.mode.value)
+        # The monitor plugin runs only where it can act (lossy), in a manager of this run's own (the
+        # given one's plugins as they are now, then the monitor): the given manager may serve other
+        # runs, in other threads.
+        hooks, self._monitor_plugin = (with_monitor(self.plugin_manager) if settings.mode is Mode.LOSSY
+                                       else (self.plugin_manager, None))
+        self.rules = hook_rules(hooks)
+        self.observer = TierObserver(hooks, framework, settings.mode.value)
         self.thresholds = thresholds
         self.bonus_after_block = bonus_after_block
-        # The monitor plugin is registered only where it can act (lossy): other runs leave a user's
-        # plugin manager exactly as it was given.
-        self._monitor_plugin = monitor_plugin_of(self.plugin_manager) if settings.mode is Mode.LOSSY else None
         self.new_generation(greedy)
 
     # ------------------------------------------------------------------ generations

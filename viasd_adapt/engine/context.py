@@ -143,7 +143,10 @@ class RunContext:
 
     @property
     def tuned(self) -> TunedSettings | None:
-        """The tuned evidence (:attr:`evidence`), by the name the 0.2 set-up object gave it."""
+        """The tuned evidence by its 0.2 name; deprecated (until 0.4.0): :attr:`evidence`."""
+        from viasd_adapt.deprecated import deprecated_use
+
+        deprecated_use("RunContext.tuned", "RunContext.evidence")
         return self.evidence
 
     @property
@@ -434,6 +437,4 @@ def _adapts(settings: TierSettings | None) -> bool:
     return check_settings(settings if settings is not None else TierSettings()).adapts
 
 
-__all__ = ["EAGLE_HEAD", "GIVEN", "NO_MASK_MESSAGE", "RunContext", "UntieredWithoutMaskWarning", "check_spec_model",
-           "drafter_identity", "no_mask_default", "open_context", "other_drafter_notice", "resolve_context",
-           "spec_for_device", "spec_for_drafter", "tuned_drafter_mismatch"]
+__all__ = ["RunContext", "open_context"]

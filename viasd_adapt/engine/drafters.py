@@ -85,4 +85,4 @@ def draft_with_ids(drafter: Drafter, sequence: list[int], gamma: int,
 
 
 
-__all__ = ["Drafter", "ModelDrafter", "draft_with_ids", "host_draft"]
+__all__ = ["ModelDrafter"]

@@ -34,7 +34,7 @@ from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.core.verify_step import VerifyStep
 from viasd_adapt.engine.drafters import ModelDrafter
 from viasd_adapt.engine.loop import GenerationOutput, speculative_generate
-from viasd_adapt.engine.verifier import TieredVerifier
+from viasd_adapt.engine.verifier import TieredVerifier, step_for_fields
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.model_kind import (
     OWN_ENCODER,
@@ -87,9 +87,9 @@ def seq2seq_verifier(target: nn.Module, settings: TierSettings | None, sampling:
     (``step``: the run's verify step, when the run already has one: the rows of an HF call)."""
     mode = (step.settings if step is not None else settings).mode
     runners = Seq2SeqTargetRunners(target, slim if mode.uses_slim else None, encoder)
-    if step is not None:  # the step holds the settings and the plugin manager
-        return TieredVerifier(target, None, sampling, slim, runners=runners, step=step)
-    return TieredVerifier(target, settings, sampling, slim, plugin_manager, framework=framework, runners=runners)
+    if step is None:  # a run without a context: its step from the fields, as every run's is built
+        step = step_for_fields(target, settings, sampling, slim, plugin_manager, framework)
+    return TieredVerifier(target, None, sampling, slim, runners=runners, step=step)
 
 
 def seq2seq_generate(

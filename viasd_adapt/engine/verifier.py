@@ -37,6 +37,25 @@ from viasd_adapt.core.tiers import CycleResult
 from viasd_adapt.core.verify_step import VerifyStep
 
 
+def step_for_fields(target: nn.Module, settings: TierSettings | None, sampling: SamplingConfig | Warper,
+                    slim: SlimVerifier | None = None, plugin_manager: pluggy.PluginManager | None = None,
+                    framework: str = "hf", *, bonus_after_block: bool = True,
+                    adaptive: AdaptivePlan | None = None) -> VerifyStep:
+    """The verify step of a run given field by field (a bare target, its settings, a slim verifier
+    built by the caller): resolved through a run context like any other run's, so that the
+    rules, the monitor and the plan are the context's. For the engine's own callers that hold no
+    context (the encoder-decoder loop) and the 0.2 constructor."""
+    from viasd_adapt.engine.context import resolve_context
+
+    mode = check_settings(settings if settings is not None else TierSettings()).mode
+    if mode.uses_slim and slim is None:
+        raise ConfigError(f"mode {mode.value!r} needs a routing mask (slim verifier); pass mask=...")
+    context = resolve_context(target, settings, mask=slim.mask if slim is not None else None,
+                              plugin_manager=plugin_manager, build_slim=False)
+    return replace(context, plan=adaptive).verify_step(framework, greedy=as_warper(sampling).greedy,
+                                                      bonus_after_block=bonus_after_block)
+
+
 @dataclass
 class TieredVerifier:
     """Verifies draft blocks of one target with the run's verify step, over the target's runners.
@@ -44,8 +63,14 @@ class TieredVerifier:
     Built from a run context, :meth:`of` takes the step and the runners, nothing else it could
     disagree with: the step holds the settings, the plugin manager and the adaptive plan (one
     builder, :meth:`viasd_adapt.engine.context.RunContext.verify_step`), the runners hold the target
-    and its slim verifier. The field-by-field form below is the 0.2 one, kept for tests and tools
-    that verify with a bare target: given a ``step``, anything it holds may only repeat it.
+    and its slim verifier::
+
+        context = open_context(target, mask, settings, plugins)
+        verifier = TieredVerifier.of(context, context.verify_step("engine"), sampling)
+
+    The field-by-field form below without a ``step`` is the 0.2 one: it still builds the step from
+    ``settings``, ``plugin_manager`` and ``adaptive`` (through :func:`step_for_fields`), with a
+    :class:`DeprecationWarning`, until 0.4.0. Given a ``step``, anything it holds may only repeat it.
 
     Attributes:
         bonus_after_block: False for frameworks whose next block's first draft takes the position
@@ -84,15 +109,13 @@ class TieredVerifier:
     def __post_init__(self) -> None:
         self.warper = as_warper(self.sampling)
         if self.step is None:
-            from viasd_adapt.engine.context import resolve_context
+            from viasd_adapt.deprecated import deprecated_use
 
-            mode = check_settings(self.settings if self.settings is not None else TierSettings()).mode
-            if mode.uses_slim and self.slim is None:
-                raise ConfigError(f"mode {mode.value!r} needs a routing mask (slim verifier); pass mask=...")
-            context = resolve_context(self.target, self.settings, mask=self.slim.mask if self.slim is not None else None,
-                                      plugin_manager=self.plugin_manager, build_slim=False)
-            self.step = replace(context, plan=self.adaptive).verify_step(
-                self.framework, greedy=self.warper.greedy, bonus_after_block=self.bonus_after_block)
+            deprecated_use("TieredVerifier(target, settings, sampling, ...) without a step",
+                           'TieredVerifier.of(context, context.verify_step("engine"), sampling)',
+                           stacklevel=3)  # __post_init__ <- the dataclass's __init__ <- user
+            self.step = step_for_fields(self.target, self.settings, self.warper, self.slim, self.plugin_manager,
+                                        self.framework, bonus_after_block=self.bonus_after_block, adaptive=self.adaptive)
         else:
             self._refuse_disagreement()
             self.step.new_generation(self.warper.greedy)

@@ -89,10 +89,16 @@ class LoadedPair:
     #: adaptive tier's prices and priors): None without one, or when it was measured with another drafter
     evidence: TunedSettings | None = None
     #: 0.2's way of handing over objects a framework loaded for this pair (``{"eagle": ea_model}``):
-    #: an argument only, kept beside the pair's target (:func:`loaded_for`); ``pair.loaded`` holds nothing
+    #: an argument only, kept beside the pair's target (:func:`loaded_for`); ``pair.loaded`` holds nothing.
+    #: Deprecated (until 0.4.0): pass the framework's object to its adapter (``eagle.tiered(ea_model, ...)``)
     loaded: InitVar[Mapping[str, Any] | None] = None
 
     def __post_init__(self, loaded: Mapping[str, Any] | None) -> None:
+        if loaded is not None:
+            from viasd_adapt.deprecated import deprecated_use
+
+            deprecated_use("LoadedPair(loaded=...)", "the framework's own object given to its adapter (eagle.tiered(ea_model, ...))",
+                           stacklevel=3)  # __post_init__ <- the dataclass's __init__ <- user
         for kind, value in (loaded or {}).items():
             loaded_for(self.target, (kind, self.eagle_head), lambda value=value: value)
 

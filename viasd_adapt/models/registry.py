@@ -241,3 +241,6 @@ def demo_pair_paths() -> PairPaths:
             "reinstall viasd-adapt or run `viasd models build --recipe demo`"
         )
     return pair
+
+
+__all__ = ["resolve_pair"]

@@ -70,3 +70,6 @@ def tiny_model(family: str, seed: int = 0, **config_kwargs) -> torch.nn.Module:
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(tiny_config(family, **config_kwargs), attn_implementation="eager")
     return model.eval()
+
+
+__all__ = ["tiny_model"]

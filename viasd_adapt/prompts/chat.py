@@ -81,4 +81,4 @@ def encode_prompt(tokenizer: Any, text: str, chat: str = "auto") -> list[int]:
     return encode_messages(tokenizer, user_turns([text]), chat)
 
 
-__all__ = ["CHAT_CHOICES", "encode_messages", "encode_prompt", "has_chat_template", "user_turns", "uses_chat"]
+__all__ = ["encode_prompt"]

@@ -5,13 +5,7 @@ from viasd_adapt.routing.layers import DecoderStack, find_decoder_stack
 from viasd_adapt.routing.mask import model_fingerprint
 from viasd_adapt.routing.slim import SlimCache, SlimVerifier
 
-__all__ = [
-    "DecoderStack",
-    "SlimCache",
-    "SlimVerifier",
-    "find_decoder_stack",
-    "model_fingerprint",
-]
+__all__ = ["SlimVerifier"]
 
 
 def __getattr__(name: str):

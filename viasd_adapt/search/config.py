@@ -332,6 +332,4 @@ def _check(config: SearchConfig) -> None:
 #: The defaults of every search (``viasd search``'s option defaults).
 DEFAULTS = SearchConfig()
 
-__all__ = ["BOConfig", "CONTINUATIONS", "CalibrationConfig", "DEFAULTS", "DEFAULT_NEW_TOKENS", "DEFAULT_PROMPT_TOKENS",
-           "DIMR_DEFAULT_STEPS", "DIMR_MIN_OBSERVATIONS", "GuidedConfig", "OBJECTIVES", "PRICES", "RANDOM_SEED_OFFSET",
-           "SPACES", "STRATEGIES", "SearchConfig", "default_steps"]
+__all__ = ["BOConfig", "CalibrationConfig", "GuidedConfig", "SearchConfig"]

@@ -28,10 +28,13 @@ def fit_gp(train_x: torch.Tensor, train_y: torch.Tensor, maxiter: int):
     from botorch.models.transforms.outcome import Standardize
     from gpytorch.mlls import ExactMarginalLogLikelihood
 
-    model = SingleTaskGP(train_x, train_y, outcome_transform=Standardize(m=1))
-    mll = ExactMarginalLogLikelihood(model.likelihood, model)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # optimisation-warning chatter from capped fits
+        # botorch's note on unscaled outcomes (the Standardize transform scales them; equal costs,
+        # as on a pair whose masks all cost the same, have nothing to scale) and optimisation-warning
+        # chatter from capped fits
+        warnings.simplefilter("ignore")
+        model = SingleTaskGP(train_x, train_y, outcome_transform=Standardize(m=1))
+        mll = ExactMarginalLogLikelihood(model.likelihood, model)
         fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": maxiter}})
     return model
 

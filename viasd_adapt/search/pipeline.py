@@ -70,4 +70,4 @@ def search_pair(target: nn.Module, draft: nn.Module, tokenizer, config: SearchCo
     return run_stages(target, draft, ids, config, info, window_cache, on_step)
 
 
-__all__ = ["ReportInput", "SearchConfig", "SearchOutcome", "run_stages", "search_pair"]
+__all__ = ["SearchOutcome", "search_pair"]

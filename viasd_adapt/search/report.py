@@ -242,5 +242,4 @@ def describe(outcome: SearchOutcome) -> list[str]:
     return lines
 
 
-__all__ = ["ReportInput", "SearchOutcome", "artifact_of", "describe", "measurements", "report_search", "search_record",
-           "summary_line", "write"]
+__all__ = ["ReportInput"]

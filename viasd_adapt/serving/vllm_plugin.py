@@ -230,5 +230,4 @@ def register() -> None:
     _wrap(GPUModelRunner, "__init__", _after_runner_init)
 
 
-__all__ = ["ENTRY_POINT", "LenientAttachment", "TESTED_VLLM", "VllmVersionError", "attach", "check_vllm_version",
-           "engine_config", "register", "validate"]
+__all__ = ["VllmVersionError", "engine_config"]

@@ -453,5 +453,4 @@ def publish(work: Path, folder: Path) -> None:
     os.rename(work, folder)
 
 
-__all__ = ["AddRequest", "DEFAULT_MINUTES", "MASK_FILENAME", "NAME_LIMIT", "add_pair", "check_name", "check_request",
-           "chosen_mask_file", "open_work_folder", "publish", "published_names"]
+__all__ = ["AddRequest", "add_pair"]

@@ -407,10 +407,11 @@ def test_generation_past_eos_when_asked(ea_model):
 def _loaded_pair(tiny_eagle, ea_model):
     from viasd_adapt.models.pair import LoadedPair, MaskInfo
 
-    return LoadedPair(target=ea_model.base_model, draft=None, tokenizer=ea_model.tokenizer,
-                      mask=MaskInfo(MASK, "test mask", False), device=torch.device("cpu"),
-                      target_path=str(tiny_eagle / "target"), eagle_head=str(tiny_eagle / "head"),
-                      loaded={"eagle": ea_model})
+    with pytest.warns(DeprecationWarning, match=r"LoadedPair\(loaded=\.\.\.\) is deprecated"):  # the 0.2 hand-over, kept until 0.4.0
+        return LoadedPair(target=ea_model.base_model, draft=None, tokenizer=ea_model.tokenizer,
+                          mask=MaskInfo(MASK, "test mask", False), device=torch.device("cpu"),
+                          target_path=str(tiny_eagle / "target"), eagle_head=str(tiny_eagle / "head"),
+                          loaded={"eagle": ea_model})
 
 
 def test_framework_registry_entry_reports_eagles_cache_sizes(tiny_eagle, ea_model):
