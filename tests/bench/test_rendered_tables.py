@@ -45,7 +45,7 @@ def test_control_one_edited_number_in_a_report_is_caught(render_tables, copied_r
     tables that show it, and only those."""
     load = render_tables.load_from(copied_reports)
     assert render_tables.differing(load=load) == []  # the copies alone change nothing
-    _edit(copied_reports, "bench_demo.json", "hf", "lossy", "full_equivalent_per_token", lambda v: v + 0.01)
+    _edit(copied_reports, "bench_demo.json", "hf", "lossy-fixed", "full_equivalent_per_token", lambda v: v + 0.01)
     assert render_tables.differing(load=render_tables.load_from(copied_reports)) == [
         "README.md: verdict", "docs/results.md: bench-demo", "docs/paper.md: paper-measured"]
 
