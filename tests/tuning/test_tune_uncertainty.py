@@ -90,6 +90,24 @@ def test_the_target_alone_against_untiered_sd_follows_the_same_rule():
     assert not target_alone_cheapest(judged(points, Budget(), costs, {}, 1.0))
 
 
+def test_the_note_on_a_kept_target_alone_quotes_the_step_that_kept_it():
+    """ar stays because untiered SD's saving over it is within noise; a lossy setting that is a
+    little cheaper still was refused against SD, not against ar. The NOTE quotes SD against ar (the
+    comparison that kept ar); control: the lossy step is there, and the NOTE does not quote it."""
+    n = 8
+    costs = {"None": {"c_full": 1.0, "c_full_block": 1.0, "c_slim": None, "c_resume": None, "c_draft": 0.0}}
+    points = [_point("sd", "none", [0.2, 0.2] + [1.02] * (n - 2), [0.0] * n),
+              _point("viasd", "lossy", [0.05, 0.05] + [1.05] * (n - 2), [0.0] * n, alpha1=0.3)]
+    result = judged(points, Budget(), costs, {}, 1.0)
+    decision = result.decision
+    assert decision.chosen == "ar"
+    lossy_step = next(s for s in decision.steps if s.candidate.startswith("viasd"))
+    assert not lossy_step.taken and lossy_step.against.startswith("sd") and lossy_step.candidate_cost < 0.815
+    note = next(line for line in describe(result) if line.startswith("NOTE"))
+    assert "sd: none costs 0.815 against ar's 1.000 (18.5% less), more than the 3% margin, but it holds in only" in note
+    assert "viasd: lossy" not in note and "1.8% less" not in note
+
+
 def test_repricing_prices_every_prompt_again_and_older_points_state_no_uncertainty():
     n = 6
     points = [_point("sd", "none", [1.0] * n, [0.0] * n), _point("viasd", "lossy", [0.5] * n, [0.0] * n)]

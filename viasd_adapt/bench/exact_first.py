@@ -88,9 +88,13 @@ class Decision:
 
     @property
     def blocking(self) -> Step | None:
-        """The refused step of the cheapest setting that was not chosen (None: the cheapest was chosen)."""
+        """The refused step that kept ``chosen``: of the settings refused against ``chosen`` itself, the
+        cheapest; else the cheapest refused against another (None: the cheapest was chosen). A step
+        against another setting explains why that one was not climbed over, not why ``chosen`` stays."""
         refused = [s for s in self.steps if not s.taken and s.failed is not None]
-        return min(refused, key=lambda s: s.candidate_cost) if refused else None
+        against_chosen = [s for s in refused if s.against == self.chosen]
+        pool = against_chosen or refused
+        return min(pool, key=lambda s: s.candidate_cost) if pool else None
 
     @property
     def within_noise(self) -> bool:
