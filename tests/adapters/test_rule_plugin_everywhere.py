@@ -128,9 +128,11 @@ def _install_entry_point_plugin(root, monkeypatch) -> None:
 
 
 def test_the_vllm_plugin_serves_an_entry_point_plugins_lenient_rule(tmp_path, monkeypatch):
-    from tests.serving.test_vllm_plugin import DEMO_TUNED, _accepted, _engine, _step
+    from tests.serving.test_vllm_plugin import _accepted, _engine, _step
+    from tests.support.tuned import write_shipped_tuned_as
 
-    request = {"viasd": {"tuned": str(DEMO_TUNED), "lenience": 0.01}}
+    demo_tuned = write_shipped_tuned_as("demo", tmp_path / "demo-lenient", "lenient")  # the lenient rule is served
+    request = {"viasd": {"tuned": str(demo_tuned), "lenience": 0.01}}
     stock_rules = _engine(request)  # control: built before the plugin is installed
     _install_entry_point_plugin(tmp_path, monkeypatch)
     try:
