@@ -142,7 +142,7 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
             prompts, ratio_values, stop_when = _budgeted(loaded, prompts, minutes, loaded_at, grid, ratio_values, not ratios,
                                                          search_steps, max_new_tokens, len(exit_layers), chat)
         config = TuneConfig(max_new_tokens, grid, budget, ratio_values, search_steps, exit_layers, sampling,
-                            save_masks_to=base_dir, chat=chat, adaptive=adaptive)
+                            save_masks_to=out_path.parent, chat=chat, adaptive=adaptive)
         result = run_tune(loaded, prompts, config, progress=lambda m: click.echo(f"  .. {m}"),
                           bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False), stop_when=stop_when)
         if minutes is not None or ratio_values:
