@@ -227,10 +227,8 @@ def read_settings(
             the mask the tuned choice was measured with, else (``best_points``) the mask of the
             best VIA-SD point, else ``pair_mask`` itself.
         pair_mask: the pair's own ``mask.json`` (``--pair``), used when ``mask`` is None.
-        framework: the framework that will run, compared with the framework the tuned settings
-            were measured on.
-        has_tier: False for a framework with no verify step (its registry entry says: the target
-            alone, stock prompt lookup), which forces mode none and refuses another.
+        framework: the framework that will run, compared with the one the tuned settings were measured on.
+        has_tier: False for a framework with no verify step (``Framework.has_tier``): forces mode none.
         best_points: the bench's rows: apply the tuner's best lenient and VIA-SD points (layer 3).
         preset: ``"default"`` or a name of :data:`PRESETS`.
         flags: TierSettings fields given on the command line (None values are "not given"),
