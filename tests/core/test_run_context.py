@@ -271,6 +271,6 @@ def test_viasd_generates_context_keeps_where_each_setting_came_from():
     spec, choice = resolve_run("engine", None, None, None, None, "demo", alpha1=0.3, mode="lossy")
     pair = load_run_pair("engine", spec, choice)
     request = run_request("engine", pair, PROMPT, 4)
-    assert request.context.sources["alpha1"] == "flag --alpha1" and request.context.settings.alpha1 == 0.3
-    assert request.context.sources["mode"] == "flag --mode"
-    assert pair.run_context(request.settings).sources["alpha1"] == "given"
+    assert str(request.context.sources["alpha1"]) == "flag --alpha1" and request.context.settings.alpha1 == 0.3
+    assert str(request.context.sources["mode"]) == "flag --mode"
+    assert str(pair.run_context(request.settings).sources["alpha1"]) == "given"

@@ -411,7 +411,7 @@ def audit_lenient_cycle(
     """The same audit for the lenient baseline, which has q at hand anyway (so it is free).
 
     At a draft position the lenient sampler commits each token v with probability ``p(v)`` times
-    the lenient rule's acceptance of v (asked of ``rules``), plus the leftover mass spread as
+    the mode's check of the drafts (the lenient rule, asked of ``rules``), plus the leftover mass spread as
     ``norm(max(0, q - p))``; at the bonus position it samples q itself.
     """
     g = tokens.shape[0]
@@ -419,7 +419,7 @@ def audit_lenient_cycle(
     def effective(j: int) -> torch.Tensor:
         if j >= g:
             return q[j]
-        kept = _kept_mass(rule_for(Mode.LENIENT).drafts, rules, p[j], q[j], settings)
+        kept = _kept_mass(rule_for(settings.mode).drafts, rules, p[j], q[j], settings)
         return kept + (1.0 - kept.sum()).clamp_min(0.0) * normalise_residual(q[j] - p[j], q[j])
 
     return _audit(result, q, greedy, effective)
