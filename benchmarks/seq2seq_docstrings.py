@@ -2,7 +2,7 @@
 
 Task: summarise a standard-library function into the first line of its docstring. Source: the
 function's code with its docstring removed; target: the docstring's first line. Train/held-out
-split by whole file with :func:`viasd_adapt.models.corpus.split_files` (the same split as the
+split by whole file with :func:`viasd_adapt.training.corpus.split_files` (the same split as the
 decoder-only pairs), so no held-out function's file was seen in training.
 
 Pair (mBART layout: pre-norm, learned positions; built from configs and trained from scratch by this script):
@@ -100,7 +100,7 @@ def function_examples(relative: str, text: str) -> list[Example]:
 
 def load_examples() -> tuple[list[Example], list[Example]]:
     """(train, held-out) examples, split by file as the decoder-only pairs are; deduplicated by source."""
-    from viasd_adapt.models import corpus
+    from viasd_adapt.training import corpus
 
     train_files, heldout_files = corpus.split_files()
     seen: set[str] = set()
@@ -196,7 +196,7 @@ def batch_loss(model, tokenizer, sources: list[list[int]], targets: list[list[in
 def train(model, tokenizer, data: list[tuple[list[int], list[int]]], budget: Budget, seed: int, label: str) -> list[float]:
     """AdamW with warm-up and cosine decay; LayerDrop through weight-sharing routed views (the
     slim-verifier machinery itself: the bypassed layers' weights get no gradient that step)."""
-    from viasd_adapt.models.train import optimizer_step
+    from viasd_adapt.training.train import optimizer_step
     from viasd_adapt.config.mask import RoutingMask
     from viasd_adapt.routing.slim import build_routed_view
 
@@ -246,7 +246,7 @@ def heldout_loss(model, tokenizer, data, batch_size: int = 32) -> float:
 
 def build(args) -> None:
     from viasd_adapt.io import write_json
-    from viasd_adapt.models.tokenizer import train_tokenizer
+    from viasd_adapt.training.tokenizer import train_tokenizer
 
     root = cache_root()
     started = time.perf_counter()
