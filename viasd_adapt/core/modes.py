@@ -16,7 +16,8 @@ row (:class:`ModeRow`), and nowhere else:
   untiered verification (:attr:`TierSettings.adapts <viasd_adapt.core.settings.TierSettings.adapts>`);
 * ``exact``: whether the output distribution is exactly the target's; ``scores``: whether a cycle
   scores each committed token against q (audit, and lenient, which has q at hand);
-* ``name``: the one name, used by ``--mode``, tuned.json, reports and bench rows (:mod:`viasd_adapt.core.vocabulary`).
+* ``name``: the one name, used by ``--mode``, tuned.json, reports and bench rows (a mode that
+  adapts also names its tier on every cycle, ``<name>-fixed``: :func:`viasd_adapt.core.settings.mode_label`).
 
 A program adds a mode with :func:`register_mode` (a row, and, when its rule is a new hook, a rules
 plugin that answers it: the hook is named by the row's :class:`Check` and specified by
