@@ -142,7 +142,7 @@ def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):
     assert TunedSettings.load(tmp_path / "projected.json").choice == tuned.choice
     # the points file says what it is; one written before the tag existed is judged again the same way
     written = json.loads((tmp_path / "points.json").read_text())
-    assert written["format"] == "viasd-adapt/tune-points" and written["version"] == 1
+    assert written["format"] == "viasd-adapt/tune-points" and written["version"] == 2
     (tmp_path / "old-points.json").write_text(json.dumps({"points": written["points"], "tuned": written["tuned"]}))
     old = CliRunner().invoke(cli, ["tune", "--pair", str(pair), "--reuse", str(tmp_path / "old-points.json"),
                                    "--out", str(tmp_path / "old.json")])
