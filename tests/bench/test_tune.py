@@ -12,7 +12,7 @@ from viasd_adapt.cli.main import cli
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.core.settings import TierSettings
-from viasd_adapt.config.tuned import TunedForAnotherMaskWarning, TunedSettings
+from viasd_adapt.config.tuned import OLD_NAMES_OF_VERSION_1, OldTunedNamesWarning, TunedForAnotherMaskWarning, TunedSettings
 from viasd_adapt.config.resolve import resolve_settings, tuned_mask_path
 from viasd_adapt.engine.context import open_context
 from viasd_adapt.tuning.tune import Budget, Point, TuneGrid, pareto
@@ -143,9 +143,18 @@ def test_tune_cli_end_to_end_writes_a_fingerprinted_choice(tmp_path, char_pair):
     # the points file says what it is; one written before the tag existed is judged again the same way
     written = json.loads((tmp_path / "points.json").read_text())
     assert written["format"] == "viasd-adapt/tune-points" and written["version"] == 2
-    (tmp_path / "old-points.json").write_text(json.dumps({"points": written["points"], "tuned": written["tuned"]}))
-    old = CliRunner().invoke(cli, ["tune", "--pair", str(pair), "--reuse", str(tmp_path / "old-points.json"),
-                                   "--out", str(tmp_path / "old.json")])
+    # as such a file was written: untagged, and its families by version 1's names (read with a notice)
+    old_names = {new: old for old, new in OLD_NAMES_OF_VERSION_1.items()}
+    old_points = [{**p, "family": old_names.get(p["family"], p["family"])} for p in written["points"]]
+    old_tuned = {**written["tuned"], "version": 1, "choice": old_names.get(written["tuned"]["choice"], written["tuned"]["choice"])}
+    old_tuned["measured"] = {**old_tuned["measured"], "family": old_names.get(old_tuned["measured"]["family"], old_tuned["measured"]["family"])}
+    old_tuned["report"] = {**old_tuned["report"], "best_within_budget": {
+        old_names.get(k, k): ({**v, "family": old_names.get(v["family"], v["family"])} if v else v)
+        for k, v in old_tuned["report"]["best_within_budget"].items()}}
+    (tmp_path / "old-points.json").write_text(json.dumps({"points": old_points, "tuned": old_tuned}))
+    with pytest.warns(OldTunedNamesWarning, match="old-points.json"):
+        old = CliRunner().invoke(cli, ["tune", "--pair", str(pair), "--reuse", str(tmp_path / "old-points.json"),
+                                       "--out", str(tmp_path / "old.json")])
     assert old.exit_code == 0, old.output
     assert TunedSettings.load(tmp_path / "old.json").settings == tuned.settings
 
