@@ -71,7 +71,7 @@ def setting_seconds(pair, prompt_ids: list[int], settings, mask, clock: Clock = 
     from viasd_adapt.tuning.grid import MEASURED_ON
 
     context = resolve_context(pair.target, settings, mask=mask, evidence=None, drafter=pair.drafter)
-    request = RunRequest.tiered(prompt_ids, PROBE_TOKENS, settings, seed=0, stop_at_eos=False, context=context)
+    request = RunRequest.of(context, prompt_ids, PROBE_TOKENS, seed=0, stop_at_eos=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ViasdQualityWarning)  # a probe of an untrained pair is not a verdict
         started = clock()
