@@ -70,7 +70,7 @@ def pearl_generate(
         intra_op_threads: intra-op threads for the duration of the call (process-global, restored
             afterwards; see :class:`~viasd_adapt.engine.pearl.RoleWorkers`); None leaves torch's setting alone.
         share_prefix: let q resume from the slim verifier's hidden states at its first skipped layer.
-        run_options: 0.3's ``settings``, ``mask``, ``plugins``, ``plugin_manager`` and ``tuned``:
+        run_options: 0.2's ``settings``, ``mask``, ``plugins``, ``plugin_manager`` and ``tuned``:
             deprecated (until 0.4.0), given to :func:`viasd_adapt.context` instead; refused beside
             ``context``.
 
@@ -98,7 +98,7 @@ def pearl_generate(
 
 def _drafting_context(target: nn.Module, drafter: Any, context: RunContext | None, loose: dict[str, Any]) -> RunContext:
     """The run's context for ``drafter`` (tuned settings belong to their drafter), its notices given.
-    ``loose``: 0.3's run options, when there is no context."""
+    ``loose``: 0.2's run options, when there is no context."""
     if context is None:
         context = build_context(target, drafter=drafter, **loose)
     elif context.target is not target:
@@ -116,7 +116,7 @@ def generate(pair: LoadedPair, prompt_ids: Sequence[int] | torch.Tensor, max_new
     """:func:`pearl_generate` on a pair from :func:`viasd_adapt.load_pair`: its target and drafter.
     ``context``: the run's, from :func:`viasd_adapt.context`; None: the pair's own (its mask, tuned
     choice and evidence, as loaded: nothing is read again). ``options`` are :func:`pearl_generate`'s
-    own (``sampling``, ``parallel``, ``seed``, ...); 0.3's ``settings``, ``mask``, ``plugins`` and
+    own (``sampling``, ``parallel``, ``seed``, ...); 0.2's ``settings``, ``mask``, ``plugins`` and
     ``plugin_manager`` among them are deprecated (until 0.4.0) and refused beside ``context``."""
     loose = {name: options.pop(name) for name in RUN_OPTIONS if name in options}
     context, loose = loose_run_options("pearl.generate", context, loose, slot="settings", stacklevel=3)

@@ -113,7 +113,7 @@ def generate(
     """``eagenerate`` inside :func:`~.session.tiered`, with eagle's overshoot trimmed and inputs checked.
 
     ``context``: the run's, from :func:`viasd_adapt.context` (as :func:`~.session.tiered` takes it);
-    the other arguments are eagle's own. ``run_options``: 0.3's ``mask``, ``settings`` and
+    the other arguments are eagle's own. ``run_options``: 0.2's ``mask``, ``settings`` and
     ``plugins``, deprecated (until 0.4.0) and refused beside ``context``."""
     context, loose = loose_run_options("eagle.generate", context, run_options, accepted=LOOSE_RUN_OPTIONS, stacklevel=3)
     options = as_options(options)

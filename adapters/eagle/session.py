@@ -252,7 +252,7 @@ class EagleTierSession:
         return input_ids, tree_logits, new_token + len(plan.committed), None, token
 
 
-#: the run options eagle.tiered and eagle.generate took until 0.3
+#: the run options eagle.tiered and eagle.generate took in 0.2
 LOOSE_RUN_OPTIONS = ("mask", "settings", "plugins")
 
 
@@ -278,7 +278,7 @@ def tiered(
             own copy of the base model. None: ``viasd_adapt.context(ea_model.base_model)``, a pair's
             own settings and mask.
         options: EAGLE's own switches (:class:`EagleOptions`).
-        run_options: 0.3's ``mask``, ``settings`` and ``plugins``: deprecated (until 0.4.0), given
+        run_options: 0.2's ``mask``, ``settings`` and ``plugins``: deprecated (until 0.4.0), given
             to :func:`viasd_adapt.context` instead; refused beside ``context``.
     """
     # the warning names the user's `with` line: this generator <- contextlib's __enter__ <- user
@@ -293,7 +293,7 @@ def eagle_context(ea_model: nn.Module | LoadedPair, context: RunContext | None,
                   loose: dict[str, Any]) -> tuple[nn.Module, RunContext]:
     """The EaModel (a pair's, loaded once per pair) and the run's context on its base model, checked,
     its notices given: what :func:`tiered` and :func:`~.entry.generate` open a scope with.
-    ``loose``: 0.3's run options, when there is no context."""
+    ``loose``: 0.2's run options, when there is no context."""
     if isinstance(ea_model, LoadedPair):
         from viasd_adapt.adapters.eagle.compat import load_for_pair
 

@@ -104,7 +104,7 @@ def patch(
         tokenizer, assistant_tokenizer: when given, their vocabularies must be identical.
         share_prefix: let q resume from the slim verifier's hidden states at its first skipped
             layer (:mod:`viasd_adapt.routing.shared`); False gives each verifier its own cache.
-        run_options: 0.3's ``mask``, ``settings``, ``plugins`` and ``tuned``: deprecated (until
+        run_options: 0.2's ``mask``, ``settings``, ``plugins`` and ``tuned``: deprecated (until
             0.4.0), given to :func:`viasd_adapt.context` instead; refused beside ``context``.
 
     Returns the session handle; pass it to :func:`unpatch`.
@@ -113,13 +113,13 @@ def patch(
     return _open_session(target, context, loose, tokenizer, assistant_tokenizer, share_prefix)
 
 
-#: the run options hf.patch and hf.tiered took until 0.3
+#: the run options hf.patch and hf.tiered took in 0.2
 _LOOSE = ("mask", "settings", "plugins", "tuned")
 
 
 def _open_session(target: nn.Module | LoadedPair, context: RunContext | None, loose: dict[str, Any], tokenizer: Any,
                   assistant_tokenizer: Any, share_prefix: bool) -> TierSession:
-    """:func:`patch` once its arguments are sorted: ``loose`` (0.3's run options) when there is no context."""
+    """:func:`patch` once its arguments are sorted: ``loose`` (0.2's run options) when there is no context."""
     given = target
     target = target.target if isinstance(target, LoadedPair) else target
     refuse_compile_wrapper(target)  # it has a generate() of sorts, but patching it would reach nothing

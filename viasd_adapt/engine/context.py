@@ -7,7 +7,11 @@ tier's passes for this drafter, the plugin manager, and the adaptive plan. Nothi
 read from or written to a shared object: two runs on one pair, in two threads, each hold their own
 context.
 
-It is built in two steps, so that the decision is a pure function:
+A program builds one with :func:`context` (``viasd_adapt.context``), the one public builder: from a
+pair (what it read when it loaded) or from a model (reading its mask and tuned files), its notices
+given once; every adapter takes it as ``context=``, beside the framework's own options only
+(:func:`loose_run_options` refuses the run's options beside it). Underneath, it is built in two
+steps, so that the decision is a pure function:
 
 * :func:`open_context` is the **edge**: it reads the files (``mask.json`` once, ``tuned.json`` at
   most once), calls the resolver, and gives the resolver's notices as warnings
@@ -549,23 +553,23 @@ def context(
     return replace(built, notices=())
 
 
-# ============================================================================ the adapters' 0.3 arguments
+# ============================================================================ the adapters' 0.2 arguments
 
-#: The run's configuration that adapters took as their own arguments until 0.3; it comes through
+#: The run's configuration that adapters took as their own arguments in 0.2; it comes through
 #: :func:`context` now, and each adapter takes the context beside the framework's own options only.
 RUN_OPTIONS = ("mask", "settings", "plugins", "plugin_manager", "tuned")
 
 
 def loose_run_options(adapter: str, context: Any, given: dict[str, Any], *, accepted: Iterable[str] = RUN_OPTIONS,
                       slot: str = "mask", stacklevel: int = 3) -> tuple[RunContext | None, dict[str, Any]]:
-    """The context an adapter was given, and the run options it was given loosely (0.3's way).
+    """The context an adapter was given, and the run options it was given loosely (0.2's way).
 
     Beside a context, any of :data:`RUN_OPTIONS` is refused by name (a :class:`ConfigError`): the
     context already says what the run uses, and a silent precedence would drop one of the two.
     Without a context, the loose ones still work until 0.4.0 with a :class:`DeprecationWarning`
     naming :func:`context`, pointing ``stacklevel`` frames up (:func:`~viasd_adapt.deprecated.deprecated_use`).
     ``accepted``: the names this adapter took (others are unexpected keywords, as before).
-    ``slot``: the option 0.3 took in the position ``context`` holds now (``mask`` for HF and EAGLE,
+    ``slot``: the option 0.2 took in the position ``context`` holds now (``mask`` for HF and EAGLE,
     ``settings`` for PEARL): a value of that kind there is read as it, with the same warning."""
     from viasd_adapt.deprecated import deprecated_use
 
@@ -577,7 +581,7 @@ def loose_run_options(adapter: str, context: Any, given: dict[str, Any], *, acce
         if not _fits_slot(context, slot) or slot in given:
             raise ConfigError(f"{adapter}: context= takes a RunContext from viasd_adapt.context(...), "
                               f"got {type(context).__name__}")
-        context, given = None, {slot: context, **given}  # 0.3's positional mask (or settings)
+        context, given = None, {slot: context, **given}  # 0.2's positional mask (or settings)
     if not given:
         return context, {}
     names = [name for name in RUN_OPTIONS if name in given]
