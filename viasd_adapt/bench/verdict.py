@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from viasd_adapt.bench.exact_first import AR_RUNG, EXACT_RUNG, EXACT_TIER_RUNG, LENIENT_RUNG, LOSSY_TIER_RUNG, Decision, decide
-from viasd_adapt.bench.prices import PriceList
+from viasd_adapt.bench.prices import PriceList, spread_line
 
 # The budget lives one layer down (viasd_adapt.config.budget), where the verdicts' bootstrap
 # (viasd_adapt.bench.uncertainty) can use it too; the names are importable from here as before.
@@ -101,7 +101,8 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
             f"{_mode_label(cheapest)} ({cheapest['full_equivalent_per_token']:.3f} full-equivalent passes/token; "
             f"all: {described}). {_judgement(use)} {_evidence_words(decision)}."
         )
-    return lines
+    busy = spread_line(prices) if lines else None
+    return lines + ([busy] if busy is not None else [])
 
 
 def decisions(rows: list[dict], budget: Budget, prices: PriceList | None = None) -> dict[str, tuple[list[dict], Decision, dict]]:
