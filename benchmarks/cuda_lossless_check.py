@@ -78,9 +78,14 @@ def methods(pair, target, drafter, n_new: int):
         "hf_stock_assisted": lambda prompt: hf_call(prompt),
         "hf_lossless": lambda prompt: hf_call(prompt, settings=lossless),
         "hf_lossless_separate": lambda prompt: hf_call(prompt, settings=lossless, share_prefix=False),
-        "pearl_none": lambda prompt: pearl_generate(target, drafter, prompt, n_new, context=viasd_adapt.context(target, settings=TierSettings(mode="none")),
+        "pearl_none": lambda prompt: pearl_generate(target, drafter, prompt, n_new,
+                                                    context=viasd_adapt.context(target,
+                                                                                settings=TierSettings(mode="none")),
                                                     seed=0).tokens,
-        "pearl_lossless": lambda prompt: pearl_generate(target, drafter, prompt, n_new, context=viasd_adapt.context(target, settings=lossless, mask=str(pair.mask)),
+        "pearl_lossless": lambda prompt: pearl_generate(target, drafter, prompt, n_new,
+                                                        context=viasd_adapt.context(target,
+                                                                                    settings=lossless,
+                                                                                    mask=str(pair.mask)),
                                                         seed=0).tokens,
     }
 

@@ -200,7 +200,8 @@ def test_eagle_loose_options_warn_and_give_the_context_forms_tokens(ea_model):
         new = eagle.generate(ea_model, ids, 12, context=viasd_adapt.context(ea_model, mask=MASK, settings=LOSSY)).tokens
         with pytest.warns(DeprecationWarning) as record:
             old = eagle.generate(ea_model, ids, 12, mask=MASK, settings=LOSSY).tokens
-        lossless = eagle.generate(ea_model, ids, 12, context=viasd_adapt.context(ea_model, mask=MASK, settings=LOSSLESS))
+        lossless = eagle.generate(ea_model, ids, 12,
+                                  context=viasd_adapt.context(ea_model, mask=MASK, settings=LOSSLESS))
     _one_deprecation_here(record, "eagle.generate")
     assert old == new and len(new) == 12
     assert lossless.tokens != new  # control: the comparison can tell runs apart
