@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import statistics
 import time
-import warnings
 from typing import Any, Callable
 
 from viasd_adapt.tuning.budget_plan import TUNE_TOKENS, UnitCosts
@@ -64,20 +63,18 @@ def setting_seconds(pair, prompt_ids: list[int], settings, mask, clock: Clock = 
     """One tuning setting on one prompt as the sweep runs it: :data:`PROBE_TOKENS` tokens through the
     sweep's loop with the pair's drafter, then scored by the target; scaled to :data:`TUNE_TOKENS`."""
     from viasd_adapt.bench.fidelity import score_output
-    from viasd_adapt.core.monitor import ViasdQualityWarning
     from viasd_adapt.engine.context import resolve_context
     from viasd_adapt.frameworks import registry as frameworks
     from viasd_adapt.frameworks.requests import RunRequest
     from viasd_adapt.tuning.grid import MEASURED_ON
 
-    context = resolve_context(pair.target, settings, mask=mask, evidence=None, drafter=pair.drafter)
+    # unwatched: a probe of an untrained pair is no verdict on its drafter
+    context = resolve_context(pair.target, settings, mask=mask, evidence=None, drafter=pair.drafter, watch_drafter=False)
     request = RunRequest.tiered(prompt_ids, PROBE_TOKENS, settings, seed=0, stop_at_eos=False, context=context)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ViasdQualityWarning)  # a probe of an untrained pair is not a verdict
-        started = clock()
-        out = frameworks.run(MEASURED_ON, pair, request)
-        score_output(pair.target, prompt_ids, out.tokens)
-        seconds = clock() - started
+    started = clock()
+    out = frameworks.run(MEASURED_ON, pair, request)
+    score_output(pair.target, prompt_ids, out.tokens)
+    seconds = clock() - started
     return seconds * TUNE_TOKENS / PROBE_TOKENS
 
 
