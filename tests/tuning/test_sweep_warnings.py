@@ -25,7 +25,7 @@ from viasd_adapt.engine import context as context_module
 from viasd_adapt.models.pair import load_pair
 from viasd_adapt.tuning import measure
 from viasd_adapt.tuning.grid import TuneGrid
-from viasd_adapt.tuning.probe import setting_seconds
+from viasd_adapt.tuning.probe import setting_price
 
 PROMPT = "import os\n\n\ndef read_config(path):\n    with open(path) as handle:\n        "
 #: the defaults' lossy point only (and plain SD, which every sweep measures first)
@@ -72,15 +72,15 @@ def test_a_budget_probe_changes_no_warning_filter_and_gives_no_quality_warning(j
     settings = TierSettings(mode=Mode.LOSSY, adaptive=False)
     before, seen = list(warnings.filters), []
 
-    def clock() -> float:
+    def clock() -> float:  # asked while the probe runs: a second per question
         seen.append(list(warnings.filters))
-        return 0.0
+        return float(len(seen))
 
-    setting_seconds(junk_pair, ids, settings, junk_pair.routing, clock)
+    setting_price(junk_pair, ids, settings, junk_pair.routing, clock)
     assert seen and all(filters == before for filters in seen)
     _watched(monkeypatch, context_module)  # the probe imports resolve_context when it runs
     with pytest.warns(ViasdQualityWarning):
-        setting_seconds(junk_pair, ids, settings, junk_pair.routing, clock)
+        setting_price(junk_pair, ids, settings, junk_pair.routing, clock)
 
 
 @pytest.mark.parametrize("watch", [True, False])
