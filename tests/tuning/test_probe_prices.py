@@ -115,3 +115,16 @@ def test_the_probe_windows_have_the_searchs_shape():
     assert bool(windows.scored[0, 63]) and not bool(windows.scored[0, 62]) and not bool(windows.scored[0, 111])
     short = probe_windows([5, 6, 7], prompt_tokens=64, new_tokens=8, count=1)  # a short prompt is kept whole
     assert tuple(short.input_ids.shape) == (1, 11) and short.num_scored == 8
+
+
+def test_the_price_lists_price_follows_what_the_sweep_times():
+    """The sweep's price list is priced by the rounds, tries and passes the sweep times: one more
+    mask adds its slim and resumed passes in every try of every round."""
+    from viasd_adapt.bench.costs import FASTEST_OF
+    from viasd_adapt.tuning.budget_plan import COST_REPEATS, COST_TRIES, MASK_PASSES
+    from viasd_adapt.tuning.grid import TuneConfig
+
+    assert (COST_REPEATS, COST_TRIES) == (TuneConfig().cost_repeats, FASTEST_OF)
+    grid, base = GridSize(lenience=1, lossy=1), units()
+    more = tune_seconds(base, grid, 2, 0) - tune_seconds(base, grid, 1, 0)
+    assert math.isclose(more, COST_REPEATS * COST_TRIES * MASK_PASSES * base.step)

@@ -43,8 +43,9 @@ MIN_TUNE_PROMPTS, MAX_TUNE_PROMPTS, MIN_SEARCH_STEPS, EXTRA_RATIO_STEPS = 4, 12,
 #: The skip ratios tried beside the main one when the budget allows, in the order they are added:
 #: at small scale a slim verifier that skips fewer layers may agree with the target far more often.
 EXTRA_RATIOS = (0.3, 0.2)
-#: Timed rounds of the single-forward prices, and kinds of forward timed per round.
-COST_REPEATS, COST_KINDS = 15, 5
+#: The sweep's price list (:mod:`viasd_adapt.bench.prices`): timed rounds, tries per pass and round
+#: (the fastest is kept), passes timed per round for the target and drafter, and for each mask.
+COST_REPEATS, COST_TRIES, SHARED_PASSES, MASK_PASSES = 15, 3, 3, 2
 
 
 class BudgetTooSmall(ConfigError):
@@ -239,7 +240,7 @@ def tune_seconds(units: UnitCosts, grid: GridSize, masks: int, prompts: int) -> 
     on every prompt."""
     untiered = 1 + grid.lenience
     tiered = grid.points(masks) - untiered
-    forward_prices = (1 + masks) * COST_REPEATS * COST_KINDS * units.step
+    forward_prices = COST_REPEATS * COST_TRIES * (SHARED_PASSES + MASK_PASSES * masks) * units.step
     return prompts * (units.sd_point * (1 + untiered) + units.tier_point * tiered) + forward_prices
 
 

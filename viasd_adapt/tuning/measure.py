@@ -180,8 +180,8 @@ class Sweep:
         merged, outputs, each, singles = TierMetrics(), [], [], []
         with RunMeter(pair.target, None) as meter:
             for index, ids in enumerate(self.prompt_ids):
-                request = RunRequest.tiered(ids, config.max_new_tokens, settings, sampling=config.sampling,
-                                            seed=config.seed + index, stop_at_eos=False, context=context)
+                request = RunRequest.of(context, ids, config.max_new_tokens, sampling=config.sampling,
+                                        seed=config.seed + index, stop_at_eos=False)
                 measured = meter.start()
                 out = frameworks.run(MEASURED_ON, pair, request)
                 meter.stop()

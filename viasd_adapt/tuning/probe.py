@@ -146,7 +146,7 @@ def run_seconds(pair, prompt_ids: list[int], settings, mask, tokens: int, clock:
 
     # unwatched: a probe of an untrained pair is no verdict on its drafter
     context = resolve_context(pair.target, settings, mask=mask, evidence=None, drafter=pair.drafter, watch_drafter=False)
-    request = RunRequest.tiered(prompt_ids, tokens, settings, seed=0, stop_at_eos=False, context=context)
+    request = RunRequest.of(context, prompt_ids, tokens, seed=0, stop_at_eos=False)
     started = clock()
     out = frameworks.run(MEASURED_ON, pair, request)
     run = clock() - started
