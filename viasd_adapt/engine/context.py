@@ -112,6 +112,9 @@ class RunContext:
         build_slim: False when the adapter builds its own slim verifier from ``routing``.
         use_measured: False for a framework whose cycles the tuned points do not describe (EAGLE).
         mask_source: how errors name the mask (its file).
+        watch_drafter: False leaves the drafter-quality monitor out of the run's verify step (a
+            tuning sweep: its candidates are no verdict on the drafter, and no warning filter is
+            changed to hide them).
     """
 
     target: nn.Module
@@ -129,6 +132,7 @@ class RunContext:
     build_slim: bool = True
     use_measured: bool = True
     mask_source: str = "mask"
+    watch_drafter: bool = True
 
     @property
     def mode(self) -> Mode:
@@ -211,7 +215,8 @@ class RunContext:
         """The run's :class:`VerifyStep`: this context's settings, plugin manager and adaptive plan.
         ``options`` are VerifyStep's own (``greedy``, ``bonus_after_block``, ``thresholds``);
         ``make`` is the class to build (a subclass, or a wrapper that records each step)."""
-        return make(self.settings, framework, self.plugin_manager, adaptive=self.plan, **options)
+        return make(self.settings, framework, self.plugin_manager, adaptive=self.plan, watch_drafter=self.watch_drafter,
+                    **options)
 
 
 def _drafter_model(drafter: DrafterLike) -> nn.Module | None:
@@ -345,6 +350,7 @@ def resolve_context(
     drafter_model: nn.Module | None = None,
     build_slim: bool = True,
     use_measured: bool = True,
+    watch_drafter: bool = True,
 ) -> RunContext:
     """The context of a run on ``target``, from what is already read (pure: it reads no file and
     warns nothing; what the user should hear is in ``notices``).
@@ -361,6 +367,7 @@ def resolve_context(
         drafter, drafter_model: what the run drafts with, when known (:meth:`RunContext.for_drafter`).
         build_slim: False when the adapter builds its own slim verifier from the routing mask.
         use_measured: False for a framework whose cycles the tuned points do not describe (EAGLE).
+        watch_drafter: False leaves the drafter-quality monitor out (:attr:`RunContext.watch_drafter`).
 
     Raises ConfigError for bad settings or a slim mode without a mask; ModelMismatchError for a
     mask or tuned file made for another model.
@@ -380,7 +387,7 @@ def resolve_context(
     notices = [*(spec.notices if spec is not None else ()), negative_delta_notice(mask, settings)]
     context = RunContext(target, settings, manager, routing, _slim_over(target, routing, build_slim), evidence,
                          spec=spec, mask=mask, plugins=plugins, build_slim=build_slim,
-                         use_measured=use_measured, mask_source=mask_source)
+                         use_measured=use_measured, mask_source=mask_source, watch_drafter=watch_drafter)
     drafted = context.for_drafter(drafter, drafter_model)
     return replace(drafted, notices=tuple(n for n in notices if n is not None) + drafted.notices)
 
