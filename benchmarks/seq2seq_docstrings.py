@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+import viasd_adapt
 from viasd_adapt.search.seq2seq_windows import pad_rows
 from viasd_adapt.routing.mask import load_mask
 from viasd_adapt.config.schema import read_json
@@ -473,7 +474,8 @@ def evaluate(args) -> None:
             if row.kind == "ar":
                 tokens, m = target.generate(input_ids=source, **kwargs)[0, 1:].tolist(), None
             elif row.kind == "stock":
-                with hf.tiered(target, settings=TierSettings(mode="none")) as session:
+                with hf.tiered(target,
+                               context=viasd_adapt.context(target, settings=TierSettings(mode="none"))) as session:
                     tokens = target.generate(input_ids=source, assistant_model=draft, **kwargs)[0, 1:].tolist()
                 m = session.last_metrics
             elif row.kind == "engine":
@@ -482,7 +484,7 @@ def evaluate(args) -> None:
                                        eos_token_ids=[eos], q_prefill=False)
                 tokens, m = out.tokens, out.metrics
             else:
-                with hf.tiered(target, mask=mask, settings=settings) as session:
+                with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=settings)) as session:
                     tokens = target.generate(input_ids=source, assistant_model=draft, **kwargs)[0, 1:].tolist()
                 m = session.last_metrics
             tokens = tokens[: tokens.index(eos) + 1] if eos in tokens else tokens  # drop right padding
@@ -501,18 +503,7 @@ def evaluate(args) -> None:
             "loglik_per_token": round(sum(v for v, _ in loglik) / max(n_tokens, 1), 4),
             "tokens": n_tokens,
         }
-        if metrics is not None:
-            committed = max(metrics.committed, 1)
-            full, slim_, drafts = metrics.full_passes / committed, metrics.slim_passes / committed, metrics.draft_passes / committed
-            entry.update({
-                "full_per_token": round(full, 3), "slim_per_token": round(slim_, 3), "draft_per_token": round(drafts, 3),
-                "full_equiv_per_token": round(full + slim_ * weights["slim_over_full"] + drafts * weights["draft_over_full"], 3),
-                "rejection_rate": round(metrics.rejection_rate, 3),
-                "mean_accepted": round(metrics.mean_accepted_length, 2),
-                "overrule_rate": None if metrics.overrule_rate is None else round(metrics.overrule_rate, 3),
-            })
-        else:  # autoregressive: one full pass per token
-            entry.update({"full_per_token": 1.0, "slim_per_token": 0.0, "draft_per_token": 0.0, "full_equiv_per_token": 1.0})
+        entry.update(pass_counts(metrics, weights))
         results.append(entry)
         print(json_text(entry, indent=None), end="", flush=True)
     greedy_loglik = results[0]["loglik_per_token"]
@@ -529,6 +520,22 @@ def evaluate(args) -> None:
     print(table)
     print(json_text(comparison), end="")
 
+
+
+def pass_counts(metrics, weights: dict) -> dict:
+    """A row's passes per committed token (full, slim, draft, and their full-pass equivalent under
+    ``weights``) and its acceptance figures; ``metrics`` None: autoregressive, one full pass per token."""
+    if metrics is None:
+        return {"full_per_token": 1.0, "slim_per_token": 0.0, "draft_per_token": 0.0, "full_equiv_per_token": 1.0}
+    committed = max(metrics.committed, 1)
+    full, slim, drafts = metrics.full_passes / committed, metrics.slim_passes / committed, metrics.draft_passes / committed
+    return {
+        "full_per_token": round(full, 3), "slim_per_token": round(slim, 3), "draft_per_token": round(drafts, 3),
+        "full_equiv_per_token": round(full + slim * weights["slim_over_full"] + drafts * weights["draft_over_full"], 3),
+        "rejection_rate": round(metrics.rejection_rate, 3),
+        "mean_accepted": round(metrics.mean_accepted_length, 2),
+        "overrule_rate": None if metrics.overrule_rate is None else round(metrics.overrule_rate, 3),
+    }
 
 def same_budget_comparison(results: list[dict]) -> list[dict]:
     """For each lossy row: lenient's full-equivalent cost at the same fidelity (log-likelihood drop,

@@ -241,8 +241,10 @@ def load_bench_pair(config: BenchConfig, spec: RunSpec) -> LoadedPair:
 
 def bench_drafter(config: BenchConfig, pair: LoadedPair):
     """What the bench's rows draft with, checked against the tuned file's drafter: the EAGLE head when
-    every framework of the bench is EAGLE, else the pair's drafter (prompt lookup or the model)."""
-    if config.frameworks and all(name == "eagle" for name in config.frameworks):
+    every framework of the bench drafts with one (EAGLE), else the pair's drafter (prompt lookup or the model)."""
+    from viasd_adapt.frameworks.registry import get
+
+    if config.frameworks and all(get(name).drafts_with_head for name in config.frameworks):
         return EAGLE_HEAD
     return pair.lookup if pair.lookup is not None else pair.draft
 

@@ -22,6 +22,7 @@ import click
 
 from viasd_adapt.cli.options import (DRAFT_HELP, pair_dtype, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
                                      finite, pair_option, placement_of, placement_options, preset_option, registered_pair)
+from viasd_adapt.cli.framework_choice import FrameworkChoice
 from viasd_adapt.cli.threads import threads_option, use_threads
 from viasd_adapt.config.resolve import UNREAD
 from viasd_adapt.errors import ConfigError
@@ -55,8 +56,8 @@ def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: P
 
     if get(framework).honours(DRAFTER) and choice.draft is None:
         raise ConfigError(f"--framework {framework} needs --draft")
-    spec = resolve_settings(mask, pair_mask=choice.mask if mask is None else None, framework=framework, preset=preset,
-                            flags=flags, tuned=tuned)
+    spec = resolve_settings(mask, pair_mask=choice.mask if mask is None else None, framework=framework,
+                            has_tier=get(framework).has_tier, preset=preset, flags=flags, tuned=tuned)
     from viasd_adapt.cli.first_run import without_mask
 
     spec = without_mask(spec) or spec  # a first run on the user's own target: untiered (generate says how to get the tier)
@@ -87,11 +88,10 @@ def _tier_cycles(settings, metrics) -> list[str]:
 
 
 _PATH = click.Path(exists=True, path_type=Path)
-FRAMEWORK_CHOICES = ("ar", "engine", "hf", "pearl", "eagle", "lookup")
 
 
 @click.command()
-@click.option("--framework", type=click.Choice(FRAMEWORK_CHOICES), default="hf", show_default=True,
+@click.option("--framework", type=FrameworkChoice(), default="hf", show_default=True,
               help="ar = plain target decoding; hf = transformers assisted generation; engine = the tier's own SD loop; "
                    "pearl, eagle; lookup = stock transformers prompt lookup (no drafter model, no tier).")
 @pair_option(default_help="the shipped demo pair")
@@ -156,7 +156,7 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     sampling = SamplingConfig.from_temperature(temperature, top_p)
     placement_of(device, dtype, device_map)  # CUDA asked without CUDA, a bad device map: refused before any load
     spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset,
-                               mode=Mode.NONE.value if framework == "lookup" else mode, gamma=gamma, alpha1=alpha1,
+                               mode=mode, gamma=gamma, alpha1=alpha1,
                                alpha2=alpha2, lenience=lenience, adaptive=adaptive)
     if _target_alone(spec, framework_given=_given("framework"), drafting_options=drafting_options):
         framework, reason = "ar", spec.tuned.target_alone_reason()
@@ -183,7 +183,8 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     screen.finish(result)
     settings = request.settings
     fields = ([metrics_summary(result.metrics)] if result.metrics is not None else []) + _tier_cycles(settings, result.metrics)
-    _note(run_summary(framework, settings.mode.value if framework != "lookup" else "stock", len(result.tokens), seconds, fields))
+    shown_mode = "stock" if frameworks.get(framework).runs_stock_only else settings.mode.value
+    _note(run_summary(framework, shown_mode, len(result.tokens), seconds, fields))
     for line in result.notes:
         _note(f"note: {line}")
     if json_path is not None:
@@ -244,7 +245,7 @@ def run_request(framework: str, pair, prompt_ids: list[int], max_new_tokens: int
     from viasd_adapt.frameworks.requests import RunRequest
 
     settings = pair.spec.settings
-    if framework == "lookup":
+    if frameworks.get(framework).runs_stock_only:
         return RunRequest.stock_run(prompt_ids, max_new_tokens, settings, **options)
     request = RunRequest.tiered(prompt_ids, max_new_tokens, settings, **options)
     if not frameworks.get(framework).has_tier:
@@ -285,7 +286,9 @@ class _Screen:
 
         self.tokenizer, self.framework, self.colour = pair.tokenizer, framework, colour
         self.encoder_decoder = model_kind(pair.target).prompt_is_source
-        self.tiered = show_tiers and framework != "lookup"  # stock prompt lookup keeps no tiers
+        from viasd_adapt.frameworks.registry import get
+
+        self.tiered = show_tiers and not get(framework).runs_stock_only  # a stock run (prompt lookup) keeps no tiers
         self.streams = not self.encoder_decoder  # the encoder-decoder runners report their tokens at the end
         self.eos = pair.eos_token_ids if not self.encoder_decoder else ()
         self.stream = TokenStream(self.tokenizer, self.write, show_tiers=self.tiered, colour=colour, limit=max_new_tokens,
