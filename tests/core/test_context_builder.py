@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import viasd_adapt
+from viasd_adapt.config.provenance import SourceKind
 from tests.support.loads import count_loads
 from tests.support.pairs import truncated_pair
 from tests.support.tuned import CPU_STAMP
@@ -40,7 +41,7 @@ def tiny():
 def _tuned_folder(tiny, folder: Path, delta: float = 0.5) -> Path:
     """A mask.json and the tuned.json measured with it (choice: :data:`CHOSEN`); the mask's path."""
     path = MaskArtifact(tiny.mask, delta=delta, fingerprint=model_fingerprint(tiny.target)).save(folder / "mask.json")
-    TunedSettings(CHOSEN, "lossless", tiny.mask.bits(), model_fingerprint(tiny.target),
+    TunedSettings(CHOSEN, "lossless-fixed", tiny.mask.bits(), model_fingerprint(tiny.target),
                   drafter=model_fingerprint(tiny.drafter), hardware=CPU_STAMP).save(folder / "tuned.json")
     return path
 
@@ -60,7 +61,7 @@ def test_on_a_model_it_resolves_as_the_adapters_set_up_did(tiny, tmp_path):
     path = _tuned_folder(tiny, tmp_path)
     built = viasd_adapt.context(tiny.target, mask=path)
     _same_run(built, open_context(tiny.target, path))
-    assert built.settings == CHOSEN and built.runs_tuned and built.sources["mode"].startswith("tuned.json")
+    assert built.settings == CHOSEN and built.runs_tuned and built.sources["mode"].kind is SourceKind.TUNED
     given = viasd_adapt.context(tiny.target, mask=path, settings=TierSettings(mode="lossy"))
     _same_run(given, open_context(tiny.target, path, TierSettings(mode="lossy")))
     assert given.mode is Mode.LOSSY and not given.runs_tuned  # control: given settings are not the tuned ones
@@ -125,3 +126,34 @@ def test_anything_else_is_refused_by_name(tiny):
     with pytest.raises(TypeError):
         viasd_adapt.context(tiny.target, tiny.mask)  # the run's options are keywords
     assert resolve_context(tiny.target, CHOSEN, mask=tiny.mask).settings == CHOSEN
+
+
+# ----------------------------------------------------------------------------- a request holds its context
+
+
+def test_a_request_derives_its_mode_and_settings_from_its_context(tiny):
+    from viasd_adapt.frameworks.requests import RunRequest
+
+    context = viasd_adapt.context(tiny.target, mask=tiny.mask, settings=CHOSEN)
+    request = RunRequest.of(context, [5, 17, 2], 4, seed=3)
+    assert (request.mode, request.settings, request.context, request.seed) == ("lossless", CHOSEN, context, 3)
+    derived = RunRequest.tiered([5, 17, 2], 4, context=context)  # no settings given: the context's
+    assert derived.settings == CHOSEN and derived.mode == "lossless"
+    lossy = viasd_adapt.context(tiny.target, mask=tiny.mask, settings=CHOSEN.with_(mode="lossy"))
+    assert RunRequest.of(lossy, [5], 4).mode == "lossy"  # control: another context, another mode
+    # what would disagree with the context is refused
+    with pytest.raises(ConfigError, match="disagree"):
+        RunRequest("lossy", [5], 4, context=context)
+    with pytest.raises(ConfigError, match="disagree"):
+        RunRequest.tiered([5], 4, CHOSEN.with_(gamma=5), context=context)
+    with pytest.raises(ConfigError, match="needs its settings, or the run's context"):
+        RunRequest("lossless", [5], 4)
+
+
+def test_a_request_types_its_context_as_the_run_context():
+    import typing
+
+    from viasd_adapt.frameworks.requests import RunRequest
+
+    hints = typing.get_type_hints(RunRequest, localns={"RunContext": RunContext})
+    assert hints["context"] == RunContext | None

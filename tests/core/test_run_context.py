@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import viasd_adapt
 from tests.support.loads import count_loads
 from tests.support.pairs import truncated_pair
 from tests.support.tuned import CPU_STAMP
@@ -157,7 +158,7 @@ def test_a_named_pair_reads_its_mask_and_tuned_file_once_for_every_run_on_it(mon
     assert len(mask_reads) == 1 and len(tuned_reads) == 1, (mask_reads, tuned_reads)
 
     # control: the same session opened from the mask's path reads both files again
-    with hf.tiered(pair.target, mask=pair.mask_path):
+    with hf.tiered(pair.target, context=viasd_adapt.context(pair.target, mask=pair.mask_path)):
         pass
     assert len(mask_reads) == 2 and len(tuned_reads) == 2
 
@@ -271,6 +272,6 @@ def test_viasd_generates_context_keeps_where_each_setting_came_from():
     spec, choice = resolve_run("engine", None, None, None, None, "demo", alpha1=0.3, mode="lossy")
     pair = load_run_pair("engine", spec, choice)
     request = run_request("engine", pair, PROMPT, 4)
-    assert request.context.sources["alpha1"] == "flag --alpha1" and request.context.settings.alpha1 == 0.3
-    assert request.context.sources["mode"] == "flag --mode"
-    assert pair.run_context(request.settings).sources["alpha1"] == "given"
+    assert str(request.context.sources["alpha1"]) == "flag --alpha1" and request.context.settings.alpha1 == 0.3
+    assert str(request.context.sources["mode"]) == "flag --mode"
+    assert str(pair.run_context(request.settings).sources["alpha1"]) == "given"

@@ -13,11 +13,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from viasd_adapt.config.provenance import Source
 from viasd_adapt.config.resolve import DEFAULT, RunSpec
 from viasd_adapt.core.settings import Mode
 
 #: ``mode``'s source when the first-run rule chose it (``--explain`` shows it).
-NO_MASK_SOURCE = "no mask for this target: untiered (viasd models add makes one)"
+NO_MASK_SOURCE = Source.rule("no mask for this target: untiered (viasd models add makes one)")
 
 
 def how_to_get_a_mask(target: Path | str | None, draft: Path | str | None) -> str:

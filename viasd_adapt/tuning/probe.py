@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import statistics
 import time
-import warnings
 from typing import Any, Callable
 
 from viasd_adapt.tuning.budget_plan import RunPrice, UnitCosts
@@ -159,24 +158,22 @@ def run_seconds(pair, prompt_ids: list[int], settings, mask, tokens: int, clock:
     through the sweep's loop with the pair's drafter, and (``scored``) the target's scoring of its
     output (0 otherwise)."""
     from viasd_adapt.bench.fidelity import score_output
-    from viasd_adapt.core.monitor import ViasdQualityWarning
     from viasd_adapt.engine.context import resolve_context
     from viasd_adapt.frameworks import registry as frameworks
     from viasd_adapt.frameworks.requests import RunRequest
     from viasd_adapt.tuning.grid import MEASURED_ON
 
-    context = resolve_context(pair.target, settings, mask=mask, evidence=None, drafter=pair.drafter)
-    request = RunRequest.tiered(prompt_ids, tokens, settings, seed=0, stop_at_eos=False, context=context)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ViasdQualityWarning)  # a probe of an untrained pair is not a verdict
-        started = clock()
-        out = frameworks.run(MEASURED_ON, pair, request)
-        run = clock() - started
-        if not scored:
-            return run, 0.0
-        started = clock()
-        score_output(pair.target, prompt_ids, out.tokens)
-        return run, clock() - started
+    # unwatched: a probe of an untrained pair is no verdict on its drafter
+    context = resolve_context(pair.target, settings, mask=mask, evidence=None, drafter=pair.drafter, watch_drafter=False)
+    request = RunRequest.of(context, prompt_ids, tokens, seed=0, stop_at_eos=False)
+    started = clock()
+    out = frameworks.run(MEASURED_ON, pair, request)
+    run = clock() - started
+    if not scored:
+        return run, 0.0
+    started = clock()
+    score_output(pair.target, prompt_ids, out.tokens)
+    return run, clock() - started
 
 
 def setting_price(pair, prompt_ids: list[int], settings, mask, clock: Clock = time.perf_counter) -> RunPrice:
