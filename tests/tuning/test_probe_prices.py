@@ -140,3 +140,18 @@ def test_a_calibration_prompt_is_priced_by_its_measured_greedy_continuation():
     per_prompt = search_seconds(measured, 5, 4, (0.45,), 0, 0) - search_seconds(measured, 4, 4, (0.45,), 0, 0)
     assert math.isclose(per_prompt, measured.calibration_prompt() + ratio_fixed_seconds(measured, 1, 0))
     assert "a greedy calibration token 600 ms" in units_words(measured) and "greedy" not in units_words(bare)
+
+
+def test_a_setting_is_priced_at_the_length_of_the_prompts_the_sweep_runs():
+    """The probe runs one prompt; the sweep's prompts may be ten times longer (a summary). A
+    setting's per-prompt part (a prefill over the prompt, a scoring over it and the output) is priced
+    in proportion to the positions it covers; a generated token's price stays."""
+    base = units(tokens=32)
+    long = base.at_prompt_lengths([1000, 40, 60, 100], probed=88)  # mean 300 against the probe's 88
+    assert math.isclose(long.untiered.prompt, base.untiered.prompt * (300 + 32) / (88 + 32))
+    assert math.isclose(long.tiered.prompt, base.tiered.prompt * (300 + 32) / (88 + 32))
+    assert (long.untiered.token, long.tiered.token) == (base.untiered.token, base.tiered.token)
+    assert long.sd_point > base.sd_point
+    same = base.at_prompt_lengths([88, 88], probed=88)  # control: prompts as long as the probe's
+    assert math.isclose(same.sd_point, base.sd_point) and math.isclose(same.tier_point, base.tier_point)
+    assert base.at_prompt_lengths([], probed=88) == base

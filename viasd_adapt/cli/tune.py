@@ -198,6 +198,8 @@ def _budgeted(loaded, prompts: list, minutes: float, loaded_at: float, grid, rat
     units = measure_units(loaded, ids, num_layers=find_decoder_stack(loaded.target).num_layers, ratio=ratio,
                           prompt_tokens=DEFAULTS.calibration.max_prompt_tokens, new_tokens=32, gamma=grid.gamma,
                           tokens=max_new_tokens, clock=CLOCK)
+    units = units.at_prompt_lengths([len(p.ids if hasattr(p, "ids") else encode_prompt(loaded.tokenizer, p, chat))
+                                     for p in prompts], len(ids))
     probe = CLOCK() - loaded_at
     size = grid_size(grid)
     plan = fit_tune(units, deadline.remaining(), minutes=minutes, grid=size, masks=(loaded.mask is not None) + exits,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from viasd_adapt.errors import ConfigError
@@ -142,6 +142,17 @@ class UnitCosts:
     def tier_point(self) -> float:
         """One setting with a slim verifier on one tuning prompt of :attr:`tokens` tokens, scored."""
         return self.tiered.at(self.tokens)
+
+    def at_prompt_lengths(self, lengths: list[int], probed: int) -> "UnitCosts":
+        """These units with each setting's per-prompt part (a prefill over the prompt, a scoring
+        over the prompt and its output) priced at the mean length of the prompts the sweep runs
+        (``lengths``), in proportion to the positions it covers, from the ``probed`` prompt's: a
+        sweep over long prompts (a summary's thousand tokens) is not priced at a short one's."""
+        if not lengths or probed <= 0:
+            return self
+        factor = (sum(lengths) / len(lengths) + self.tokens) / (probed + self.tokens)
+        return replace(self, untiered=RunPrice(self.untiered.prompt * factor, self.untiered.token),
+                       tiered=RunPrice(self.tiered.prompt * factor, self.tiered.token))
 
     def calibration_prompt(self, tokens: int = CALIBRATION_TOKENS) -> float:
         """One calibration (or held-out) prompt's greedy continuation of ``tokens`` tokens."""

@@ -32,7 +32,8 @@ from typing import Any, Callable
 
 from viasd_adapt.process_settings import leaves_process_settings
 from viasd_adapt.config.onboard_report import REPORT_FILENAME, OnboardEstimate, OnboardReport, StageTime
-from viasd_adapt.tuning.budget_plan import MAX_TUNE_PROMPTS, TUNE_TOKENS, BudgetTooSmall, Deadline, units_words
+from viasd_adapt.tuning.budget_plan import (MAX_TUNE_PROMPTS, MIN_TUNE_PROMPTS, TUNE_TOKENS, BudgetTooSmall, Deadline,
+                                            units_words)
 from viasd_adapt.config.pair_file import DTYPES, PROMPT_LOOKUP, PairFile, PairTarget
 from viasd_adapt.config.tuned import TUNED_FILENAME
 from viasd_adapt.errors import ConfigError, ViasdError
@@ -307,12 +308,18 @@ def _estimate_stage(request: AddRequest, pair: Any, num_layers: int, file_prompt
     prompts = _tune_prompts(request, pair, MAX_TUNE_PROMPTS)
     first = prompts[0]
     ids = first.ids if hasattr(first, "ids") else encode_prompt(pair.tokenizer, first, request.chat)
-    units = measure_units(pair, list(ids), num_layers=num_layers, ratio=DEFAULTS.ratio, clock=deadline.clock,
-                          prompt_tokens=DEFAULTS.calibration.max_prompt_tokens, new_tokens=DEFAULTS.calibration.new_tokens)
+    measured = measure_units(pair, list(ids), num_layers=num_layers, ratio=DEFAULTS.ratio, clock=deadline.clock,
+                             prompt_tokens=DEFAULTS.calibration.max_prompt_tokens, new_tokens=DEFAULTS.calibration.new_tokens)
     probe_seconds = deadline.clock() - began
+    lengths = [len(p.ids if hasattr(p, "ids") else encode_prompt(pair.tokenizer, p, request.chat)) for p in prompts]
+    units = measured.at_prompt_lengths(lengths[:MIN_TUNE_PROMPTS], len(ids))
     try:
         planned = plan_onboarding(units, minutes=request.minutes, probe_seconds=probe_seconds, num_layers=num_layers,
                                   ratio=DEFAULTS.ratio, file_prompts=file_prompts, tune_available=len(prompts))
+        if planned.estimate.tune_prompts > MIN_TUNE_PROMPTS:  # priced again at the prompts the plan runs
+            units = measured.at_prompt_lengths(lengths[:planned.estimate.tune_prompts], len(ids))
+            planned = plan_onboarding(units, minutes=request.minutes, probe_seconds=probe_seconds, num_layers=num_layers,
+                                      ratio=DEFAULTS.ratio, file_prompts=file_prompts, tune_available=len(prompts))
     except BudgetTooSmall:
         say(f"probe {probe_seconds:.1f}s: {units_words(units)}")  # what the refusal's minutes are priced from
         raise
