@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -275,12 +275,15 @@ def run_bench(
     progress: Callable[[str], None] | None = None,
     chat: str = "auto",
     on_run: Callable[[str], None] | None = None,
+    contexts: Callable[..., Any] | None = None,
 ) -> BenchResult:
     """Runs every row on every prompt ``plan.repeats`` times and returns the median rows (overall,
     and per group when the prompts carry groups). Text prompts go through the chat template per ``chat``.
     ``on_run`` is called after every generation with its row's label (a progress bar's tick): the
     greedy references first (one per prompt), then one warm-up per row, then the timed runs (and the
-    next-line task's, when asked)."""
+    next-line task's, when asked). ``contexts(settings, plugins)``: the run context of a tiered
+    request (the planner's :meth:`~viasd_adapt.frameworks.planning.PlannedRun.context`: the tuned
+    evidence its check kept); None: each runner asks the pair for its own."""
     say = progress or (lambda message: None)
     tick = on_run or (lambda label: None)
     started = time.perf_counter()
@@ -297,7 +300,10 @@ def run_bench(
     runners = {row.key: frameworks.get(row.framework).load(kind) for row in rows}
 
     def generate(row: PlannedRow, ids: list[int], tokens: int, seed: int, run_sampling: SamplingConfig = sampling):
-        output = runners[row.key](pair, _request(row, settings, run_sampling, ids, tokens, seed, plan.stop_at_eos))
+        request = _request(row, settings, run_sampling, ids, tokens, seed, plan.stop_at_eos)
+        if contexts is not None and not request.stock and frameworks.get(row.framework).has_tier:
+            request = replace(request, context=contexts(request.settings, request.stream_plugins))
+        output = runners[row.key](pair, request)
         tick(row.label)
         return output
 
