@@ -32,7 +32,7 @@ from viasd_adapt.config.tuned import EAGLE_HEAD as EAGLE_HEAD_DRAFTER
 from viasd_adapt.core.notices import Notice, emit
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import Mode, TierSettings
-from viasd_adapt.engine.context import RunContext, resolve_context, spec_for_drafter
+from viasd_adapt.engine.context import RunContext, resolve_context, spec_for_device, spec_for_drafter
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.frameworks import registry
 from viasd_adapt.frameworks.requests import RunRequest
@@ -61,6 +61,22 @@ class ChosenPair(Protocol):
 
     @property
     def mask(self) -> Path | None: ...
+
+
+@dataclass(frozen=True)
+class ChosenPaths:
+    """A pair chosen by its paths (``BenchConfig``'s target, drafter and EAGLE head), with the pair's
+    own ``mask.json`` when it has one: a :class:`ChosenPair` that no registry record names."""
+
+    target: Path | None
+    draft: Path | str | None
+    eagle_head: Path | None = None
+    pair_mask: Path | None = None
+    paths: Any = None
+
+    @property
+    def mask(self) -> Path | None:
+        return self.pair_mask
 
 
 @dataclass(frozen=True)
@@ -123,6 +139,13 @@ class PlannedRun:
     def settings(self) -> TierSettings:
         return self.spec.settings
 
+    def own_spec(self) -> RunSpec:
+        """The pair's own settings (its tuned choice, without the flags and the tuner's best points:
+        ``viasd demo``'s answer), from the files the plan read, checked against the target's device
+        as the plan's were; nothing is read and nothing is said again."""
+        own = read_settings(pair_mask=self.choice.mask, tuned=self.spec.tuned, read_masks=self.spec.masks)
+        return replace(spec_for_device(own, self.pair.target), notices=())
+
     def context(self, settings: TierSettings | None = None, plugins: Sequence[object] = (), *,
                 advice: bool = False) -> RunContext:
         """The context of one request: ``settings`` (None: the plan's own, with their sources),
@@ -172,13 +195,14 @@ def plan_run(choice: ChosenPair, options: RunOptions, framework: str | Sequence[
     """
     follows_choice = framework is None
     names = (DEFAULT_FRAMEWORK,) if follows_choice else (framework,) if isinstance(framework, str) else tuple(framework)
+    single = isinstance(framework, str) or follows_choice  # a bench's rows run several: none is the resolver's
     notes: list[str] = []
-    spec = _resolve(choice, options, names, tuned)
+    spec = _resolve(choice, options, names[0] if single else None, tuned)
     if follows_choice and spec.runs_target_alone:
         names, reason = ("ar",), spec.tuned.target_alone_reason()
-        spec = _resolve(choice, replace(options, mode=None), names, spec.tuned)
+        spec = _resolve(choice, replace(options, mode=None), "ar", spec.tuned)
         notes.append(f"note: running the target alone (--framework ar): {reason}; --framework hf drafts anyway")
-    pair = loaded if loaded is not None else _load(choice, options, names, spec)
+    pair = loaded if loaded is not None else _load(choice, options, names[0] if single else None, spec)
     drafter = drafter_of(names, pair)
     checked = spec_for_drafter(spec, pair.target, drafter)  # the one check of the settings against the models
     notices = spec.notices + checked.notices
@@ -190,9 +214,9 @@ def plan_run(choice: ChosenPair, options: RunOptions, framework: str | Sequence[
     return PlannedRun(pair, replace(checked, notices=()), names, choice, options, drafter, notices, tuple(notes))
 
 
-def _resolve(choice: ChosenPair, options: RunOptions, names: tuple[str, ...], tuned: Any) -> RunSpec:
-    """The run's settings and mask (step 1), each file read once; the notices stay in the spec."""
-    framework = names[0] if len(names) == 1 else None
+def _resolve(choice: ChosenPair, options: RunOptions, framework: str | None, tuned: Any) -> RunSpec:
+    """The run's settings and mask (step 1), each file read once; the notices stay in the spec.
+    ``framework``: the one framework of the run (None: a bench's several)."""
     if framework is not None and registry.get(framework).honours(registry.DRAFTER) and choice.draft is None:
         raise ConfigError(f"--framework {framework} needs --draft")
     flags = options.tier_flags()
@@ -211,11 +235,11 @@ def _resolve(choice: ChosenPair, options: RunOptions, names: tuple[str, ...], tu
     return spec
 
 
-def _load(choice: ChosenPair, options: RunOptions, names: tuple[str, ...], spec: RunSpec) -> LoadedPair:
-    """The pair, loaded once with what ``spec`` read (step 2). A single framework that reads no
-    drafter does not load one (a bench keeps it: its rows price the drafter)."""
+def _load(choice: ChosenPair, options: RunOptions, framework: str | None, spec: RunSpec) -> LoadedPair:
+    """The pair, loaded once with what ``spec`` read (step 2). A single ``framework`` that reads no
+    drafter does not load one (a bench, ``framework`` None, keeps it: its rows price the drafter)."""
     draft = choice.draft
-    if len(names) == 1 and not registry.get(names[0]).honours(registry.DRAFTER):
+    if framework is not None and not registry.get(framework).honours(registry.DRAFTER):
         draft = None
     need_mask = options.need_mask if options.need_mask is not None else spec.settings.mode.uses_slim
     return load_pair(choice.target, draft, spec.mask_path, need_mask=need_mask, device=options.device,
@@ -266,5 +290,5 @@ def _drafter_model(drafter: Any) -> Any:
     return drafter if isinstance(drafter, nn.Module) else None
 
 
-__all__ = ["DEFAULT_FRAMEWORK", "NO_MASK_SOURCE", "ChosenPair", "PlannedRun", "RunOptions", "drafter_of", "plan_run",
+__all__ = ["DEFAULT_FRAMEWORK", "NO_MASK_SOURCE", "ChosenPair", "ChosenPaths", "PlannedRun", "RunOptions", "drafter_of", "plan_run",
            "without_mask"]
