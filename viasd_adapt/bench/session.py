@@ -44,7 +44,8 @@ from viasd_adapt.config.resolve import UNREAD, RunSpec
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings, label_settings
 from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP
-from viasd_adapt.frameworks.planning import ChosenPaths, PlannedRun, RunOptions, plan_run
+from viasd_adapt.frameworks import planning
+from viasd_adapt.frameworks.planning import ChosenPaths, PlannedRun, RunOptions
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import ensure_writable, relative_name
 from viasd_adapt.models.pair import LoadedPair
@@ -224,7 +225,7 @@ def plan_bench(config: BenchConfig, *, pair: LoadedPair | None = None, tuned: An
     (``pair``: already loaded), the settings checked once against what the rows draft with, the
     notices given once. ``tuned``: the tuned file beside the mask when the caller has read it."""
     choice = ChosenPaths(config.target, config.draft, config.eagle_head, config.pair_mask)
-    return plan_run(choice, bench_options(config), config.frameworks, loaded=pair, tuned=tuned)
+    return planning.plan_run(choice, bench_options(config), config.frameworks, loaded=pair, tuned=tuned)
 
 
 def task_examples(n: int, seed: int = TASK_SEED) -> list[tuple[str, str]]:
