@@ -23,10 +23,10 @@ from pathlib import Path
 
 import torch
 
-from viasd_adapt.models import corpus, evaluate
-from viasd_adapt.models.presets import DEMO, ModelShape
+from viasd_adapt.training import corpus, evaluate
+from viasd_adapt.training.presets import DEMO, ModelShape
 from viasd_adapt.models.registry import cache_dir, demo_pair_paths
-from viasd_adapt.models.train import chunk, llama_config, new_model, token_stream, train_model
+from viasd_adapt.training.train import chunk, llama_config, new_model, token_stream, train_model
 from viasd_adapt.config.build_report import BuildReport
 from viasd_adapt.io import json_text
 
@@ -119,7 +119,7 @@ def _drafters() -> list[tuple[str, Path, float]]:
 
 def _target_loss(target_dir: Path) -> float:
     """The held-out loss of a target, on the same rows as the drafters' (build reports)."""
-    from viasd_adapt.models import evaluate
+    from viasd_adapt.training import evaluate
 
     tokenizer, model = _load(target_dir)
     _, heldout = _training_rows(tokenizer, heldout_only=True)

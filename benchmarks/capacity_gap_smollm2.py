@@ -55,10 +55,10 @@ def _epochs_for(steps: int, train_examples: int, batch_size: int) -> float:
 
 def train(names: list[str], seed: int, threads: int) -> None:
     from viasd_adapt.io import write_directory, write_json
-    from viasd_adapt.models.distill_build import DISTILL_PRESETS, _eos_ids, smollm2_target
-    from viasd_adapt.models.distill_data import cached_target_answers
+    from viasd_adapt.training.distill_build import DISTILL_PRESETS, _eos_ids, smollm2_target
+    from viasd_adapt.training.distill_data import cached_target_answers
     from viasd_adapt.prompts.distill import training_prompts
-    from viasd_adapt.models.drafter_distill import split_examples, train_drafter
+    from viasd_adapt.training.drafter_distill import split_examples, train_drafter
     from viasd_adapt.models.loading import load_model, load_tokenizer
     from viasd_adapt.models.registry import DECLARATION, shipped_dir
     from viasd_adapt.models.shared_drafter import save_drafter

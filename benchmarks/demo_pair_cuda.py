@@ -12,7 +12,7 @@ import torch
 if importlib.util.find_spec("viasd_adapt") is None:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from viasd_adapt.models.corpus import heldout_prompts  # noqa: E402
+from viasd_adapt.training.corpus import heldout_prompts  # noqa: E402
 from viasd_adapt.models.registry import demo_pair_paths  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -26,10 +26,10 @@ from dataclasses import replace
 
 import torch
 
-from viasd_adapt.models import corpus, evaluate
-from viasd_adapt.models.presets import DEMO, DEMO_EE
+from viasd_adapt.training import corpus, evaluate
+from viasd_adapt.training.presets import DEMO, DEMO_EE
 from viasd_adapt.models.registry import cache_dir, demo_pair_paths
-from viasd_adapt.models.train import chunk, llama_config, new_model, token_stream, train_model
+from viasd_adapt.training.train import chunk, llama_config, new_model, token_stream, train_model
 from viasd_adapt.config.build_report import BuildReport
 from viasd_adapt.io import json_text
 

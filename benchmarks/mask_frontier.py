@@ -26,7 +26,7 @@ import torch
 
 def main() -> None:
     from viasd_adapt.bench.costs import measure_forward_costs
-    from viasd_adapt.io import save_figure, write_json
+    from viasd_adapt.io import write_json
     from viasd_adapt.models.registry import resolve_pair
     from viasd_adapt.models.pair import load_pair
     from viasd_adapt.config.mask import RoutingMask, skip_count
@@ -86,30 +86,37 @@ def main() -> None:
     if args.json:
         write_json(args.json, data)
     if args.plot:
-        import matplotlib
+        _plot(rows, data, paths.name, args.plot)
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
-        for ax, key, label in ((axes[0], "slim_cost", "slim pass alone (fraction of a full block pass)"),
-                               (axes[1], "added_cost_when_q_runs", "slim + resumed target pass - one full pass")):
-            for kind, colour in (("ratio", "#1f77b4"), ("budget", "#d62728")):
-                members = sorted((r for r in rows if r["space"] == kind), key=lambda r: r[key])
-                ax.plot([r[key] for r in members], [r["heldout_agreement"] for r in members], "-o", color=colour,
-                        label=f"{kind} space")
-                for r in members:
-                    ax.annotate(f"s1={r['price']['s1']}", (r[key], r["heldout_agreement"]), fontsize=6,
-                                xytext=(3, -8), textcoords="offset points")
-            ax.axhline(data["drafter_heldout_agreement"], color="grey", linestyle="--", linewidth=0.8, label="drafter")
-            ax.set_xlabel(label)
-            ax.grid(alpha=0.3)
-        axes[0].set_ylabel("held-out argmax agreement with the target")
-        axes[0].legend(fontsize=8)
-        fig.suptitle(f"DIMR masks on {paths.name}: cost vs agreement, ratio vs budget search space", fontsize=9)
-        fig.tight_layout()
-        save_figure(fig, args.plot)
-        plt.close(fig)
+def _plot(rows: list[dict], data: dict, name: str, path: Path) -> None:
+    """Agreement against each of the two costs, one line per search space."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from viasd_adapt.io import save_figure
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    for ax, key, label in ((axes[0], "slim_cost", "slim pass alone (fraction of a full block pass)"),
+                           (axes[1], "added_cost_when_q_runs", "slim + resumed target pass - one full pass")):
+        for kind, colour in (("ratio", "#1f77b4"), ("budget", "#d62728")):
+            members = sorted((r for r in rows if r["space"] == kind), key=lambda r: r[key])
+            ax.plot([r[key] for r in members], [r["heldout_agreement"] for r in members], "-o", color=colour,
+                    label=f"{kind} space")
+            for r in members:
+                ax.annotate(f"s1={r['price']['s1']}", (r[key], r["heldout_agreement"]), fontsize=6,
+                            xytext=(3, -8), textcoords="offset points")
+        ax.axhline(data["drafter_heldout_agreement"], color="grey", linestyle="--", linewidth=0.8, label="drafter")
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out argmax agreement with the target")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"DIMR masks on {name}: cost vs agreement, ratio vs budget search space", fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

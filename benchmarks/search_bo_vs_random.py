@@ -118,7 +118,8 @@ def run_method(method, cost, space, budget, seed, bo_every):
     return guided_search(cost, space, SearchConfig(steps=budget, seed=seed, patience=0, guided=GuidedConfig(**flags)))
 
 
-def main(argv=None) -> int:
+def _arguments(argv) -> tuple[argparse.Namespace, list[str]]:
+    """The command line, checked, and the methods it names."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pair", default="demo", help="registry pair name when --target/--draft are not given")
     parser.add_argument("--target")
@@ -146,13 +147,72 @@ def main(argv=None) -> int:
     unknown = set(methods) - set(METHODS)
     if unknown:
         parser.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(METHODS)}")
+    return args, methods
+
+
+class _Evaluations:
+    """The objective and the held-out agreement of each distinct mask, computed once, with the
+    seconds each objective evaluation took (a run is charged for its evaluations as if fresh)."""
+
+    def __init__(self, objective, probe):
+        self.objective, self.probe = objective, probe
+        self.memo: dict = {}
+        self.seconds: dict = {}
+        self.agreements: dict = {}
+
+    def cost(self, bits):
+        from viasd_adapt.config.mask import RoutingMask
+
+        if bits not in self.memo:
+            start = time.perf_counter()
+            self.memo[bits] = self.objective(RoutingMask.from_bits(bits))
+            self.seconds[bits] = time.perf_counter() - start
+            if len(self.memo) % 10 == 0:
+                print(f"    {len(self.memo)} distinct masks evaluated, mean {statistics.mean(self.seconds.values()):.2f}s each",
+                      flush=True)
+        return self.memo[bits]
+
+    def agreement(self, bits):
+        from viasd_adapt.config.mask import RoutingMask
+
+        if bits not in self.agreements:
+            self.agreements[bits] = self.probe.of_mask(RoutingMask.from_bits(bits))
+        return self.agreements[bits]
+
+
+def _run_row(method: str, seed: int, ratio: float, space, budget: int, bo_every: int, evaluations: _Evaluations) -> dict:
+    """One search run (``method``, ``seed``) in ``space``: its best mask, its curve and its time."""
+    from viasd_adapt.search.guided import PROBE
+
+    before = time.perf_counter()
+    spent_before = sum(evaluations.seconds.values())
+    result = run_method(method, evaluations.cost, space, budget, seed, bo_every)
+    elapsed = time.perf_counter() - before
+    fresh = sum(evaluations.seconds.values()) - spent_before  # evaluations computed in this run
+    overhead = elapsed - fresh  # proposals (GP fits, candidate scoring) and memo look-ups
+    evals = sum(evaluations.seconds[e.bits] for e in result.history)
+    wall = evals + max(0.0, overhead)  # the run's own wall time, had it computed every evaluation
+    best = result.best
+    row = {"method": method, "seed": seed, "best": best.cost, "best_skipped": [i for i, b in enumerate(best.bits) if b == 0],
+           "heldout_agreement": evaluations.agreement(best.bits), "wall_seconds": wall, "eval_seconds": evals,
+           "overhead_seconds": max(0.0, overhead), "evaluations": result.evaluations,
+           "probe_evaluations": sum(1 for e in result.history if e.kind == PROBE),
+           "curve": result.best_curve(), "costs": [e.cost for e in result.history if e.in_space]}
+    print(f"  r={ratio} {method:8s} seed {seed}: best {best.cost:10.2f} skips {row['best_skipped']} "
+          f"held-out agreement {row['heldout_agreement']:.3f} wall {wall:6.1f}s (overhead {row['overhead_seconds']:.1f}s)",
+          flush=True)
+    return row
+
+
+def main(argv=None) -> int:
+    args, methods = _arguments(argv)
     torch.set_num_threads(args.threads)
 
     from viasd_adapt.routing.layers import find_decoder_stack
-    from viasd_adapt.config.mask import RoutingMask, skip_count
+    from viasd_adapt.config.mask import skip_count
     from viasd_adapt.search.decoder_windows import WindowCache, build_calibration
     from viasd_adapt.search.candidates import FixedCountSpace
-    from viasd_adapt.search.guided import PROBE, default_steps
+    from viasd_adapt.search.guided import default_steps
     from viasd_adapt.search.objective import AgreementProbe, MaskObjective
 
     t_load = time.perf_counter()
@@ -176,25 +236,7 @@ def main(argv=None) -> int:
           f"budget {budget}; load {load_seconds:.1f}s, windows {windows_seconds:.1f}s ({cache.report()}), "
           f"log-probs + prefix states {logprob_seconds:.1f}s; prompts: {prompt_source}", flush=True)
 
-    memo: dict = {}
-    eval_seconds: dict = {}
-    agreement_memo: dict = {}
-
-    def cost(bits):
-        if bits not in memo:
-            start = time.perf_counter()
-            memo[bits] = objective(RoutingMask.from_bits(bits))
-            eval_seconds[bits] = time.perf_counter() - start
-            if len(memo) % 10 == 0:
-                print(f"    {len(memo)} distinct masks evaluated, mean {statistics.mean(eval_seconds.values()):.2f}s each",
-                      flush=True)
-        return memo[bits]
-
-    def agreement(bits):
-        if bits not in agreement_memo:
-            agreement_memo[bits] = probe.of_mask(RoutingMask.from_bits(bits))
-        return agreement_memo[bits]
-
+    evaluations = _Evaluations(objective, probe)
     results = {"pair": name, "pair_name": args.pair if not args.target else Path(args.target).parent.name, "draft": draft_name, "L": num_layers, "budget": budget, "seeds": args.seeds,
                "prompts": prompt_source, "objective": args.objective, "calib_prompts": len(calib_ids), "heldout_prompts": len(held_ids),
                "new_tokens": args.new_tokens, "prompt_tokens": args.prompt_tokens, "tau": calibration.tau,
@@ -205,34 +247,15 @@ def main(argv=None) -> int:
     for ratio in [float(r) for r in args.ratios.split(",")]:
         k = skip_count(num_layers, ratio)
         space = FixedCountSpace(num_layers, k)
-        rows = []
-        for method in methods:
-            for seed in range(args.seeds):
-                before = time.perf_counter()
-                spent_before = sum(eval_seconds.values())
-                result = run_method(method, cost, space, budget, seed, args.bo_every)
-                elapsed = time.perf_counter() - before
-                fresh = sum(eval_seconds.values()) - spent_before  # evaluations computed in this run
-                overhead = elapsed - fresh  # proposals (GP fits, candidate scoring) and memo look-ups
-                evals = sum(eval_seconds[e.bits] for e in result.history)
-                wall = evals + max(0.0, overhead)  # the run's own wall time, had it computed every evaluation
-                best = result.best
-                row = {"method": method, "seed": seed, "best": best.cost, "best_skipped": [i for i, b in enumerate(best.bits) if b == 0],
-                       "heldout_agreement": agreement(best.bits), "wall_seconds": wall, "eval_seconds": evals,
-                       "overhead_seconds": max(0.0, overhead), "evaluations": result.evaluations,
-                       "probe_evaluations": sum(1 for e in result.history if e.kind == PROBE),
-                       "curve": result.best_curve(), "costs": [e.cost for e in result.history if e.in_space]}
-                rows.append(row)
-                print(f"  r={ratio} {method:8s} seed {seed}: best {best.cost:10.2f} skips {row['best_skipped']} "
-                      f"held-out agreement {row['heldout_agreement']:.3f} wall {wall:6.1f}s (overhead {row['overhead_seconds']:.1f}s)",
-                      flush=True)
+        rows = [_run_row(method, seed, ratio, space, budget, args.bo_every, evaluations)
+                for method in methods for seed in range(args.seeds)]
         summary = summarise(rows, methods)
         results["ratios"][str(ratio)] = {"k": k, "rows": rows, "summary": summary}
         print_table(ratio, k, summary)
         if args.json_path:
             write_json(args.json_path, results)
-    results["mean_eval_seconds"] = statistics.mean(eval_seconds.values()) if eval_seconds else None
-    results["distinct_masks"] = len(memo)
+    results["mean_eval_seconds"] = statistics.mean(evaluations.seconds.values()) if evaluations.seconds else None
+    results["distinct_masks"] = len(evaluations.memo)
     if args.json_path:
         write_json(args.json_path, results)
     if args.plot_path:

@@ -2,7 +2,7 @@
 
 Task: summarise a standard-library function into the first line of its docstring. Source: the
 function's code with its docstring removed; target: the docstring's first line. Train/held-out
-split by whole file with :func:`viasd_adapt.models.corpus.split_files` (the same split as the
+split by whole file with :func:`viasd_adapt.training.corpus.split_files` (the same split as the
 decoder-only pairs), so no held-out function's file was seen in training.
 
 Pair (mBART layout: pre-norm, learned positions; built from configs and trained from scratch by this script):
@@ -100,7 +100,7 @@ def function_examples(relative: str, text: str) -> list[Example]:
 
 def load_examples() -> tuple[list[Example], list[Example]]:
     """(train, held-out) examples, split by file as the decoder-only pairs are; deduplicated by source."""
-    from viasd_adapt.models import corpus
+    from viasd_adapt.training import corpus
 
     train_files, heldout_files = corpus.split_files()
     seen: set[str] = set()
@@ -196,7 +196,7 @@ def batch_loss(model, tokenizer, sources: list[list[int]], targets: list[list[in
 def train(model, tokenizer, data: list[tuple[list[int], list[int]]], budget: Budget, seed: int, label: str) -> list[float]:
     """AdamW with warm-up and cosine decay; LayerDrop through weight-sharing routed views (the
     slim-verifier machinery itself: the bypassed layers' weights get no gradient that step)."""
-    from viasd_adapt.models.train import optimizer_step
+    from viasd_adapt.training.train import optimizer_step
     from viasd_adapt.config.mask import RoutingMask
     from viasd_adapt.routing.slim import build_routed_view
 
@@ -246,7 +246,7 @@ def heldout_loss(model, tokenizer, data, batch_size: int = 32) -> float:
 
 def build(args) -> None:
     from viasd_adapt.io import write_json
-    from viasd_adapt.models.tokenizer import train_tokenizer
+    from viasd_adapt.training.tokenizer import train_tokenizer
 
     root = cache_root()
     started = time.perf_counter()
@@ -501,18 +501,7 @@ def evaluate(args) -> None:
             "loglik_per_token": round(sum(v for v, _ in loglik) / max(n_tokens, 1), 4),
             "tokens": n_tokens,
         }
-        if metrics is not None:
-            committed = max(metrics.committed, 1)
-            full, slim_, drafts = metrics.full_passes / committed, metrics.slim_passes / committed, metrics.draft_passes / committed
-            entry.update({
-                "full_per_token": round(full, 3), "slim_per_token": round(slim_, 3), "draft_per_token": round(drafts, 3),
-                "full_equiv_per_token": round(full + slim_ * weights["slim_over_full"] + drafts * weights["draft_over_full"], 3),
-                "rejection_rate": round(metrics.rejection_rate, 3),
-                "mean_accepted": round(metrics.mean_accepted_length, 2),
-                "overrule_rate": None if metrics.overrule_rate is None else round(metrics.overrule_rate, 3),
-            })
-        else:  # autoregressive: one full pass per token
-            entry.update({"full_per_token": 1.0, "slim_per_token": 0.0, "draft_per_token": 0.0, "full_equiv_per_token": 1.0})
+        entry.update(pass_counts(metrics, weights))
         results.append(entry)
         print(json_text(entry, indent=None), end="", flush=True)
     greedy_loglik = results[0]["loglik_per_token"]
@@ -529,6 +518,22 @@ def evaluate(args) -> None:
     print(table)
     print(json_text(comparison), end="")
 
+
+
+def pass_counts(metrics, weights: dict) -> dict:
+    """A row's passes per committed token (full, slim, draft, and their full-pass equivalent under
+    ``weights``) and its acceptance figures; ``metrics`` None: autoregressive, one full pass per token."""
+    if metrics is None:
+        return {"full_per_token": 1.0, "slim_per_token": 0.0, "draft_per_token": 0.0, "full_equiv_per_token": 1.0}
+    committed = max(metrics.committed, 1)
+    full, slim, drafts = metrics.full_passes / committed, metrics.slim_passes / committed, metrics.draft_passes / committed
+    return {
+        "full_per_token": round(full, 3), "slim_per_token": round(slim, 3), "draft_per_token": round(drafts, 3),
+        "full_equiv_per_token": round(full + slim * weights["slim_over_full"] + drafts * weights["draft_over_full"], 3),
+        "rejection_rate": round(metrics.rejection_rate, 3),
+        "mean_accepted": round(metrics.mean_accepted_length, 2),
+        "overrule_rate": None if metrics.overrule_rate is None else round(metrics.overrule_rate, 3),
+    }
 
 def same_budget_comparison(results: list[dict]) -> list[dict]:
     """For each lossy row: lenient's full-equivalent cost at the same fidelity (log-likelihood drop,

@@ -43,7 +43,7 @@ from viasd_adapt.engine.verifier import TieredVerifier
 from viasd_adapt.engine.loop import speculative_generate
 from viasd_adapt.core.hooks import make_plugin_manager  # noqa: E402
 from viasd_adapt.io import write_json  # noqa: E402
-from viasd_adapt.models.presets import get_preset  # noqa: E402
+from viasd_adapt.training.presets import get_preset  # noqa: E402
 from viasd_adapt.routing import SlimVerifier
 from viasd_adapt.core.sampling import SamplingConfig  # noqa: E402
 from viasd_adapt.core.settings import TierSettings  # noqa: E402

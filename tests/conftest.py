@@ -15,7 +15,7 @@ def tiny_pair(tmp_path_factory):
     ``build_report.json``; load the models with ``AutoModelForCausalLM.from_pretrained``.
     Serves viasd_adapt.models tests and any test that needs a real (if tiny) Llama pair.
     """
-    from viasd_adapt.models.build import build_pair
+    from viasd_adapt.training.build import build_pair
 
     return build_pair("tiny", out_dir=tmp_path_factory.mktemp("viasd-cache"), seed=0, progress=False)
 

@@ -3,7 +3,10 @@
 The names most programs start from are handed out here, imported on first use so that importing
 the package (the ``viasd`` command does, at start-up) loads neither torch nor transformers::
 
-    from viasd_adapt import load_pair, TierSettings
+    from viasd_adapt import load_pair, TierSettings, context
+
+``context(target_or_pair, mask=..., settings=..., plugins=...)`` is the one way to configure a run:
+every adapter takes the :class:`RunContext` it builds as ``context=``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ _LAZY = {
     "LoadedPair": "viasd_adapt.models.pair",
     "TierSettings": "viasd_adapt.core.settings",
     "Mode": "viasd_adapt.core.settings",
+    "context": "viasd_adapt.engine.context",
+    "RunContext": "viasd_adapt.engine.context",
 }
 
 __all__ = ["__version__", *_LAZY]

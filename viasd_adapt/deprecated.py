@@ -1,5 +1,7 @@
 """The import paths of 0.2.0's documentation that moved, kept working until 0.4.0.
 
+(And the modules that built pairs in 0.3.0's ``viasd_adapt.models``, now ``viasd_adapt.training``.)
+
 The package was reorganised into rooms by role (docs/architecture.md): ``viasd_adapt.settings``
 became ``viasd_adapt.core.settings``, ``viasd_adapt.engine`` a package, and so on. Code written
 against the old paths (a user's script, a test harness) keeps running for one minor version: each
@@ -48,6 +50,12 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
                             "viasd_adapt.model_kind", "viasd_adapt.checks"),
     "viasd_adapt.seq2seq_calibration": ("viasd_adapt.search.seq2seq_windows",),
     "viasd_adapt.search.records": ("viasd_adapt.config.search_record",),
+    # 0.3.0's pair-building modules, moved out of the room that loads pairs (docs/architecture.md)
+    **{f"viasd_adapt.models.{name}": (f"viasd_adapt.training.{name}",) for name in (
+        "build", "corpus", "distill_build", "distill_data", "drafter_distill", "evaluate", "layer_skip", "presets",
+        "tokenizer", "train")},
+    "viasd_adapt.models.eagle_head": ("viasd_adapt.models.eagle_head_files", "viasd_adapt.training.eagle_head"),
+    "viasd_adapt.models.eagle_distill": ("viasd_adapt.models.eagle_head_files", "viasd_adapt.training.eagle_distill"),
 }
 
 #: package that still exists -> {old name: the module it lives in now}

@@ -4,7 +4,7 @@ eagle-llm's modules come out broken on transformers 5 (a ``rope_scaling`` KeyErr
 ``_tied_weights_keys`` list, NaN rotary caches); :mod:`viasd_adapt.models.eagle_compat` repairs
 them for one scope (:func:`eagle_compat`, :func:`repair_rotary_caches`, :func:`quiet_eagle_noise`,
 re-exported here). It lives in the core because training a head
-(:mod:`viasd_adapt.models.eagle_head`) builds eagle's modules too, and the core never imports an
+(:mod:`viasd_adapt.training.eagle_head`) builds eagle's modules too, and the core never imports an
 adapter.
 
 Because the failure mode is *silent* garbage, a compatibility layer alone is not enough:
@@ -221,7 +221,7 @@ def load_ea_model(
     ``sanity_check=False``). The check loads the stock model once more, so the peak memory of a
     load is about twice the target's; pass ``sanity_check=False`` only for a model already checked.
     """
-    from viasd_adapt.models.eagle_distill import complete_head
+    from viasd_adapt.models.eagle_head_files import complete_head
     from viasd_adapt.models.gguf import gguf_model_folder, is_gguf_path
 
     ea_model_mod, _, _ = eagle_modules()
@@ -298,7 +298,7 @@ def check_head_matches(base_model_path: str | os.PathLike, ea_model_path: str | 
     ]
     recorded = head.get("viasd_target_fingerprint")
     if recorded is not None and not problems:
-        from viasd_adapt.models.eagle_head import target_weights_digest
+        from viasd_adapt.models.eagle_head_files import target_weights_digest
 
         actual = target_weights_digest(base_model_path)
         if actual != recorded:
@@ -313,7 +313,7 @@ def check_head_embeddings(ea_model: nn.Module) -> None:
     """Refuses a loaded EaModel whose head was trained for another base model.
 
     EAGLE heads carry a frozen copy of their base model's token embeddings (eagle's training script
-    and :func:`viasd_adapt.models.eagle_head.train_eagle_head` both copy them), so a head whose
+    and :func:`viasd_adapt.training.eagle_head.train_eagle_head` both copy them), so a head whose
     embedding table differs from the base model's was trained on another model's features.
     """
     head = ea_model.ea_layer.embed_tokens.weight.detach()

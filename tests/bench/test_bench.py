@@ -169,7 +169,7 @@ def test_score_output_by_hand(pair):
 
 
 def test_next_line_scoring():
-    from viasd_adapt.models.tokenizer import train_tokenizer
+    from viasd_adapt.training.tokenizer import train_tokenizer
 
     tok = train_tokenizer(PROMPTS * 20, 300)
     assert next_line("\n    return a + b\n    x") == "    return a + b" and next_line("no break") is None

@@ -12,7 +12,7 @@ pytest.importorskip("eagle.model.ea_model")
 from tests.support.expected_warnings import junk_drafter_warning  # noqa: E402
 from tests.support.pairs import CHAR_PROMPTS as PROMPTS  # noqa: E402
 from viasd_adapt.cli.main import cli  # noqa: E402
-from viasd_adapt.models.eagle_head import train_eagle_head  # noqa: E402
+from viasd_adapt.training.eagle_head import train_eagle_head  # noqa: E402
 
 
 def test_eagle_rows_plain_none_and_tiers(tmp_path, char_pair):

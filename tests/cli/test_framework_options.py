@@ -91,7 +91,7 @@ def test_every_framework_declares_only_known_inputs_and_honours_what_it_runs():
 
 def test_eagle_from_a_pair_with_a_drafter_runs_its_head_and_records_no_drafter(pair, tmp_path):
     pytest.importorskip("eagle.model.ea_model")
-    from viasd_adapt.models.eagle_head import train_eagle_head
+    from viasd_adapt.training.eagle_head import train_eagle_head
 
     own = shutil.copytree(pair, tmp_path / "pair")
     train_eagle_head(own / "target", own / "eagle_head", seed=0, steps=4, batch_size=2, seq_len=16, max_train_chars=4_000)

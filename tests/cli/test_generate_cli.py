@@ -15,7 +15,7 @@ from viasd_adapt.frameworks import registry as frameworks
 from viasd_adapt.cli import generate as gen
 from viasd_adapt.cli.main import cli
 from viasd_adapt.bench.display import PLAIN_MARKERS, legend, render_tiers, token_pieces
-from viasd_adapt.models.tokenizer import train_tokenizer
+from viasd_adapt.training.tokenizer import train_tokenizer
 from viasd_adapt.core.tiers import Tier
 
 

@@ -164,7 +164,7 @@ def test_no_framework_provokes_a_deprecation_from_transformers_generation(framew
 def test_the_token_stream_writes_whole_characters_stops_at_the_budget_and_at_eos_and_styles_by_tier():
     from viasd_adapt.bench.display import PLAIN_MARKERS, TokenStream
     from viasd_adapt.core.tiers import Tier
-    from viasd_adapt.models.tokenizer import train_tokenizer
+    from viasd_adapt.training.tokenizer import train_tokenizer
 
     tokenizer = train_tokenizer(["def f(x):\n    return x\n", "print('caf\u00e9 na\u00efve \u2603')\n"] * 20, 300)
     ids = tokenizer("print('caf\u00e9 \U0001F600 \u00fc') and more")["input_ids"][1:]  # unseen: split into bytes

@@ -36,7 +36,7 @@ def _fake_builder(report_source, report_class=None):
 
 @pytest.mark.parametrize("written_by_the_builder", [True, False], ids=["tagged", "untagged"])
 def test_models_build_prints_the_stdlib_pairs_report(monkeypatch, tmp_path, written_by_the_builder):
-    from viasd_adapt.models import build as build_module
+    from viasd_adapt.training import build as build_module
 
     shipped = ASSETS / "demo" / "build_report.json"
     report = json.loads(shipped.read_text())
@@ -54,7 +54,7 @@ def test_models_build_prints_the_stdlib_pairs_report(monkeypatch, tmp_path, writ
 
 
 def test_models_build_prints_the_distilled_drafters_report(monkeypatch, tmp_path):
-    from viasd_adapt.models import distill_build
+    from viasd_adapt.training import distill_build
 
     shipped = ASSETS / "smollm2" / "build_report.json"
     report = json.loads(shipped.read_text())
@@ -69,7 +69,7 @@ def test_models_build_prints_the_distilled_drafters_report(monkeypatch, tmp_path
 
 
 def test_a_report_without_what_is_printed_is_refused_by_file_and_field(monkeypatch, tmp_path):
-    from viasd_adapt.models import build as build_module
+    from viasd_adapt.training import build as build_module
 
     partial = tmp_path / "partial.json"
     data = json.loads((ASSETS / "demo" / "build_report.json").read_text())
@@ -85,7 +85,7 @@ def test_a_report_without_what_is_printed_is_refused_by_file_and_field(monkeypat
 
 def test_a_rebuild_recognises_an_earlier_build_by_its_report_tagged_or_not(tmp_path):
     from viasd_adapt.errors import ConfigError
-    from viasd_adapt.models.build import check_build_destination
+    from viasd_adapt.training.build import check_build_destination
 
     for tagged in (True, False):
         folder = tmp_path / f"demo-{tagged}"

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from tests.support.pairs import noisy_pair, save_pair_dir
 from viasd_adapt.cli.main import cli
-from viasd_adapt.models.tokenizer import train_tokenizer
+from viasd_adapt.training.tokenizer import train_tokenizer
 
 
 TEXTS = ["the cat sat on the mat.\n", "a dog ran in the park.\n", "the sun is warm today.\n"] * 20

@@ -24,8 +24,9 @@ ALLOWED_PLACES = ("viasd_adapt/config/", "viasd_adapt/io.py")
 OUTSIDE_FORMATS = {
     "viasd_adapt/prompts/files.py": "prompt files, the user's JSON and JSON lines",
     "viasd_adapt/prompts/spec_bench.py": "Spec-Bench's question.jsonl",
-    "viasd_adapt/models/eagle_head.py": "an EAGLE head's config.json (eagle-llm's format)",
-    "viasd_adapt/models/eagle_distill.py": "an EAGLE head's config.json (eagle-llm's format)",
+    "viasd_adapt/training/eagle_head.py": "an EAGLE head's config.json (eagle-llm's format)",
+    "viasd_adapt/training/eagle_distill.py": "an EAGLE head's config.json (eagle-llm's format)",
+    "viasd_adapt/models/eagle_head_files.py": "an EAGLE head's config.json (eagle-llm's format)",
     "adapters/eagle/compat.py": "a base model's HF config.json and its EAGLE head's config.json",
     "viasd_adapt/models/placement.py": "a model folder's HF config.json (the dtype it is stored in)",
 }

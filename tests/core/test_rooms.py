@@ -120,7 +120,7 @@ def top_level_names(source: str) -> set[str]:
 def test_every_module_is_in_a_room_the_table_names():
     rooms = {room_of(module) for module in import_graph()}
     assert rooms <= set(ALLOWED), f"rooms missing from the table: {sorted(rooms - set(ALLOWED))}"
-    assert {"core", "config", "engine", "adapters", "search"} <= rooms  # the graph is not silently empty
+    assert {"core", "config", "engine", "adapters", "search", "models", "training"} <= rooms  # the graph is not silently empty
 
 
 def test_every_import_between_rooms_is_allowed():
@@ -137,6 +137,9 @@ def test_the_table_is_read_as_the_page_states_it():
     assert ALLOWED["core"] == BASE | {"checks", "cache_check"}
     assert ALLOWED["checks"] == BASE | {"prompts", "model_kind"} and ALLOWED["model_kind"] == BASE | {"prompts"}
     assert "search" not in ALLOWED["bench"] and {"frameworks", "models"} <= ALLOWED["bench"]
+    assert "training" not in ALLOWED["models"] and "models" in ALLOWED["training"]  # loading never imports training
+    assert all("training" not in ALLOWED[room] for room in ("frameworks", "bench", "tuning", "adapters", "search", "serving"))
+    assert "training" in ALLOWED["cli"]  # `viasd models build`
     assert {"engine", "models", "frameworks"}.isdisjoint(ALLOWED["search"])
     assert {"serving", "tuning", "package"} <= ALLOWED["cli"] and "adapters" not in ALLOWED["cli"]
     assert "adapters" not in ALLOWED["frameworks"] and BY_STRING["frameworks"] == {"adapters"}
@@ -164,6 +167,8 @@ def test_the_control_forbidden_imports_are_named():
         "viasd_adapt.config.tuned": {"viasd_adapt.core.settings", "viasd_adapt.io"},  # allowed
         "viasd_adapt.engine.tier": {"viasd_adapt.adapters.hf"},  # the core never imports an adapter
         "viasd_adapt.frameworks.registry": {"viasd_adapt.adapters.hf"},  # only by string
+        "viasd_adapt.models.registry": {"viasd_adapt.training.presets"},  # loading a pair never imports training
+        "viasd_adapt.cli.models": {"viasd_adapt.training.build", "viasd_adapt.models.registry"},  # allowed
     }
     strings = {
         "viasd_adapt.frameworks.registry": {"viasd_adapt.adapters.hf", "viasd_adapt.cli.main"},  # cli: not even by string
@@ -175,6 +180,7 @@ def test_the_control_forbidden_imports_are_named():
         "viasd_adapt.core.cycle -> viasd_adapt.config.tuned (core -> config)",
         "viasd_adapt.engine.tier -> viasd_adapt.adapters.hf (engine -> adapters)",
         "viasd_adapt.frameworks.registry -> viasd_adapt.adapters.hf (frameworks -> adapters)",
+        "viasd_adapt.models.registry -> viasd_adapt.training.presets (models -> training)",
         "viasd_adapt.search.run -> viasd_adapt.engine.loop (search -> engine)",
         "viasd_adapt.frameworks.registry -> viasd_adapt.cli.main (frameworks -> cli, by string)",
         "viasd_adapt.search.run -> viasd_adapt.adapters.hf (search -> adapters, by string)",

@@ -48,6 +48,12 @@ OLD_PATHS = [
     ("viasd_adapt.engine", "speculative_generate", "viasd_adapt.engine.loop"),
     ("viasd_adapt.routing", "RoutingMask", "viasd_adapt.config.mask"),
     ("viasd_adapt.tuning", "tuned_mask_path", "viasd_adapt.config.resolve"),
+    # 0.3.0's docs: the pair-building modules, moved from viasd_adapt.models to viasd_adapt.training
+    ("viasd_adapt.models.eagle_head", "train_eagle_head", "viasd_adapt.training.eagle_head"),
+    ("viasd_adapt.models.eagle_head", "target_weights_digest", "viasd_adapt.models.eagle_head_files"),
+    ("viasd_adapt.models.eagle_distill", "complete_head", "viasd_adapt.models.eagle_head_files"),
+    ("viasd_adapt.models.build", "build_pair", "viasd_adapt.training.build"),
+    ("viasd_adapt.models.corpus", "heldout_prompts", "viasd_adapt.training.corpus"),
 ]
 
 

@@ -24,7 +24,7 @@ API_PAGE = REPO_ROOT / "docs" / "api.md"
 
 #: The public API of 0.3.0: module -> names.
 SNAPSHOT: dict[str, set[str]] = {
-    "viasd_adapt": {"__version__", "load_pair", "LoadedPair", "TierSettings", "Mode"},
+    "viasd_adapt": {"__version__", "load_pair", "LoadedPair", "TierSettings", "Mode", "context", "RunContext"},
     "viasd_adapt.adapters.hf": {"tiered", "patch", "unpatch", "TierSession", "ViasdCacheWarning", "ViasdFallbackWarning"},
     "viasd_adapt.adapters.eagle": {"tiered", "generate", "load_ea_model", "EagleOptions", "EagleTierSession"},
     "viasd_adapt.adapters.pearl": {"generate", "pearl_generate"},
@@ -40,7 +40,7 @@ SNAPSHOT: dict[str, set[str]] = {
     "viasd_adapt.models.registry": {"resolve_pair"},
     "viasd_adapt.models.tiny": {"tiny_model"},
     "viasd_adapt.routing": {"SlimVerifier"},
-    "viasd_adapt.engine.context": {"RunContext", "open_context"},
+    "viasd_adapt.engine.context": {"RunContext", "context", "open_context"},
     "viasd_adapt.engine.drafters": {"ModelDrafter"},
     "viasd_adapt.engine.verifier": {"TieredVerifier"},
     "viasd_adapt.engine.loop": {"speculative_generate", "GenerationOutput"},

@@ -11,7 +11,7 @@ import torch
 
 from tests.support.pairs import char_tokenizer
 from viasd_adapt.cache_check import CacheEntryWarning
-from viasd_adapt.models.distill_data import cached_target_answers, shard_digest
+from viasd_adapt.training.distill_data import cached_target_answers, shard_digest
 from viasd_adapt.models.tiny import tiny_model
 
 
@@ -81,7 +81,7 @@ def test_a_shard_of_the_first_layout_is_checked_used_and_given_its_digest(target
 
 
 def test_a_damaged_completed_eagle_head_is_made_again(tmp_path, monkeypatch):
-    from viasd_adapt.models.eagle_distill import DIGESTS_FILE, SHARED_EMBEDDING, complete_head
+    from viasd_adapt.models.eagle_head_files import DIGESTS_FILE, SHARED_EMBEDDING, complete_head
 
     base = tmp_path / "base"
     tiny_model("llama", seed=0, num_layers=2).save_pretrained(base)
@@ -99,9 +99,9 @@ def test_a_damaged_completed_eagle_head_is_made_again(tmp_path, monkeypatch):
     at = bytes(raw).index(torch.ones(2, 2).numpy().tobytes())
     raw[at + 2] ^= 0x40  # a flipped bit inside the head's matrix: still a readable file
     weights.write_bytes(bytes(raw))
-    from viasd_adapt.models import eagle_distill
+    from viasd_adapt.models import eagle_head_files
 
-    eagle_distill._CHECKED.discard(folder)  # a new process: nothing checked yet
+    eagle_head_files._CHECKED.discard(folder)  # a new process: nothing checked yet
     with pytest.warns(CacheEntryWarning, match=r"completed EAGLE head .* is unusable \(pytorch_model.bin does not match"):
         assert complete_head(head, base) == folder
     again = torch.load(folder / "pytorch_model.bin", weights_only=True)

@@ -123,4 +123,4 @@ def test_the_prompts_room_imports_nothing_above_it():
     allowed = {"viasd_adapt.errors", "viasd_adapt.io"}
     outside = {f"{m} -> {d}" for m, deps in room.items() for d in deps if d not in allowed and d not in room}
     assert not outside, outside
-    assert "viasd_adapt.prompts.stdlib" in graph["viasd_adapt.models.corpus"]
+    assert "viasd_adapt.prompts.stdlib" in graph["viasd_adapt.training.corpus"]

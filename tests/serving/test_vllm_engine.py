@@ -42,7 +42,7 @@ pytestmark = pytest.mark.slow
 def _prompts():
     from transformers import AutoTokenizer
 
-    from viasd_adapt.models.corpus import heldout_prompts
+    from viasd_adapt.training.corpus import heldout_prompts
 
     tokenizer = AutoTokenizer.from_pretrained(TARGET)
     return [tokenizer(text)["input_ids"] for text in heldout_prompts(6, seed=0, min_chars=200, max_chars=400)]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from viasd_adapt.models import corpus
+from viasd_adapt.training import corpus
 from viasd_adapt.config.mask import RoutingMask
 
 NUM_LAYERS = 6
@@ -32,8 +32,8 @@ def _save_target(path: Path, tokenizer, seed: int) -> None:
 
 def build_tiny_eagle(root: Path) -> Path:
     """``root/target``, ``root/other`` (another target) and ``root/head`` (a head for ``target``)."""
-    from viasd_adapt.models.eagle_head import train_eagle_head
-    from viasd_adapt.models.tokenizer import train_tokenizer
+    from viasd_adapt.training.eagle_head import train_eagle_head
+    from viasd_adapt.training.tokenizer import train_tokenizer
 
     texts = [source.read() for source in corpus.split_files()[0][:15]]
     tokenizer = train_tokenizer(texts, 320)

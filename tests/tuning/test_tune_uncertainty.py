@@ -105,7 +105,29 @@ def test_the_note_on_a_kept_target_alone_quotes_the_step_that_kept_it():
     assert not lossy_step.taken and lossy_step.against.startswith("sd") and lossy_step.candidate_cost < 0.815
     note = next(line for line in describe(result) if line.startswith("NOTE"))
     assert "sd: none costs 0.815 against ar's 1.000 (18.5% less), more than the 3% margin, but it holds in only" in note
-    assert "viasd: lossy" not in note and "1.8% less" not in note
+    head, _, cheapest = note.partition("; the cheapest lossy setting, ")
+    assert "viasd: lossy" not in head and "1.8% less" not in head
+    assert cheapest.startswith("viasd: lossy")  # named after the deciding comparison, as the cheapest refused
+
+
+def test_the_verdict_names_the_cheapest_lossy_setting_refused_beside_the_step_that_kept_the_exact_one():
+    """sd stays because the exact tier saves only 2% over it; lenient saves 40% but its regret sits on
+    the budget's edge (half the prompts at twice the budget), so it is within the budget in about half
+    the resamples. The VERDICT quotes the exact step first, then why the far cheaper lenient is not
+    written. Control: lenient within the budget on every prompt is written, and no such clause shows."""
+    n = 10
+    exact = [_point("sd", "none", [1.0] * n, [0.0] * n), _point("lossless", "lossless", [0.98] * n, [0.0] * n)]
+    edge = _result(exact + [_point("lenient", "lenient", [0.6] * n, [0.0, 0.039] * (n // 2), lenience=0.4)])
+    assert edge.chosen.family == "sd"
+    line = next(line for line in describe(edge) if line.startswith("VERDICT"))
+    head, _, cheapest = line.partition("; the cheapest lossy setting, ")
+    assert "not more than the 3% margin" in head and "so sd: none (exact, simpler) is written" in head
+    assert cheapest.startswith("lenient: lenient a=0.4 (0.600, ")
+    assert "is cheaper and within the fidelity budget in only" in cheapest and "(95% needed)" in cheapest
+    clear = _result(exact + [_point("lenient", "lenient", [0.6] * n, [0.0] * n, lenience=0.4)])
+    assert clear.chosen.family == "lenient"
+    line = next(line for line in describe(clear) if line.startswith("VERDICT"))
+    assert "the cheapest lossy setting" not in line
 
 
 def test_repricing_prices_every_prompt_again_and_older_points_state_no_uncertainty():

@@ -128,15 +128,35 @@ class Decision:
                     f"{s.saving:.1%} less, more than the {self.margin:.0%} margin{held}")
         head = (f"{step.candidate} costs {step.candidate_cost:.3f} against {step.against}'s {step.against_cost:.3f} "
                 f"({step.saving:.1%} less)")
+        return f"{head}, {self._why_refused(step)}; so {self.chosen} ({kind}, simpler) is written{self._cheapest_refused(step)}"
+
+    def _why_refused(self, step: Step) -> str:
         if step.failed == "margin":
-            why = f"not more than the {self.margin:.0%} margin"
-        elif step.failed == "noise":
-            why = (f"more than the {self.margin:.0%} margin, but it holds in only {step.holds:.0%} of {self._resamples()} "
-                   f"({self.level:.0%} needed): within noise")
+            return f"not more than the {self.margin:.0%} margin"
+        if step.failed == "noise":
+            return (f"more than the {self.margin:.0%} margin, but it holds in only {step.holds:.0%} of {self._resamples()} "
+                    f"({self.level:.0%} needed): within noise")
+        return (f"but {prompts_words(self.prompts)} cannot show that a saving holds (a lossy setting needs "
+                f"{MIN_PROMPTS} distinct prompts)")
+
+    def _cheapest_refused(self, blocking: Step) -> str:
+        """The lossy setting a reader asks about next: the cheapest refused one, when the step that kept
+        ``chosen`` is another. Its words say what its share counts: a lossy setting must be cheaper and
+        within the fidelity budget in the resamples, so one close to the budget's edge is refused even
+        where it saves far more than the margin."""
+        refused = [s for s in self.steps if not s.taken and s.failed is not None and not self.exact.get(s.candidate, True)]
+        if not refused:
+            return ""
+        step = min(refused, key=lambda s: s.candidate_cost)
+        if step is blocking:
+            return ""
+        if step.failed == "noise":
+            why = (f"it is cheaper and within the fidelity budget in only {step.holds:.0%} of the resamples "
+                   f"({self.level:.0%} needed)")
         else:
-            why = (f"but {prompts_words(self.prompts)} cannot show that a saving holds (a lossy setting needs "
-                   f"{MIN_PROMPTS} distinct prompts)")
-        return f"{head}, {why}; so {self.chosen} ({kind}, simpler) is written"
+            why = self._why_refused(step)
+        return (f"; the cheapest lossy setting, {step.candidate} ({step.candidate_cost:.3f}, {step.saving:.1%} less than "
+                f"{step.against}), is not: {why}")
 
 
 def _cheapest(indices: Sequence[int], cost0: np.ndarray, within0: np.ndarray) -> int | None:
@@ -192,7 +212,7 @@ def _step(resampled: Resampled, candidate: int, bars: list[int], margin: float, 
         failed = "prompts"  # (no resamples at all: an older file's pooled costs, the margin alone decides)
     names = resampled.names
     return Step(names[candidate], names[bar], float(cost[0, candidate]), float(cost[0, bar]), float(saving), holds,
-                saving > margin and failed is None, failed)
+                bool(saving > margin and failed is None), failed)
 
 
 __all__ = ["AR_RUNG", "Decision", "EXACT_RUNG", "EXACT_TIER_RUNG", "LENIENT_RUNG", "LOSSY_TIER_RUNG", "RUNG_WORDS", "Step",

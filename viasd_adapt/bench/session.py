@@ -230,7 +230,7 @@ def plan_bench(config: BenchConfig, *, pair: LoadedPair | None = None, tuned: An
 
 def task_examples(n: int, seed: int = TASK_SEED) -> list[tuple[str, str]]:
     """``n`` held-out (code prefix, next line) pairs of the next-line task."""
-    from viasd_adapt.models.corpus import heldout_next_lines
+    from viasd_adapt.prompts.stdlib import heldout_next_lines
 
     return heldout_next_lines(n, seed=seed) if n else []
 

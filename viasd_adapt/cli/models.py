@@ -12,10 +12,10 @@ import click
 
 from viasd_adapt.cli.threads import _note_above_cores, threads_type
 from viasd_adapt.io import json_text
-from viasd_adapt.models.presets import PRESETS
+from viasd_adapt.training.presets import PRESETS
 
 # Recipes that distil drafters for a real target instead of training a stdlib pair
-# (viasd_adapt.models.distill_build; named here so `--help` needs no torch import).
+# (viasd_adapt.training.distill_build; named here so `--help` needs no torch import).
 DISTILLED = ("smollm2",)
 RECIPES = sorted(PRESETS) + list(DISTILLED)
 DEFAULT_RECIPE = "demo"
@@ -48,7 +48,7 @@ def build(recipe: str | None, old_recipe_option: str | None, seed: int, out_dir:
     eagle_head/, your files) is kept.
     """
     from viasd_adapt.config.build_report import BUILD_REPORT_FILENAME, PairBuildReport
-    from viasd_adapt.models.build import BUILD_ENTRIES, build_pair
+    from viasd_adapt.training.build import BUILD_ENTRIES, build_pair
 
     preset_name = _recipe(recipe, old_recipe_option)
     if preset_name in DISTILLED:
@@ -79,7 +79,7 @@ def _recipe(recipe: str | None, old_recipe_option: str | None) -> str:
 
 def _build_distilled(preset_name: str, seed: int, out_dir: Path | None, threads: int) -> None:
     from viasd_adapt.config.build_report import BUILD_REPORT_FILENAME, DistilledBuildReport
-    from viasd_adapt.models.distill_build import ENTRIES, build_distilled
+    from viasd_adapt.training.distill_build import ENTRIES, build_distilled
 
     pair_dir = build_distilled(preset_name, out_dir=out_dir, seed=seed, threads=threads)
     report = DistilledBuildReport.load(pair_dir / BUILD_REPORT_FILENAME)

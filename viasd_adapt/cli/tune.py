@@ -99,7 +99,7 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     from viasd_adapt.tuning.grid import MEASURED_ON
     from viasd_adapt.config.tune_points import TunePoints
     from viasd_adapt.config.tuned import TUNED_FILENAME
-    from viasd_adapt.tuning.tune import Budget, TuneConfig, TuneGrid, artifact_of, describe, plot_frontiers
+    from viasd_adapt.tuning.tune import Budget, TuneConfig, TuneGrid
     from viasd_adapt.tuning.tune import tune as run_tune
 
     choice = choose_pair(pair, target_path, draft_path)
@@ -144,7 +144,7 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
             prompts, ratio_values, stop_when = _budgeted(loaded, prompts, minutes, loaded_at, grid, ratio_values, not ratios,
                                                          search_steps, max_new_tokens, len(exit_layers), chat)
         config = TuneConfig(max_new_tokens, grid, budget, ratio_values, search_steps, exit_layers, sampling,
-                            save_masks_to=base_dir, chat=chat, adaptive=adaptive)
+                            save_masks_to=out_path.parent, chat=chat, adaptive=adaptive)
         result = run_tune(loaded, prompts, config, progress=lambda m: click.echo(f"  .. {m}"),
                           bar=lambda total: tqdm(total=total, desc="tune", unit="setting", leave=False), stop_when=stop_when)
         if minutes is not None or ratio_values:
@@ -154,11 +154,18 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
             ids = [p.ids if hasattr(p, "ids") else encode_prompt(loaded.tokenizer, p, chat) for p in prompts]
             for line in ratio_table(result, loaded.target, ids):
                 click.echo(line)
+    _write_results(result, loaded, cost_model, gamma, out_path, plot_path, json_path)
+
+
+def _write_results(result, loaded, cost_model, gamma: int, out_path: Path, plot_path: Path, json_path: Path | None) -> None:
+    """Prints the sweep's outcome (and its projection under ``--costs``), then writes ``tuned.json``,
+    the frontier plot and, with ``--json``, every point."""
+    from viasd_adapt.config.tune_points import TunePoints
+    from viasd_adapt.tuning.tune import artifact_of, describe, plot_frontiers, projected
+
     for line in describe(result):
         click.echo(line)
     if cost_model is not None:
-        from viasd_adapt.tuning.tune import projected
-
         click.echo(f"PROJECTION, not a measurement: the same pass counts priced with the forward costs of {cost_model.label} "
                    f"({cost_model.source or 'cost file'}); tuned.json keeps the measured choice")
         for line in describe(projected(result, cost_model, gamma)):

@@ -1,7 +1,7 @@
 """``build_report.json``: what ``viasd models build`` measured when it built a pair, typed and versioned.
 
-Two builders write one (:mod:`viasd_adapt.models.build`, a stdlib pair trained from scratch;
-:mod:`viasd_adapt.models.distill_build`, a drafter and an EAGLE head distilled for a real target);
+Two builders write one (:mod:`viasd_adapt.training.build`, a stdlib pair trained from scratch;
+:mod:`viasd_adapt.training.distill_build`, a drafter and an EAGLE head distilled for a real target);
 ``viasd models build`` prints from it, and a rebuild reads its ``preset`` to know that a folder is
 an earlier build of the same preset. Each kind has its class, so that a reader asks for the
 sections it prints and a missing one is refused naming the file and the field:
@@ -88,7 +88,7 @@ class BuildReport(Artifact):
 
 
 class PairBuildReport(BuildReport):
-    """A stdlib pair's report (:mod:`viasd_adapt.models.build`)."""
+    """A stdlib pair's report (:mod:`viasd_adapt.training.build`)."""
 
     build_seconds: float
     heldout_loss: HeldoutLoss
@@ -96,7 +96,7 @@ class PairBuildReport(BuildReport):
 
 
 class DistilledBuildReport(BuildReport):
-    """A distilled drafter's report (:mod:`viasd_adapt.models.distill_build`); the EAGLE head's
+    """A distilled drafter's report (:mod:`viasd_adapt.training.distill_build`); the EAGLE head's
     section only when one was trained."""
 
     build_seconds: float

@@ -11,7 +11,7 @@ project writes: fields checked on reading, errors naming the file and the field.
   (:mod:`viasd_adapt.models.gguf`): the file, its sha256, the transformers that read it, each
   written file's digest.
 * :class:`CompletedHeadDigests`: ``viasd_digests.json`` of an EAGLE head completed with its base
-  model's embedding (:mod:`viasd_adapt.models.eagle_distill`).
+  model's embedding (:mod:`viasd_adapt.training.eagle_distill`).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 
 import pluggy
 from torch import nn
@@ -49,6 +49,7 @@ from viasd_adapt.core.hooks import make_plugin_manager
 from viasd_adapt.core.notices import Notice, emit
 from viasd_adapt.core.settings import Mode, TierSettings, check_settings
 from viasd_adapt.core.verify_step import VerifyStep
+from viasd_adapt.errors import ConfigError
 from viasd_adapt.engine.priors import adaptive_plan
 from viasd_adapt.routing.hardware import run_device_kind
 from viasd_adapt.routing.mask import MaskLike, check_tuned_model, model_mismatches, resolve_mask
@@ -406,8 +407,8 @@ def open_context(
     drafter_model: nn.Module | None = None,
     use_measured: bool = True,
 ) -> RunContext:
-    """Reads what a run on ``target`` needs, resolves its context and gives its notices: every
-    adapter's one set-up call.
+    """Reads what a run on ``target`` needs, resolves its context and gives its notices: the model
+    form of :func:`context` (which programs call), with the adapters' own switches.
 
     Args:
         target: the full verifier q (for EAGLE, the EaModel's base model).
@@ -425,6 +426,16 @@ def open_context(
             drafter are then not applied. None: not known here (HF asks per call).
         use_measured: False for a framework whose cycles the tuned points do not describe (EAGLE).
     """
+    context = _opened(target, mask, settings, plugins, plugin_manager=plugin_manager, build_slim=build_slim,
+                      tuned=tuned, drafter=drafter, drafter_model=drafter_model, use_measured=use_measured)
+    emit(context.notices)
+    return context
+
+
+def _opened(target: nn.Module, mask: MaskLike | None, settings: TierSettings | None, plugins: Iterable[object], *,
+            tuned: Any = UNREAD, **options: Any) -> RunContext:
+    """:func:`open_context` without giving the notices: the files read, the context resolved, what
+    the user should hear in its ``notices``."""
     settings, no_mask = no_mask_default(mask, settings)
     path = Path(mask).expanduser() if isinstance(mask, (str, os.PathLike)) else None
     spec = read_settings(path) if settings is None and path is not None else None
@@ -438,11 +449,9 @@ def open_context(
     if tuned is UNREAD:
         tuned = spec.evidence if spec is not None else (find_tuned(path) if path is not None and _adapts(settings) else None)
     context = resolve_context(target, settings, spec=spec, mask=artifact, mask_source=str(path) if path else "mask",
-                              evidence=tuned, plugins=plugins, plugin_manager=plugin_manager, drafter=drafter,
-                              drafter_model=drafter_model, build_slim=build_slim, use_measured=use_measured)
+                              evidence=tuned, plugins=plugins, **options)
     if no_mask is not None:
         context = replace(context, notices=(no_mask, *context.notices))
-    emit(context.notices)
     return context
 
 
@@ -450,4 +459,91 @@ def _adapts(settings: TierSettings | None) -> bool:
     return check_settings(settings if settings is not None else TierSettings()).adapts
 
 
-__all__ = ["RunContext", "open_context"]
+# ============================================================================ the one public builder
+
+
+@runtime_checkable
+class PairLike(Protocol):
+    """What :func:`context` reads of a pair from :func:`viasd_adapt.load_pair` (a
+    :class:`~viasd_adapt.models.pair.LoadedPair`, which this room may not import): its target, and
+    the context of a run on it from what it read when it loaded."""
+
+    target: nn.Module
+
+    def run_context(self, settings: TierSettings | None = None, plugins: Iterable[object] = (), *,
+                    drafter: DrafterLike = None, advice: bool = True, **options: Any) -> RunContext: ...
+
+
+def build_context(
+    target_or_pair: nn.Module | PairLike,
+    *,
+    mask: MaskLike | None = None,
+    settings: TierSettings | None = None,
+    plugins: Iterable[object] = (),
+    tuned: Any = UNREAD,
+    drafter: DrafterLike = None,
+    plugin_manager: pluggy.PluginManager | None = None,
+) -> RunContext:
+    """:func:`context` without giving the notices (they are in the returned context's ``notices``):
+    for a caller that collects every notice of a run and gives them at its own edge."""
+    if isinstance(target_or_pair, nn.Module):
+        return _opened(target_or_pair, mask, settings, plugins, plugin_manager=plugin_manager, tuned=tuned,
+                       drafter=drafter)
+    if not isinstance(target_or_pair, PairLike):
+        raise ConfigError(f"viasd_adapt.context takes a model (an nn.Module) or a pair from viasd_adapt.load_pair, "
+                          f"got {type(target_or_pair).__name__}")
+    pair = target_or_pair
+    if mask is not None:  # another mask than the pair's: read as for a model (the pair's tuned choice is its own mask's)
+        return _opened(pair.target, mask, settings, plugins, plugin_manager=plugin_manager, tuned=tuned,
+                       drafter=drafter)
+    options: dict[str, Any] = {} if tuned is UNREAD else {"evidence": tuned}
+    # what the pair read when it loaded: nothing is read again
+    return pair.run_context(settings, plugins, drafter=drafter, plugin_manager=plugin_manager, **options)
+
+
+def context(
+    target_or_pair: nn.Module | PairLike,
+    *,
+    mask: MaskLike | None = None,
+    settings: TierSettings | None = None,
+    plugins: Iterable[object] = (),
+    tuned: Any = UNREAD,
+    drafter: DrafterLike = None,
+    plugin_manager: pluggy.PluginManager | None = None,
+) -> RunContext:
+    """The :class:`RunContext` of a run: the one way to configure every adapter
+    (``hf.tiered(target, context=...)``, ``eagle.tiered``, ``pearl_generate``).
+
+    Its notices (tuned settings not applied, a negative Delta, no mask given) are given here, as
+    warnings naming the caller's line, once; the returned context holds none, so no adapter repeats
+    them.
+
+    Args:
+        target_or_pair: the target (the full verifier q: a transformers model; for EAGLE, the
+            EaModel's ``base_model``), or a pair from :func:`viasd_adapt.load_pair`, whose mask,
+            tuned choice and evidence are used as the pair read them (no file is read again).
+        mask: a :class:`~viasd_adapt.config.mask.RoutingMask`, a
+            :class:`~viasd_adapt.config.mask.MaskArtifact` or the path of a ``mask.json`` (read once,
+            checked against the target's fingerprint); for a pair, instead of its own. Not needed
+            for modes none and lenient.
+        settings: the settings to run (checked); None runs the tuned choice (the pair's, or the
+            ``tuned.json`` measured with a mask path), else :class:`TierSettings` defaults. With
+            neither a mask nor settings a model runs untiered SD (mode none), with a notice.
+        plugins: pluggy plugins (rules and observers, :mod:`viasd_adapt.core.hooks`).
+        tuned: the tuned file the adaptive tier's prices and priors come from (None: none); by
+            default the pair's, or the ``tuned.json`` beside a mask path.
+        drafter: what the run drafts with, when known at set-up (a drafter model, or
+            ``"prompt-lookup"``): tuned settings measured with another drafter are then not applied.
+            HF checks each call's drafter itself.
+        plugin_manager: an already built plugin manager (``plugins`` are then unused).
+
+    Raises :class:`~viasd_adapt.errors.ConfigError` for bad settings or a slim mode without a mask,
+    :class:`~viasd_adapt.errors.ModelMismatchError` for a mask or tuned file made for another model.
+    """
+    built = build_context(target_or_pair, mask=mask, settings=settings, plugins=plugins, tuned=tuned, drafter=drafter,
+                          plugin_manager=plugin_manager)
+    emit(built.notices)
+    return replace(built, notices=())
+
+
+__all__ = ["RunContext", "context", "open_context"]

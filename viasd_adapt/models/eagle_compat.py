@@ -24,7 +24,7 @@ attributes on exit, also when the load raises; nothing leaks into later code.
 :func:`quiet_eagle_noise` silences, for one scope, what transformers says about eagle's 4.x code.
 
 Why this lives in the core's models package and not in the EAGLE adapter: both training an EAGLE
-head (:mod:`viasd_adapt.models.eagle_head`, core) and loading an ``EaModel``
+head (:mod:`viasd_adapt.training.eagle_head`, core) and loading an ``EaModel``
 (:mod:`viasd_adapt.adapters.eagle.compat`, the adapter, which re-exports these names) build eagle's
 modules in this scope, and the core never imports an adapter.
 """

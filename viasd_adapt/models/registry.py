@@ -25,6 +25,10 @@ from viasd_adapt.errors import ViasdError
 
 CACHE_ENV_VAR = "VIASD_CACHE"
 DEMO_PAIR = "demo"
+#: the recipes ``viasd models build --recipe`` trains from scratch (the names of
+#: :data:`viasd_adapt.training.presets.PRESETS`, which tests/training/test_presets.py keeps equal): named here, not
+#: imported, because loading a pair never imports the training room
+RECIPES = ("demo", "demo-ee", "tiny")
 
 
 @dataclass(frozen=True)
@@ -202,11 +206,9 @@ def resolve_pair(name: str) -> PairPaths:
             return _installed(pair)
     _not_a_pair(name)
     known = sorted({pair.name for pair in list_pairs()})
-    from viasd_adapt.models.presets import PRESETS
-
     # Suggest building it only when a recipe of that name exists; otherwise say which recipes do.
-    how = (f"build it with `viasd models build --recipe {name}`" if name in PRESETS else
-           f"it is no recipe either: build one of {', '.join(sorted(PRESETS))} with `viasd models build --recipe NAME`, "
+    how = (f"build it with `viasd models build --recipe {name}`" if name in RECIPES else
+           f"it is no recipe either: build one of {', '.join(sorted(RECIPES))} with `viasd models build --recipe NAME`, "
            "or pass a pair directory")
     raise ViasdError(f"no model pair named {name!r} (known: {', '.join(known) or 'none'}); {how}")
 

@@ -12,7 +12,7 @@ are separated by their draw's seed:
 split                  seed  texts
 =====================  ====  ==================================================================
 :func:`bench_snippets`    0  ``viasd bench`` without ``--prompts``
-(next-line task)          1  the bench's code task (``viasd_adapt.models.corpus.heldout_next_lines``)
+(next-line task)          1  the bench's code task (``viasd_adapt.prompts.stdlib.heldout_next_lines``)
 :func:`tune_snippets`     2  ``viasd tune --calib stdlib``, minus any of the bench's default snippets
 :func:`search_snippets`   s  ``viasd search``: one draw with the search's seed, cut in two
 :func:`demo_snippet`      7  the completion ``viasd demo`` shows

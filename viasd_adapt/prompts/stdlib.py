@@ -2,7 +2,7 @@
 
 Why this source: no machine here can download data, but every Python install carries a few
 megabytes of real, varied, well-written code in its standard library. The demo pairs were trained
-on it (:mod:`viasd_adapt.models.corpus`), so their prompts come from the files held out of training.
+on it (:mod:`viasd_adapt.training.corpus`), so their prompts come from the files held out of training.
 
 Choices that keep the files and the split reproducible across machines:
 
@@ -124,6 +124,44 @@ def heldout_prompts(
     return draw_until(n, draw, f"held-out snippets of {min_chars}-{max_chars} characters")
 
 
+def heldout_next_lines(
+    n: int,
+    seed: int = 0,
+    context_lines: int = 12,
+    min_line_chars: int = 8,
+    max_line_chars: int = 80,
+    root: Path | None = None,
+) -> list[tuple[str, str]]:
+    """``n`` (prefix, next line) pairs from held-out files: a task score for code models.
+
+    The prefix is up to ``context_lines`` whole lines, *without* the line break after the last one:
+    byte-level BPE merges a line break with the next line's indentation into one token, so a
+    prompt ending in a bare line break would ask the model to continue from a token boundary it
+    never saw in training. The model writes that line break itself, then the line. The next line is
+    the file's true following line (indentation kept, trailing whitespace removed), of
+    ``min_line_chars``..``max_line_chars`` characters, not blank and not a comment. Reproducible for
+    a given ``(n, seed)`` and stdlib, like :func:`heldout_prompts`.
+    """
+    if n < 0:
+        raise ConfigError(f"number of prompts must be >= 0, got {n}")
+    _, heldout = split_files(root)
+    files = [lines for lines in (f.read().splitlines() for f in heldout) if len(lines) > context_lines]
+    if not files:
+        raise ViasdError("the held-out split is empty")
+    rng = random.Random(seed)
+
+    def draw() -> tuple[str, str] | None:
+        lines = rng.choice(files)
+        index = rng.randrange(context_lines, len(lines))
+        line = lines[index].rstrip()
+        if not min_line_chars <= len(line.strip()) <= max_line_chars or line.lstrip().startswith("#"):
+            return None
+        prefix = "\n".join(lines[index - context_lines : index])
+        return (prefix, line) if prefix.strip() else None
+
+    return draw_until(n, draw, "held-out next-line examples")
+
+
 def draw_until(n: int, draw: Callable[[], T | None], what: str) -> list[T]:
     """``n`` accepted draws (``draw`` returns None to reject); gives up with a clear error after
     1000 attempts per wanted item, so an impossible request cannot loop forever."""
@@ -139,5 +177,5 @@ def draw_until(n: int, draw: Callable[[], T | None], what: str) -> list[T]:
     return found
 
 
-__all__ = ["EXCLUDED_DIRS", "HELDOUT_PERCENT", "SourceFile", "corpus_files", "draw_until", "heldout_prompts",
-           "is_heldout", "split_files", "stdlib_root"]
+__all__ = ["EXCLUDED_DIRS", "HELDOUT_PERCENT", "SourceFile", "corpus_files", "draw_until", "heldout_next_lines",
+           "heldout_prompts", "is_heldout", "split_files", "stdlib_root"]

@@ -27,7 +27,7 @@ from viasd_adapt.prompts.chat import encode_prompt, has_chat_template, uses_chat
 from viasd_adapt.prompts.spec_bench import PREFIX as SPEC_BENCH, is_spec_bench
 from viasd_adapt.search.config import CalibrationConfig, SearchConfig
 
-STDLIB_SOURCE = "stdlib held-out corpus (viasd_adapt.models.corpus)"
+STDLIB_SOURCE = "stdlib held-out corpus (viasd_adapt.prompts.stdlib)"
 SPEC_BENCH_SOURCE = "Spec-Bench calibration split (first turns)"
 FILE_SOURCE = "file"
 PAIRS_SOURCE = "pairs file"

@@ -27,7 +27,7 @@ from viasd_adapt.adapters.eagle.compat import (  # noqa: E402
     repair_rotary_caches,
 )
 from viasd_adapt.errors import ConfigError, ModelMismatchError  # noqa: E402
-from viasd_adapt.models.eagle_head import train_eagle_head  # noqa: E402
+from viasd_adapt.training.eagle_head import train_eagle_head  # noqa: E402
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask  # noqa: E402
 from viasd_adapt.routing.mask import model_fingerprint
 from viasd_adapt.core.settings import TierSettings  # noqa: E402
@@ -267,7 +267,7 @@ def test_viasd_generate_framework_eagle_every_mode(tiny_eagle, ea_model, tmp_pat
 
 
 def test_evaluate_head_scores_target_and_slim_features(tiny_eagle):
-    from viasd_adapt.models.eagle_head import evaluate_head
+    from viasd_adapt.training.eagle_head import evaluate_head
 
     same = evaluate_head(tiny_eagle / "target", tiny_eagle / "head", RoutingMask.full(NUM_LAYERS), rows=2, seq_len=32)
     assert same["top1_agreement_slim_features"] == same["top1_agreement_target_features"]

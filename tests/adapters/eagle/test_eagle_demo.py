@@ -20,7 +20,7 @@ pytest.importorskip("eagle.model.ea_model")
 from viasd_adapt.adapters import eagle  # noqa: E402
 from viasd_adapt.errors import ViasdError  # noqa: E402
 from viasd_adapt.core.metrics import TierMetrics  # noqa: E402
-from viasd_adapt.models.corpus import heldout_prompts  # noqa: E402
+from viasd_adapt.training.corpus import heldout_prompts  # noqa: E402
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask  # noqa: E402
 from viasd_adapt.core.settings import TierSettings  # noqa: E402
 

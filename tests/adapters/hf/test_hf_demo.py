@@ -28,7 +28,7 @@ GAMMA, N_PROMPTS, N_NEW, PROMPT_TOKENS = 5, 4, 32, 64
 
 
 def load_demo():
-    from viasd_adapt.models.corpus import heldout_prompts
+    from viasd_adapt.training.corpus import heldout_prompts
 
     pair, tokenizer, target, drafter = load_shipped_demo_pair()
     for model in (target, drafter):

@@ -23,7 +23,7 @@ GAMMA, N_PROMPTS, N_NEW, PROMPT_TOKENS = 4, 3, 32, 48
 
 @pytest.fixture(scope="module")
 def demo():
-    from viasd_adapt.models.corpus import heldout_prompts
+    from viasd_adapt.training.corpus import heldout_prompts
 
     pair, tokenizer, target, drafter = load_shipped_demo_pair()
     prompts = [tokenizer(text)["input_ids"][-PROMPT_TOKENS:] for text in heldout_prompts(N_PROMPTS, seed=3)]

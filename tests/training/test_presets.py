@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.models.presets import DEMO, TINY, ModelShape, get_preset
+from viasd_adapt.training.presets import DEMO, TINY, ModelShape, get_preset
 
 
 def _fp16_bytes(shape: ModelShape, vocab: int) -> int:
@@ -33,3 +33,12 @@ def test_unknown_preset_names_the_known_ones():
 def test_embedding_transfer_needs_equal_widths():
     with pytest.raises(ConfigError, match="hidden sizes"):
         dataclasses.replace(TINY, draft=ModelShape(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64))
+
+
+def test_the_registry_names_every_recipe():
+    """The registry names the recipes in its error messages without importing this room; a preset
+    added or renamed here must be named there too."""
+    from viasd_adapt.models.registry import RECIPES
+    from viasd_adapt.training.presets import PRESETS
+
+    assert sorted(RECIPES) == sorted(PRESETS)

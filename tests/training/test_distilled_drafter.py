@@ -14,9 +14,9 @@ import torch
 from click.testing import CliRunner
 
 from viasd_adapt.errors import ConfigError, ModelMismatchError
-from viasd_adapt.models import distill_build
+from viasd_adapt.training import distill_build
 from viasd_adapt.prompts import distill as distill_prompts
-from viasd_adapt.models.distill_build import TINY, build_distilled
+from viasd_adapt.training.distill_build import TINY, build_distilled
 from viasd_adapt.models.shared_drafter import MARKER, assemble_drafter
 from viasd_adapt.models.loading import load_model, load_tokenizer
 from viasd_adapt.models.registry import shipped_dir
@@ -126,7 +126,7 @@ def test_an_interrupted_build_leaves_nothing_half_written(tmp_path, monkeypatch)
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("viasd_adapt.models.eagle_distill.train_head_on_examples", interrupted)
+    monkeypatch.setattr("viasd_adapt.training.eagle_distill.train_head_on_examples", interrupted)
     with pytest.raises(KeyboardInterrupt):
         build_distilled(TINY, out_dir=tmp_path / "pairs", target_path=target, progress=False)
     assert list((tmp_path / "pairs").iterdir()) == []  # no pair, no staging folder

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from viasd_adapt.models.build import build_pair
+from viasd_adapt.training.build import build_pair
 
 
 def _digest(path):

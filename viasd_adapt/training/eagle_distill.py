@@ -1,7 +1,7 @@
 """An EAGLE head for a real target, trained on the target's own answers, shipped without the embedding.
 
-:func:`train_head_on_examples` trains eagle-llm's own head module (:func:`~viasd_adapt.models.eagle_head.build_head`)
-on the distillation examples of :mod:`~viasd_adapt.models.distill_data`: the target's features
+:func:`train_head_on_examples` trains eagle-llm's own head module (:func:`~viasd_adapt.training.eagle_head.build_head`)
+on the distillation examples of :mod:`~viasd_adapt.training.distill_data`: the target's features
 (last hidden state after the final norm) are computed once for the examples, and the loss is
 EAGLE's (smooth-L1 on the next feature plus ``classification_weight`` x cross-entropy against the
 target's top-k distribution) on answer positions only. The classification term scores the
@@ -10,15 +10,14 @@ more than everything else in a step, and the top-k labels live there anyway.
 
 An EAGLE head file holds a copy of the target's token embedding (frozen, 57 MB for SmolLM2 in
 fp16). The written ``pytorch_model.bin`` leaves it out and the config says so
-(``"viasd_embedding": "target"``); :func:`complete_head` writes, once, a cached folder in eagle's
-exact format with the base model's embedding put back, which ``EaModel.from_pretrained`` loads
-with its ``strict=True``. The head also records the target's weight digest, so the EAGLE
-adapter's existing check refuses it on any other base model.
+(``"viasd_embedding": "target"``); at run time
+:func:`viasd_adapt.models.eagle_head_files.complete_head` puts the base model's embedding back. The
+head also records the target's weight digest, so the EAGLE adapter's existing check refuses it on
+any other base model.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
@@ -28,19 +27,17 @@ from typing import Callable, Sequence
 import torch
 from torch.nn import functional as F
 
-from viasd_adapt.config.cache_records import CompletedHeadDigests
-from viasd_adapt.errors import ConfigError, ViasdError
-from viasd_adapt.models.distill_data import DistillExample
-from viasd_adapt.models.train import optimizer_step
+from viasd_adapt.errors import ConfigError
+from viasd_adapt.models.eagle_head_files import EMBEDDING_KEY, HEAD_FORMAT, SHARED_EMBEDDING, target_weights_digest
+from viasd_adapt.training.distill_data import DistillExample
+from viasd_adapt.training.train import optimizer_step
 
-EMBEDDING_KEY = "embed_tokens.weight"
-SHARED_EMBEDDING = "target"  # value of the config's "viasd_embedding"
 CLASSIFICATION_WEIGHT = 0.1
 
 
 @torch.no_grad()
 def _features(target, examples: Sequence[DistillExample], pad: int, batch_size: int = 4) -> list[torch.Tensor]:
-    from viasd_adapt.models.drafter_distill import _batch
+    from viasd_adapt.training.drafter_distill import _batch
 
     found = []
     for first in range(0, len(examples), batch_size):
@@ -53,7 +50,7 @@ def _features(target, examples: Sequence[DistillExample], pad: int, batch_size: 
 
 def _head_batch(head, rows: torch.Tensor, to_draft: torch.Tensor, examples, features, pad: int):
     """Loss terms and agreement of the head on a batch (answer positions only)."""
-    from viasd_adapt.models.drafter_distill import _batch
+    from viasd_adapt.training.drafter_distill import _batch
 
     ids, _ = _batch(examples, pad)
     width = ids.shape[1]
@@ -94,8 +91,8 @@ def train_head_on_examples(
     """Trains a 1-layer EAGLE head on the first ``preset.eagle_head_examples`` training examples and
     writes it to ``out_dir`` (atomically); returns its report."""
     from viasd_adapt.io import write_directory
-    from viasd_adapt.models.drafter_distill import choose_draft_vocab, split_examples
-    from viasd_adapt.models.eagle_head import HEAD_FORMAT, head_config, target_weights_digest, trainable_head
+    from viasd_adapt.training.drafter_distill import choose_draft_vocab, split_examples
+    from viasd_adapt.training.eagle_head import head_config, trainable_head
     from viasd_adapt.models.gguf import gguf_model_folder, is_gguf_path
 
     started = time.perf_counter()
@@ -162,96 +159,4 @@ def train_head_on_examples(
     return report
 
 
-def needs_embedding(head_path: str | Path) -> bool:
-    """Whether the head at ``head_path`` was written without its embedding (see module docstring)."""
-    try:
-        fields = json.loads((Path(head_path) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(fields, dict) and fields.get("viasd_embedding") == SHARED_EMBEDDING
-
-
-def complete_head(head_path: str | Path, base_model_path: str | Path) -> Path:
-    """``head_path`` itself for an ordinary head; for one written without its embedding, a cached
-    folder (``<cache>/eagle_heads/<digest>/``) in eagle's exact format, with the base model's
-    embedding put back. Made once per head and base model, written whole or not at all."""
-    from safetensors import safe_open
-
-    from viasd_adapt.io import file_digest, write_directory
-    from viasd_adapt.models.registry import cache_dir
-
-    head_path, base_model_path = Path(head_path), Path(base_model_path)
-    if not needs_embedding(head_path):
-        return head_path
-    weights = head_path / "pytorch_model.bin"
-    digest = hashlib.sha256()
-    for path in (head_path / "config.json", weights):
-        try:
-            digest.update(path.read_bytes())
-        except OSError as err:
-            raise ViasdError(f"cannot read the EAGLE head file {path}: {err.strerror or err}") from None
-    files = sorted(base_model_path.glob("*.safetensors"))
-    for path in files:
-        digest.update(path.name.encode() + str(path.stat().st_size).encode())
-    folder = cache_dir() / "eagle_heads" / digest.hexdigest()[:32]
-    problem = completed_head_problem(folder)
-    if problem is None:
-        return folder
-    if problem != "missing":
-        from viasd_adapt.cache_check import report_unusable
-
-        report_unusable(f"the completed EAGLE head {folder}", problem, stacklevel=3)
-    embedding = None
-    for path in files:
-        with safe_open(str(path), framework="pt") as handle:
-            if "model.embed_tokens.weight" in handle.keys():
-                embedding = handle.get_tensor("model.embed_tokens.weight")
-    if embedding is None:
-        raise ViasdError(f"the EAGLE head in {head_path} takes its embedding from the base model, but {base_model_path} "
-                         "has no model.embed_tokens.weight in a safetensors file")
-    state = torch.load(weights, map_location="cpu")
-    if EMBEDDING_KEY in state:
-        raise ViasdError(f"{weights} holds an embedding although its config says it takes the base model's")
-    fields = json.loads((head_path / "config.json").read_text(encoding="utf-8"))
-    dtype = next(iter(state.values())).dtype
-    state[EMBEDDING_KEY] = embedding.to(dtype)
-
-    def write(directory: Path) -> None:
-        torch.save(state, directory / "pytorch_model.bin")
-        (directory / "config.json").write_text(json.dumps(fields, indent=2) + "\n", encoding="utf-8")
-        CompletedHeadDigests(files={name: file_digest(directory / name) for name in COMPLETED_FILES}).save(
-            directory / DIGESTS_FILE)
-
-    write_directory(folder, write, "completed EAGLE head")
-    _CHECKED.add(folder)
-    return folder
-
-
-#: The files of a completed head, and the record of their sha256 written beside them.
-COMPLETED_FILES = ("config.json", "pytorch_model.bin")
-DIGESTS_FILE = "viasd_digests.json"
-_CHECKED: set[Path] = set()  # folders whose digests matched in this process (read once, not per load)
-
-
-def completed_head_problem(folder: Path) -> str | None:
-    """Why the cached completed head in ``folder`` cannot be used (None: it can): ``"missing"``
-    when there is none yet; a folder written before digests were recorded is rebuilt (cheap: one
-    head file); a file whose sha256 is not the recorded one is damaged."""
-    from viasd_adapt.io import file_digest
-
-    if folder in _CHECKED and all((folder / name).is_file() for name in COMPLETED_FILES):
-        return None
-    if not all((folder / name).is_file() for name in COMPLETED_FILES):
-        return "missing"
-    try:
-        record = CompletedHeadDigests.load(folder / DIGESTS_FILE)
-    except ConfigError:
-        return "missing"  # written before digests were recorded (or as an untyped record): made again, silently
-    for name in COMPLETED_FILES:
-        if record.files.get(name) != file_digest(folder / name):
-            return f"{name} does not match the digest recorded when it was written (damaged or edited)"
-    _CHECKED.add(folder)
-    return None
-
-
-__all__ = ["complete_head", "completed_head_problem", "needs_embedding", "train_head_on_examples"]
+__all__ = ["train_head_on_examples"]

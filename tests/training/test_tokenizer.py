@@ -6,7 +6,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.models.tokenizer import train_tokenizer
+from viasd_adapt.training.tokenizer import train_tokenizer
 
 TRAINING_TEXTS = ["def add(a, b):\n    return a + b\n", "class Point:\n    x: int = 0\n"] * 20
 SAMPLES = [

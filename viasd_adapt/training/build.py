@@ -26,12 +26,12 @@ import transformers
 from viasd_adapt.config.build_report import BUILD_REPORT_FILENAME, BuildReport, PairBuildReport
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.io import follow_umask, make_folder
-from viasd_adapt.models import corpus, evaluate
-from viasd_adapt.models.layer_skip import random_mask
-from viasd_adapt.models.presets import Preset, get_preset
+from viasd_adapt.training import corpus, evaluate
+from viasd_adapt.training.layer_skip import random_mask
+from viasd_adapt.training.presets import Preset, get_preset
 from viasd_adapt.models.registry import cache_dir
-from viasd_adapt.models.tokenizer import train_tokenizer
-from viasd_adapt.models.train import chunk, llama_config, new_model, token_stream, train_model
+from viasd_adapt.training.tokenizer import train_tokenizer
+from viasd_adapt.training.train import chunk, llama_config, new_model, token_stream, train_model
 
 # CPU threads used for building, by default. One thread, because (a) a fixed count keeps
 # floating-point reductions, hence the weights, identical on machines with different core counts,

@@ -9,8 +9,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.models.evaluate import speculative_acceptance
-from viasd_adapt.models.layer_skip import PassThroughLayer, random_mask, skipped_layers
+from viasd_adapt.training.evaluate import speculative_acceptance
+from viasd_adapt.training.layer_skip import PassThroughLayer, random_mask, skipped_layers
 
 
 @pytest.fixture(scope="module")

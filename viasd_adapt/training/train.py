@@ -17,8 +17,8 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.models.layer_skip import skipped_layers
-from viasd_adapt.models.presets import ModelShape, TrainingBudget
+from viasd_adapt.training.layer_skip import skipped_layers
+from viasd_adapt.training.presets import ModelShape, TrainingBudget
 
 
 def token_stream(texts: Sequence[str], tokenizer: PreTrainedTokenizerFast) -> torch.Tensor:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from viasd_adapt.cli.main import cli
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.models.build import BUILD_ENTRIES, build_pair, check_build_destination, install_build
+from viasd_adapt.training.build import BUILD_ENTRIES, build_pair, check_build_destination, install_build
 
 
 def _umask() -> int:

@@ -4,7 +4,7 @@ Design (why each choice):
 
 * **Data:** the target's own greedy answers to generated chat prompts
   (:mod:`~viasd_adapt.prompts.distill`, never Spec-Bench) with its top-k logits
-  (:mod:`~viasd_adapt.models.distill_data`): exactly the contexts a drafter drafts in.
+  (:mod:`~viasd_adapt.training.distill_data`): exactly the contexts a drafter drafts in.
 * **Model:** ``num_layers`` Llama decoder layers of the target's width that share the target's
   token embedding and tied LM head (:mod:`~viasd_adapt.models.shared_drafter`), so the shipped
   file holds only the layers and a norm. The layers start from copies of target layers
@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.models.distill_data import DistillExample
+from viasd_adapt.training.distill_data import DistillExample
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def split_examples(examples: Sequence[DistillExample], every: int) -> tuple[list
 
 def choose_draft_vocab(examples: Sequence[DistillExample], size: int, vocab_size: int, always: Sequence[int]) -> torch.Tensor:
     """The ``size`` most frequent answer tokens (ties by id), plus ``always``, sorted by id."""
-    from viasd_adapt.models.distill_data import token_frequencies
+    from viasd_adapt.training.distill_data import token_frequencies
 
     counts = token_frequencies(examples, vocab_size).double()
     counts[list(always)] = float("inf")
@@ -185,7 +185,7 @@ def train_drafter(
     to_draft[token_ids] = torch.arange(token_ids.numel())
     embedding = target.get_input_embeddings()
     rows = embedding.weight.detach()[token_ids].clone()
-    from viasd_adapt.models.distill_data import token_frequencies
+    from viasd_adapt.training.distill_data import token_frequencies
 
     counts = token_frequencies(train, vocab_size)[token_ids].double()
     bias = nn.Parameter(((counts + 1) / (counts + 1).sum()).log().float())  # a unigram prior to start from

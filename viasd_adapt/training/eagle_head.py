@@ -7,7 +7,7 @@ token distribution. We train exactly the module eagle-llm's ``EaModel`` loads, s
 into any eagle pipeline, but with a small, seeded loop of our own instead of eagle's training
 script (which needs DeepSpeed, GPUs and pre-dumped feature files):
 
-* data: the standard-library corpus (:mod:`viasd_adapt.models.corpus`, train split), tokenised by
+* data: the standard-library corpus (:mod:`viasd_adapt.training.corpus`, train split), tokenised by
   the target's tokenizer, cut into rows; features are computed on the fly by the target (frozen);
 * loss: EAGLE's, a smooth-L1 regression on the next feature plus ``classification_weight`` times
   the cross-entropy between the head's token distribution and the target's (soft labels);
@@ -32,26 +32,8 @@ from torch.nn import functional as F
 from viasd_adapt.errors import ConfigError, ViasdError
 from viasd_adapt.io import write_directory
 from viasd_adapt.models.eagle_compat import eagle_compat, quiet_eagle_noise
-from viasd_adapt.models.train import optimizer_step
-
-HEAD_FORMAT = "viasd-adapt/eagle-head"
-
-
-def target_weights_digest(target_path: str | Path, max_bytes: int = 8 << 20) -> str:
-    """A digest of the target checkpoint's weight files (first ``max_bytes`` of each, plus sizes).
-
-    Cheap even for large checkpoints, and different for any two differently trained models.
-    """
-    root = Path(target_path)
-    files = sorted(root.glob("*.safetensors")) or sorted(root.glob("*.bin"))
-    if not files:
-        raise ViasdError(f"no weight files (*.safetensors or *.bin) in {root}")
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.name.encode() + b"\0" + str(path.stat().st_size).encode() + b"\0")
-        with path.open("rb") as handle:
-            digest.update(handle.read(max_bytes))
-    return digest.hexdigest()
+from viasd_adapt.models.eagle_head_files import HEAD_FORMAT, target_weights_digest
+from viasd_adapt.training.train import optimizer_step
 
 
 def head_config(target_config, num_layers: int = 1) -> dict:
@@ -102,8 +84,8 @@ def trainable_head(target: torch.nn.Module, fields: dict) -> torch.nn.Module:
 
 
 def _training_rows(tokenizer, seq_len: int, max_chars: int, seed: int) -> torch.Tensor:
-    from viasd_adapt.models import corpus
-    from viasd_adapt.models.train import chunk, token_stream
+    from viasd_adapt.training import corpus
+    from viasd_adapt.training.train import chunk, token_stream
 
     train_files, _ = corpus.split_files()
     order = sorted(train_files, key=lambda f: hashlib.sha256(f"{seed}:{f.relative_path}".encode()).hexdigest())
@@ -255,8 +237,8 @@ def evaluate_head(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from viasd_adapt.models import corpus
-    from viasd_adapt.models.train import chunk, token_stream
+    from viasd_adapt.training import corpus
+    from viasd_adapt.training.train import chunk, token_stream
 
     target = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(target_path)
@@ -282,4 +264,4 @@ def evaluate_head(
     return result
 
 
-__all__ = ["build_head", "evaluate_head", "head_config", "head_loss", "load_head", "target_weights_digest", "train_eagle_head"]
+__all__ = ["build_head", "evaluate_head", "head_config", "head_loss", "load_head", "train_eagle_head"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.models import corpus
+from viasd_adapt.training import corpus
 
 
 def test_split_is_by_whole_files_and_disjoint():

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from viasd_adapt.models.layer_skip import skipped_layers
-from viasd_adapt.models.presets import DEMO_EE, get_preset
+from viasd_adapt.training.layer_skip import skipped_layers
+from viasd_adapt.training.presets import DEMO_EE, get_preset
 from viasd_adapt.models.tiny import tiny_model
-from viasd_adapt.models.train import causal_lm_loss
+from viasd_adapt.training.train import causal_lm_loss
 
 
 def test_early_exit_loss_adds_the_exits_and_restores_the_layers():

