@@ -234,8 +234,7 @@ def read_settings(
         flags: TierSettings fields given on the command line (None values are "not given"),
             keyed by field name (``{"alpha1": 0.2, "mode": None}``).
         tuned: the tuned file beside the mask, already loaded (or None: there is none); read
-            here when not given.
-        read_masks: mask files already read (path -> artifact), not read again.
+            here when not given. read_masks: mask files already read (path -> artifact).
     """
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     unknown = sorted(set(flags) - set(SETTING_FIELDS))
