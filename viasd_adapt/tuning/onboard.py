@@ -387,7 +387,8 @@ def _tune_stage(request: AddRequest, pair: Any, planned: Any, prompts: list, mas
     from tqdm import tqdm
 
     from viasd_adapt.config.tuned import TunedSettings
-    from viasd_adapt.models.pair import load_pair
+    from viasd_adapt.core.settings import TierSettings
+    from viasd_adapt.models.pair import resolve_mask_info
     from viasd_adapt.routing.mask import check_tuned_model
     from viasd_adapt.tuning.tune import Budget, TuneConfig, artifact_of, describe
     from viasd_adapt.tuning.tune import tune as run_tune
@@ -397,8 +398,8 @@ def _tune_stage(request: AddRequest, pair: Any, planned: Any, prompts: list, mas
         tuned = TunedSettings.load(tuned_path)
         check_tuned_model(tuned, pair.target, source=str(tuned_path))
         return list(getattr(tuned.report, "verdict", None) or []), True, None
-    tuning = load_pair(pair.target, pair.draft if pair.lookup is None else PROMPT_LOOKUP, mask_paths[0],
-                       tokenizer=pair.tokenizer)
+    # the loaded pair with the searched mask (checked against the target): nothing is loaded again
+    tuning = replace(pair, mask=resolve_mask_info(pair.target, mask_paths[0], TierSettings().ratio))
     estimate = planned.estimate
     config = TuneConfig(TUNE_NEW_TOKENS, planned.grid, Budget(), seed=request.seed, chat=request.chat,
                         mask_files=tuple(mask_paths[1:]))
