@@ -206,7 +206,8 @@ def plan_run(choice: ChosenPair, options: RunOptions, framework: str | Sequence[
     drafter = drafter_of(names, pair)
     checked = spec_for_drafter(spec, pair.target, drafter)  # the one check of the settings against the models
     notices = spec.notices + checked.notices
-    if checked.settings.mode.uses_slim and pair.mask is None:  # the tuned choice needed no mask, the defaults do
+    if options.need_mask is None and checked.settings.mode.uses_slim and pair.mask is None:
+        # the tuned choice needed no mask, the defaults it was set aside for do (a bench says what its rows need)
         pair = replace(pair, mask=resolve_mask_info(pair.target, checked.mask_path, checked.settings.ratio,
                                                     read_masks=checked.masks))
     pair = _with_framework_models(pair, names)
