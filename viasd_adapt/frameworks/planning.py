@@ -205,7 +205,7 @@ def plan_run(choice: ChosenPair, options: RunOptions, framework: str | Sequence[
     pair = loaded if loaded is not None else _load(choice, options, names[0] if single else None, spec)
     drafter = drafter_of(names, pair)
     checked = spec_for_drafter(spec, pair.target, drafter)  # the one check of the settings against the models
-    notices = spec.notices + checked.notices
+    notices = spec.notices + tuple(n for n in checked.notices if n not in spec.notices)  # each once
     if options.need_mask is None and checked.settings.mode.uses_slim and pair.mask is None:
         # the tuned choice needed no mask, the defaults it was set aside for do (a bench says what its rows need)
         pair = replace(pair, mask=resolve_mask_info(pair.target, checked.mask_path, checked.settings.ratio,
