@@ -9,10 +9,9 @@ drafter and the verify step; :func:`run` is the ``pearl`` entry of :mod:`viasd_a
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import replace
 from typing import Any, Iterable, Sequence
 
-import pluggy
 import torch
 from torch import nn
 
@@ -27,13 +26,10 @@ from viasd_adapt.checks import (
 from viasd_adapt.engine.drafters import Drafter, ModelDrafter
 from viasd_adapt.engine.pearl import PearlDecoder, PearlOutput, pearl_verifier
 from viasd_adapt.errors import ConfigError
-from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.core.sampling import SamplingConfig
-from viasd_adapt.core.settings import TierSettings
-from viasd_adapt.config.resolve import UNREAD
 from viasd_adapt.core.notices import emit
 from viasd_adapt.models.pair import LoadedPair
-from viasd_adapt.engine.context import RunContext, open_context
+from viasd_adapt.engine.context import RUN_OPTIONS, RunContext, build_context, loose_run_options
 
 
 # =============================================================================== public entry point
@@ -44,18 +40,15 @@ def pearl_generate(
     drafter: nn.Module | Drafter,
     prompt_ids: Sequence[int] | torch.Tensor,
     max_new_tokens: int,
-    settings: TierSettings | None = None,
-    mask: RoutingMask | MaskArtifact | str | Path | None = None,
+    context: RunContext | None = None,
+    *,
     sampling: SamplingConfig = SamplingConfig(),
     parallel: bool | str = "auto",
     seed: int | None = None,
     eos_token_id: int | Iterable[int] | None = None,
-    plugins: Iterable[object] = (),
     intra_op_threads: int | None = 1,
-    plugin_manager: pluggy.PluginManager | None = None,
     share_prefix: bool = True,
-    tuned: Any = UNREAD,
-    context: RunContext | None = None,
+    **run_options: Any,
 ) -> PearlOutput:
     """Generates up to ``max_new_tokens`` after ``prompt_ids`` (batch 1) with PEARL.
 
@@ -63,33 +56,32 @@ def pearl_generate(
         target: the target LM (HF causal LM).
         drafter: the draft LM (an HF causal LM on the same vocabulary), or any object with the
             :class:`~viasd_adapt.engine.drafters.Drafter` interface (``propose`` and ``passes``).
-        settings: the tier settings; None, as in every adapter, runs ``viasd tune``'s choice beside a
-            mask path when it was measured with that mask and this drafter, else :class:`TierSettings`
-            defaults (another drafter: with a ``TunedForAnotherDrafterWarning``).
-            ``settings.mode`` picks the mode and ``settings.gamma`` is PEARL's draft block length.
-        mask: the routing mask of the slim verifier (needed by lossless, lossy and audit): a
-            :class:`RoutingMask`, a :class:`MaskArtifact` or the path of a mask JSON; artifacts are
-            checked against ``target``'s fingerprint.
+        context: the run's context, from :func:`viasd_adapt.context` on ``target`` (its settings,
+            mask, plugins and tuned evidence); ``settings.mode`` picks the mode and
+            ``settings.gamma`` is PEARL's draft block length. Tuned settings measured with another
+            drafter than ``drafter`` run the defaults, with a ``TunedForAnotherDrafterWarning``.
+            None: ``viasd_adapt.context(target, drafter=drafter)`` (untiered, with a notice).
+        sampling: how tokens are drawn (greedy by default).
         parallel: drafter and target on two threads (PEARL) or inline (same output); ``"auto"``
             (default) uses threads except when both models share one CUDA device, where Python
             threads slow launch-bound decoding down (:func:`~viasd_adapt.engine.pearl.resolve_parallel`).
         seed: seeds the two per-role random generators; None draws one from torch's global RNG.
+        eos_token_id: the token (or tokens) that end the generation; None: none.
         intra_op_threads: intra-op threads for the duration of the call (process-global, restored
             afterwards; see :class:`~viasd_adapt.engine.pearl.RoleWorkers`); None leaves torch's setting alone.
         share_prefix: let q resume from the slim verifier's hidden states at its first skipped layer.
-        tuned: the tuned file the adaptive tier's prices and priors come from (None: none); by
-            default the ``tuned.json`` beside a mask path (:func:`~viasd_adapt.engine.context.open_context`).
-        context: the run's context, when the caller built it (a pair's, :mod:`viasd_adapt.frameworks`'
-            requests): ``settings``, ``mask``, ``plugins``, ``plugin_manager`` and ``tuned`` are then its own.
+        run_options: 0.2's ``settings``, ``mask``, ``plugins``, ``plugin_manager`` and ``tuned``:
+            deprecated (until 0.4.0), given to :func:`viasd_adapt.context` instead; refused beside
+            ``context``.
 
     Returns:
         :class:`PearlOutput`: the generated ids (prompt excluded), each token's tier, the shared
         :class:`~viasd_adapt.core.metrics.TierMetrics` and :class:`~viasd_adapt.engine.pearl.PearlStats`.
     """
+    context, loose = loose_run_options("pearl_generate", context, run_options, slot="settings", stacklevel=3)
     prompt = as_prompt_list(prompt_ids, "PEARL")
     check_max_new_tokens(max_new_tokens)
-    if context is None:  # tuned settings (settings=None) belong to their drafter: checked against this one
-        context = open_context(target, mask, settings, plugins, plugin_manager=plugin_manager, tuned=tuned, drafter=drafter)
+    context = _drafting_context(target, drafter, context, loose)
     check_token_ids_in_vocabulary(prompt, target)
     # No speculative margin: PEARL drafts at most what the budget has left after its pending
     # drafts, so no forward reaches past prompt + max_new_tokens positions.
@@ -104,23 +96,37 @@ def pearl_generate(
     return decoder.generate(prompt, max_new_tokens, eos_ids(eos_token_id))
 
 
+def _drafting_context(target: nn.Module, drafter: Any, context: RunContext | None, loose: dict[str, Any]) -> RunContext:
+    """The run's context for ``drafter`` (tuned settings belong to their drafter), its notices given.
+    ``loose``: 0.2's run options, when there is no context."""
+    if context is None:
+        context = build_context(target, drafter=drafter, **loose)
+    elif context.target is not target:
+        raise ConfigError("pearl_generate: the context was built for another model; build it for this target "
+                          "(viasd_adapt.context(target, ...))")
+    elif context.drafter is None:  # built before the drafter was known: checked against this one now
+        drafted = context.for_drafter(drafter)
+        context = replace(drafted, notices=context.notices + drafted.notices)
+    emit(context.notices)
+    return context
+
+
 def generate(pair: LoadedPair, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int,
-             settings: TierSettings | None = None, mask: RoutingMask | MaskArtifact | str | Path | None = None,
-             **options: Any) -> PearlOutput:
-    """:func:`pearl_generate` on a pair from :func:`viasd_adapt.load_pair`: its target and drafter,
-    and its mask unless ``mask`` is given (so ``settings=None`` runs the pair's tuned choice).
-    ``options`` are :func:`pearl_generate`'s own (``sampling``, ``parallel``, ``seed``, ...)."""
+             context: RunContext | None = None, **options: Any) -> PearlOutput:
+    """:func:`pearl_generate` on a pair from :func:`viasd_adapt.load_pair`: its target and drafter.
+    ``context``: the run's, from :func:`viasd_adapt.context`; None: the pair's own (its mask, tuned
+    choice and evidence, as loaded: nothing is read again). ``options`` are :func:`pearl_generate`'s
+    own (``sampling``, ``parallel``, ``seed``, ...); 0.2's ``settings``, ``mask``, ``plugins`` and
+    ``plugin_manager`` among them are deprecated (until 0.4.0) and refused beside ``context``."""
+    loose = {name: options.pop(name) for name in RUN_OPTIONS if name in options}
+    context, loose = loose_run_options("pearl.generate", context, loose, slot="settings", stacklevel=3)
     if not isinstance(pair, LoadedPair):
         raise ConfigError(f"pearl.generate takes a pair from viasd_adapt.load_pair, got {type(pair).__name__}; "
                           "for models, call pearl_generate(target, drafter, ...)")
     if pair.draft is None:
         raise ConfigError("PEARL needs a drafter model; this pair has none (prompt lookup or no drafter)")
-    if mask is not None:
-        return pearl_generate(pair.target, pair.draft, prompt_ids, max_new_tokens, settings=settings, mask=mask, **options)
-    # the pair's own mask, tuned settings and evidence, as loaded (nothing is read again)
-    context = pair.run_context(settings, options.pop("plugins", ()), drafter=pair.draft,
-                               plugin_manager=options.pop("plugin_manager", None))
-    emit(context.notices)
+    if context is None:
+        context = build_context(pair, drafter=pair.draft, **loose)
     return pearl_generate(pair.target, pair.draft, prompt_ids, max_new_tokens, context=context, **options)
 
 
@@ -133,7 +139,6 @@ def run(pair, request):
     from viasd_adapt.frameworks.requests import RunOutput
 
     context = request.context_on(pair, drafter=pair.draft)
-    emit(context.notices)
     out = pearl_generate(
         pair.target, pair.draft, request.prompt_ids, request.max_new_tokens, sampling=request.sampling, parallel="auto",
         seed=request.seed, eos_token_id=pair.eos_token_ids if request.stop_at_eos else None, context=context,

@@ -34,6 +34,7 @@ if importlib.util.find_spec("viasd_adapt") is None:  # run from a checkout witho
 
 from demo_pair_cuda import DTYPES, demo_prompts, environment, load_demo  # noqa: E402
 
+import viasd_adapt
 from viasd_adapt.io import write_json  # noqa: E402
 
 
@@ -68,7 +69,7 @@ def methods(pair, target, drafter, n_new: int):
         if not session:
             out = target.generate(ids, assistant_model=drafter, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False)
         else:
-            with hf.tiered(target, mask=str(pair.mask), **session):
+            with hf.tiered(target, context=viasd_adapt.context(target, mask=str(pair.mask)), **session):
                 out = target.generate(ids, assistant_model=drafter, max_new_tokens=n_new, min_new_tokens=n_new,
                                       do_sample=False)
         return out[0, len(prompt):].tolist()
@@ -77,9 +78,9 @@ def methods(pair, target, drafter, n_new: int):
         "hf_stock_assisted": lambda prompt: hf_call(prompt),
         "hf_lossless": lambda prompt: hf_call(prompt, settings=lossless),
         "hf_lossless_separate": lambda prompt: hf_call(prompt, settings=lossless, share_prefix=False),
-        "pearl_none": lambda prompt: pearl_generate(target, drafter, prompt, n_new, settings=TierSettings(mode="none"),
+        "pearl_none": lambda prompt: pearl_generate(target, drafter, prompt, n_new, context=viasd_adapt.context(target, settings=TierSettings(mode="none")),
                                                     seed=0).tokens,
-        "pearl_lossless": lambda prompt: pearl_generate(target, drafter, prompt, n_new, settings=lossless, mask=str(pair.mask),
+        "pearl_lossless": lambda prompt: pearl_generate(target, drafter, prompt, n_new, context=viasd_adapt.context(target, settings=lossless, mask=str(pair.mask)),
                                                         seed=0).tokens,
     }
 

@@ -45,6 +45,7 @@ from pathlib import Path
 
 import torch
 
+import viasd_adapt
 from viasd_adapt.core.markers import hookimpl
 from viasd_adapt.core.monitor import DrafterEvidence, JunkThresholds, ViasdQualityWarning, looks_like_junk
 from viasd_adapt.core.tiers import Tier
@@ -213,9 +214,7 @@ def measure_eagle(name: str, prompts: int, say) -> list[dict]:
                 torch.manual_seed(index)
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", ViasdQualityWarning)
-                    out = eagle.generate(ea_model, torch.tensor([prompt]), NEW_TOKENS, mask=pair.routing,
-                                         settings=TierSettings(mode="lossy"), temperature=temperature,
-                                         plugins=[recorder], stop_at_eos=False)
+                    out = eagle.generate(ea_model, torch.tensor([prompt]), NEW_TOKENS, context=viasd_adapt.context(ea_model, mask=pair.routing, settings=TierSettings(mode="lossy"), plugins=[recorder]), temperature=temperature, stop_at_eos=False)
                 warned = any(issubclass(w.category, ViasdQualityWarning) for w in caught)
                 records.append({"pair": name, "drafter": head_name, "good": good, "sampling": sampling_name,
                                 "prompt": index, "tokens": len(out.tokens), "monitor_warned": warned,

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+import viasd_adapt
 from viasd_adapt.search.seq2seq_windows import pad_rows
 from viasd_adapt.routing.mask import load_mask
 from viasd_adapt.config.schema import read_json
@@ -473,7 +474,7 @@ def evaluate(args) -> None:
             if row.kind == "ar":
                 tokens, m = target.generate(input_ids=source, **kwargs)[0, 1:].tolist(), None
             elif row.kind == "stock":
-                with hf.tiered(target, settings=TierSettings(mode="none")) as session:
+                with hf.tiered(target, context=viasd_adapt.context(target, settings=TierSettings(mode="none"))) as session:
                     tokens = target.generate(input_ids=source, assistant_model=draft, **kwargs)[0, 1:].tolist()
                 m = session.last_metrics
             elif row.kind == "engine":
@@ -482,7 +483,7 @@ def evaluate(args) -> None:
                                        eos_token_ids=[eos], q_prefill=False)
                 tokens, m = out.tokens, out.metrics
             else:
-                with hf.tiered(target, mask=mask, settings=settings) as session:
+                with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=settings)) as session:
                     tokens = target.generate(input_ids=source, assistant_model=draft, **kwargs)[0, 1:].tolist()
                 m = session.last_metrics
             tokens = tokens[: tokens.index(eos) + 1] if eos in tokens else tokens  # drop right padding

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+import viasd_adapt
 from viasd_adapt import TierSettings, load_pair
 from viasd_adapt.adapters import eagle
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[int]]:
     ids = pair.tokenizer(args.prompt, return_tensors="pt").input_ids
     outputs = {}
     for mode in MODES:
-        with eagle.tiered(pair, settings=TierSettings(mode=mode)) as session:
+        with eagle.tiered(pair, context=viasd_adapt.context(pair, settings=TierSettings(mode=mode))) as session:
             out = session.ea_model.eagenerate(ids, temperature=0.0, max_new_tokens=args.max_new_tokens)
         outputs[mode] = out[0, ids.shape[1]:].tolist()
         m = session.last_metrics

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+import viasd_adapt
 from viasd_adapt import TierSettings, load_pair
 from viasd_adapt.adapters import hf
 
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[int]]:
     ids = pair.tokenizer(args.prompt, return_tensors="pt").input_ids
     outputs = {}
     for mode in MODES:
-        with hf.tiered(pair, settings=TierSettings(mode=mode)) as session:
+        with hf.tiered(pair, context=viasd_adapt.context(pair, settings=TierSettings(mode=mode))) as session:
             out = pair.target.generate(ids, assistant_model=pair.draft, max_new_tokens=args.max_new_tokens,
                                        do_sample=False)
         outputs[mode] = out[0, ids.shape[1]:].tolist()

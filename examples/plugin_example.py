@@ -24,7 +24,7 @@ from collections import Counter
 
 import torch
 
-from viasd_adapt.engine.context import open_context
+import viasd_adapt
 from viasd_adapt.engine.drafters import ModelDrafter
 from viasd_adapt.engine.verifier import TieredVerifier
 from viasd_adapt.engine.loop import speculative_generate
@@ -90,7 +90,8 @@ def run_example(max_new_tokens: int = 48, threshold: float = 0.6, verbose: bool 
     manager = make_plugin_manager([router, counter], load_entrypoints=False)
     sampling = SamplingConfig()
     # adaptive=False: the tier on every cycle, so that the router plugin decides every cycle it can
-    context = open_context(target, mask, TierSettings(mode="lossy", gamma=4, adaptive=False), plugin_manager=manager)
+    context = viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossy", gamma=4, adaptive=False),
+                                  plugin_manager=manager)
     verifier = TieredVerifier.of(context, context.verify_step("engine"), sampling)
     output = speculative_generate(ModelDrafter(drafter_model, sampling), verifier, [5, 17, 33, 2, 9], max_new_tokens)
     metrics = output.metrics

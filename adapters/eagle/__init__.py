@@ -2,13 +2,16 @@
 
 Usage (the EAGLE head and eagle's drafting code are untouched)::
 
+    import viasd_adapt
     from viasd_adapt.adapters import eagle
     ea_model = eagle.load_ea_model(base_path, head_path)          # transformers-5 safe, checked
-    with eagle.tiered(ea_model, mask="mask.json", settings=TierSettings(mode="lossy")) as session:
+    run = viasd_adapt.context(ea_model, mask="mask.json", settings=TierSettings(mode="lossy"))
+    with eagle.tiered(ea_model, context=run) as session:
         ea_model.eagenerate(input_ids, max_new_tokens=64)
     print(session.last_metrics.to_dict())
     # or, with eagle's overshoot trimmed and inputs checked:
-    result = eagle.generate(ea_model, input_ids, 64, mask=..., settings=...,
+    lossless = viasd_adapt.context(ea_model, mask="mask.json", settings=TierSettings(mode="lossless"))
+    result = eagle.generate(ea_model, input_ids, 64, context=lossless,
                             options=eagle.EagleOptions(lossless_strategy="cascade"))
 
 Layout: :mod:`.compat` (eagle-llm on transformers 5, load-time sanity checks), :mod:`.tree` (pure

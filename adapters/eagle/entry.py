@@ -3,24 +3,23 @@ and :func:`run`, the ``eagle`` entry of :mod:`viasd_adapt.frameworks`."""
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from viasd_adapt.adapters.eagle.compat import load_for_pair
-from viasd_adapt.adapters.eagle.options import EagleOptions
-from viasd_adapt.adapters.eagle.session import tiered
+from viasd_adapt.adapters.eagle.options import EagleOptions, as_options
+from viasd_adapt.adapters.eagle.session import LOOSE_RUN_OPTIONS, eagle_context, scope
 from viasd_adapt.core.cycle import StopRule
 from viasd_adapt.checks import check_fits_context, check_max_new_tokens, check_token_ids_in_vocabulary
 from viasd_adapt.core.settings import check_real
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.metrics import TierMetrics
-from viasd_adapt.config.mask import MaskArtifact, RoutingMask
-from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.core.settings import Mode
+from viasd_adapt.engine.context import RunContext, loose_run_options
 
 if TYPE_CHECKING:  # pragma: no cover
     from viasd_adapt.models.pair import LoadedPair
@@ -101,24 +100,30 @@ def generate(
     ea_model: nn.Module,
     input_ids: torch.Tensor,
     max_new_tokens: int,
-    mask: RoutingMask | MaskArtifact | str | os.PathLike | None = None,
-    settings: TierSettings | None = None,
+    context: RunContext | None = None,
+    *,
     temperature: float = 0.0,
     top_p: float = 1.0,
     top_k: int = 0,
-    plugins: Iterable[object] = (),
     options: EagleOptions | None = None,
     tree_choices=None,
     stop_at_eos: bool = True,
-    context=None,
+    **run_options: Any,
 ) -> EagleGeneration:
-    """``eagenerate`` inside :func:`~.session.tiered`, with eagle's overshoot trimmed and inputs checked."""
+    """``eagenerate`` inside :func:`~.session.tiered`, with eagle's overshoot trimmed and inputs checked.
+
+    ``context``: the run's, from :func:`viasd_adapt.context` (as :func:`~.session.tiered` takes it);
+    the other arguments are eagle's own. ``run_options``: 0.2's ``mask``, ``settings`` and
+    ``plugins``, deprecated (until 0.4.0) and refused beside ``context``."""
+    context, loose = loose_run_options("eagle.generate", context, run_options, accepted=LOOSE_RUN_OPTIONS, stacklevel=3)
+    options = as_options(options)
     check_max_new_tokens(max_new_tokens)
     _check_input_ids(ea_model, input_ids, max_new_tokens)
     kwargs = _sampling_kwargs(temperature, top_p, top_k)
     if tree_choices is not None:
         kwargs["tree_choices"] = tree_choices
-    with tiered(ea_model, mask=mask, settings=settings, plugins=plugins, options=options, context=context) as session:
+    ea_model, context = eagle_context(ea_model, context, loose)
+    with scope(ea_model, context, options) as session:
         kept_per_call, raw = decode(ea_model, input_ids, max_new_tokens, kwargs, stop_at_eos, session)
     per_call = session.ledgers[-len(kept_per_call) :]
     for kept, ledger in zip(kept_per_call, per_call):

@@ -12,8 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import os
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -31,13 +30,12 @@ from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.ledger import CycleLedger
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.core.monitor import JunkThresholds
-from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.core.sampling import sample_or_argmax
-from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.core.settings import Mode
 from viasd_adapt.core.tiers import verified_cycle
 from viasd_adapt.core.notices import emit
 from viasd_adapt.models.pair import LoadedPair
-from viasd_adapt.engine.context import EAGLE_HEAD, RunContext, open_context
+from viasd_adapt.engine.context import RunContext, eagle_switches, loose_run_options, open_context
 
 
 class RecordingHead:
@@ -254,14 +252,17 @@ class EagleTierSession:
         return input_ids, tree_logits, new_token + len(plan.committed), None, token
 
 
+#: the run options eagle.tiered and eagle.generate took in 0.2
+LOOSE_RUN_OPTIONS = ("mask", "settings", "plugins")
+
+
 @contextlib.contextmanager
 def tiered(
     ea_model: nn.Module | LoadedPair,
-    mask: RoutingMask | MaskArtifact | str | os.PathLike | None = None,
-    settings: TierSettings | None = None,
-    plugins: Iterable[object] = (),
-    options: EagleOptions | None = None,
     context: RunContext | None = None,
+    *,
+    options: EagleOptions | None = None,
+    **run_options: Any,
 ) -> Iterator[EagleTierSession]:
     """Scope in which ``ea_model.eagenerate``, called from this thread, runs with the slim tier.
 
@@ -269,19 +270,37 @@ def tiered(
     restored when the last open scope closes, also when generation raises; ``reset_tree_mode`` is
     called on the way out so no tree mask is left set on the base model.
 
-    ``ea_model`` may be a pair from :func:`viasd_adapt.load_pair` that has an EAGLE head: its
-    EaModel (loaded once per pair, ``session.ea_model``) and, unless ``mask`` is given, its mask,
-    its settings and what else it read when it loaded (nothing is read again). ``context``: the run's
-    context (a framework request's), moved onto the EaModel's own copy of the base model.
+    Args:
+        ea_model: an eagle ``EaModel``, or a pair from :func:`viasd_adapt.load_pair` that has an
+            EAGLE head (its EaModel, loaded once per pair, is ``session.ea_model``).
+        context: the run's context, from :func:`viasd_adapt.context` on the EaModel's
+            ``base_model`` or on the pair (nothing is read again); it is moved onto the EaModel's
+            own copy of the base model. None: ``viasd_adapt.context(ea_model.base_model)``, a pair's
+            own settings and mask.
+        options: EAGLE's own switches (:class:`EagleOptions`).
+        run_options: 0.2's ``mask``, ``settings`` and ``plugins``: deprecated (until 0.4.0), given
+            to :func:`viasd_adapt.context` instead; refused beside ``context``.
     """
+    # the warning names the user's `with` line: this generator <- contextlib's __enter__ <- user
+    context, loose = loose_run_options("eagle.tiered", context, run_options, accepted=LOOSE_RUN_OPTIONS, stacklevel=4)
+    options = as_options(options)
+    ea_model, context = eagle_context(ea_model, context, loose)
+    with scope(ea_model, context, options) as session:
+        yield session
+
+
+def eagle_context(ea_model: nn.Module | LoadedPair, context: RunContext | None,
+                  loose: dict[str, Any]) -> tuple[nn.Module, RunContext]:
+    """The EaModel (a pair's, loaded once per pair) and the run's context on its base model, checked,
+    its notices given: what :func:`tiered` and :func:`~.entry.generate` open a scope with.
+    ``loose``: 0.2's run options, when there is no context."""
     if isinstance(ea_model, LoadedPair):
         from viasd_adapt.adapters.eagle.compat import load_for_pair
 
         pair = ea_model
         ea_model = load_for_pair(pair)
-        if mask is None and context is None:
-            context = pair.run_context(settings, plugins)
-    options = as_options(options)
+        if context is None and loose.get("mask") is None:  # what the pair read when it loaded
+            context = pair.run_context(loose.get("settings"), loose.get("plugins", ()))
     if not hasattr(ea_model, "ea_layer") or not hasattr(ea_model, "base_model"):
         raise ConfigError(f"expected an eagle EaModel, got {type(ea_model).__name__}")
     from viasd_adapt.adapters.eagle.compat import SPLIT_REASON
@@ -289,15 +308,20 @@ def tiered(
 
     refuse_split(ea_model.base_model, "the eagle framework", SPLIT_REASON)
     check_head_embeddings(ea_model)
-    # tuned.json's points measure the engine's loop, not EAGLE's tree: not read for the adaptive tier;
-    # EAGLE drafts with its head: tuned settings measured with a drafter model are not this pair's
-    eagle = dict(build_slim=False, use_measured=False, drafter=EAGLE_HEAD, drafter_model=ea_model.ea_layer)
     if context is None:
-        context = open_context(ea_model.base_model, mask, settings, plugins, tuned=None, **eagle)
+        context = open_context(ea_model.base_model, loose.get("mask"), loose.get("settings"), loose.get("plugins", ()),
+                               **eagle_switches(ea_model))
     else:
+        eagle = {name: value for name, value in eagle_switches(ea_model).items() if name != "tuned"}
         context = context.on_target(ea_model.base_model, **eagle)
         emit(context.notices)
-    session = EagleTierSession(ea_model, context, options)
+    return ea_model, context
+
+
+@contextlib.contextmanager
+def scope(ea_model: nn.Module, context: RunContext, options: EagleOptions | None = None) -> Iterator[EagleTierSession]:
+    """The scope of :func:`tiered`, on an EaModel and a context already checked (:func:`eagle_context`)."""
+    session = EagleTierSession(ea_model, context, as_options(options))
     open_scope(session)
     own = ea_model.__dict__.get("eagenerate", _MISSING)
     ea_model.eagenerate = budgeted_eagenerate(session, ea_model.eagenerate)
@@ -353,4 +377,4 @@ def budgeted_eagenerate(session: EagleTierSession, eagenerate: Callable[..., tor
     return call
 
 
-__all__ = ["EagleTierSession", "RecordingHead", "budgeted_eagenerate", "tiered"]
+__all__ = ["EagleTierSession", "RecordingHead", "budgeted_eagenerate", "eagle_context", "scope", "tiered"]

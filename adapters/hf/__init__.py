@@ -2,8 +2,10 @@
 
 The user's code stays::
 
+    import viasd_adapt
     from viasd_adapt.adapters import hf
-    with hf.tiered(target, mask="mask.json", settings=TierSettings(mode="lossy")) as session:
+    run = viasd_adapt.context(target, mask="mask.json", settings=TierSettings(mode="lossy"))
+    with hf.tiered(target, context=run) as session:
         out = target.generate(**inputs, assistant_model=drafter, max_new_tokens=64)
     print(session.metrics.to_dict())
 

@@ -9,18 +9,14 @@ session on the model closes. What a patched call then runs is :mod:`.loop`'s.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from torch import nn
 
 from viasd_adapt.checks import check_same_tokenizer
-from viasd_adapt.config.mask import MaskArtifact, RoutingMask
-from viasd_adapt.config.resolve import UNREAD
 from viasd_adapt.core.notices import emit
-from viasd_adapt.core.settings import TierSettings
-from viasd_adapt.engine.context import RunContext, open_context
+from viasd_adapt.engine.context import RunContext, build_context, loose_run_options
 from viasd_adapt.adapters.hf.session import FRAMEWORK, TierSession
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.pair import LoadedPair
@@ -88,52 +84,54 @@ _THREAD_STATE = threading.local()
 
 def patch(
     target: nn.Module | LoadedPair,
-    mask: RoutingMask | MaskArtifact | str | os.PathLike | None = None,
-    settings: TierSettings | None = None,
-    plugins: Iterable[object] = (),
+    context: RunContext | None = None,
+    *,
     tokenizer: Any = None,
     assistant_tokenizer: Any = None,
     share_prefix: bool = True,
-    tuned: Any = UNREAD,
-    context: RunContext | None = None,
+    **run_options: Any,
 ) -> TierSession:
     """Adds the slim tier to ``target.generate(..., assistant_model=...)`` for the calling thread.
 
     Args:
         target: the full verifier q (a transformers causal LM, or an encoder-decoder model: T5, BART,
-            mBART, Marian, Whisper), or a pair from :func:`viasd_adapt.load_pair`: its target, and
-            its mask unless ``mask`` is given.
-        mask: the routing mask of the slim verifier: a :class:`RoutingMask`, a
-            :class:`MaskArtifact`, or the path of a ``mask.json`` (checked against ``target``'s
-            fingerprint). Not needed for ``mode="none"``.
-        settings: thresholds and mode; None runs ``viasd tune``'s choice beside a mask path when it
-            was measured with that mask, else :class:`TierSettings` defaults (lossy). The choice is
-            checked against each call's drafter: a call whose ``assistant_model`` (or prompt lookup)
-            is not the drafter it was measured with runs the defaults, with a
-            ``TunedForAnotherDrafterWarning`` (once per drafter).
-        plugins: pluggy plugins (rules and observers, see :mod:`viasd_adapt.core.hooks`).
+            mBART, Marian, Whisper), or a pair from :func:`viasd_adapt.load_pair` (its target).
+        context: the run's context, from :func:`viasd_adapt.context` (its settings, mask, plugins
+            and tuned evidence); None: ``viasd_adapt.context(target)``, a pair's own settings and
+            mask. Tuned settings are checked against each call's drafter: a call whose
+            ``assistant_model`` (or prompt lookup) is not the drafter they were measured with runs
+            the defaults, with a ``TunedForAnotherDrafterWarning`` (once per drafter).
         tokenizer, assistant_tokenizer: when given, their vocabularies must be identical.
         share_prefix: let q resume from the slim verifier's hidden states at its first skipped
             layer (:mod:`viasd_adapt.routing.shared`); False gives each verifier its own cache.
-        tuned: the tuned file the adaptive tier's prices and priors come from (None: none); by
-            default the ``tuned.json`` beside a mask path (:func:`~viasd_adapt.engine.context.open_context`).
-        context: the run's context, when the caller built it (:mod:`viasd_adapt.frameworks`' requests);
-            ``mask``, ``settings``, ``plugins`` and ``tuned`` are then its own.
+        run_options: 0.2's ``mask``, ``settings``, ``plugins`` and ``tuned``: deprecated (until
+            0.4.0), given to :func:`viasd_adapt.context` instead; refused beside ``context``.
 
     Returns the session handle; pass it to :func:`unpatch`.
     """
-    if isinstance(target, LoadedPair):
-        pair, target = target, target.target
-        if context is None and mask is None:  # what the pair read when it loaded: nothing is read again
-            context = pair.run_context(settings, plugins)
+    context, loose = loose_run_options("hf.patch", context, run_options, accepted=_LOOSE, stacklevel=3)
+    return _open_session(target, context, loose, tokenizer, assistant_tokenizer, share_prefix)
+
+
+#: the run options hf.patch and hf.tiered took in 0.2
+_LOOSE = ("mask", "settings", "plugins", "tuned")
+
+
+def _open_session(target: nn.Module | LoadedPair, context: RunContext | None, loose: dict[str, Any], tokenizer: Any,
+                  assistant_tokenizer: Any, share_prefix: bool) -> TierSession:
+    """:func:`patch` once its arguments are sorted: ``loose`` (0.2's run options) when there is no context."""
+    given = target
+    target = target.target if isinstance(target, LoadedPair) else target
     refuse_compile_wrapper(target)  # it has a generate() of sorts, but patching it would reach nothing
     if not hasattr(target, "generate") or not hasattr(type(target), "_get_candidate_generator"):
         raise ConfigError(f"{type(target).__name__} is not a transformers generation model (no generate())")
     find_decoder_stack(target)  # a clear UnsupportedModelError before anything is patched
-    if context is None:
-        context = open_context(target, mask, settings, plugins, tuned=tuned)
-    else:
-        emit(context.notices)
+    if context is None:  # a pair's: what it read when it loaded, nothing is read again
+        context = build_context(given, **loose)
+    elif context.target is not target:
+        raise ConfigError("hf.patch: the context was built for another model; build it for this target "
+                          "(viasd_adapt.context(target, ...))")
+    emit(context.notices)
     check_same_tokenizer(tokenizer, assistant_tokenizer, role="assistant")
     session = TierSession(target, context, tokenizer, assistant_tokenizer, share_prefix=share_prefix)
     with _REGISTRY_LOCK:
@@ -167,10 +165,24 @@ def unpatch(handle: TierSession) -> None:
 
 
 @contextlib.contextmanager
-def tiered(target: nn.Module | LoadedPair, *args: Any, **kwargs: Any) -> Iterator[TierSession]:
+def tiered(
+    target: nn.Module | LoadedPair,
+    context: RunContext | None = None,
+    *,
+    tokenizer: Any = None,
+    assistant_tokenizer: Any = None,
+    share_prefix: bool = True,
+    **run_options: Any,
+) -> Iterator[TierSession]:
     """Context-manager form of :func:`patch` / :func:`unpatch`: the same arguments, and the patch
-    is restored even when the block raises."""
-    session = patch(target, *args, **kwargs)
+    is restored even when the block raises::
+
+        with hf.tiered(target, context=viasd_adapt.context(target, mask="mask.json")) as session:
+            target.generate(**inputs, assistant_model=drafter)
+    """
+    # the warning names the user's `with` line: this generator <- contextlib's __enter__ <- user
+    context, loose = loose_run_options("hf.tiered", context, run_options, accepted=_LOOSE, stacklevel=4)
+    session = _open_session(target, context, loose, tokenizer, assistant_tokenizer, share_prefix)
     try:
         yield session
     finally:

@@ -12,6 +12,7 @@ from typing import Callable
 import pytest
 import torch
 
+import viasd_adapt
 from tests.support.loads import count_loads
 from tests.support.pairs import truncated_pair
 from viasd_adapt.config.advice import NegativeDeltaWarning
@@ -50,7 +51,7 @@ def _hf_case() -> Case:
     ids = torch.tensor([[5, 17, 2, 40, 9]])
 
     def run(mask, settings):
-        with hf.tiered(pair.target, mask=mask, settings=settings) as session:
+        with hf.tiered(pair.target, context=viasd_adapt.context(pair.target, mask=mask, settings=settings)) as session:
             with torch.no_grad():
                 out = pair.target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), assistant_model=pair.drafter,
                                            max_new_tokens=NEW_TOKENS, do_sample=False)
@@ -73,8 +74,8 @@ def _pearl_case() -> Case:
 
     def run(mask, settings):
         ran.clear()
-        out = pearl_generate(pair.target, pair.drafter, [5, 17, 2, 40, 9], NEW_TOKENS, settings=settings, mask=mask,
-                             parallel=False, seed=0, plugins=[Recorder()])
+        out = pearl_generate(pair.target, pair.drafter, [5, 17, 2, 40, 9], NEW_TOKENS, context=viasd_adapt.context(pair.target, settings=settings, mask=mask, plugins=[Recorder()]),
+                             parallel=False, seed=0)
         return out.tokens, ran[-1]
 
     return Case(pair.target, pair.mask, run, "pearl")
@@ -89,7 +90,7 @@ def _eagle_case(request) -> Case:
     ids = prompts(ea_model, 1)[0]
 
     def run(mask, settings):
-        with eagle.tiered(ea_model, mask=mask, settings=settings) as session:
+        with eagle.tiered(ea_model, context=viasd_adapt.context(ea_model, mask=mask, settings=settings)) as session:
             kept, _ = decode(ea_model, ids, NEW_TOKENS, {"temperature": 0.0, "top_p": 0.0, "top_k": 0},
                             session=session)
         return [t for call in kept for t in call], session.settings

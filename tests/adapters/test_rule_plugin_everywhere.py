@@ -10,6 +10,7 @@ import textwrap
 import pytest
 import torch
 
+import viasd_adapt
 from tests.core.test_tiers import P0, Q0, SIGNIFICANCE, U_UNSURE, fits, rows
 from viasd_adapt.core.hooks import forget_entry_point_plugins
 from viasd_adapt.core.cycle import CyclePolicy, Verifiers, decide_cycle
@@ -98,7 +99,7 @@ def test_eagle_chooses_and_decides_by_the_plugins_lenient_rule(ea_model):
     ids = prompts(ea_model, 1)[0]
     runs = {}
     for name, plugin in (("plugin", AcceptEveryLenientDraft()), ("control", CycleLengths())):
-        eagle.generate(ea_model, ids, 40, mask=MASK, settings=settings, plugins=[plugin])
+        eagle.generate(ea_model, ids, 40, context=viasd_adapt.context(ea_model, mask=MASK, settings=settings, plugins=[plugin]))
         runs[name] = plugin.committed[1:-1]  # after the prefill; the last one may be cut by the budget
     retrieve = ea_model.tree_buffers["retrieve_indices"]  # eagle sets its tree up on the first run
     depth = int((retrieve >= 0).sum(-1).max()) - 1

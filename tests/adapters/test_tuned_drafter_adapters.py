@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 
 import pytest
+import viasd_adapt
 from tests.support.expected_warnings import negative_delta_warning
 from tests.support.pairs import load_shipped_demo_pair, noisy_copy
 from tests.support.tuned import write_shipped_tuned_as
@@ -44,7 +45,7 @@ def test_hf_checks_each_calls_assistant_against_the_tuned_drafter(demo, monkeypa
     built = RunContext.verify_step  # every call's step is built by its run context
     monkeypatch.setattr(RunContext, "verify_step", lambda context, *args, **kwargs: ran.append(context.settings) or built(
         context, *args, **kwargs))
-    with hf.tiered(target, mask=mask) as session:
+    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask)) as session:
         target.generate(ids, assistant_model=drafter, max_new_tokens=4, do_sample=False)
         assert session.last_metrics.slim_passes == 0 and session.settings.mode.value == "lenient"  # the tuned choice
         assert ran[-1].mode.value == "lenient"
@@ -55,18 +56,18 @@ def test_hf_checks_each_calls_assistant_against_the_tuned_drafter(demo, monkeypa
         target.generate(ids, assistant_model=drafter, max_new_tokens=4, do_sample=False)
         assert session.last_metrics.slim_passes == 0 and len(session.history) == 3
     # settings given: nothing is checked (they are the caller's)
-    with hf.tiered(target, mask=mask, settings=TunedSettings.load(mask.parent / "tuned.json").settings):
+    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TunedSettings.load(mask.parent / "tuned.json").settings)):
         target.generate(ids, assistant_model=other, max_new_tokens=4, do_sample=False)
 
 
 def test_pearl_checks_its_drafter_against_the_tuned_drafter(demo):
     pair, mask, target, drafter, other, ids = demo
-    own = pearl_generate(target, drafter, ids[0].tolist(), 4, mask=mask, parallel=False, seed=0)
+    own = pearl_generate(target, drafter, ids[0].tolist(), 4, context=viasd_adapt.context(target, mask=mask), parallel=False, seed=0)
     assert own.metrics.slim_passes == 0
     from tests.support.adaptive import real_switching
 
     with another_drafter(), real_switching():  # the defaults (lossy, adaptive) ran: their tier, probed, calls u
-        out = pearl_generate(target, other, ids[0].tolist(), 4, mask=mask, parallel=False, seed=0)
+        out = pearl_generate(target, other, ids[0].tolist(), 4, context=viasd_adapt.context(target, mask=mask), parallel=False, seed=0)
     assert out.metrics.slim_passes > 0
 
 
@@ -77,5 +78,5 @@ def test_eagle_does_not_run_a_choice_measured_with_a_drafter_model(demo):
     pair, mask = demo[:2]
     ea_model = eagle.load_ea_model(pair.target, pair.eagle_head)
     with another_drafter():
-        with eagle.tiered(ea_model, mask=mask) as session:
+        with eagle.tiered(ea_model, context=viasd_adapt.context(ea_model, mask=mask)) as session:
             assert session.settings.mode.value == "lossy"  # the defaults, not the tuned lenient choice

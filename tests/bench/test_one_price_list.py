@@ -158,3 +158,26 @@ def test_a_projection_that_uses_another_row_names_the_pass_price_that_makes_the_
     assert sentence.startswith("The projection uses ar where the measurement uses none because of the 1-token pass's price")
     assert "0.30 of a full block pass projected against 0.80 measured" in sentence
     assert projection_difference(sd, ar, costs(0.8), costs(0.8)) is None
+
+
+def test_a_round_keeps_the_fastest_of_its_tries_so_one_preemption_does_not_price_a_pass():
+    """A drafter pass of 1 ms preempted once in three tries (12 ms) and a full pass of 8 ms: each
+    round keeps the fastest try, so every round prices the drafter at 1 ms and the price list's
+    spread stays zero. Control: one try per round keeps the preempted times, and the drafter's
+    median rises to the preempted cost."""
+    import statistics
+
+    from viasd_adapt.bench.costs import time_rounds
+
+    def probe(times):
+        it = iter(times)
+        return lambda: next(it)
+
+    rounds = 5
+    draft_tries = [12e-3, 1e-3, 1e-3] * rounds
+    fastest = time_rounds({"c_draft": probe(draft_tries), "c_full": probe([8e-3] * 3 * rounds)}, rounds, tries=3)
+    assert fastest["c_draft"] == [1e-3] * rounds and fastest["c_full"] == [8e-3] * rounds
+    once = time_rounds({"c_draft": probe([12e-3, 12e-3, 1e-3] * rounds)}, 3 * rounds, tries=1)
+    assert statistics.median(once["c_draft"]) == 12e-3
+    with pytest.raises(ValueError, match="tries must be at least 1"):
+        time_rounds({"c_full": probe([1.0])}, 1, tries=0)

@@ -11,6 +11,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
+import viasd_adapt
 from tests.support.pairs import char_tokenizer
 from viasd_adapt.cli.main import cli
 from viasd_adapt.errors import ModelMismatchError
@@ -75,7 +76,7 @@ def test_a_tuned_file_for_another_model_is_refused_everywhere(pair):
 
     target = AutoModelForCausalLM.from_pretrained(pair / "target")
     with pytest.raises(ModelMismatchError, match="another model"):
-        hf.patch(target, mask=pair / "mask.json")  # settings=None would apply it
+        hf.patch(target, context=viasd_adapt.context(target, mask=pair / "mask.json"))  # settings=None would apply it
 
 
 @pytest.mark.parametrize("value", ["1.5", "NaN"])

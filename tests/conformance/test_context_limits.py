@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import viasd_adapt
 from viasd_adapt.frameworks import registry as frameworks
 from viasd_adapt.adapters import hf
 from viasd_adapt.adapters.pearl import pearl_generate
@@ -79,8 +80,8 @@ def test_every_framework_run_refuses(models, framework, mode):
 def test_hf_tiered_modes_refuse_and_pearl_refuses(models):
     target, draft = models
     ids = torch.tensor([NEAR])
-    with hf.tiered(target, mask=RoutingMask.from_skipped(2, [1]), settings=TierSettings(mode="lossless")):
+    with hf.tiered(target, context=viasd_adapt.context(target, mask=RoutingMask.from_skipped(2, [1]), settings=TierSettings(mode="lossless"))):
         with pytest.raises(ConfigError, match="positions"):
             target.generate(ids, assistant_model=draft, max_new_tokens=10, do_sample=False)
     with pytest.raises(ConfigError, match="positions"):
-        pearl_generate(target, draft, NEAR, 10, settings=TierSettings(mode="none"))
+        pearl_generate(target, draft, NEAR, 10, context=viasd_adapt.context(target, settings=TierSettings(mode="none")))

@@ -7,6 +7,7 @@ import warnings
 import pytest
 import torch
 
+import viasd_adapt
 from viasd_adapt.config.advice import NegativeDeltaWarning, delta_message, warn_if_negative_delta
 from viasd_adapt.models.tiny import tiny_model
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
@@ -46,5 +47,5 @@ def test_hf_tiered_warns_with_the_shipped_demo_mask():
     pair = demo_pair_paths()
     target = AutoModelForCausalLM.from_pretrained(str(pair.target), dtype=torch.float32)
     with pytest.warns(NegativeDeltaWarning, match="Delta"):
-        with hf.tiered(target, mask=pair.mask, settings=TierSettings(mode="lossy")):
+        with hf.tiered(target, context=viasd_adapt.context(target, mask=pair.mask, settings=TierSettings(mode="lossy"))):
             pass

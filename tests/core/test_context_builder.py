@@ -125,3 +125,34 @@ def test_anything_else_is_refused_by_name(tiny):
     with pytest.raises(TypeError):
         viasd_adapt.context(tiny.target, tiny.mask)  # the run's options are keywords
     assert resolve_context(tiny.target, CHOSEN, mask=tiny.mask).settings == CHOSEN
+
+
+# ----------------------------------------------------------------------------- a request holds its context
+
+
+def test_a_request_derives_its_mode_and_settings_from_its_context(tiny):
+    from viasd_adapt.frameworks.requests import RunRequest
+
+    context = viasd_adapt.context(tiny.target, mask=tiny.mask, settings=CHOSEN)
+    request = RunRequest.of(context, [5, 17, 2], 4, seed=3)
+    assert (request.mode, request.settings, request.context, request.seed) == ("lossless", CHOSEN, context, 3)
+    derived = RunRequest.tiered([5, 17, 2], 4, context=context)  # no settings given: the context's
+    assert derived.settings == CHOSEN and derived.mode == "lossless"
+    lossy = viasd_adapt.context(tiny.target, mask=tiny.mask, settings=CHOSEN.with_(mode="lossy"))
+    assert RunRequest.of(lossy, [5], 4).mode == "lossy"  # control: another context, another mode
+    # what would disagree with the context is refused
+    with pytest.raises(ConfigError, match="disagree"):
+        RunRequest("lossy", [5], 4, context=context)
+    with pytest.raises(ConfigError, match="disagree"):
+        RunRequest.tiered([5], 4, CHOSEN.with_(gamma=5), context=context)
+    with pytest.raises(ConfigError, match="needs its settings, or the run's context"):
+        RunRequest("lossless", [5], 4)
+
+
+def test_a_request_types_its_context_as_the_run_context():
+    import typing
+
+    from viasd_adapt.frameworks.requests import RunRequest
+
+    hints = typing.get_type_hints(RunRequest, localns={"RunContext": RunContext})
+    assert hints["context"] == RunContext | None

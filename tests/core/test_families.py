@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, GenerationConfig, GPTNeoConfig, MambaConfig
 
+import viasd_adapt
 from viasd_adapt.adapters import hf
 from viasd_adapt.engine.drafters import ModelDrafter
 from tests.support.verifiers import tiered_verifier
@@ -98,7 +99,7 @@ def test_family_without_a_known_layer_path_is_refused_by_name():
     with pytest.raises(UnsupportedModelError, match="MambaForCausalLM.*model.layers.*transformer.h"):
         SlimVerifier(model, RoutingMask.full(2))
     with pytest.raises(UnsupportedModelError, match="MambaForCausalLM"):
-        hf.patch(model, settings=TierSettings(mode="none"))
+        hf.patch(model, context=viasd_adapt.context(model, settings=TierSettings(mode="none")))
     assert not hf.is_patched(model)
 
 

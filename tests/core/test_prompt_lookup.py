@@ -11,6 +11,7 @@ import warnings
 import pytest
 import torch
 
+import viasd_adapt
 from tests.support.pairs import greedy_reference, sharpen, truncated_pair
 from tests.support.stats import ALPHA, chi_square_pvalue, exact_joint, joint_counts, outside_support
 from viasd_adapt.adapters import hf
@@ -79,7 +80,7 @@ def test_hf_prompt_lookup_runs_through_the_tier_instead_of_falling_back(mode):
         stock = target.generate(ids, **kwargs)
         with warnings.catch_warnings():
             warnings.simplefilter("error", hf.ViasdFallbackWarning)
-            with hf.tiered(target, mask=mask, settings=TierSettings(mode=mode)) as session:
+            with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode=mode))) as session:
                 out = target.generate(ids, **kwargs)
         assert session.fallbacks == [] and session.last_metrics.draft_passes == 0
         assert session.last_metrics.draft_tokens + session.last_metrics.drafts_rejected > 0  # lookups were verified
@@ -93,7 +94,7 @@ def test_mode_none_observes_stock_prompt_lookup_without_drafter_passes():
     ids = torch.tensor([PROMPTS[0]])
     kwargs = dict(max_new_tokens=12, do_sample=False, eos_token_id=[], prompt_lookup_num_tokens=3)
     stock = target.generate(ids, **kwargs)
-    with hf.tiered(target, settings=TierSettings(mode="none")) as session:
+    with hf.tiered(target, context=viasd_adapt.context(target, settings=TierSettings(mode="none"))) as session:
         out = target.generate(ids, **kwargs)
     assert out.tolist() == stock.tolist()
     metrics = session.last_metrics

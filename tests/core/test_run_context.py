@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import viasd_adapt
 from tests.support.loads import count_loads
 from tests.support.pairs import truncated_pair
 from tests.support.tuned import CPU_STAMP
@@ -157,7 +158,7 @@ def test_a_named_pair_reads_its_mask_and_tuned_file_once_for_every_run_on_it(mon
     assert len(mask_reads) == 1 and len(tuned_reads) == 1, (mask_reads, tuned_reads)
 
     # control: the same session opened from the mask's path reads both files again
-    with hf.tiered(pair.target, mask=pair.mask_path):
+    with hf.tiered(pair.target, context=viasd_adapt.context(pair.target, mask=pair.mask_path)):
         pass
     assert len(mask_reads) == 2 and len(tuned_reads) == 2
 

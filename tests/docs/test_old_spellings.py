@@ -26,6 +26,7 @@ import warnings
 import pytest
 import torch
 
+import viasd_adapt
 from tests.support import REPO_ROOT
 from tests.support.pairs import truncated_pair
 from viasd_adapt.adapters import hf
@@ -110,7 +111,7 @@ def test_run_context_tuned_warns_and_is_the_evidence(tiny):
 
 
 def test_tier_session_tier_warns_and_is_the_context(tiny):
-    with hf.tiered(tiny.target, mask=tiny.mask) as session:
+    with hf.tiered(tiny.target, context=viasd_adapt.context(tiny.target, mask=tiny.mask)) as session:
         with pytest.warns(DeprecationWarning, match=r"TierSession\.tier is deprecated, use TierSession\.context") as record:
             tier = session.tier
         _one_warning_here(record)
@@ -166,7 +167,7 @@ def test_the_new_spellings_do_not_warn(tiny):
         assert verifier.step.settings == settings and verifier.slim is context.slim
         context = open_context(tiny.target, tiny.mask)
         assert context.evidence is None
-        with hf.tiered(tiny.target, mask=tiny.mask) as session:
+        with hf.tiered(tiny.target, context=viasd_adapt.context(tiny.target, mask=tiny.mask)) as session:
             assert session.context.mask is not None
         pair = LoadedPair(tiny.target, tiny.drafter, None, MaskInfo(tiny.mask, "test mask", False), torch.device("cpu"))
         assert pair.run_context().mask is not None

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 pytest.importorskip("gguf")
 
+import viasd_adapt
 from tests.support.expected_warnings import untiered_without_mask_warning  # noqa: E402
 from tests.support.gguf import write_tiny_gguf  # noqa: E402
 from viasd_adapt.cli.main import cli  # noqa: E402
@@ -63,7 +64,7 @@ def test_an_adapter_set_up_without_mask_or_settings_runs_untiered(char_pair_temp
     plain = target.generate(prompt, do_sample=False, max_new_tokens=5)
     assert torch.equal(tiered, plain)  # untiered SD: the target's own greedy output
     with pytest.raises(ConfigError, match="needs a routing mask"):  # control: settings that need a mask, without one
-        hf.patch(target, settings=TierSettings(mode="lossy"))
+        hf.patch(target, context=viasd_adapt.context(target, settings=TierSettings(mode="lossy")))
 
 
 def test_a_gguf_cache_in_bfloat16_is_its_own_entry_at_half_the_size(cache, target_file, capsys):

@@ -270,12 +270,12 @@ def test_the_report_names_masks_by_the_published_pair_and_lists_each_ratio_tried
     """A budget that allows it tries three skip ratios: each has its mask file in the published pair,
     its held-out agreement and its costs, in the printed lines and report.json; nothing names the
     work folder, which is gone once the pair is published."""
-    from viasd_adapt.tuning.budget_plan import UnitCosts
+    from viasd_adapt.tuning.budget_plan import RunPrice, UnitCosts
 
     lines: list[str] = []
     request = replace(request_of(user_files, cache), minutes=1.0)
     # prices that make the masks cheap and the sweep dear: three ratios on the middle grid, few prompts
-    units = UnitCosts(step=0.001, window=0.001, sd_point=0.5, tier_point=0.5)
+    units = UnitCosts(step=0.001, window=0.001, evaluation=0.001, untiered=RunPrice(0.1, 0.0125), tiered=RunPrice(0.1, 0.0125))
     monkeypatch.setattr("viasd_adapt.tuning.probe.measure_units", lambda *args, **kwargs: units)
     onboard.add_pair(request, say=lines.append, progress=False)
     folder = request.folder

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import viasd_adapt
 from tests.support.seq2seq import seq2seq_pair, source_for
 from viasd_adapt.adapters import hf
 from viasd_adapt.errors import ConfigError, ModelMismatchError, ViasdError
@@ -40,14 +41,14 @@ def assert_pristine(target):
 def test_a_decoder_only_drafter_cannot_draft_for_a_seq2seq_target(t5, mode):
     target, _, mask = t5
     llama = tiny_model("llama", 3, num_layers=1, vocab_size=96)
-    with hf.tiered(target, mask=mask, settings=TierSettings(mode=mode)):
+    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode=mode))):
         with pytest.raises(ModelMismatchError, match="decoder-only model that cannot read the source"):
             target.generate(**source_for("t5", 0), assistant_model=llama, max_new_tokens=4, do_sample=False)
     with pytest.raises(ModelMismatchError, match="cannot read the source"):
         seq2seq_generate(target, llama, source_for("t5", 0)["input_ids"], 4, TierSettings(mode="none"))
     # and the other way round: an encoder-decoder drafter has no source to read for a causal target
     causal = tiny_model("llama", 0, num_layers=2, vocab_size=96)
-    with hf.tiered(causal, mask=RoutingMask.from_skipped(2, [1]), settings=TierSettings(mode=mode)):
+    with hf.tiered(causal, context=viasd_adapt.context(causal, mask=RoutingMask.from_skipped(2, [1]), settings=TierSettings(mode=mode))):
         with pytest.raises(ModelMismatchError, match="encoder-decoder model but the target"):
             causal.generate(torch.tensor([[1, 2, 3]]), assistant_model=target, max_new_tokens=4, do_sample=False)
     assert_pristine(target)
@@ -57,7 +58,7 @@ def test_a_decoder_only_drafter_cannot_draft_for_a_seq2seq_target(t5, mode):
 def test_missing_or_padded_encoder_inputs(t5):
     target, drafter, mask = t5
     decoder = torch.tensor([[94]])
-    with hf.tiered(target, mask=mask, settings=TierSettings(mode="lossy")):
+    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossy"))):
         with pytest.raises(ConfigError, match="source is missing"):
             target.generate(decoder_input_ids=decoder, assistant_model=drafter, max_new_tokens=4)
         with pytest.raises(ConfigError, match="all padding"):
@@ -76,7 +77,7 @@ def test_missing_or_padded_encoder_inputs(t5):
 
 def test_whisper_without_features():
     target, drafter, mask = seq2seq_pair("whisper")
-    with hf.tiered(target, mask=mask, settings=TierSettings(mode="lossy")):
+    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossy"))):
         with pytest.raises(ConfigError, match="source is missing"):
             target.generate(assistant_model=drafter, max_new_tokens=4)
     assert not hf.is_patched(target)

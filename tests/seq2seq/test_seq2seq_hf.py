@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+import viasd_adapt
 from tests.support.seq2seq import VOCAB, seq2seq_pair, source_for, unit_gain_init
 from viasd_adapt.adapters import hf
 from viasd_adapt.core.settings import TierSettings
@@ -22,7 +23,7 @@ def test_lossless_with_a_decoder_only_whisper_drafter_reading_the_target_encoder
     for seed in range(3):
         kwargs = source_for("whisper", seed)
         stock = target.generate(**kwargs, assistant_model=drafter, max_new_tokens=16, do_sample=False)
-        with hf.tiered(target, mask=mask, settings=TierSettings(mode="lossless")) as session:
+        with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossless"))) as session:
             out = target.generate(**kwargs, assistant_model=drafter, max_new_tokens=16, do_sample=False)
         assert out.tolist() == stock.tolist()
         assert session.last_metrics.draft_tokens > 0  # the drafter really drafted from the source
@@ -36,7 +37,7 @@ def test_a_padded_batch_decodes_each_row_like_plain_batched_generate():
     plain = target.generate(input_ids=ids, attention_mask=attention, max_new_tokens=12, do_sample=False)
     unmasked = target.generate(input_ids=ids, max_new_tokens=12, do_sample=False)
     assert plain[1].tolist() != unmasked[1].tolist()  # the mask matters for this model and source
-    with hf.tiered(target, mask=mask, settings=TierSettings(mode="lossless")):
+    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossless"))):
         out = target.generate(input_ids=ids, attention_mask=attention, assistant_model=drafter, max_new_tokens=12,
                               do_sample=False, return_dict_in_generate=True)
     assert out.sequences.tolist() == plain.tolist()

@@ -54,7 +54,7 @@ def test_other_encoder_decoder_models_are_refused_naming_what_was_looked_for():
     with pytest.raises(UnsupportedModelError, match=r"'pegasus'.*t5 \(decoder\.block\).*whisper \(model\.decoder\.layers\)"):
         find_decoder_stack(pegasus)
     with pytest.raises(UnsupportedModelError, match="pegasus"):
-        hf.patch(pegasus, settings=None)
+        hf.patch(pegasus)  # refused before any context is built
     assert not hf.is_patched(pegasus)
 
 

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+import viasd_adapt
 from tests.support.pairs import TinyPair, greedy_reference
 from viasd_adapt.core.hooks import hookimpl, make_plugin_manager
 from viasd_adapt.core.metrics import TierMetrics
@@ -274,7 +275,7 @@ class HFDriver(Driver):
         if isinstance(settings, TierSettings):  # stock (mode none) drafts what the assistant's config says
             hf.fix_draft_length(drafter, settings.gamma)
         torch.manual_seed(seed)
-        with hf.tiered(self.target, mask=mask, settings=settings, plugins=plugins) as session:
+        with hf.tiered(self.target, context=viasd_adapt.context(self.target, mask=mask, settings=settings, plugins=plugins)) as session:
             with torch.no_grad():
                 out = self.target.generate(assistant_model=drafter, **self._call(prompt, n, sampling, eos, **extra))
         assert not session.fallbacks, session.fallbacks
@@ -347,7 +348,7 @@ class HFDriver(Driver):
     def scope(self, settings):
         from viasd_adapt.adapters import hf
 
-        return hf.tiered(self.target, mask=self.mask, settings=settings)
+        return hf.tiered(self.target, context=viasd_adapt.context(self.target, mask=self.mask, settings=settings))
 
     def generate_in_scope(self, prompt, n):
         """A plain ``generate(assistant_model=...)`` call, as a user makes inside a scope."""
@@ -382,8 +383,8 @@ class PearlDriver(Driver):
 
         mask = self.mask if mask is DEFAULT else mask
         drafter = self.pair.drafter if drafter is DEFAULT else drafter
-        out = pearl_generate(self.target, drafter, prompt, n, settings=settings, mask=mask, sampling=sampling,
-                             seed=seed, eos_token_id=eos, plugins=plugins, parallel=self.parallel)
+        out = pearl_generate(self.target, drafter, prompt, n, context=viasd_adapt.context(self.target, settings=settings, mask=mask, plugins=plugins), sampling=sampling,
+                             seed=seed, eos_token_id=eos, parallel=self.parallel)
         return Generation(out.tokens, out.tiers, out.metrics)
 
     def snapshot(self):
@@ -431,7 +432,7 @@ class EagleDriver(Driver):
         if eos is not None:
             self.ea_model.tokenizer = _EosTokenizer(eos)
         try:
-            out = eagle.generate(self.ea_model, ids, n, mask=mask, settings=settings, plugins=plugins, options=options,
+            out = eagle.generate(self.ea_model, ids, n, context=viasd_adapt.context(self.ea_model, mask=mask, settings=settings, plugins=plugins), options=options,
                                  stop_at_eos=eos is not None, **sampling_kwargs)
         finally:
             self.ea_model.tokenizer = saved
@@ -473,7 +474,7 @@ class EagleDriver(Driver):
     def scope(self, settings):
         from viasd_adapt.adapters import eagle
 
-        return eagle.tiered(self.ea_model, mask=self.mask, settings=settings)
+        return eagle.tiered(self.ea_model, context=viasd_adapt.context(self.ea_model, mask=self.mask, settings=settings))
 
     @contextlib.contextmanager
     def failing_drafter(self, at: int = 3) -> Iterator[list]:

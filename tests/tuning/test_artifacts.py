@@ -247,10 +247,14 @@ def test_tuned_json_checks_measured_on_and_reads_an_unstated_setting_as_the_defa
 
 
 def test_the_frameworks_a_setting_can_be_measured_on_are_the_registrys_tiered_ones():
-    from viasd_adapt.config.tuned import TIERED_FRAMEWORKS
+    """config/ reads tuned.json without loading framework code, so it names the registry's
+    capabilities it needs; here they are held to the registry's own declarations."""
+    from viasd_adapt.config.tuned import HEAD_DRAFTING_FRAMEWORKS, TIERED_FRAMEWORKS
     from viasd_adapt.frameworks.registry import FRAMEWORKS
 
     assert sorted(TIERED_FRAMEWORKS) == sorted(name for name, framework in FRAMEWORKS.items() if framework.has_tier)
+    assert sorted(HEAD_DRAFTING_FRAMEWORKS) == sorted(
+        name for name, framework in FRAMEWORKS.items() if framework.has_tier and framework.drafts_with_head)
 
 
 def test_the_config_room_imports_without_torch():

@@ -8,12 +8,13 @@ from __future__ import annotations
 import pytest
 
 from tests.support.clock import TickClock
-from viasd_adapt.tuning.budget_plan import (FILL, BudgetTooSmall, Deadline, UnitCosts, budget_words, fit_plan,
+from viasd_adapt.tuning.budget_plan import (FILL, BudgetTooSmall, Deadline, RunPrice, UnitCosts, budget_words, fit_plan,
                                             smallest_seconds)
 from viasd_adapt.tuning.onboard_plan import TUNE_GRIDS, estimate_line, grid_size, plan_onboarding
 
-#: Units at about the shape of Qwen2-0.5B on a 2-core CPU (decode step, window, one setting on one prompt).
-QWEN = UnitCosts(step=0.2, window=1.9, sd_point=9.0, tier_point=25.0)
+#: Units at about the shape of Qwen2-0.5B on a 2-core CPU (decode step, window, a mask evaluation per
+#: window, one setting on one prompt of 32 tokens: 9 s untiered, 25 s tiered).
+QWEN = UnitCosts(step=0.2, window=1.9, evaluation=1.0, untiered=RunPrice(3.0, 0.1875), tiered=RunPrice(3.0, 0.6875))
 GRIDS = [grid_size(g) for g in TUNE_GRIDS]
 
 
@@ -33,7 +34,8 @@ def test_a_larger_budget_buys_more_and_dearer_units_buy_less():
     small, large = planned(QWEN, 15).plan, planned(QWEN, 120).plan
     assert (large.search_steps, large.tune_points * large.tune_prompts) > (small.search_steps, small.tune_points * small.tune_prompts)
     # control: the same budget with every unit twice as dear buys fewer units of work
-    dear = planned(UnitCosts(step=0.4, window=3.8, sd_point=18.0, tier_point=50.0), 60).plan
+    dear = planned(UnitCosts(step=0.4, window=3.8, evaluation=2.0, untiered=RunPrice(6.0, 0.375),
+                               tiered=RunPrice(6.0, 1.375)), 60).plan
     cheap = planned(QWEN, 60).plan
     assert dear.tune_points * dear.tune_prompts + dear.search_steps < cheap.tune_points * cheap.tune_prompts + cheap.search_steps
 
@@ -41,7 +43,8 @@ def test_a_larger_budget_buys_more_and_dearer_units_buy_less():
 def test_a_tiered_unit_priced_from_the_probe_moves_the_plan():
     """The probe's tiered setting price is what the sweep is planned with: a dearer tiered cycle
     (a drafted token that costs more than a bare forward) buys fewer tuning prompts."""
-    cheap_tier = planned(UnitCosts(step=0.2, window=1.9, sd_point=9.0, tier_point=10.0), 30).plan
+    cheap_tier = planned(UnitCosts(step=0.2, window=1.9, evaluation=1.0, untiered=RunPrice(3.0, 0.1875),
+                                    tiered=RunPrice(3.0, 0.21875)), 30).plan
     dear_tier = planned(QWEN, 30).plan
     assert dear_tier.tune_seconds <= cheap_tier.tune_seconds + 1e-9 or dear_tier.tune_prompts < cheap_tier.tune_prompts
     assert (dear_tier.tune_points, dear_tier.tune_prompts) != (cheap_tier.tune_points, cheap_tier.tune_prompts)

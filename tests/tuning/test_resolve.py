@@ -79,11 +79,13 @@ def test_a_tuned_file_of_another_model_is_refused_when_a_model_is_given(tuned_pa
         check_spec_model(spec, other)
 
 
-def test_framework_ar_forces_mode_none_and_refuses_a_tier(tuned_pair):
-    spec = resolve_settings(tuned_pair / "mask.json", framework="ar")
+def test_a_framework_with_no_tier_forces_mode_none_and_refuses_a_tier(tuned_pair):
+    spec = resolve_settings(tuned_pair / "mask.json", framework="ar", has_tier=False)
     assert spec.settings.mode.value == "none" and "framework ar" in spec.sources["mode"]
-    with pytest.raises(ConfigError, match="no tier"):
-        resolve_settings(tuned_pair / "mask.json", framework="ar", flags={"mode": "lossy"})
+    with pytest.raises(ConfigError, match="--framework ar has no tier"):
+        resolve_settings(tuned_pair / "mask.json", framework="ar", has_tier=False, flags={"mode": "lossy"})
+    # control: the name alone forces nothing; the capability does
+    assert resolve_settings(tuned_pair / "mask.json", framework="ar").settings.mode.value != "none"
     with pytest.raises(ConfigError, match="unknown tier setting"):
         resolve_settings(tuned_pair / "mask.json", flags={"alpha3": 0.1})
 

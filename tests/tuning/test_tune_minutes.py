@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from tests.support.clock import TickClock
 from viasd_adapt.cli.main import cli
-from viasd_adapt.tuning.budget_plan import BudgetTooSmall, GridSize, UnitCosts
+from viasd_adapt.tuning.budget_plan import BudgetTooSmall, GridSize, RunPrice, UnitCosts
 from viasd_adapt.tuning.tune_budget import fit_tune
 
-UNITS = UnitCosts(step=0.2, window=1.9, sd_point=9.0, tier_point=25.0)
+UNITS = UnitCosts(step=0.2, window=1.9, evaluation=1.0, untiered=RunPrice(3.0, 0.1875), tiered=RunPrice(3.0, 0.6875))
 GRID = GridSize(lenience=1, lossy=1)
 
 

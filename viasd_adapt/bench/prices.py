@@ -165,19 +165,51 @@ def price_replicates(vectors: np.ndarray, replicates: int, seed: int) -> np.ndar
     return unit_prices(medians)
 
 
+def _short(kind: str) -> str:
+    """A kind with its mask by the file name, not the path of this machine."""
+    name, _, mask = kind.partition("@")
+    return f"{name}@{Path(mask).name}" if mask else name
+
+
 def format_price_list(prices: PriceList) -> str:
     """One line per price list: each kind's median (ms), its share of a full block pass, and its spread."""
     spread = prices.spread()
     block = spread["c_full_block"]["median"]
-    def short(kind: str) -> str:  # a mask by its file name, not the path of this machine
-        name, _, mask = kind.partition("@")
-        return f"{name}@{Path(mask).name}" if mask else name
-
-    parts = [f"{short(kind)} {s['median'] * 1e3:.2f} ms ({s['median'] / block:.2f}, IQR {s['relative_iqr']:.0%})"
+    parts = [f"{_short(kind)} {s['median'] * 1e3:.2f} ms ({s['median'] / block:.2f}, IQR {s['relative_iqr']:.0%})"
              for kind, s in spread.items()]
     return (f"price list ({prices.repeats} interleaved rounds, context {prices.context_length} tokens, blocks of "
             f"{prices.block_length}; in parentheses: share of a full block pass, IQR over the median): " + ", ".join(parts))
 
 
-__all__ = ["MASK_KINDS", "PASS_KINDS", "SHARED_KINDS", "PriceList", "format_price_list", "kind_name", "measure_prices",
-           "pass_vector", "price_replicates", "unit_prices"]
+#: A price list whose widest spread (IQR over the median) is above this was timed on a busy machine.
+WIDE_SPREAD = 0.25
+#: Each forward kind in words.
+KIND_WORDS = {"c_full_block": "a full block pass", "c_full": "a 1-token target pass", "c_draft": "a drafter pass",
+              "c_slim": "a slim pass", "c_resume": "a resumed pass"}
+
+
+def widest_spread(prices: PriceList) -> tuple[str, float]:
+    """The forward kind whose rounds spread widest (IQR over the median), and that spread."""
+    spread = prices.spread()
+    kind = max(spread, key=lambda k: spread[k]["relative_iqr"])
+    return kind, spread[kind]["relative_iqr"]
+
+
+def spread_line(prices: PriceList | None, threshold: float = WIDE_SPREAD) -> str | None:
+    """One line for a verdict when the price list's spread is wide (its widest kind's IQR above
+    ``threshold`` of its median): the machine was busy while the prices were timed, so the noise
+    floor is high and the verdict may keep the simpler setting where a quiet machine would not.
+    None for a narrow list (or none)."""
+    if prices is None:
+        return None
+    kind, relative = widest_spread(prices)
+    if relative <= threshold:
+        return None
+    words = KIND_WORDS.get(kind.partition("@")[0], "a forward")
+    return (f"BUSY MACHINE: the price list's spread is wide: {_short(kind)} ({words}) has an IQR of {relative:.0%} of "
+            f"its median (above {threshold:.0%}); the machine was busy while the prices were timed, so the verdict may "
+            "keep the simpler setting where a quiet machine would not: run it again on a quiet machine to decide")
+
+
+__all__ = ["MASK_KINDS", "PASS_KINDS", "SHARED_KINDS", "WIDE_SPREAD", "PriceList", "format_price_list", "kind_name",
+           "measure_prices", "pass_vector", "price_replicates", "spread_line", "unit_prices", "widest_spread"]

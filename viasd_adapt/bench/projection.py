@@ -99,7 +99,9 @@ def row_passes(row: dict) -> PassCounts | None:
         return None
     single = row.get("single_passes_per_token")
     if single is None:  # a report written before one-token passes were told apart: ar's were all single
-        single = full if row["framework"] == "ar" else 0.0
+        from viasd_adapt.bench.verdict import is_target_alone_row
+
+        single = full if is_target_alone_row(row) else 0.0
     return PassCounts(draft=row.get("draft_passes_per_token") or 0.0, slim=row.get("slim_passes_per_token") or 0.0,
                       full=full - single, resumed=row.get("resumed_passes_per_token") or 0.0, single=single)
 
@@ -117,9 +119,17 @@ def project_rows(rows: list[dict], model: CostModel, mask: RoutingMask | None, b
             continue
         projected.append(dict(row, measured_full_equivalent_per_token=row.get("full_equivalent_per_token"),
                               full_equivalent_per_token=full_equivalent(costs, passes),
-                              projected_speedup_vs_ar=analytic_bound(costs, passes, row.get("framework") == "pearl"),
+                              projected_speedup_vs_ar=analytic_bound(costs, passes, _overlaps_drafting(row)),
                               per_prompt=repriced_prompt_sums(row.get("per_prompt"), costs)))
     return projected
+
+
+def _overlaps_drafting(row: dict) -> bool:
+    """Whether the row's framework drafts while the target verifies (PEARL): its bound overlaps the two."""
+    from viasd_adapt.frameworks.registry import declared
+
+    framework = declared(row.get("framework", ""))
+    return framework is not None and framework.overlaps_drafting
 
 
 def repriced_prompt_sums(per_prompt: dict | None, costs: ForwardCosts) -> dict | None:
@@ -155,6 +165,7 @@ def projection_difference(measured_row: dict, projected_row: dict, measured: For
     kind whose price makes the difference (the kind whose change of price moves the two rows' cost gap
     most, from the rows' own pass counts). None when either row has no pass counts."""
     from viasd_adapt.bench.prices import PASS_KINDS, pass_vector, unit_prices
+    from viasd_adapt.bench.verdict import is_baseline_row
 
     a, b = row_passes(measured_row), row_passes(projected_row)
     if a is None or b is None:
@@ -172,7 +183,7 @@ def projection_difference(measured_row: dict, projected_row: dict, measured: For
     if shift[k] == 0:  # no price moved the two rows' gap: the passes alone differ
         return None
     names = {"draft": "drafter", "slim": "slim", "full": "full block", "resumed": "resumed", "single": "1-token"}
-    label = lambda row: row["framework"] if row["framework"] in ("ar", "lookup") else row["mode"]  # noqa: E731
+    label = lambda row: row["framework"] if is_baseline_row(row) else row["mode"]  # noqa: E731
     kind = PASS_KINDS[k]
     return (f"The projection uses {label(projected_row)} where the measurement uses {label(measured_row)} because of "
             f"the {names[kind]} pass's price: {after[k]:.2f} of a full block pass projected against {before[k]:.2f} "

@@ -46,7 +46,6 @@ from viasd_adapt.bench.measure import RunMeter, memory_source
 from viasd_adapt.bench.prompt_sets import UNGROUPED, BenchPrompt, text_prompts
 from viasd_adapt.bench.uncertainty import prompt_key
 from viasd_adapt.checks import check_max_new_tokens
-from viasd_adapt.config.budget import BASELINE_FRAMEWORKS  # ar and stock prompt lookup: no drafter model
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.model_kind import model_kind
 from viasd_adapt.core.metrics import TierMetrics
@@ -436,7 +435,7 @@ def uncounted_reason(row: PlannedRow, runs: list[RepeatStats], drafter_model: bo
     """Why a row's passes cannot all be counted (None: they can). A stock row that drafts with a
     model keeps no metrics of its own; if the meter saw none of its drafter's forwards, pricing its
     target passes alone would make it look cheaper than it ran, so it gets no cost at all."""
-    if not (row.stock and drafter_model) or row.framework in BASELINE_FRAMEWORKS or any(r.metrics is not None for r in runs):
+    if not (row.stock and drafter_model) or frameworks.get(row.framework).is_baseline or any(r.metrics is not None for r in runs):
         return None
     if any(r.meter_draft for r in runs) or not any(r.tokens for r in runs):
         return None

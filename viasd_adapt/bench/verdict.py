@@ -10,12 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from viasd_adapt.bench.exact_first import AR_RUNG, EXACT_RUNG, EXACT_TIER_RUNG, LENIENT_RUNG, LOSSY_TIER_RUNG, Decision, decide
-from viasd_adapt.bench.prices import PriceList
+from viasd_adapt.bench.prices import PriceList, spread_line
 
 # The budget lives one layer down (viasd_adapt.config.budget), where the verdicts' bootstrap
 # (viasd_adapt.bench.uncertainty) can use it too; the names are importable from here as before.
 from viasd_adapt.config.budget import (
-    BASELINE_FRAMEWORKS,
     DEFAULT_MAX_LL_DROP,
     DEFAULT_MAX_REGRET,
     SIMPLE_MODES,
@@ -24,6 +23,7 @@ from viasd_adapt.config.budget import (
     Budget,
 )
 from viasd_adapt.core.settings import ADAPTIVE_MODES, FIXED_SUFFIX
+from viasd_adapt.frameworks.registry import declared
 
 #: the fixed-tier rows (:mod:`viasd_adapt.bench.run`): weighed like any tier row
 FIXED_ROWS = tuple(mode.value + FIXED_SUFFIX for mode in ADAPTIVE_MODES)
@@ -36,18 +36,27 @@ EXACT_MODES = ("none", "lossless", "lossless" + FIXED_SUFFIX)
 
 
 def _mode_label(row: dict) -> str:
-    return row["framework"] if _is_baseline(row) else row["mode"]
+    return row["framework"] if is_baseline_row(row) else row["mode"]
 
 
-def _is_baseline(row: dict) -> bool:
-    """The target alone or stock prompt lookup: exact, simple, a candidate in every framework's verdict."""
-    return row["framework"] in BASELINE_FRAMEWORKS
+def is_baseline_row(row: dict) -> bool:
+    """A baseline's row (the target alone, stock prompt lookup: ``Framework.is_baseline``): exact,
+    simple, a candidate in every framework's verdict. A framework no longer registered is not one."""
+    framework = declared(row["framework"])
+    return framework is not None and framework.is_baseline
+
+
+def is_target_alone_row(row: dict) -> bool:
+    """A row of the target alone (``Framework.runs_target_alone``): one target pass per token."""
+    framework = declared(row["framework"])
+    return framework is not None and framework.runs_target_alone
+
 
 
 def _row_within(row: dict, budget: Budget) -> bool:
     """A bench row under the budget: ``ar``, ``none`` and lossless (adaptive or not) are exact; a row with no
     regret column (an older results file) is judged on what it has."""
-    exact = _is_baseline(row) or row["mode"] in EXACT_MODES
+    exact = is_baseline_row(row) or row["mode"] in EXACT_MODES
     return budget.admits_values(exact=exact, ll_drop=row.get("ll_drop"), overrule=row.get("overrule_rate"),
                                 regret=row.get("regret"), unmeasured_ok=("regret",))
 
@@ -58,9 +67,9 @@ ROW_RUNGS = {"none": EXACT_RUNG, "lossless": EXACT_TIER_RUNG, "lossless" + FIXED
 
 
 def _rung(row: dict) -> int:
-    if row["framework"] == "ar":
+    if is_target_alone_row(row):
         return AR_RUNG
-    return EXACT_RUNG if _is_baseline(row) else ROW_RUNGS[row["mode"]]
+    return EXACT_RUNG if is_baseline_row(row) else ROW_RUNGS[row["mode"]]
 
 
 def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regret: float = DEFAULT_MAX_REGRET,
@@ -92,14 +101,15 @@ def verdict(rows: list[dict], max_ll_drop: float = DEFAULT_MAX_LL_DROP, max_regr
             f"{_mode_label(cheapest)} ({cheapest['full_equivalent_per_token']:.3f} full-equivalent passes/token; "
             f"all: {described}). {_judgement(use)} {_evidence_words(decision)}."
         )
-    return lines
+    busy = spread_line(prices) if lines else None
+    return lines + ([busy] if busy is not None else [])
 
 
 def decisions(rows: list[dict], budget: Budget, prices: PriceList | None = None) -> dict[str, tuple[list[dict], Decision, dict]]:
     """Per framework: its candidate rows (with the baselines), the exact-first decision, and the row to use."""
     out = {}
-    baselines = [r for r in rows if _is_baseline(r) and r.get("full_equivalent_per_token") is not None]
-    for framework in dict.fromkeys(r["framework"] for r in rows if not _is_baseline(r)):
+    baselines = [r for r in rows if is_baseline_row(r) and r.get("full_equivalent_per_token") is not None]
+    for framework in dict.fromkeys(r["framework"] for r in rows if not is_baseline_row(r)):
         candidates = baselines + [
             r for r in rows
             if r["framework"] == framework and r["mode"] in CANDIDATE_MODES
@@ -115,12 +125,10 @@ def decisions(rows: list[dict], budget: Budget, prices: PriceList | None = None)
 
 def _judgement(use: dict) -> str:
     """What the row to use means, in a sentence."""
-    if use["framework"] == "ar":
-        return ("Speculative decoding itself does not pay here, so neither does the slim tier: use ar (the target "
-                "alone).")
-    if use["framework"] == "lookup":
-        return ("Stock prompt lookup (no drafter model, no tier) is the row to use, so the slim tier does not pay: "
-                "use lookup (generate(prompt_lookup_num_tokens=...)).")
+    if is_baseline_row(use):  # each baseline says what using it means (the registry's ``recommendation``)
+        framework = declared(use["framework"])
+        return framework.recommendation or (f"The baseline {framework.name} is the row to use, so the slim tier "
+                                            f"does not pay: use {framework.name}.")
     if use["mode"] in ADAPTIVE_ROWS:
         return (f"The default (adaptive) tier pays here: use {use['mode']} (the slim tier on the cycles where it pays, "
                 "untiered verification on the others).")
@@ -135,7 +143,7 @@ def _decision(candidates: list[dict], budget: Budget, prices: PriceList | None) 
     from viasd_adapt.bench.uncertainty import Candidate, PromptSums, Resampled, resample, sums_from_json
 
     names = [_mode_label(r) for r in candidates]
-    exact = [_is_baseline(r) or r["mode"] in EXACT_MODES for r in candidates]
+    exact = [is_baseline_row(r) or r["mode"] in EXACT_MODES for r in candidates]
     rungs = [_rung(r) for r in candidates]
     sums = [sums_from_json(r.get("per_prompt")) for r in candidates]
     if any(s is None for s in sums) or len({len(s) for s in sums}) != 1:
@@ -143,12 +151,12 @@ def _decision(candidates: list[dict], budget: Budget, prices: PriceList | None) 
         within = np.array([[_row_within(r, budget) for r in candidates]])
         pool = [Candidate(n, PromptSums([1.0], [c]), e, False) for n, c, e in zip(names, cost[0], exact)]
         return decide(Resampled(names, cost, within, 0, 0, pool, False), rungs)
-    reference = next((s for r, s in zip(candidates, sums) if r["framework"] == "ar"), None)
+    reference = next((s for r, s in zip(candidates, sums) if is_target_alone_row(r)), None)
     if reference is None:  # no ar row: the drop is measured from untiered SD, which is exact
         reference = next((s for r, s in zip(candidates, sums) if r["mode"] == "none"), None)
     reference = (PromptSums(reference.tokens, reference.cost, reference.log_likelihood, keys=reference.keys)
                  if reference is not None else None)
-    pool = [Candidate(n, s, exact=e, simple=_is_baseline(r) or r["mode"] in SIMPLE_MODES)
+    pool = [Candidate(n, s, exact=e, simple=is_baseline_row(r) or r["mode"] in SIMPLE_MODES)
             for n, s, e, r in zip(names, sums, exact, candidates)]
     vectors = [prices.vectors(prices.masks[0] if prices.masks else None)] * len(pool) if prices is not None else None
     return decide(resample(pool, budget, reference, unmeasured_ok=("regret",), price_vectors=vectors), rungs)
@@ -175,4 +183,4 @@ def _budget_words(budget: Budget) -> str:
     return " and ".join(words)
 
 
-__all__ = ["decisions", "verdict"]
+__all__ = ["decisions", "is_baseline_row", "is_target_alone_row", "verdict"]

@@ -22,6 +22,7 @@ import click
 
 from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
                                      finite, pair_option, placement_of, placement_options, preset_option, registered_pair)
+from viasd_adapt.cli.framework_choice import FrameworkChoice
 from viasd_adapt.cli.threads import threads_option, use_threads
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.settings import Mode, TierSettings
@@ -64,11 +65,10 @@ def _tier_cycles(settings, metrics) -> list[str]:
 
 
 _PATH = click.Path(exists=True, path_type=Path)
-FRAMEWORK_CHOICES = ("ar", "engine", "hf", "pearl", "eagle", "lookup")
 
 
 @click.command()
-@click.option("--framework", type=click.Choice(FRAMEWORK_CHOICES), default="hf", show_default=True,
+@click.option("--framework", type=FrameworkChoice(), default="hf", show_default=True,
               help="ar = plain target decoding; hf = transformers assisted generation; engine = the tier's own SD loop; "
                    "pearl, eagle; lookup = stock transformers prompt lookup (no drafter model, no tier).")
 @pair_option(default_help="the shipped demo pair")
@@ -163,7 +163,8 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     screen.finish(result)
     settings = request.settings
     fields = ([metrics_summary(result.metrics)] if result.metrics is not None else []) + _tier_cycles(settings, result.metrics)
-    _note(run_summary(framework, settings.mode.value if framework != "lookup" else "stock", len(result.tokens), seconds, fields))
+    shown_mode = "stock" if frameworks.get(framework).runs_stock_only else settings.mode.value
+    _note(run_summary(framework, shown_mode, len(result.tokens), seconds, fields))
     for line in result.notes:
         _note(f"note: {line}")
     if json_path is not None:
@@ -215,7 +216,9 @@ class _Screen:
 
         self.tokenizer, self.framework, self.colour = pair.tokenizer, framework, colour
         self.encoder_decoder = model_kind(pair.target).prompt_is_source
-        self.tiered = show_tiers and framework != "lookup"  # stock prompt lookup keeps no tiers
+        from viasd_adapt.frameworks.registry import get
+
+        self.tiered = show_tiers and not get(framework).runs_stock_only  # a stock run (prompt lookup) keeps no tiers
         self.streams = not self.encoder_decoder  # the encoder-decoder runners report their tokens at the end
         self.eos = pair.eos_token_ids if not self.encoder_decoder else ()
         self.stream = TokenStream(self.tokenizer, self.write, show_tiers=self.tiered, colour=colour, limit=max_new_tokens,

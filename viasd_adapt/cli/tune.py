@@ -191,15 +191,15 @@ def _budgeted(loaded, prompts: list, minutes: float, loaded_at: float, grid, rat
     from viasd_adapt.tuning.budget_plan import Deadline
     from viasd_adapt.tuning.onboard_plan import grid_size
     from viasd_adapt.tuning.probe import measure_units
-    from viasd_adapt.tuning.tune_budget import fit_tune, scaled, tune_estimate_line
+    from viasd_adapt.tuning.tune_budget import fit_tune, tune_estimate_line
 
     deadline = Deadline(minutes * 60, CLOCK, start=loaded_at)
     first = prompts[0]
     ids = list(first.ids if hasattr(first, "ids") else encode_prompt(loaded.tokenizer, first, chat))
     ratio = loaded.mask.mask.ratio if loaded.mask is not None else DEFAULTS.ratio
-    units = scaled(measure_units(loaded, ids, num_layers=find_decoder_stack(loaded.target).num_layers, ratio=ratio,
-                                 window_tokens=DEFAULTS.calibration.max_prompt_tokens + 32, gamma=grid.gamma, clock=CLOCK),
-                   max_new_tokens)
+    units = measure_units(loaded, ids, num_layers=find_decoder_stack(loaded.target).num_layers, ratio=ratio,
+                          prompt_tokens=DEFAULTS.calibration.max_prompt_tokens, new_tokens=32, gamma=grid.gamma,
+                          tokens=max_new_tokens, clock=CLOCK)
     probe = CLOCK() - loaded_at
     size = grid_size(grid)
     plan = fit_tune(units, deadline.remaining(), minutes=minutes, grid=size, masks=(loaded.mask is not None) + exits,

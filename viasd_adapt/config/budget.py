@@ -24,10 +24,6 @@ TIE_MARGIN = 0.03
 #: modes that run the slim tier, and the simpler ones a tier setting has to beat
 TIER_MODES = ("lossless", "lossy")
 SIMPLE_MODES = ("none", "lenient")
-#: frameworks that are baselines, not frameworks with a verify step to wrap: the target alone
-#: (``ar``) and stock HF prompt lookup (``lookup``, no drafter model). Both are exact and simple,
-#: and each framework's verdict weighs its rows against them.
-BASELINE_FRAMEWORKS = ("ar", "lookup")
 
 
 @dataclass(frozen=True)

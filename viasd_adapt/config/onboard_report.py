@@ -28,10 +28,17 @@ class OnboardEstimate(Record):
 
     minutes: float
     step_seconds: float  # one target decode step, the unit calibration is priced in
-    window_seconds: float  # one target forward over a calibration window (a mask evaluation's unit)
+    window_seconds: float  # one calibration window scored by the target, the way the search scores it
+    evaluation_seconds: float = 0.0  # one mask evaluation of the search per calibration window (probe's ratio)
+    evaluated_ratio: float = 0.45  # the skip ratio the evaluation was timed at
+    proposal_seconds: float = 0.0  # what proposing a mask adds per search step
     draft_step_seconds: float = 0.0  # files written before the probe: one one-token drafter forward
     untiered_point_seconds: float = 0.0  # probe: one untiered setting on one tuning prompt, real drafting loop, scored
     tiered_point_seconds: float = 0.0  # probe: one setting with a slim verifier on one tuning prompt, the same way
+    untiered_prompt_seconds: float = 0.0  # the untiered setting's part once per prompt (prefill, scoring)
+    untiered_token_seconds: float = 0.0  # ... and per generated token
+    tiered_prompt_seconds: float = 0.0  # the tiered setting's part once per prompt
+    tiered_token_seconds: float = 0.0  # ... and per generated token
     probe_seconds: float = 0.0  # what the probe itself took (counted in the budget)
     calibration_prompts: int
     heldout_prompts: int

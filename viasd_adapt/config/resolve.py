@@ -9,7 +9,7 @@ Five layers stack, later ones winning, each only where it says something:
    point, and the tiered rows the best VIA-SD point when the choice was not VIA-SD, so a bench
    never pits the winner against untuned rivals;
 4. **the preset** (``--preset conservative``);
-5. **flags** (``--mode``, ``--alpha1``, ...; ``--framework ar`` forces mode none).
+5. **flags** (``--mode``, ``--alpha1``, ...; a framework with no tier, such as ``--framework ar``, forces mode none).
 
 A flag that the run's mode does not read (``--mode lenient --no-adaptive``: lenient has no slim tier
 to choose; ``--lenience`` with lossy) would change nothing: :meth:`RunSpec.refuse_unread_flags`
@@ -212,6 +212,7 @@ def read_settings(
     *,
     pair_mask: str | os.PathLike | None = None,
     framework: str | None = None,
+    has_tier: bool = True,
     best_points: bool = False,
     preset: str = "default",
     flags: Mapping[str, Any] | None = None,
@@ -227,8 +228,8 @@ def read_settings(
             the mask the tuned choice was measured with, else (``best_points``) the mask of the
             best VIA-SD point, else ``pair_mask`` itself.
         pair_mask: the pair's own ``mask.json`` (``--pair``), used when ``mask`` is None.
-        framework: the framework that will run (``"ar"`` forces mode none; others are compared
-            with the framework the tuned settings were measured on).
+        framework: the framework that will run, compared with the one the tuned settings were measured on.
+        has_tier: False for a framework with no verify step (``Framework.has_tier``): forces mode none.
         best_points: the bench's rows: apply the tuner's best lenient and VIA-SD points (layer 3).
         preset: ``"default"`` or a name of :data:`PRESETS`.
         flags: TierSettings fields given on the command line (None values are "not given"),
@@ -278,11 +279,11 @@ def read_settings(
     if preset != "default":
         apply(PRESETS[preset], f"preset {preset}")
 
-    if framework == "ar":
+    if not has_tier:
         if "mode" in flags and Mode.parse(flags["mode"]) is not Mode.NONE:
-            raise ConfigError("--framework ar is plain target decoding: it has no tier (use --mode none)")
+            raise ConfigError(f"--framework {framework} has no tier (use --mode none)")
         flags.pop("mode", None)
-        apply({"mode": Mode.NONE}, "--framework ar (plain target decoding)")
+        apply({"mode": Mode.NONE}, f"--framework {framework} (no tier)")
     for name, value in flags.items():
         apply({name: value}, f"flag --{name.replace('_', '-')}")
     return RunSpec(settings, sources, mask_path, mask_source, tuned, tuned_path if tuned is not None else None, framework,

@@ -86,6 +86,9 @@ MEASURED_ON_DEFAULT = "engine"
 #: :mod:`viasd_adapt.frameworks.registry` with a verify step (a test keeps the two lists equal).
 #: Named here, not imported, so that reading tuned.json loads no framework code.
 TIERED_FRAMEWORKS = ("eagle", "engine", "hf", "pearl")
+#: Those of them that draft with an EAGLE head (``Framework.drafts_with_head``; the same test keeps
+#: it equal to the registry): settings measured on one of them belong to a run drafting with its head.
+HEAD_DRAFTING_FRAMEWORKS = ("eagle",)
 SETTING_NAMES = frozenset(f.name for f in dataclass_fields(TierSettings))
 #: ``drafter`` of settings measured with the prompt-lookup drafter (the ``--draft`` name; no model to fingerprint).
 PROMPT_LOOKUP_DRAFTER = "prompt-lookup"
@@ -401,13 +404,13 @@ def drafter_mismatch(recorded: Any, measured_on: str, drafter: str,
     or None when they do, or when the file records no drafter (an older file: not checked; module
     docstring). ``drafter``: :data:`DRAFTER_MODEL`, :data:`PROMPT_LOOKUP_DRAFTER`, :data:`EAGLE_HEAD`,
     or what else it is, in words. An EAGLE head is another drafter than the recorded one unless the
-    file was measured on EAGLE. ``model_problems``: for a drafter model, how it differs from the
+    file was measured on a framework that drafts with one (:data:`HEAD_DRAFTING_FRAMEWORKS`). ``model_problems``: for a drafter model, how it differs from the
     recorded fingerprint (asked only then). One rule for every place that checks (the adapters, the
     commands, the vLLM plugin), each saying what its run drafts with."""
     if recorded is None:
         return None
     if drafter == EAGLE_HEAD:
-        if measured_on == "eagle":
+        if measured_on in HEAD_DRAFTING_FRAMEWORKS:
             return None
         return f"{OTHER_DRAFTER}: {_described(recorded)} on the {measured_on} framework; this run drafts with its EAGLE head"
     if recorded == PROMPT_LOOKUP_DRAFTER or drafter == PROMPT_LOOKUP_DRAFTER:
@@ -439,6 +442,6 @@ class TunedOnUnknownDeviceWarning(UserWarning):
     its choice is applied, unchecked (:mod:`viasd_adapt.config.hardware`)."""
 
 
-__all__ = ["COST_FIELDS", "DRAFTER_MODEL", "EAGLE_HEAD", "FORMAT", "KNOWN_CHOICES", "MEASURED_ON_DEFAULT", "OTHER_DEVICE", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
+__all__ = ["COST_FIELDS", "DRAFTER_MODEL", "EAGLE_HEAD", "FORMAT", "HEAD_DRAFTING_FRAMEWORKS", "KNOWN_CHOICES", "MEASURED_ON_DEFAULT", "OTHER_DEVICE", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
            "TunedBudget", "TunedForAnotherDeviceWarning", "TunedForAnotherDrafterWarning", "TunedOnUnknownDeviceWarning", "TunedForAnotherMaskWarning", "TunedPoint", "TunedReport",
            "TunedSettings", "TunedValueClampedWarning", "drafter_mismatch", "find_tuned", "recorded_mask", "tuned_path_beside"]

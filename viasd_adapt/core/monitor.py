@@ -234,8 +234,9 @@ def looks_like_junk(evidence: DrafterEvidence, thresholds: JunkThresholds, greed
 class DrafterQualityMonitor:
     """Collects :class:`DrafterEvidence` per generation and warns once when it says junk (lossy only)."""
 
-    def __init__(self, mode: Mode, greedy: bool, framework: str = "", thresholds: JunkThresholds = JunkThresholds()):
-        self.active = mode is Mode.LOSSY
+    def __init__(self, mode: Mode, greedy: bool, framework: str = "", thresholds: JunkThresholds = JunkThresholds(),
+                 enabled: bool = True):
+        self.active = enabled and mode is Mode.LOSSY  # enabled=False: a run that asked not to be watched
         self.greedy = greedy
         self.framework = framework
         self.thresholds = thresholds

@@ -79,6 +79,9 @@ class VerifyStep:
         greedy: greedy decoding or sampling (each generation may say again: :meth:`new_generation`).
         bonus_after_block: see :class:`~viasd_adapt.core.cycle.CyclePolicy` (False for PEARL).
         thresholds: when the drafter-quality monitor calls a drafter junk.
+        watch_drafter: False leaves the drafter-quality monitor out of this run (a tuning sweep's
+            candidates, whose tolerances are far from the defaults on purpose, are no verdict on the
+            drafter); the monitor runs only in lossy runs anyway.
         adaptive: the prices and priors of the adaptive tier's controllers, when the settings adapt
             (:func:`viasd_adapt.engine.context.open_context` builds them); None:
             :meth:`AdaptivePlan.fallback`. Ignored when the settings do not adapt.
@@ -86,7 +89,8 @@ class VerifyStep:
 
     def __init__(self, settings: TierSettings, framework: str, plugin_manager: pluggy.PluginManager | None = None,
                  plugins: tuple = (), greedy: bool = True, bonus_after_block: bool = True,
-                 thresholds: JunkThresholds = JunkThresholds(), adaptive: AdaptivePlan | None = None):
+                 thresholds: JunkThresholds = JunkThresholds(), adaptive: AdaptivePlan | None = None,
+                 watch_drafter: bool = True):
         check_settings(settings)
         self.settings = settings
         #: the plan of every generation's controller; None when the settings do not adapt
@@ -99,7 +103,8 @@ class VerifyStep:
         # The monitor plugin runs only where it can act (lossy), in a manager of this run's own (the
         # given one's plugins as they are now, then the monitor): the given manager may serve other
         # runs, in other threads.
-        hooks, self._monitor_plugin = (with_monitor(self.plugin_manager) if settings.mode is Mode.LOSSY
+        self.watch_drafter = watch_drafter
+        hooks, self._monitor_plugin = (with_monitor(self.plugin_manager) if settings.mode is Mode.LOSSY and watch_drafter
                                        else (self.plugin_manager, None))
         self.rules = hook_rules(hooks)
         self.observer = TierObserver(hooks, framework, settings.mode.value)
@@ -121,7 +126,8 @@ class VerifyStep:
         greedy = self.policy.greedy if greedy is None else greedy
         self.policy = CyclePolicy(self.settings, greedy, self.rules, self.bonus_after_block,
                                   reveal_untiered=self.adaptive is not None)
-        self.monitor = DrafterQualityMonitor(self.settings.mode, greedy, self.framework, self.thresholds)
+        self.monitor = DrafterQualityMonitor(self.settings.mode, greedy, self.framework, self.thresholds,
+                                             enabled=self.watch_drafter)
         self.ledger = CycleLedger(self.observer, stop=stop)
         if self.adaptive is not None and most_tokens is not None and most_tokens != self.adaptive.most_tokens:
             self.adaptive = replace(self.adaptive, most_tokens=most_tokens)

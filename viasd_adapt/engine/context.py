@@ -7,7 +7,11 @@ tier's passes for this drafter, the plugin manager, and the adaptive plan. Nothi
 read from or written to a shared object: two runs on one pair, in two threads, each hold their own
 context.
 
-It is built in two steps, so that the decision is a pure function:
+A program builds one with :func:`context` (``viasd_adapt.context``), the one public builder: from a
+pair (what it read when it loaded) or from a model (reading its mask and tuned files), its notices
+given once; every adapter takes it as ``context=``, beside the framework's own options only
+(:func:`loose_run_options` refuses the run's options beside it). Underneath, it is built in two
+steps, so that the decision is a pure function:
 
 * :func:`open_context` is the **edge**: it reads the files (``mask.json`` once, ``tuned.json`` at
   most once), calls the resolver, and gives the resolver's notices as warnings
@@ -108,6 +112,9 @@ class RunContext:
         build_slim: False when the adapter builds its own slim verifier from ``routing``.
         use_measured: False for a framework whose cycles the tuned points do not describe (EAGLE).
         mask_source: how errors name the mask (its file).
+        watch_drafter: False leaves the drafter-quality monitor out of the run's verify step (a
+            tuning sweep: its candidates are no verdict on the drafter, and no warning filter is
+            changed to hide them).
     """
 
     target: nn.Module
@@ -125,6 +132,7 @@ class RunContext:
     build_slim: bool = True
     use_measured: bool = True
     mask_source: str = "mask"
+    watch_drafter: bool = True
 
     @property
     def mode(self) -> Mode:
@@ -209,7 +217,8 @@ class RunContext:
         """The run's :class:`VerifyStep`: this context's settings, plugin manager and adaptive plan.
         ``options`` are VerifyStep's own (``greedy``, ``bonus_after_block``, ``thresholds``);
         ``make`` is the class to build (a subclass, or a wrapper that records each step)."""
-        return make(self.settings, framework, self.plugin_manager, adaptive=self.plan, **options)
+        return make(self.settings, framework, self.plugin_manager, adaptive=self.plan, watch_drafter=self.watch_drafter,
+                    **options)
 
 
 def _same_drafter(drafter: DrafterLike, checked: DrafterLike) -> bool:
@@ -354,6 +363,7 @@ def resolve_context(
     drafter_model: nn.Module | None = None,
     build_slim: bool = True,
     use_measured: bool = True,
+    watch_drafter: bool = True,
 ) -> RunContext:
     """The context of a run on ``target``, from what is already read (pure: it reads no file and
     warns nothing; what the user should hear is in ``notices``).
@@ -370,6 +380,7 @@ def resolve_context(
         drafter, drafter_model: what the run drafts with, when known (:meth:`RunContext.for_drafter`).
         build_slim: False when the adapter builds its own slim verifier from the routing mask.
         use_measured: False for a framework whose cycles the tuned points do not describe (EAGLE).
+        watch_drafter: False leaves the drafter-quality monitor out (:attr:`RunContext.watch_drafter`).
 
     Raises ConfigError for bad settings or a slim mode without a mask; ModelMismatchError for a
     mask or tuned file made for another model.
@@ -389,7 +400,7 @@ def resolve_context(
     notices = [*(spec.notices if spec is not None else ()), negative_delta_notice(mask, settings)]
     context = RunContext(target, settings, manager, routing, _slim_over(target, routing, build_slim), evidence,
                          spec=spec, mask=mask, plugins=plugins, build_slim=build_slim,
-                         use_measured=use_measured, mask_source=mask_source)
+                         use_measured=use_measured, mask_source=mask_source, watch_drafter=watch_drafter)
     drafted = context.for_drafter(drafter, drafter_model)
     return replace(drafted, notices=tuple(n for n in notices if n is not None) + drafted.notices)
 
@@ -486,6 +497,9 @@ def build_context(
 ) -> RunContext:
     """:func:`context` without giving the notices (they are in the returned context's ``notices``):
     for a caller that collects every notice of a run and gives them at its own edge."""
+    if _is_eagle_model(target_or_pair):  # the run is its base model's, drafted by its head
+        return _opened(target_or_pair.base_model, mask, settings, plugins, plugin_manager=plugin_manager,
+                       **eagle_switches(target_or_pair))
     if isinstance(target_or_pair, nn.Module):
         return _opened(target_or_pair, mask, settings, plugins, plugin_manager=plugin_manager, tuned=tuned,
                        drafter=drafter)
@@ -499,6 +513,18 @@ def build_context(
     options: dict[str, Any] = {} if tuned is UNREAD else {"evidence": tuned}
     # what the pair read when it loaded: nothing is read again
     return pair.run_context(settings, plugins, drafter=drafter, plugin_manager=plugin_manager, **options)
+
+
+def _is_eagle_model(model: Any) -> bool:
+    """Whether ``model`` is an eagle-llm ``EaModel``: an EAGLE head (``ea_layer``) over the target (``base_model``)."""
+    return isinstance(model, nn.Module) and hasattr(model, "ea_layer") and hasattr(model, "base_model")
+
+
+def eagle_switches(ea_model: nn.Module) -> dict[str, Any]:
+    """How a run of an EaModel is set up on its base model: EAGLE drafts with its head (tuned settings
+    measured with a drafter model are not its own), builds its own tree variant of the slim verifier,
+    and tuned.json's points, which measure the engine's loop and not EAGLE's tree, do not price it."""
+    return dict(build_slim=False, use_measured=False, tuned=None, drafter=EAGLE_HEAD, drafter_model=ea_model.ea_layer)
 
 
 def context(
@@ -519,9 +545,10 @@ def context(
     them.
 
     Args:
-        target_or_pair: the target (the full verifier q: a transformers model; for EAGLE, the
-            EaModel's ``base_model``), or a pair from :func:`viasd_adapt.load_pair`, whose mask,
-            tuned choice and evidence are used as the pair read them (no file is read again).
+        target_or_pair: the target (the full verifier q: a transformers model), an eagle-llm
+            ``EaModel`` (the run is its base model's, drafted by its head: ``tuned`` and ``drafter``
+            are then EAGLE's own), or a pair from :func:`viasd_adapt.load_pair`, whose mask, tuned
+            choice and evidence are used as the pair read them (no file is read again).
         mask: a :class:`~viasd_adapt.config.mask.RoutingMask`, a
             :class:`~viasd_adapt.config.mask.MaskArtifact` or the path of a ``mask.json`` (read once,
             checked against the target's fingerprint); for a pair, instead of its own. Not needed
@@ -544,6 +571,52 @@ def context(
                           plugin_manager=plugin_manager)
     emit(built.notices)
     return replace(built, notices=())
+
+
+# ============================================================================ the adapters' 0.2 arguments
+
+#: The run's configuration that adapters took as their own arguments in 0.2; it comes through
+#: :func:`context` now, and each adapter takes the context beside the framework's own options only.
+RUN_OPTIONS = ("mask", "settings", "plugins", "plugin_manager", "tuned")
+
+
+def loose_run_options(adapter: str, context: Any, given: dict[str, Any], *, accepted: Iterable[str] = RUN_OPTIONS,
+                      slot: str = "mask", stacklevel: int = 3) -> tuple[RunContext | None, dict[str, Any]]:
+    """The context an adapter was given, and the run options it was given loosely (0.2's way).
+
+    Beside a context, any of :data:`RUN_OPTIONS` is refused by name (a :class:`ConfigError`): the
+    context already says what the run uses, and a silent precedence would drop one of the two.
+    Without a context, the loose ones still work until 0.4.0 with a :class:`DeprecationWarning`
+    naming :func:`context`, pointing ``stacklevel`` frames up (:func:`~viasd_adapt.deprecated.deprecated_use`).
+    ``accepted``: the names this adapter took (others are unexpected keywords, as before).
+    ``slot``: the option 0.2 took in the position ``context`` holds now (``mask`` for HF and EAGLE,
+    ``settings`` for PEARL): a value of that kind there is read as it, with the same warning."""
+    from viasd_adapt.deprecated import deprecated_use
+
+    unexpected = [name for name in given if name not in RUN_OPTIONS or (context is None and name not in accepted)]
+    if unexpected:
+        raise TypeError(f"{adapter}() got an unexpected keyword argument {unexpected[0]!r}")
+    given = dict(given)
+    if context is not None and not isinstance(context, RunContext):
+        if not _fits_slot(context, slot) or slot in given:
+            raise ConfigError(f"{adapter}: context= takes a RunContext from viasd_adapt.context(...), "
+                              f"got {type(context).__name__}")
+        context, given = None, {slot: context, **given}  # 0.2's positional mask (or settings)
+    if not given:
+        return context, {}
+    names = [name for name in RUN_OPTIONS if name in given]
+    if context is not None:
+        raise ConfigError(f"{adapter}: pass {', '.join(names)} through viasd_adapt.context(...), not beside context=")
+    spelled = ", ".join(f"{name}=..." for name in names)
+    deprecated_use(f"{adapter}(..., {spelled}) without a context",
+                   f"{adapter}(..., context=viasd_adapt.context(target, {spelled}))", stacklevel=stacklevel)
+    return None, given
+
+
+def _fits_slot(value: Any, slot: str) -> bool:
+    if slot == "settings":
+        return isinstance(value, TierSettings)
+    return isinstance(value, (str, os.PathLike, RoutingMask, MaskArtifact))
 
 
 __all__ = ["RunContext", "context", "open_context"]

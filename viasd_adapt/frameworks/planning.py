@@ -171,7 +171,7 @@ class PlannedRun:
         settings = settings if settings is not None else self.spec.settings
         options = {"sampling": self.options.sampling, "seed": self.options.seed, **options}
         chosen = registry.get(name)
-        if not chosen.has_tier and chosen.has_plain:  # stock prompt lookup: the framework as shipped
+        if chosen.runs_stock_only:  # stock prompt lookup: the framework as shipped
             return RunRequest.stock_run(prompt_ids, max_new_tokens, settings, **options)
         request = RunRequest.tiered(prompt_ids, max_new_tokens, settings, **options)
         if not chosen.has_tier:
@@ -199,9 +199,11 @@ def plan_run(choice: ChosenPair, options: RunOptions, framework: str | Sequence[
     notes: list[str] = []
     spec = _resolve(choice, options, names[0] if single else None, tuned)
     if follows_choice and spec.runs_target_alone:
-        names, reason = ("ar",), spec.tuned.target_alone_reason()
-        spec = _resolve(choice, replace(options, mode=None), "ar", spec.tuned)
-        notes.append(f"note: running the target alone (--framework ar): {reason}; --framework hf drafts anyway")
+        alone = next(name for name in registry.names() if registry.get(name).runs_target_alone)
+        names, reason = (alone,), spec.tuned.target_alone_reason()
+        spec = _resolve(choice, replace(options, mode=None), alone, spec.tuned)
+        notes.append(f"note: running the target alone (--framework {alone}): {reason}; --framework "
+                     f"{DEFAULT_FRAMEWORK} drafts anyway")
     pair = loaded if loaded is not None else _load(choice, options, names[0] if single else None, spec)
     drafter = drafter_of(names, pair)
     checked = spec_for_drafter(spec, pair.target, drafter)  # the one check of the settings against the models
@@ -220,13 +222,12 @@ def _resolve(choice: ChosenPair, options: RunOptions, framework: str | None, tun
     ``framework``: the one framework of the run (None: a bench's several)."""
     if framework is not None and registry.get(framework).honours(registry.DRAFTER) and choice.draft is None:
         raise ConfigError(f"--framework {framework} needs --draft")
-    flags = options.tier_flags()
-    if framework is not None and not registry.get(framework).has_tier:  # no tier: untiered, whatever the pair's choice
-        flags["mode"] = Mode.NONE.value
     if not options.read_tuned:
         tuned = None
+    has_tier = framework is None or registry.get(framework).has_tier  # no tier: untiered, whatever the pair's choice
     spec = read_settings(options.mask, pair_mask=choice.mask if options.mask is None else None, framework=framework,
-                         best_points=options.best_points, preset=options.preset, flags=flags, tuned=tuned)
+                         has_tier=has_tier, best_points=options.best_points, preset=options.preset,
+                         flags=options.tier_flags(), tuned=tuned)
     if options.untiered_without_mask:
         spec = without_mask(spec) or spec  # a first run on the user's own target: untiered
     if options.refuse_unread_flags:
@@ -253,7 +254,7 @@ def _with_framework_models(pair: LoadedPair, names: tuple[str, ...]) -> LoadedPa
     here for every request of the run; a framework that cannot run on this pair loads nothing (the
     command says why when it would run it)."""
     kind, loader = _OWN_DRAFT_MODEL
-    wanted = [name for name in names if registry.get(name).needs_eagle_head and registry.get(name).unavailable(pair) is None]
+    wanted = [name for name in names if registry.get(name).drafts_with_head and registry.get(name).unavailable(pair) is None]
     if not wanted or kind in pair.framework_models:
         return pair
     module, _, function = loader.partition(":")
@@ -267,7 +268,7 @@ def drafter_of(framework: str | Sequence[str], pair: LoadedPair) -> Any:
     target alone (no framework reads a drafter)."""
     names = (framework,) if isinstance(framework, str) else tuple(framework)
     frameworks = [registry.get(name) for name in names]
-    if frameworks and all(f.honours(registry.EAGLE_HEAD) and not f.honours(registry.DRAFTER) for f in frameworks):
+    if frameworks and all(f.drafts_with_head for f in frameworks):
         return EAGLE_HEAD_DRAFTER
     if not any(f.honours(registry.DRAFTER) for f in frameworks):
         return None

@@ -10,15 +10,18 @@ runners live here because they are baselines rather than adapters:
   adapter's tiered modes run; it separates the tier's effect from the difference between that loop
   and transformers' own.
 
-Adding a framework is one :func:`register` call.
+Adding a framework is one :func:`register` call with its capabilities (docs/architecture.md,
+"Adding a framework"): the commands, the bench, its verdict and its projection read those, never a
+framework's name, so a framework registered here is one they can run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 
 from viasd_adapt.checks import check_fits_context, check_max_new_tokens, check_prompt_ids, check_token_ids_in_vocabulary
@@ -68,6 +71,8 @@ class Framework:
         needs_modules: Python modules that must be importable (eagle-llm).
         ignores: the run inputs (:data:`RUN_INPUTS`) this framework cannot honour, each with the
             reason, which :func:`refuse_unhonoured` gives when an option sets one.
+        recommendation: for a baseline (:attr:`is_baseline`), the sentence the bench's verdict
+            gives when the baseline's row is the one to use (None: a sentence naming it).
     """
 
     name: str
@@ -81,6 +86,7 @@ class Framework:
     takes_lookup: bool = False
     seq2seq_runner: str | None = None  # "module:function" for encoder-decoder pairs; None = unsupported
     ignores: Mapping[str, str] = field(default_factory=dict, hash=False)
+    recommendation: str | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.ignores) - set(RUN_INPUTS))
@@ -91,20 +97,52 @@ class Framework:
         """Whether a run of this framework uses ``run_input`` (one of :data:`RUN_INPUTS`)."""
         return run_input not in self.ignores
 
+    @property
+    def is_baseline(self) -> bool:
+        """A baseline, not a framework with a verify step to wrap (the target alone, stock prompt
+        lookup): exact and simple, a candidate in every framework's verdict, with no verdict of its own."""
+        return not self.has_tier
+
+    @property
+    def runs_target_alone(self) -> bool:
+        """One target pass per token and nothing else: the reference every bench row is compared with."""
+        return self.bound_kind == "ar"
+
+    @property
+    def runs_stock_only(self) -> bool:
+        """Runs only as shipped (viasd-adapt never enters its loop): a run of it is a stock run,
+        keeps no tiers, and says ``stock`` where a run names its mode."""
+        return self.has_plain and not self.has_tier
+
+    @property
+    def overlaps_drafting(self) -> bool:
+        """Drafts while the target verifies (PEARL): its analytic bound overlaps the two."""
+        return self.bound_kind == "overlapped"
+
+    @property
+    def drafts_with_head(self) -> bool:
+        """Drafts with an EAGLE head rather than a drafter model or prompt lookup."""
+        return self.honours(EAGLE_HEAD)
+
     def load(self, kind: ModelKind | bool = DECODER_ONLY) -> Runner:
         """The runner for a target of ``kind`` (:func:`viasd_adapt.model_kind.model_kind`; a bool
         is the former ``encoder_decoder`` flag), imported now."""
         if isinstance(kind, bool):
             kind = ENCODER_DECODER if kind else DECODER_ONLY
-        module, _, function = kind.runner_of(self).partition(":")
-        return getattr(importlib.import_module(module), function)
+        runner = kind.runner_of(self)
+        module, _, function = runner.partition(":")
+        try:
+            return getattr(importlib.import_module(module), function)
+        except (ImportError, AttributeError) as error:  # a registration that names no runner: said by its name
+            raise ConfigError(f"framework {self.name!r}: its runner {runner!r} cannot be loaded ({error})") from None
 
     def unavailable(self, pair: LoadedPair | None = None) -> str | None:
         """Why this framework cannot run (with this pair), or None. What the framework cannot do
         at all comes first (an encoder-decoder target), before what it would need (a head, ...)."""
         if pair is not None and pair.target is not None and model_kind(pair.target).runner_of(self) is None:
+            others = _names(lambda f: model_kind(pair.target).runner_of(f) is not None)
             return (f"runs decoder-only targets only; {type(pair.target).__name__} is an encoder-decoder model "
-                    "(use ar, engine or hf)")
+                    f"(use {others})")
         for module in self.needs_modules:
             if importlib.util.find_spec(module.split(".")[0]) is None:
                 return f"needs the Python package providing {module!r} (pip install --no-deps eagle-llm==1.2.1)"
@@ -114,11 +152,17 @@ class Framework:
             if pair.lookup is None:
                 return "needs a drafter (--draft PATH)"
             if not self.takes_lookup:
-                return "needs a drafter model; prompt lookup runs in the hf and engine frameworks"
+                return f"needs a drafter model; prompt lookup runs in the {_names(lambda f: f.takes_lookup, 'and')} frameworks"
         return None
 
 
 FRAMEWORKS: dict[str, Framework] = {}
+
+
+def _names(which: Callable[[Framework], bool], last: str = "or") -> str:
+    """The registered frameworks ``which`` holds for, in words: ``"ar, engine or hf"``."""
+    names = sorted(name for name, framework in FRAMEWORKS.items() if which(framework))
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {last} {names[-1]}"
 
 
 def refuse_unhonoured(names: Sequence[str], given: Iterable[tuple[str, str]], chosen_by: str = "--framework") -> None:
@@ -145,6 +189,39 @@ def register(framework: Framework) -> Framework:
     """Adds (or replaces) a framework; returns it."""
     FRAMEWORKS[framework.name] = framework
     return framework
+
+
+def unregister(name: str) -> Framework:
+    """Removes the framework called ``name``; returns it. An unknown name is refused by name."""
+    framework = get(name)
+    del FRAMEWORKS[name]
+    return framework
+
+
+@contextlib.contextmanager
+def registered(framework: Framework) -> Iterator[Framework]:
+    """``framework`` registered for the ``with`` block only; the framework it replaced (if any) is
+    put back after it, however the block ends."""
+    replaced = FRAMEWORKS.get(framework.name)
+    register(framework)
+    try:
+        yield framework
+    finally:
+        if replaced is not None:
+            register(replaced)
+        else:
+            FRAMEWORKS.pop(framework.name, None)
+
+
+def names() -> tuple[str, ...]:
+    """The registered frameworks' names, in the order they were registered (the CLI's choices)."""
+    return tuple(FRAMEWORKS)
+
+
+def declared(name: str) -> Framework | None:
+    """The framework called ``name``, or None for a name none is registered under (a row of a
+    report that a framework registered elsewhere wrote): readers of saved rows ask this, not :func:`get`."""
+    return FRAMEWORKS.get(name)
 
 
 def get(name: str) -> Framework:
@@ -186,14 +263,13 @@ def check_request_fits(pair: LoadedPair, request: RunRequest) -> None:
             check_fits_context(model, len(prompt), request.max_new_tokens, role=role)
 
 
+# Registered in the order the CLI lists them (``viasd generate --help``).
 register(Framework("ar", "autoregressive target decoding (HF generate, no assistant)", "viasd_adapt.frameworks.baselines:run_ar",
                    has_tier=False, bound_kind="ar", seq2seq_runner="viasd_adapt.frameworks.seq2seq:run_ar",
                    ignores={DRAFTER: "runs the target alone (no drafter)", EAGLE_HEAD: "runs the target alone (no drafter)",
-                            MASK: _NO_TIER, TIER: _NO_TIER, BLOCK_LENGTH: "decodes one token per target pass (no drafts)"}))
-register(Framework("lookup", "stock HF prompt lookup (generate(prompt_lookup_num_tokens=gamma); no drafter model, "
-                   "no viasd-adapt): a baseline", "viasd_adapt.frameworks.baselines:run_prompt_lookup", has_plain=True, has_tier=False,
-                   ignores={DRAFTER: "drafts n-grams of the text (no drafter model)",
-                            EAGLE_HEAD: "drafts n-grams of the text (no drafter model)", MASK: _NO_TIER, TIER: _NO_TIER}))
+                            MASK: _NO_TIER, TIER: _NO_TIER, BLOCK_LENGTH: "decodes one token per target pass (no drafts)"},
+                   recommendation="Speculative decoding itself does not pay here, so neither does the slim tier: use ar "
+                                  "(the target alone)."))
 register(Framework("engine", "classic SD through viasd_adapt.engine (the loop the hf adapter's tiered modes run)",
                    "viasd_adapt.frameworks.baselines:run_engine", takes_lookup=True, seq2seq_runner="viasd_adapt.frameworks.seq2seq:run_engine",
                    ignores={EAGLE_HEAD: _NO_HEAD}))
@@ -207,7 +283,13 @@ register(Framework("eagle", "EAGLE (eagle-llm EaModel.eagenerate through viasd_a
                    needs_modules=("eagle.model.ea_model",),
                    ignores={DRAFTER: "drafts with its EAGLE head (--eagle-head), not a drafter model or prompt lookup",
                             BLOCK_LENGTH: "drafts a tree of a fixed shape (eagle's mc_sim_7b_63), not blocks of --gamma tokens"}))
-
+register(Framework("lookup", "stock HF prompt lookup (generate(prompt_lookup_num_tokens=gamma); no drafter model, "
+                   "no viasd-adapt): a baseline", "viasd_adapt.frameworks.baselines:run_prompt_lookup", has_plain=True, has_tier=False,
+                   ignores={DRAFTER: "drafts n-grams of the text (no drafter model)",
+                            EAGLE_HEAD: "drafts n-grams of the text (no drafter model)", MASK: _NO_TIER, TIER: _NO_TIER},
+                   recommendation="Stock prompt lookup (no drafter model, no tier) is the row to use, so the slim tier does "
+                                  "not pay: use lookup (generate(prompt_lookup_num_tokens=...))."))
 
 __all__ = ["BLOCK_LENGTH", "DRAFTER", "EAGLE_HEAD", "FRAMEWORKS", "MASK", "PLAIN", "RUN_INPUTS", "SAMPLING", "TIER",
-           "TIER_MODES", "Framework", "check_request_fits", "get", "refuse_unhonoured", "register", "run"]
+           "TIER_MODES", "Framework", "check_request_fits", "declared", "get", "names", "refuse_unhonoured", "register",
+           "registered", "run", "unregister"]

@@ -8,13 +8,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from viasd_adapt.core.markers import hookimpl
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.metrics import TierMetrics
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
+
+if TYPE_CHECKING:  # pragma: no cover - a request names its context's type without importing torch
+    from viasd_adapt.engine.context import RunContext
 
 
 #: ``RunRequest.mode`` of a stock run: the framework without viasd-adapt at all (where such a path exists).
@@ -50,16 +53,20 @@ class RunRequest:
       own ``generate``, EAGLE's own ``eagenerate``); ``mode`` is ``"plain"`` and ``settings`` only
       supply sizes such as ``gamma``.
 
-    ``mode`` is kept as the first field (and ``"plain"`` as its stock value) because every
-    framework runner and the bench's rows speak it; build requests with :meth:`tiered` and
-    :meth:`stock_run`, which cannot disagree with ``settings``. ``stop_at_eos=False`` generates
-    exactly ``max_new_tokens`` (benchmarks: every row does the same amount of work).
+    A tiered request built from a run's :class:`~viasd_adapt.engine.context.RunContext` holds it, and
+    its ``mode`` and ``settings`` are the context's (:meth:`of`): they cannot disagree. Without a
+    context, the runner builds the pair's own for ``settings`` (:meth:`context_on`). ``mode`` is kept
+    as the first field (and ``"plain"`` as its stock value) because every framework runner and the
+    bench's rows speak it; build requests with :meth:`of`, :meth:`tiered` and :meth:`stock_run`.
+    ``stop_at_eos=False`` generates exactly ``max_new_tokens`` (benchmarks: every row does the same
+    amount of work).
     """
 
     mode: str
     prompt_ids: list[int]
     max_new_tokens: int
-    settings: TierSettings
+    #: the run's settings; for a request with a context, the context's (derived when not given)
+    settings: TierSettings | None = None
     sampling: SamplingConfig = SamplingConfig()
     seed: int = 0
     stop_at_eos: bool = True
@@ -70,17 +77,22 @@ class RunRequest:
     # Called as tokens are committed (:data:`TokenCallback`): ``viasd generate`` streams through it.
     # Tiered runs reach it through :attr:`stream_plugins`; a runner that cannot stream ignores it.
     on_tokens: TokenCallback | None = field(default=None, compare=False, repr=False)
-    #: The run's :class:`~viasd_adapt.engine.context.RunContext` (its settings, mask, tuned evidence,
-    #: plugins), when the caller built it (``viasd generate``, ``viasd tune``); None: the runner
-    #: builds the pair's own for :attr:`settings` (:meth:`context_on`). Its settings must be :attr:`settings`.
-    context: Any = field(default=None, compare=False, repr=False)
+    #: The run's context (its settings, mask, tuned evidence, plugins), when the caller built it
+    #: (``viasd generate``, ``viasd tune``); None: the runner builds the pair's own for
+    #: :attr:`settings` (:meth:`context_on`).
+    context: RunContext | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.context is not None and not self.stock and self.context.settings != self.settings:
-            raise ConfigError("a RunRequest's settings and its run context's disagree; build the request from "
-                              "the context's settings (RunRequest.tiered(ids, n, context.settings, context=context))")
+        if self.context is not None and not self.stock:
+            derived = self.context.settings
+            if self.settings is not None and self.settings != derived or self.mode != derived.mode.value:
+                raise ConfigError("a RunRequest's settings and its run context's disagree; build the request from "
+                                  "the context (RunRequest.of(context, ids, n))")
+            object.__setattr__(self, "settings", derived)
+        elif self.settings is None:
+            raise ConfigError("a RunRequest needs its settings, or the run's context (RunRequest.of(context, ids, n))")
 
-    def context_on(self, pair: Any, **options: Any) -> Any:
+    def context_on(self, pair: Any, **options: Any) -> RunContext:
         """The run's context: the one the request carries, else the pair's for :attr:`settings` with
         :attr:`stream_plugins` (:meth:`~viasd_adapt.models.pair.LoadedPair.run_context`; ``options``
         are its own, e.g. ``drafter``). Nothing is read: the pair holds what it read when loaded. The
@@ -101,8 +113,19 @@ class RunRequest:
         return self.mode == STOCK_MODE
 
     @classmethod
-    def tiered(cls, prompt_ids: list[int], max_new_tokens: int, settings: TierSettings, **options: Any) -> "RunRequest":
-        """A run through viasd-adapt's verify step in ``settings.mode``."""
+    def of(cls, context: RunContext, prompt_ids: list[int], max_new_tokens: int, **options: Any) -> "RunRequest":
+        """A run through viasd-adapt's verify step with ``context``: its mode and settings are the context's."""
+        return cls(context.mode.value, prompt_ids, max_new_tokens, context.settings, context=context, **options)
+
+    @classmethod
+    def tiered(cls, prompt_ids: list[int], max_new_tokens: int, settings: TierSettings | None = None,
+               **options: Any) -> "RunRequest":
+        """A run through viasd-adapt's verify step in ``settings.mode`` (with ``context=``: the context's)."""
+        context = options.get("context")
+        if settings is None and context is not None:
+            settings = context.settings
+        if settings is None:
+            raise ConfigError("RunRequest.tiered needs settings, or the run's context (RunRequest.of(context, ids, n))")
         return cls(settings.mode.value, prompt_ids, max_new_tokens, settings, **options)
 
     @classmethod

@@ -4,9 +4,10 @@
 after the first model load. This module is the arithmetic of that promise, with no model in it:
 
 * :class:`UnitCosts`: what one unit of each stage's work costs, in seconds, as a short probe
-  measured it on this machine (one decode step, one forward over a calibration window, one tuning
-  setting run on one prompt through the real drafting loop with the real drafter, untiered and
-  with a slim verifier, scored);
+  measured it on this machine (one decode step, one forward over a calibration window, one real
+  mask evaluation of the search per calibration window with its share of a proposal, and one
+  tuning setting through the real drafting loop with the real drafter, untiered and with a slim
+  verifier: its fixed part once per prompt and its price per generated token);
 * :func:`fit_plan`: the largest sizes (calibration prompts, masks searched, skip ratios tried,
   settings, tuning prompts) whose priced total fits the budget, or :class:`BudgetTooSmall` naming
   the minutes the smallest plan needs, raised before any heavy stage starts;
@@ -15,8 +16,11 @@ after the first model load. This module is the arithmetic of that promise, with 
   units of work to stop early (tests drive it with a fake clock, never with wall time).
 
 Why measured units and not a fitted factor: a drafted token of a drafting loop costs more than a
-bare drafter forward, and a tiered setting more than an untiered one; one real run of each prices
-what the sweep will run, on the machine and load it will run under.
+bare drafter forward, a tiered setting more than an untiered one, and a mask evaluation of the
+search less than a slim forward over every window (it starts at the mask's first skipped layer
+from stored states); one real run of each prices what the stages will run, on the machine and
+load they will run under. A setting's prompt (its prefill and its scoring) is priced once per
+prompt and its tokens per token, so a sweep of longer outputs is not priced as copies of a short run.
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ MIN_TUNE_PROMPTS, MAX_TUNE_PROMPTS, MIN_SEARCH_STEPS, EXTRA_RATIO_STEPS = 4, 12,
 #: The skip ratios tried beside the main one when the budget allows, in the order they are added:
 #: at small scale a slim verifier that skips fewer layers may agree with the target far more often.
 EXTRA_RATIOS = (0.3, 0.2)
-#: Timed rounds of the single-forward prices, and kinds of forward timed per round.
-COST_REPEATS, COST_KINDS = 15, 5
+#: The sweep's price list (:mod:`viasd_adapt.bench.prices`): timed rounds, tries per pass and round
+#: (the fastest is kept), passes timed per round for the target and drafter, and for each mask.
+COST_REPEATS, COST_TRIES, SHARED_PASSES, MASK_PASSES = 15, 3, 3, 2
 
 
 class BudgetTooSmall(ConfigError):
@@ -53,29 +58,91 @@ class BudgetTooSmall(ConfigError):
                          f"pass --minutes {minutes_needed:g} or more")
 
 
+def _check_seconds(**values: float) -> None:
+    for name, value in values.items():
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            raise ConfigError(f"a unit cost must be a finite number of seconds >= 0, got {name}={value!r}")
+
+
+@dataclass(frozen=True)
+class RunPrice:
+    """One tuning setting on one prompt, as the probe measured it through the real drafting loop.
+
+    Attributes:
+        prompt: what the setting costs once per prompt whatever its length: the loop's prefill and
+            setup (the intercept of two runs of different lengths) and the scoring of its output.
+        token: what each generated token adds (the slope of the same two runs).
+    """
+
+    prompt: float
+    token: float
+
+    def __post_init__(self) -> None:
+        _check_seconds(prompt=self.prompt, token=self.token)
+
+    def at(self, tokens: int) -> float:
+        """The setting on one prompt of ``tokens`` generated tokens."""
+        return self.prompt + tokens * self.token
+
+    @classmethod
+    def fitted(cls, short: tuple[int, float], long: tuple[int, float], scoring: float) -> "RunPrice":
+        """The price of two timed runs ``(tokens, seconds)`` of one setting on one prompt, and the
+        scoring of one output: the slope per token between them, the intercept (never below 0) plus
+        the scoring as the prompt's part."""
+        (n_short, t_short), (n_long, t_long) = sorted((short, long))
+        if n_long <= n_short:
+            raise ConfigError(f"a run price needs runs of two lengths, got {n_short} and {n_long} tokens")
+        token = max(0.0, (t_long - t_short) / (n_long - n_short))
+        return cls(prompt=max(0.0, t_short - n_short * token) + scoring, token=token)
+
+
 @dataclass(frozen=True)
 class UnitCosts:
     """Seconds of one unit of each stage's work, measured by the probe.
 
     Attributes:
         step: one target decode step (a calibration prompt's greedy token).
-        window: one target forward over a calibration window (a mask evaluation costs one slim
-            forward per calibration window, ``1 - ratio`` of it).
-        sd_point: one untiered setting (plain SD, the lenient baseline, the reference) on one
-            tuning prompt of :data:`TUNE_TOKENS` tokens through the real drafting loop, scored.
-        tier_point: one setting with a slim verifier on one tuning prompt, the same way.
+        window: one target forward over a calibration window, scored the way the search scores it
+            (the search's setup and held-out agreement run a few of these per window).
+        evaluation: one mask evaluation of the search per calibration window, at the skip ratio
+            ``evaluated_ratio``: the search's own objective (from the first skipped layer on, on
+            stored states) timed on real windows.
+        untiered: one untiered setting (plain SD, the lenient baseline) on one tuning prompt.
+        tiered: one setting with a slim verifier on one tuning prompt.
+        proposal: what proposing a mask adds per search step (a BoTorch proposal's time over the
+            steps between proposals).
+        tokens: the tokens of one tuning prompt the sweep generates.
+        evaluated_ratio: the skip ratio ``evaluation`` was measured at.
     """
 
     step: float
     window: float
-    sd_point: float
-    tier_point: float
+    evaluation: float
+    untiered: RunPrice
+    tiered: RunPrice
+    proposal: float = 0.0
+    tokens: int = TUNE_TOKENS
+    evaluated_ratio: float = 0.45
 
     def __post_init__(self) -> None:
-        for name in ("step", "window", "sd_point", "tier_point"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ConfigError(f"a unit cost must be a finite number of seconds >= 0, got {name}={value!r}")
+        _check_seconds(step=self.step, window=self.window, evaluation=self.evaluation, proposal=self.proposal)
+        if not 0 <= self.evaluated_ratio < 1:
+            raise ConfigError(f"the probe's skip ratio must be in [0, 1), got {self.evaluated_ratio!r}")
+
+    @property
+    def sd_point(self) -> float:
+        """One untiered setting on one tuning prompt of :attr:`tokens` tokens, scored."""
+        return self.untiered.at(self.tokens)
+
+    @property
+    def tier_point(self) -> float:
+        """One setting with a slim verifier on one tuning prompt of :attr:`tokens` tokens, scored."""
+        return self.tiered.at(self.tokens)
+
+    def evaluation_at(self, ratio: float) -> float:
+        """One mask evaluation per calibration window at ``ratio``: the measured one scaled by the
+        share of layers that run (a slim verifier that skips fewer layers runs more of them)."""
+        return self.evaluation * (1 - ratio) / (1 - self.evaluated_ratio)
 
 
 @dataclass(frozen=True)
@@ -115,8 +182,14 @@ class Plan:
 
 def units_words(units: UnitCosts) -> str:
     """The probe's prices in words (what an estimate or a refusal rests on)."""
-    return (f"a decode step {units.step * 1000:.0f} ms, a calibration window {units.window:.2f}s, one setting on one "
-            f"prompt {units.sd_point:.2f}s untiered and {units.tier_point:.2f}s tiered")
+    return (f"a decode step {units.step * 1000:.0f} ms, a calibration window {units.window:.2f}s, a mask evaluation "
+            f"{units.evaluation:.2f}s per window, one setting on one prompt {run_words(units.untiered)} untiered and "
+            f"{run_words(units.tiered)} tiered")
+
+
+def run_words(price: RunPrice) -> str:
+    """``1.20s + 150 ms/token``: a setting's price on one prompt."""
+    return f"{price.prompt:.2f}s + {price.token * 1000:.0f} ms/token"
 
 
 def budget_words(expected_seconds: float, budget_seconds: float) -> str:
@@ -132,24 +205,42 @@ def prompts_word(count: int) -> str:
     return f"{count} prompt" + ("" if count == 1 else "s")
 
 
+#: Target forwards over each calibration window a search runs besides its evaluations (q's log-probs
+#: and the stored states the evaluations start from; p's, a drafter's, cost less), and over each
+#: held-out window (the target's and the best mask's; the drafter's again less).
+SETUP_FORWARDS, HELDOUT_FORWARDS = 2, 2
+
+
+def search_step_seconds(units: UnitCosts, n_cal: int, ratio: float) -> float:
+    """One step of the mask search at ``ratio``: a mask evaluated on ``n_cal`` calibration windows
+    and its share of a proposal."""
+    return n_cal * units.evaluation_at(ratio) + units.proposal
+
+
+def ratio_fixed_seconds(units: UnitCosts, n_cal: int, n_held: int) -> float:
+    """What one ratio's search costs besides its steps: its setup over the calibration windows and
+    its held-out agreement."""
+    return SETUP_FORWARDS * n_cal * units.window + HELDOUT_FORWARDS * n_held * units.window
+
+
 def search_seconds(units: UnitCosts, n_cal: int, n_held: int, ratios: tuple[float, ...], steps: int,
                    extra_steps: int) -> float:
-    """The mask search's price: greedy calibration (once, shared by every ratio), then per ratio the
-    objective's setup (one target forward per calibration window), its evaluations (a slim forward
-    per window each), and the held-out agreement (the target, the mask and the drafter per held-out window)."""
+    """The mask search's price: greedy calibration (once, shared by every ratio), then per ratio its
+    fixed part (:func:`ratio_fixed_seconds`) and its steps (:func:`search_step_seconds`)."""
     total = (n_cal + n_held) * CALIBRATION_TOKENS * units.step
     for index, ratio in enumerate(ratios):
         evaluations = steps if index == 0 else extra_steps
-        total += n_cal * units.window + evaluations * n_cal * units.window * (1 - ratio) + 3 * n_held * units.window
+        total += ratio_fixed_seconds(units, n_cal, n_held) + evaluations * search_step_seconds(units, n_cal, ratio)
     return total
 
 
 def tune_seconds(units: UnitCosts, grid: GridSize, masks: int, prompts: int) -> float:
-    """The sweep's price: the reference (the target alone, priced as an untiered point), the
-    single-forward prices per mask, then every setting on every prompt."""
+    """The sweep's price: the reference (the target alone, priced as an untiered point: the same
+    prefill and scoring, a token no dearer), the single-forward prices per mask, then every setting
+    on every prompt."""
     untiered = 1 + grid.lenience
     tiered = grid.points(masks) - untiered
-    forward_prices = (1 + masks) * COST_REPEATS * COST_KINDS * units.step
+    forward_prices = COST_REPEATS * COST_TRIES * (SHARED_PASSES + MASK_PASSES * masks) * units.step
     return prompts * (units.sd_point * (1 + untiered) + units.tier_point * tiered) + forward_prices
 
 
@@ -171,7 +262,7 @@ def _sized(units: UnitCosts, budget: float, ratios: tuple[float, ...], grids: li
     n_cal, n_held = cal
     least = min(MIN_TUNE_PROMPTS, tune_available) if tune_available is not None else MIN_TUNE_PROMPTS
     fixed = search_seconds(units, n_cal, n_held, ratios, 0, EXTRA_RATIO_STEPS)
-    per_step = max(n_cal * units.window * (1 - ratios[0]), 1e-6)
+    per_step = max(search_step_seconds(units, n_cal, ratios[0]), 1e-6)
     share = budget * SEARCH_SHARE - fixed  # the search's share, less what the smallest sweep must keep
     room = budget - fixed - tune_seconds(units, grids[-1], len(ratios), least)
     steps = int(max(0.0, min(share, room)) / per_step)
@@ -262,5 +353,6 @@ class Deadline:
         return earlier
 
 
-__all__ = ["BudgetTooSmall", "Deadline", "FILL", "GridSize", "Plan", "UnitCosts", "budget_words", "fit_plan", "prompts_word",
-           "search_seconds", "smallest_seconds", "tune_seconds", "units_words"]
+__all__ = ["BudgetTooSmall", "Deadline", "FILL", "GridSize", "Plan", "RunPrice", "UnitCosts", "budget_words", "fit_plan",
+           "prompts_word", "ratio_fixed_seconds", "run_words", "search_seconds", "search_step_seconds", "smallest_seconds",
+           "tune_seconds", "units_words"]

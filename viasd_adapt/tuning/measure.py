@@ -11,7 +11,6 @@ not steer the sweep; the fixed points themselves for the adaptive twins). Nothin
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
@@ -24,7 +23,6 @@ from viasd_adapt.bench.uncertainty import prompt_key
 from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.config.tuned import TunedSettings
 from viasd_adapt.core.metrics import TierMetrics
-from viasd_adapt.core.monitor import ViasdQualityWarning
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.engine.context import resolve_context
 from viasd_adapt.errors import ConfigError
@@ -61,18 +59,14 @@ def tune(pair: LoadedPair, prompts: Sequence[str | BenchPrompt], config: TuneCon
     prompt_ids = [p.ids if isinstance(p, BenchPrompt) else encode_prompt(pair.tokenizer, p, config.chat) for p in prompts]
     masks = masks_for_ratios(pair, config.ratios, config.search_steps, config.save_masks_to, say, config.exits,
                              config.mask_files)
-    with warnings.catch_warnings():
-        # the sweep tries tolerances far from the defaults on purpose; the junk-drafter monitor
-        # would read a loose gate 1 as a junk drafter
-        warnings.simplefilter("ignore", ViasdQualityWarning)
-        sweep = Sweep.prepare(pair, prompt_ids, masks, config, say)
-        candidates = list(fixed_candidates(masks, config.grid, config.base, config.sampling.greedy))
-        ticker = bar(len(candidates) + (2 * len(masks) if config.adaptive else 0)) if bar is not None else None
-        try:
-            return sweep.run(candidates, ticker, started, stop_when)
-        finally:
-            if ticker is not None:
-                ticker.close()
+    sweep = Sweep.prepare(pair, prompt_ids, masks, config, say)
+    candidates = list(fixed_candidates(masks, config.grid, config.base, config.sampling.greedy))
+    ticker = bar(len(candidates) + (2 * len(masks) if config.adaptive else 0)) if bar is not None else None
+    try:
+        return sweep.run(candidates, ticker, started, stop_when)
+    finally:
+        if ticker is not None:
+            ticker.close()
 
 
 @dataclass(frozen=True)
@@ -177,15 +171,17 @@ class Sweep:
         return points
 
     def runs(self, settings: TierSettings, mask_name: str | None, evidence: TunedSettings | None = None) -> Runs:
-        """Every calibration prompt through the engine, with the candidate's own run context."""
+        """Every calibration prompt through the engine, with the candidate's own run context (unwatched:
+        the sweep tries tolerances far from the defaults on purpose, and the drafter-quality monitor
+        would read a loose gate 1 as a junk drafter)."""
         pair, config = self.pair, self.config
         context = resolve_context(pair.target, settings, mask=self.masks[mask_name] if mask_name else pair.routing,
-                                  evidence=evidence, drafter=pair.drafter)
+                                  evidence=evidence, drafter=pair.drafter, watch_drafter=False)
         merged, outputs, each, singles = TierMetrics(), [], [], []
         with RunMeter(pair.target, None) as meter:
             for index, ids in enumerate(self.prompt_ids):
-                request = RunRequest.tiered(ids, config.max_new_tokens, settings, sampling=config.sampling,
-                                            seed=config.seed + index, stop_at_eos=False, context=context)
+                request = RunRequest.of(context, ids, config.max_new_tokens, sampling=config.sampling,
+                                        seed=config.seed + index, stop_at_eos=False)
                 measured = meter.start()
                 out = frameworks.run(MEASURED_ON, pair, request)
                 meter.stop()

@@ -289,7 +289,8 @@ def _add_locked(request: AddRequest, restart: bool, say: Callable[[str], None], 
     publish(work, request.folder)
     stages.record("write the pair", began)
     say(f"pair {request.name!r} -> {request.folder} (peak memory {report.peak_memory_mb:.0f} MB, "
-        f"{clock() - started:.0f}s; {after_load / 60:.1f} min after the first load, budget {request.minutes:g}); "
+        f"{clock() - started:.0f}s; {after_load / 60:.1f} min after the first load, estimate "
+        f"{planned.estimate.expected_minutes:.1f}, budget {request.minutes:g}); "
         f"use it with `viasd generate --pair {request.name}` or load_pair({request.name!r})")
     return request.folder
 
@@ -309,7 +310,7 @@ def _estimate_stage(request: AddRequest, pair: Any, num_layers: int, file_prompt
     first = prompts[0]
     ids = first.ids if hasattr(first, "ids") else encode_prompt(pair.tokenizer, first, request.chat)
     units = measure_units(pair, list(ids), num_layers=num_layers, ratio=DEFAULTS.ratio, clock=deadline.clock,
-                          window_tokens=DEFAULTS.calibration.max_prompt_tokens + DEFAULTS.calibration.new_tokens)
+                          prompt_tokens=DEFAULTS.calibration.max_prompt_tokens, new_tokens=DEFAULTS.calibration.new_tokens)
     probe_seconds = deadline.clock() - began
     try:
         planned = plan_onboarding(units, minutes=request.minutes, probe_seconds=probe_seconds, num_layers=num_layers,
@@ -363,19 +364,12 @@ def _search_stage(request: AddRequest, pair: Any, planned: Any, work: Path, dead
 
     try:
         return search_ratios(pair.target, draft, pair.tokenizer, config, ratios=plan.ratios, steps=plan.search_steps,
-                             extra_steps=plan.extra_steps, work=work, units=_units_of(estimate), deadline=deadline,
+                             extra_steps=plan.extra_steps, work=work, units=planned.units, deadline=deadline,
                              tune_seconds=plan.tune_seconds, say=say, prompt_lookup=pair.lookup is not None,
                              names=(Path(request.target).name, Path(str(request.draft)).name), on_step=on_step,
                              note=note or say)
     finally:
         bar.close()
-
-
-def _units_of(estimate: OnboardEstimate):
-    from viasd_adapt.tuning.budget_plan import UnitCosts
-
-    return UnitCosts(step=estimate.step_seconds, window=estimate.window_seconds,
-                     sd_point=estimate.untiered_point_seconds, tier_point=estimate.tiered_point_seconds)
 
 
 def _tune_stage(request: AddRequest, pair: Any, planned: Any, prompts: list, mask_paths: list[Path], work: Path,
@@ -403,7 +397,7 @@ def _tune_stage(request: AddRequest, pair: Any, planned: Any, prompts: list, mas
     estimate = planned.estimate
     config = TuneConfig(TUNE_NEW_TOKENS, planned.grid, Budget(), seed=request.seed, chat=request.chat,
                         mask_files=tuple(mask_paths[1:]))
-    per_setting = estimate.tune_prompts * max(estimate.tiered_point_seconds, estimate.untiered_point_seconds)
+    per_setting = estimate.tune_prompts * max(planned.units.tier_point, planned.units.sd_point)
     bar = tqdm(total=estimate.tune_points, desc="tune", unit="setting", disable=not progress, leave=False)
     said: list[str] = []
     try:

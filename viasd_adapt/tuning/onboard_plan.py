@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from viasd_adapt.config.onboard_report import OnboardEstimate
-from viasd_adapt.tuning.budget_plan import GridSize, Plan, UnitCosts, budget_words, fit_plan, prompts_word
+from viasd_adapt.tuning.budget_plan import (GridSize, Plan, RunPrice, UnitCosts, budget_words, fit_plan, prompts_word,
+                                            run_words)
 from viasd_adapt.tuning.grid import TuneGrid
 
 #: The sweeps a budget chooses among, largest first: the full grid, a middle one, and the paper's
@@ -28,12 +29,14 @@ def grid_size(grid: TuneGrid) -> GridSize:
 
 @dataclass(frozen=True)
 class OnboardPlan:
-    """The plan (sizes and prices), the sweep it runs, the search's config changes and the estimate as recorded."""
+    """The plan (sizes and prices), the sweep it runs, the search's config changes, the estimate as
+    recorded and the probe's units it was priced from (what the stages' early stops price a unit by)."""
 
     plan: Plan
     grid: TuneGrid
     search: dict
     estimate: OnboardEstimate
+    units: UnitCosts
 
 
 def plan_onboarding(units: UnitCosts, *, minutes: float, probe_seconds: float, num_layers: int, ratio: float,
@@ -51,7 +54,12 @@ def plan_onboarding(units: UnitCosts, *, minutes: float, probe_seconds: float, n
                           "from noise")
     expected = probe_seconds + plan.expected_seconds
     estimate = OnboardEstimate(minutes=minutes, step_seconds=round(units.step, 4), window_seconds=round(units.window, 4),
+                               evaluation_seconds=round(units.evaluation, 4), evaluated_ratio=round(units.evaluated_ratio, 4),
+                               proposal_seconds=round(units.proposal, 4),
                                untiered_point_seconds=round(units.sd_point, 3), tiered_point_seconds=round(units.tier_point, 3),
+                               untiered_prompt_seconds=round(units.untiered.prompt, 3),
+                               untiered_token_seconds=round(units.untiered.token, 4),
+                               tiered_prompt_seconds=round(units.tiered.prompt, 3), tiered_token_seconds=round(units.tiered.token, 4),
                                probe_seconds=round(probe_seconds, 2), calibration_prompts=plan.calibration_prompts,
                                heldout_prompts=plan.heldout_prompts, search_steps=plan.search_steps,
                                ratios=list(plan.ratios), extra_ratio_steps=plan.extra_steps if len(plan.ratios) > 1 else 0,
@@ -60,7 +68,7 @@ def plan_onboarding(units: UnitCosts, *, minutes: float, probe_seconds: float, n
                                notes=list(plan.notes))
     strategy = "guided" if plan.search_steps >= 2 * num_layers else "dimr"
     search = dict(steps=plan.search_steps, strategy=strategy, patience=max(plan.search_steps, 1), compare_random=0)
-    return OnboardPlan(plan, TUNE_GRIDS[plan.grid], search, estimate)
+    return OnboardPlan(plan, TUNE_GRIDS[plan.grid], search, estimate, units)
 
 
 #: Fewer tuning prompts than this and the plan says the verdict rests on too few.
@@ -75,12 +83,13 @@ def estimate_line(estimate: OnboardEstimate) -> str:
     others = (f", then {estimate.extra_ratio_steps} masks at each other ratio ({', '.join(f'{r:g}' for r in ratios[1:])})"
               if len(ratios) > 1 else "")
     main = f" at the skip ratio {ratios[0]:g}" if ratios else ""
+    untiered = RunPrice(estimate.untiered_prompt_seconds, estimate.untiered_token_seconds)
+    tiered = RunPrice(estimate.tiered_prompt_seconds, estimate.tiered_token_seconds)
     return (f"estimate: about {estimate.expected_minutes:.1f} min after the first load, {words} (probe "
             f"{estimate.probe_seconds:.1f}s: a decode step {estimate.step_seconds * 1000:.0f} ms, a calibration window "
-            f"{estimate.window_seconds:.2f}s, one setting on one prompt {estimate.untiered_point_seconds:.2f}s untiered and "
-            f"{estimate.tiered_point_seconds:.2f}s tiered): calibrate on {prompts_word(estimate.calibration_prompts)}, "
-            f"search {estimate.search_steps} masks{main}{others}, tune {estimate.tune_points} settings on "
-            f"{prompts_word(estimate.tune_prompts)}")
-
+            f"{estimate.window_seconds:.2f}s, a mask evaluation {estimate.evaluation_seconds:.2f}s per window, one setting "
+            f"on one prompt {run_words(untiered)} untiered and {run_words(tiered)} tiered): calibrate on "
+            f"{prompts_word(estimate.calibration_prompts)}, search {estimate.search_steps} masks{main}{others}, tune "
+            f"{estimate.tune_points} settings on {prompts_word(estimate.tune_prompts)}")
 
 __all__ = ["OnboardPlan", "TUNE_GRIDS", "estimate_line", "grid_size", "plan_onboarding"]

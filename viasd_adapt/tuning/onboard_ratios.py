@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from viasd_adapt.config.onboard_report import RatioTried
-from viasd_adapt.tuning.budget_plan import Deadline, UnitCosts
+from viasd_adapt.tuning.budget_plan import Deadline, UnitCosts, ratio_fixed_seconds, search_step_seconds
 
 MAIN_MASK = "mask.json"
 
@@ -65,9 +65,9 @@ def search_ratios(target: Any, draft: Any, tokenizer: Any, base_config: Any, *, 
             resumed = resumed or index == 0
             continue
         evaluations = steps if index == 0 else extra_steps
-        per_evaluation = n_cal * units.window * (1 - ratio)
-        tail = 3 * n_held * units.window + n_cal * units.window  # held-out agreement and the objective's setup
-        later = sum(n_cal * units.window + extra_steps * n_cal * units.window * (1 - r) + tail for r in ratios[index + 1:])
+        per_evaluation = search_step_seconds(units, n_cal, ratio)
+        tail = ratio_fixed_seconds(units, n_cal, n_held)  # the objective's setup and the held-out agreement
+        later = sum(tail + extra_steps * search_step_seconds(units, n_cal, r) for r in ratios[index + 1:])
         if index > 0 and not deadline.sooner(tune_seconds + later).allows(tail + per_evaluation * evaluations):
             say(f"time budget: the skip ratio {ratio:g} is not tried (its search no longer fits before the tuning)")
             continue

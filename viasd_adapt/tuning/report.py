@@ -41,6 +41,7 @@ def describe(result: TuneResult) -> list[str]:
         lines.append(format_price_list(result.price_list))
     lines.append(_verdict_line(result))
     lines.extend(_uncertainty_lines(result))
+    lines.extend(_busy_lines(result))
     if target_alone_cheapest(result) and result.decision is not None:  # the same comparison as the choice
         lines.append(f"NOTE: plain decoding (the target alone, one 1-token pass per token) is written: "
                      f"{result.decision.reason()}. Speculative decoding itself does not pay with this drafter on this "
@@ -76,6 +77,14 @@ def _uncertainty_lines(result: TuneResult) -> list[str]:
     state = ("so the simpler setting is written" if decision.within_noise
              else "no cheaper setting was refused on noise alone")
     return [f"UNCERTAINTY: the choice is {decision.evidence()}; {state}"]
+
+
+def _busy_lines(result: TuneResult) -> list[str]:
+    """A line when the price list's spread is wide (:func:`~viasd_adapt.bench.prices.spread_line`)."""
+    from viasd_adapt.bench.prices import spread_line
+
+    line = spread_line(result.price_list)
+    return [line] if line is not None else []
 
 
 def plot_frontiers(result: TuneResult, path: str | Path, title: str = "") -> Path:

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from viasd_adapt.tuning.budget_plan import (EXTRA_RATIOS, FILL, MIN_TUNE_PROMPTS, TUNE_TOKENS, BudgetTooSmall, GridSize,
-                                            UnitCosts, budget_words, prompts_word, tune_seconds)
+from viasd_adapt.tuning.budget_plan import (EXTRA_RATIOS, FILL, MIN_TUNE_PROMPTS, SETUP_FORWARDS, BudgetTooSmall, GridSize,
+                                            UnitCosts, budget_words, prompts_word, search_step_seconds, tune_seconds)
 
 #: What the tuner's own mask search calibrates on (:func:`viasd_adapt.tuning.grid._search`): prompts and tokens.
 RATIO_SEARCH_PROMPTS, RATIO_SEARCH_TOKENS = 8, 32
@@ -32,15 +32,16 @@ class TunePlan:
 
 
 def ratio_search_seconds(units: UnitCosts, ratio: float, steps: int) -> float:
-    """One DIMR mask search of the tuner: greedy calibration, the objective's setup, ``steps`` evaluations."""
-    windows = RATIO_SEARCH_PROMPTS * units.window
-    return RATIO_SEARCH_PROMPTS * RATIO_SEARCH_TOKENS * units.step + windows + steps * windows * (1 - ratio)
+    """One DIMR mask search of the tuner: greedy calibration, the objective's setup, ``steps`` steps
+    (a measured mask evaluation per window and its share of a proposal, :func:`search_step_seconds`)."""
+    return (RATIO_SEARCH_PROMPTS * RATIO_SEARCH_TOKENS * units.step + SETUP_FORWARDS * RATIO_SEARCH_PROMPTS * units.window
+            + steps * search_step_seconds(units, RATIO_SEARCH_PROMPTS, ratio))
 
 
 def scaled(units: UnitCosts, new_tokens: int) -> UnitCosts:
-    """The probe's per-setting prices for prompts of ``new_tokens`` tokens (it measured :data:`TUNE_TOKENS`)."""
-    factor = new_tokens / TUNE_TOKENS
-    return replace(units, sd_point=units.sd_point * factor, tier_point=units.tier_point * factor)
+    """The probe's units for tuning prompts of ``new_tokens`` tokens: each setting priced once per
+    prompt and per token (:class:`~viasd_adapt.tuning.budget_plan.RunPrice`), never a short run copied."""
+    return replace(units, tokens=new_tokens)
 
 
 def fit_tune(units: UnitCosts, budget_seconds: float, *, minutes: float, grid: GridSize, masks: int,

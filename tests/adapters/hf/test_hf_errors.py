@@ -14,6 +14,7 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast
 
+import viasd_adapt
 from tests.support.pairs import truncated_pair
 from viasd_adapt.adapters import hf
 from viasd_adapt.errors import ConfigError, ModelMismatchError
@@ -34,7 +35,7 @@ def word_tokenizer(words):
 
 
 def generate_in(target, drafter, mask, mode="lossy", **kwargs):
-    with hf.tiered(target, mask=mask, settings=TierSettings(mode=mode)):
+    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode=mode))):
         return target.generate(assistant_model=drafter, do_sample=False, **kwargs)
 
 
@@ -43,7 +44,7 @@ def test_tokenizer_vocabulary_mismatch(models):
     a = word_tokenizer(["<unk>", "a", "b", "c"])
     b = word_tokenizer(["<unk>", "a", "c", "b"])
     with pytest.raises(ModelMismatchError, match="vocabularies"):
-        hf.patch(target, mask=mask, tokenizer=a, assistant_tokenizer=b)
+        hf.patch(target, context=viasd_adapt.context(target, mask=mask), tokenizer=a, assistant_tokenizer=b)
     with pytest.raises(ModelMismatchError, match="vocabularies"):
         generate_in(target, drafter, mask, input_ids=PROMPT, max_new_tokens=4, tokenizer=a, assistant_tokenizer=b)
     same = generate_in(target, drafter, mask, input_ids=PROMPT, max_new_tokens=4, tokenizer=a, assistant_tokenizer=a)

@@ -11,6 +11,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+import viasd_adapt
 from tests.support.pairs import truncated_pair
 from viasd_adapt.adapters import hf
 from viasd_adapt.core.settings import TierSettings
@@ -48,7 +49,7 @@ def test_lossy_honours_stopping_criteria_and_streamers():
             return torch.full((input_ids.shape[0],), input_ids.shape[1] >= prompt.shape[1] + 7, dtype=torch.bool)
 
     streamer = Collect()
-    with hf.tiered(target, mask=mask, settings=settings):
+    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=settings)):
         free = target.generate(prompt, assistant_model=drafter, max_new_tokens=30, do_sample=False, streamer=streamer)
         new = free[0, prompt.shape[1]:].tolist()
         assert len(new) == 30
@@ -64,7 +65,7 @@ def test_lossy_honours_stopping_criteria_and_streamers():
 def test_a_session_keeps_every_calls_metrics_and_their_sum():
     target, drafter, mask = pair()
     prompt = torch.tensor([PROMPTS[0]])
-    with hf.tiered(target, mask=mask, settings=TierSettings(mode="lossy", gamma=GAMMA)) as session:
+    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossy", gamma=GAMMA))) as session:
         for seed in range(4):
             torch.manual_seed(seed)
             out = target.generate(prompt, assistant_model=drafter, max_new_tokens=16, do_sample=True,
@@ -82,7 +83,7 @@ def test_lossy_decodes_a_left_padded_batch_row_by_row():
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
     attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    with hf.tiered(target, mask=mask, settings=TierSettings(mode="lossy", gamma=GAMMA)) as session:
+    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossy", gamma=GAMMA))) as session:
         singles = [target.generate(torch.tensor([p]), assistant_model=drafter, max_new_tokens=12, do_sample=False,
                                    eos_token_id=None)[0, len(p):].tolist() for p in prompts]
         batch = target.generate(ids, attention_mask=attention, assistant_model=drafter, max_new_tokens=12,

@@ -10,6 +10,7 @@ import functools
 import pytest
 import torch
 
+import viasd_adapt
 from tests.support.pairs import truncated_pair
 from viasd_adapt.adapters import hf
 from viasd_adapt.errors import ConfigError, UnsupportedModelError
@@ -40,7 +41,7 @@ def plain_greedy(target, n=12):
 
 
 def tiered_greedy(target, drafter, mask, n=12, **kw):
-    with hf.tiered(target, mask=mask, settings=LOSSLESS):
+    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=LOSSLESS)):
         return target.generate(PROMPT, assistant_model=drafter, max_new_tokens=n, do_sample=False, **kw).tolist()
 
 
@@ -88,9 +89,12 @@ def test_a_compiled_forward_on_the_instance_no_longer_makes_the_view_the_full_mo
 
 def test_a_torch_compile_wrapper_and_foreign_forward_wrappers_get_a_clear_error():
     target, drafter, mask = truncated_pair("llama")
+    wrapper = torch.compile(target, backend="eager")
     with pytest.raises(UnsupportedModelError, match=r"torch.compile wrapper \(OptimizedModule\) .* layer.compile"):
-        with hf.tiered(torch.compile(target, backend="eager"), mask=mask, settings=LOSSLESS):
+        with hf.tiered(wrapper, context=viasd_adapt.context(wrapper, mask=mask, settings=LOSSLESS)):
             pass
+    with pytest.raises(UnsupportedModelError, match=r"torch.compile wrapper \(OptimizedModule\) .* layer.compile"):
+        hf.tiered(wrapper).__enter__()  # the adapter refuses it too
     original = target.forward
 
     @functools.wraps(original)

@@ -15,6 +15,7 @@ import warnings
 import pytest
 import torch
 
+import viasd_adapt
 from tests.support.pairs import greedy_reference, truncated_pair
 from tests.support.seq2seq import seq2seq_pair, source_for
 from viasd_adapt.frameworks import registry as frameworks
@@ -37,7 +38,7 @@ def models():
 
 
 def _tiered(target, drafter, mask, mode, **kwargs):
-    with hf.tiered(target, mask=mask, settings=TierSettings(mode=mode, **kwargs.pop("settings", {}))) as session:
+    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode=mode, **kwargs.pop("settings", {})))) as session:
         out = target.generate(assistant_model=drafter, do_sample=False, **kwargs)
     return out, session
 

@@ -28,6 +28,7 @@ import pytest
 import torch
 from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
+import viasd_adapt
 from tests.support.pairs import truncated_pair
 from viasd_adapt.adapters import hf
 from viasd_adapt.models.tiny import tiny_model
@@ -64,7 +65,7 @@ def _run(model, mode, mask, assistant=None, seed=None, **kwargs):
                 if settings is None:
                     out = model.generate(**kwargs)
                 else:
-                    with hf.tiered(model, mask=mask, settings=settings) as session:
+                    with hf.tiered(model, context=viasd_adapt.context(model, mask=mask, settings=settings)) as session:
                         out = model.generate(**kwargs)
         except Exception as err:  # noqa: BLE001 - compared with stock's exception
             out = err
@@ -258,7 +259,7 @@ def test_tiered_calls_leave_the_assistants_draft_schedule_as_stock_would():
         if mode is None:
             target.generate(ids, assistant_model=drafter, max_new_tokens=n, do_sample=False)
         else:
-            with hf.tiered(target, mask=mask, settings=TierSettings(mode=mode)):
+            with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode=mode))):
                 target.generate(ids, assistant_model=drafter, max_new_tokens=n, do_sample=False)
         return config.num_assistant_tokens
 
