@@ -232,8 +232,7 @@ def read_settings(
         has_tier: False for a framework with no verify step (``Framework.has_tier``): forces mode none.
         best_points: the bench's rows: apply the tuner's best lenient and VIA-SD points (layer 3).
         preset: ``"default"`` or a name of :data:`PRESETS`.
-        flags: TierSettings fields given on the command line (None values are "not given"),
-            keyed by field name (``{"alpha1": 0.2, "mode": None}``).
+        flags: TierSettings fields given on the command line, by name (None: not given: ``{"mode": None}``).
         tuned: the tuned file beside the mask, already loaded (or None: there is none); read
             here when not given. read_masks: mask files already read (path -> artifact).
     """
