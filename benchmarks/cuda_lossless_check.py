@@ -34,7 +34,7 @@ if importlib.util.find_spec("viasd_adapt") is None:  # run from a checkout witho
 
 from demo_pair_cuda import DTYPES, demo_prompts, environment, load_demo  # noqa: E402
 
-import viasd_adapt
+import viasd_adapt  # noqa: E402
 from viasd_adapt.io import write_json  # noqa: E402
 
 
@@ -64,23 +64,25 @@ def methods(pair, target, drafter, n_new: int):
     device = next(target.parameters()).device
     lossless = TierSettings(mode="lossless")
 
-    def hf_call(prompt, **session):
+    def hf_call(prompt, settings=None, share_prefix=True):
         ids = torch.tensor([prompt], device=device)
-        if not session:
+        if settings is None:
             out = target.generate(ids, assistant_model=drafter, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False)
         else:
-            with hf.tiered(target, context=viasd_adapt.context(target, mask=str(pair.mask)), **session):
+            run = viasd_adapt.context(target, mask=str(pair.mask), settings=settings)
+            with hf.tiered(target, context=run, share_prefix=share_prefix):
                 out = target.generate(ids, assistant_model=drafter, max_new_tokens=n_new, min_new_tokens=n_new,
                                       do_sample=False)
         return out[0, len(prompt):].tolist()
 
+    untiered = viasd_adapt.context(target, settings=TierSettings(mode="none"))
+    pearl_lossless = viasd_adapt.context(target, settings=lossless, mask=str(pair.mask))
     return {
         "hf_stock_assisted": lambda prompt: hf_call(prompt),
         "hf_lossless": lambda prompt: hf_call(prompt, settings=lossless),
         "hf_lossless_separate": lambda prompt: hf_call(prompt, settings=lossless, share_prefix=False),
-        "pearl_none": lambda prompt: pearl_generate(target, drafter, prompt, n_new, context=viasd_adapt.context(target, settings=TierSettings(mode="none")),
-                                                    seed=0).tokens,
-        "pearl_lossless": lambda prompt: pearl_generate(target, drafter, prompt, n_new, context=viasd_adapt.context(target, settings=lossless, mask=str(pair.mask)),
+        "pearl_none": lambda prompt: pearl_generate(target, drafter, prompt, n_new, context=untiered, seed=0).tokens,
+        "pearl_lossless": lambda prompt: pearl_generate(target, drafter, prompt, n_new, context=pearl_lossless,
                                                         seed=0).tokens,
     }
 

@@ -214,7 +214,11 @@ def measure_eagle(name: str, prompts: int, say) -> list[dict]:
                 torch.manual_seed(index)
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", ViasdQualityWarning)
-                    out = eagle.generate(ea_model, torch.tensor([prompt]), NEW_TOKENS, context=viasd_adapt.context(ea_model, mask=pair.routing, settings=TierSettings(mode="lossy"), plugins=[recorder]), temperature=temperature, stop_at_eos=False)
+                    out = eagle.generate(ea_model, torch.tensor([prompt]), NEW_TOKENS,
+                                         context=viasd_adapt.context(ea_model,
+                                                                     mask=pair.routing,
+                                                                     settings=TierSettings(mode="lossy"),
+                                                                     plugins=[recorder]), temperature=temperature, stop_at_eos=False)
                 warned = any(issubclass(w.category, ViasdQualityWarning) for w in caught)
                 records.append({"pair": name, "drafter": head_name, "good": good, "sampling": sampling_name,
                                 "prompt": index, "tokens": len(out.tokens), "monitor_warned": warned,

@@ -474,7 +474,8 @@ def evaluate(args) -> None:
             if row.kind == "ar":
                 tokens, m = target.generate(input_ids=source, **kwargs)[0, 1:].tolist(), None
             elif row.kind == "stock":
-                with hf.tiered(target, context=viasd_adapt.context(target, settings=TierSettings(mode="none"))) as session:
+                with hf.tiered(target,
+                               context=viasd_adapt.context(target, settings=TierSettings(mode="none"))) as session:
                     tokens = target.generate(input_ids=source, assistant_model=draft, **kwargs)[0, 1:].tolist()
                 m = session.last_metrics
             elif row.kind == "engine":

@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[int]]:
     outputs = {}
     for mode in MODES:
         # greedy by default; sampling=SamplingConfig(do_sample=True, temperature=0.8) samples
-        out = pearl.generate(pair, ids, args.max_new_tokens, context=viasd_adapt.context(pair, settings=TierSettings(mode=mode)), seed=0)
+        out = pearl.generate(pair, ids, args.max_new_tokens,
+                             context=viasd_adapt.context(pair, settings=TierSettings(mode=mode)), seed=0)
         outputs[mode] = out.tokens
         m, s = out.metrics, out.stats
         print(f"--- {mode}: {s.rounds} rounds, overlap {s.overlap:.2f}x, full passes/token "

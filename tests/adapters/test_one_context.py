@@ -200,7 +200,8 @@ def test_eagle_loose_options_warn_and_give_the_context_forms_tokens(ea_model):
         new = eagle.generate(ea_model, ids, 12, context=viasd_adapt.context(ea_model, mask=MASK, settings=LOSSY)).tokens
         with pytest.warns(DeprecationWarning) as record:
             old = eagle.generate(ea_model, ids, 12, mask=MASK, settings=LOSSY).tokens
-        lossless = eagle.generate(ea_model, ids, 12, context=viasd_adapt.context(ea_model, mask=MASK, settings=LOSSLESS))
+        lossless = eagle.generate(ea_model, ids, 12,
+                                  context=viasd_adapt.context(ea_model, mask=MASK, settings=LOSSLESS))
     _one_deprecation_here(record, "eagle.generate")
     assert old == new and len(new) == 12
     assert lossless.tokens != new  # control: the comparison can tell runs apart
@@ -249,3 +250,21 @@ def test_the_package_examples_and_benchmarks_pass_no_run_option_loosely(tmp_path
     snippet.write_text("hf.tiered(t, mask=m)\neagle.generate(e, ids, 4, settings=s)\npearl_generate(t, d, ids, 4, plugins=p)\n"
                        "hf.tiered(t, context=viasd_adapt.context(t, mask=m))\n")
     assert loose_calls(snippet) == [f"{snippet}:1", f"{snippet}:2", f"{snippet}:3"]
+
+
+def test_each_adapter_shows_its_own_parameters():
+    """``hf.tiered`` no longer hides its parameters behind ``*args, **kwargs``: the context, then the
+    framework's own options by name (only 0.2's run options remain behind ``**run_options``)."""
+    import inspect
+
+    def named(function) -> list[str]:
+        return [p.name for p in inspect.signature(function).parameters.values()
+                if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+    assert named(hf.tiered) == named(hf.patch) == ["target", "context", "tokenizer", "assistant_tokenizer", "share_prefix"]
+    assert named(eagle.tiered) == ["ea_model", "context", "options"]
+    assert named(pearl_generate)[:5] == ["target", "drafter", "prompt_ids", "max_new_tokens", "context"]
+    assert not any(name in RUN_OPTIONS for function in (hf.tiered, hf.patch, eagle.tiered, eagle.generate, pearl_generate)
+                   for name in named(function))
+    # control: a signature that hides its parameters shows none of them
+    assert named(lambda target, *args, **kwargs: None) == ["target"]

@@ -74,7 +74,9 @@ def _pearl_case() -> Case:
 
     def run(mask, settings):
         ran.clear()
-        out = pearl_generate(pair.target, pair.drafter, [5, 17, 2, 40, 9], NEW_TOKENS, context=viasd_adapt.context(pair.target, settings=settings, mask=mask, plugins=[Recorder()]),
+        out = pearl_generate(pair.target, pair.drafter, [5, 17, 2, 40, 9], NEW_TOKENS,
+                             context=viasd_adapt.context(pair.target,
+                                                         settings=settings, mask=mask, plugins=[Recorder()]),
                              parallel=False, seed=0)
         return out.tokens, ran[-1]
 

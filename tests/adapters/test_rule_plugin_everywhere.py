@@ -99,7 +99,8 @@ def test_eagle_chooses_and_decides_by_the_plugins_lenient_rule(ea_model):
     ids = prompts(ea_model, 1)[0]
     runs = {}
     for name, plugin in (("plugin", AcceptEveryLenientDraft()), ("control", CycleLengths())):
-        eagle.generate(ea_model, ids, 40, context=viasd_adapt.context(ea_model, mask=MASK, settings=settings, plugins=[plugin]))
+        eagle.generate(ea_model, ids, 40,
+                       context=viasd_adapt.context(ea_model, mask=MASK, settings=settings, plugins=[plugin]))
         runs[name] = plugin.committed[1:-1]  # after the prefill; the last one may be cut by the budget
     retrieve = ea_model.tree_buffers["retrieve_indices"]  # eagle sets its tree up on the first run
     depth = int((retrieve >= 0).sum(-1).max()) - 1

@@ -56,18 +56,23 @@ def test_hf_checks_each_calls_assistant_against_the_tuned_drafter(demo, monkeypa
         target.generate(ids, assistant_model=drafter, max_new_tokens=4, do_sample=False)
         assert session.last_metrics.slim_passes == 0 and len(session.history) == 3
     # settings given: nothing is checked (they are the caller's)
-    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TunedSettings.load(mask.parent / "tuned.json").settings)):
+    with hf.tiered(target,
+                   context=viasd_adapt.context(target,
+                                               mask=mask,
+                                               settings=TunedSettings.load(mask.parent / "tuned.json").settings)):
         target.generate(ids, assistant_model=other, max_new_tokens=4, do_sample=False)
 
 
 def test_pearl_checks_its_drafter_against_the_tuned_drafter(demo):
     pair, mask, target, drafter, other, ids = demo
-    own = pearl_generate(target, drafter, ids[0].tolist(), 4, context=viasd_adapt.context(target, mask=mask), parallel=False, seed=0)
+    own = pearl_generate(target, drafter, ids[0].tolist(), 4,
+                         context=viasd_adapt.context(target, mask=mask), parallel=False, seed=0)
     assert own.metrics.slim_passes == 0
     from tests.support.adaptive import real_switching
 
     with another_drafter(), real_switching():  # the defaults (lossy, adaptive) ran: their tier, probed, calls u
-        out = pearl_generate(target, other, ids[0].tolist(), 4, context=viasd_adapt.context(target, mask=mask), parallel=False, seed=0)
+        out = pearl_generate(target, other, ids[0].tolist(), 4,
+                             context=viasd_adapt.context(target, mask=mask), parallel=False, seed=0)
     assert out.metrics.slim_passes > 0
 
 

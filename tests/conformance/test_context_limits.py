@@ -80,7 +80,10 @@ def test_every_framework_run_refuses(models, framework, mode):
 def test_hf_tiered_modes_refuse_and_pearl_refuses(models):
     target, draft = models
     ids = torch.tensor([NEAR])
-    with hf.tiered(target, context=viasd_adapt.context(target, mask=RoutingMask.from_skipped(2, [1]), settings=TierSettings(mode="lossless"))):
+    with hf.tiered(target,
+                   context=viasd_adapt.context(target,
+                                               mask=RoutingMask.from_skipped(2, [1]),
+                                               settings=TierSettings(mode="lossless"))):
         with pytest.raises(ConfigError, match="positions"):
             target.generate(ids, assistant_model=draft, max_new_tokens=10, do_sample=False)
     with pytest.raises(ConfigError, match="positions"):

@@ -47,5 +47,6 @@ def test_hf_tiered_warns_with_the_shipped_demo_mask():
     pair = demo_pair_paths()
     target = AutoModelForCausalLM.from_pretrained(str(pair.target), dtype=torch.float32)
     with pytest.warns(NegativeDeltaWarning, match="Delta"):
-        with hf.tiered(target, context=viasd_adapt.context(target, mask=pair.mask, settings=TierSettings(mode="lossy"))):
+        with hf.tiered(target,
+                       context=viasd_adapt.context(target, mask=pair.mask, settings=TierSettings(mode="lossy"))):
             pass

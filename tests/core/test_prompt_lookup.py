@@ -80,7 +80,8 @@ def test_hf_prompt_lookup_runs_through_the_tier_instead_of_falling_back(mode):
         stock = target.generate(ids, **kwargs)
         with warnings.catch_warnings():
             warnings.simplefilter("error", hf.ViasdFallbackWarning)
-            with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode=mode))) as session:
+            with hf.tiered(target,
+                           context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode=mode))) as session:
                 out = target.generate(ids, **kwargs)
         assert session.fallbacks == [] and session.last_metrics.draft_passes == 0
         assert session.last_metrics.draft_tokens + session.last_metrics.drafts_rejected > 0  # lookups were verified

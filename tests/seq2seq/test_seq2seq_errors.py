@@ -48,7 +48,10 @@ def test_a_decoder_only_drafter_cannot_draft_for_a_seq2seq_target(t5, mode):
         seq2seq_generate(target, llama, source_for("t5", 0)["input_ids"], 4, TierSettings(mode="none"))
     # and the other way round: an encoder-decoder drafter has no source to read for a causal target
     causal = tiny_model("llama", 0, num_layers=2, vocab_size=96)
-    with hf.tiered(causal, context=viasd_adapt.context(causal, mask=RoutingMask.from_skipped(2, [1]), settings=TierSettings(mode=mode))):
+    with hf.tiered(causal,
+                   context=viasd_adapt.context(causal,
+                                               mask=RoutingMask.from_skipped(2, [1]),
+                                               settings=TierSettings(mode=mode))):
         with pytest.raises(ModelMismatchError, match="encoder-decoder model but the target"):
             causal.generate(torch.tensor([[1, 2, 3]]), assistant_model=target, max_new_tokens=4, do_sample=False)
     assert_pristine(target)

@@ -23,7 +23,9 @@ def test_lossless_with_a_decoder_only_whisper_drafter_reading_the_target_encoder
     for seed in range(3):
         kwargs = source_for("whisper", seed)
         stock = target.generate(**kwargs, assistant_model=drafter, max_new_tokens=16, do_sample=False)
-        with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossless"))) as session:
+        with hf.tiered(target,
+                       context=viasd_adapt.context(target,
+                                                   mask=mask, settings=TierSettings(mode="lossless"))) as session:
             out = target.generate(**kwargs, assistant_model=drafter, max_new_tokens=16, do_sample=False)
         assert out.tolist() == stock.tolist()
         assert session.last_metrics.draft_tokens > 0  # the drafter really drafted from the source

@@ -275,7 +275,9 @@ class HFDriver(Driver):
         if isinstance(settings, TierSettings):  # stock (mode none) drafts what the assistant's config says
             hf.fix_draft_length(drafter, settings.gamma)
         torch.manual_seed(seed)
-        with hf.tiered(self.target, context=viasd_adapt.context(self.target, mask=mask, settings=settings, plugins=plugins)) as session:
+        with hf.tiered(self.target,
+                       context=viasd_adapt.context(self.target,
+                                                   mask=mask, settings=settings, plugins=plugins)) as session:
             with torch.no_grad():
                 out = self.target.generate(assistant_model=drafter, **self._call(prompt, n, sampling, eos, **extra))
         assert not session.fallbacks, session.fallbacks
@@ -383,7 +385,10 @@ class PearlDriver(Driver):
 
         mask = self.mask if mask is DEFAULT else mask
         drafter = self.pair.drafter if drafter is DEFAULT else drafter
-        out = pearl_generate(self.target, drafter, prompt, n, context=viasd_adapt.context(self.target, settings=settings, mask=mask, plugins=plugins), sampling=sampling,
+        out = pearl_generate(self.target, drafter, prompt, n,
+                             context=viasd_adapt.context(self.target,
+                                                         settings=settings, mask=mask,
+                                                         plugins=plugins), sampling=sampling,
                              seed=seed, eos_token_id=eos, parallel=self.parallel)
         return Generation(out.tokens, out.tiers, out.metrics)
 
@@ -432,7 +437,10 @@ class EagleDriver(Driver):
         if eos is not None:
             self.ea_model.tokenizer = _EosTokenizer(eos)
         try:
-            out = eagle.generate(self.ea_model, ids, n, context=viasd_adapt.context(self.ea_model, mask=mask, settings=settings, plugins=plugins), options=options,
+            out = eagle.generate(self.ea_model, ids, n,
+                                 context=viasd_adapt.context(self.ea_model,
+                                                             mask=mask, settings=settings,
+                                                             plugins=plugins), options=options,
                                  stop_at_eos=eos is not None, **sampling_kwargs)
         finally:
             self.ea_model.tokenizer = saved
@@ -474,7 +482,8 @@ class EagleDriver(Driver):
     def scope(self, settings):
         from viasd_adapt.adapters import eagle
 
-        return eagle.tiered(self.ea_model, context=viasd_adapt.context(self.ea_model, mask=self.mask, settings=settings))
+        return eagle.tiered(self.ea_model,
+                            context=viasd_adapt.context(self.ea_model, mask=self.mask, settings=settings))
 
     @contextlib.contextmanager
     def failing_drafter(self, at: int = 3) -> Iterator[list]:

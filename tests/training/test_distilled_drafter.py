@@ -116,7 +116,9 @@ def test_the_tiny_eagle_head_runs_in_eagle_and_matches_greedy(built):
     ea_model = eagle.load_ea_model(target_dir, pair_dir / "eagle_head")
     ids = torch.tensor([[5, 17, 99, 200, 31]])
     reference = load_model(target_dir, CPU, "target").generate(ids, max_new_tokens=12, do_sample=False)[0, 5:].tolist()
-    out = eagle.generate(ea_model, ids, 12, context=viasd_adapt.context(ea_model, settings=TierSettings(mode="none")))  # eagle's own loop, our head
+    out = eagle.generate(ea_model, ids, 12,
+                         context=viasd_adapt.context(ea_model,
+                                                     settings=TierSettings(mode="none")))  # eagle's own loop, our head
     assert out.tokens == reference
 
 

@@ -137,7 +137,8 @@ def test_head_for_another_base_model_is_refused(tiny_eagle, ea_model):
     try:
         ea_model.ea_layer.embed_tokens.weight.data.normal_()
         with pytest.raises(ModelMismatchError, match="another base model"):
-            eagle.generate(ea_model, _prompts(ea_model, 1)[0], 4, context=viasd_adapt.context(ea_model, mask=MASK, settings=TierSettings(mode="lossy")))
+            eagle.generate(ea_model, _prompts(ea_model, 1)[0], 4,
+                           context=viasd_adapt.context(ea_model, mask=MASK, settings=TierSettings(mode="lossy")))
     finally:
         ea_model.ea_layer.embed_tokens.weight.data.copy_(saved)
     assert not eagle.is_patched()
@@ -147,7 +148,8 @@ def test_eagles_own_arguments(ea_model):
     """Bad input every framework refuses is tested on EAGLE in tests/conformance/test_errors.py."""
     ids = _prompts(ea_model, 1)[0]
     with pytest.raises(ConfigError, match="batch size|one sequence"):
-        eagle.generate(ea_model, ids.repeat(2, 1), 4, context=viasd_adapt.context(ea_model, mask=MASK, settings=TierSettings(mode="lossy")))
+        eagle.generate(ea_model, ids.repeat(2, 1), 4,
+                       context=viasd_adapt.context(ea_model, mask=MASK, settings=TierSettings(mode="lossy")))
     with pytest.raises(ConfigError, match="top_p"):
         eagle.generate(ea_model, ids, 4, temperature=1.0, top_p=0.0)
     with pytest.raises(ConfigError, match="positions"):
@@ -179,7 +181,9 @@ def test_your_own_eagenerate_in_a_scope_returns_the_budget_as_stock_hf_does(ea_m
     ea_model.base_model.model.tree_mask = None
     assert len(stock) > n  # control: eagle overshoots
     settings = TierSettings(mode=mode, adaptive=False)
-    with eagle.tiered(ea_model, context=viasd_adapt.context(ea_model, mask=None if mode == "none" else MASK, settings=settings)) as session:
+    with eagle.tiered(ea_model,
+                      context=viasd_adapt.context(ea_model,
+                                                  mask=None if mode == "none" else MASK, settings=settings)) as session:
         out = session.ea_model.eagenerate(ids, max_new_tokens=n)[0, ids.shape[1]:].tolist()
         other: list = []
         thread = threading.Thread(target=lambda: other.append(ea_model.eagenerate(ids, max_new_tokens=n)))
@@ -225,7 +229,9 @@ def test_eagles_deprecation_notices_are_dropped_in_the_scope_and_only_there(ea_m
         ea_model.eagenerate(ids, max_new_tokens=4)
         ea_model.base_model.model.tree_mask = None
         assert notices() == every  # control: stock eagle on transformers 5 triggers both
-        with eagle.tiered(ea_model, context=viasd_adapt.context(ea_model, settings=TierSettings(mode="lossless"), mask=MASK)) as session:
+        with eagle.tiered(ea_model,
+                          context=viasd_adapt.context(ea_model,
+                                                      settings=TierSettings(mode="lossless"), mask=MASK)) as session:
             session.ea_model.eagenerate(ids, max_new_tokens=4)
             assert notices() == []
             elsewhere = threading.Thread(target=lambda: [logging.getLogger(name).warning_once(start + "!")
@@ -279,7 +285,8 @@ def test_evaluate_head_scores_target_and_slim_features(tiny_eagle):
 def test_scopes_cannot_nest(ea_model):
     from viasd_adapt.errors import ViasdError
 
-    with eagle.tiered(ea_model, context=viasd_adapt.context(ea_model, mask=MASK, settings=TierSettings(mode="lossless"))):
+    with eagle.tiered(ea_model,
+                      context=viasd_adapt.context(ea_model, mask=MASK, settings=TierSettings(mode="lossless"))):
         with pytest.raises(ViasdError, match="already active"):
             with eagle.tiered(ea_model, context=viasd_adapt.context(ea_model, settings=TierSettings(mode="none"))):
                 pass
@@ -332,7 +339,8 @@ def test_the_path_is_chosen_by_the_steps_rules(ea_model, mode, hook, after_path)
     # the tier on every cycle (the rules decide each one); lossy: u resolves every bonus
     settings = TierSettings(mode=mode, lenience=0.1, alpha1=0.1, alpha2=0.99, adaptive=False)
     with junk_drafter_warning("eagle", expected=mode == "lossy"):  # the plugin commits every draft gate 1 sees
-        eagle.generate(ea_model, ids, 40, context=viasd_adapt.context(ea_model, mask=MASK, settings=settings, plugins=[plugin]),
+        eagle.generate(ea_model, ids, 40,
+                       context=viasd_adapt.context(ea_model, mask=MASK, settings=settings, plugins=[plugin]),
                        options=eagle.EagleOptions(lossless_strategy="cascade"))
     retrieve = ea_model.tree_buffers["retrieve_indices"]
     depth = int((retrieve >= 0).sum(-1).max()) - 1
@@ -359,7 +367,8 @@ def test_options_are_typed_and_checked(ea_model):
     with pytest.raises(ConfigError, match="options must be an EagleOptions"):
         eagle.generate(ea_model, _prompts(ea_model, 1)[0], 4, options="cascade")
     with pytest.raises(ConfigError, match="settings must be a TierSettings"):
-        eagle.generate(ea_model, _prompts(ea_model, 1)[0], 4, context=viasd_adapt.context(ea_model, settings={"mode": "lossy"}))
+        eagle.generate(ea_model, _prompts(ea_model, 1)[0], 4,
+                       context=viasd_adapt.context(ea_model, settings={"mode": "lossy"}))
     assert not eagle.is_patched()
 
 
@@ -371,7 +380,10 @@ def test_full_head_features_cost_one_q_pass_per_cycle(ea_model):
     with junk_drafter_warning("eagle"):  # the tiny head looks unrelated to the monitor, whichever features it reads
         slim = eagle.generate(ea_model, ids, 24, context=viasd_adapt.context(ea_model, mask=MASK, settings=settings))
     with junk_drafter_warning("eagle"):
-        full = eagle.generate(ea_model, ids, 24, context=viasd_adapt.context(ea_model, mask=MASK, settings=settings), options=eagle.EagleOptions(head_features="full"))
+        full = eagle.generate(ea_model, ids, 24,
+                              context=viasd_adapt.context(ea_model,
+                                                          mask=MASK,
+                                                          settings=settings), options=eagle.EagleOptions(head_features="full"))
     assert full.metrics.full_passes == full.metrics.cycles  # the prefill, then one q pass every cycle
     assert slim.metrics.full_passes < slim.metrics.cycles
 
@@ -388,17 +400,22 @@ class _Tokenizer:
 
 def test_generation_past_eos_when_asked(ea_model):
     ids = _prompts(ea_model, 1)[0]
-    greedy = eagle.generate(ea_model, ids, 20, context=viasd_adapt.context(ea_model, settings=TierSettings(mode="none"))).tokens
+    greedy = eagle.generate(ea_model, ids, 20,
+                            context=viasd_adapt.context(ea_model, settings=TierSettings(mode="none"))).tokens
     eos = greedy[4]
     saved = ea_model.tokenizer
     ea_model.tokenizer = _Tokenizer(eos)
     try:
         for mode in ("none", "lossless"):
             mask = MASK if mode == "lossless" else None
-            stopped = eagle.generate(ea_model, ids, 20, context=viasd_adapt.context(ea_model, mask=mask, settings=TierSettings(mode=mode)))
+            stopped = eagle.generate(ea_model, ids, 20,
+                                     context=viasd_adapt.context(ea_model, mask=mask, settings=TierSettings(mode=mode)))
             assert stopped.tokens == greedy[: greedy.index(eos) + 1]
             assert stopped.metrics.committed == len(stopped.tokens)
-            full = eagle.generate(ea_model, ids, 20, context=viasd_adapt.context(ea_model, mask=mask, settings=TierSettings(mode=mode)), stop_at_eos=False)
+            full = eagle.generate(ea_model, ids, 20,
+                                  context=viasd_adapt.context(ea_model,
+                                                              mask=mask,
+                                                              settings=TierSettings(mode=mode)), stop_at_eos=False)
             assert full.tokens == greedy  # greedy continues past EOS exactly as if it were any token
             assert full.metrics.committed == 20 and len(full.tiers) == 20
     finally:

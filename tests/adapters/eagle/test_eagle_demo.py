@@ -63,7 +63,10 @@ def _run(ea_model, prompts, mask, settings, new_tokens=48, temperature=0.0):
     for seed, ids in enumerate(prompts):
         torch.manual_seed(seed)
         random.seed(seed)  # eagle's own sampling acceptance (mode none) uses Python's random
-        result = eagle.generate(ea_model, ids, new_tokens, context=viasd_adapt.context(ea_model, mask=mask if settings.mode.value != "none" else None, settings=settings), temperature=temperature)
+        result = eagle.generate(ea_model, ids, new_tokens,
+                                context=viasd_adapt.context(ea_model,
+                                                            mask=mask if settings.mode.value != "none" else None,
+                                                            settings=settings), temperature=temperature)
         assert result.metrics.committed == len(result.tokens)
         total, outputs = total.merge(result.metrics), outputs + [result.tokens]
     return total, outputs
@@ -113,7 +116,10 @@ def test_the_quality_monitor_catches_a_random_head_in_lossy_mode(demo):
             for temperature in (0.0, 1.0):
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    eagle.generate(ea_model, ids, 32, context=viasd_adapt.context(ea_model, mask=mask, settings=TierSettings(mode="lossy", adaptive=False)), temperature=temperature)
+                    eagle.generate(ea_model, ids, 32,
+                                   context=viasd_adapt.context(ea_model,
+                                                               mask=mask,
+                                                               settings=TierSettings(mode="lossy", adaptive=False)), temperature=temperature)
                 found += [w for w in caught if issubclass(w.category, ViasdQualityWarning)]
         return found
 

@@ -104,7 +104,10 @@ def test_slim_tree_view_runs_only_the_retained_layers_under_accelerate_hooks(tin
     _assert_only_retained_layers_run(ea_model, MASK)
     ids = prompts(ea_model, 1)[0]
     raw = ea_model.eagenerate(ids, max_new_tokens=12)[0, ids.shape[1] :].tolist()
-    tiered = eagle.generate(ea_model, ids, 12, context=viasd_adapt.context(ea_model, mask=MASK, settings=TierSettings(mode="lossless", adaptive=False)))
+    tiered = eagle.generate(ea_model, ids, 12,
+                            context=viasd_adapt.context(ea_model,
+                                                        mask=MASK,
+                                                        settings=TierSettings(mode="lossless", adaptive=False)))
     assert tiered.tokens == raw[:12] and tiered.metrics.slim_passes > 0
 
 
@@ -145,9 +148,11 @@ def test_lossy_with_a_shared_prefix_decides_exactly_as_without(ea_model, mode):
     settings = TierSettings(mode=mode, alpha1=0.9, alpha2=0.6, adaptive=False)  # the tier on every cycle
     for ids in prompts(ea_model, 2):
         with junk_drafter_warning("eagle", expected=mode == "lossy"):  # the tiny head looks unrelated to the monitor
-            shared = eagle.generate(ea_model, ids, 24, context=viasd_adapt.context(ea_model, mask=MASK, settings=settings))
+            shared = eagle.generate(ea_model, ids, 24,
+                                    context=viasd_adapt.context(ea_model, mask=MASK, settings=settings))
         with junk_drafter_warning("eagle", expected=mode == "lossy"):  # and it decides the same without the prefix
-            separate = eagle.generate(ea_model, ids, 24, context=viasd_adapt.context(ea_model, mask=MASK, settings=settings),
+            separate = eagle.generate(ea_model, ids, 24,
+                                      context=viasd_adapt.context(ea_model, mask=MASK, settings=settings),
                                       options=eagle.EagleOptions(share_prefix=False))
         assert shared.tokens == separate.tokens and shared.tiers == separate.tiers
         assert shared.metrics.full_passes == separate.metrics.full_passes > 1
@@ -159,6 +164,9 @@ def test_lossy_with_a_shared_prefix_decides_exactly_as_without(ea_model, mode):
 def test_a_mask_skipping_layer_0_has_no_prefix_to_share(ea_model):
     ids = prompts(ea_model, 1)[0]
     with junk_drafter_warning("eagle"):  # the tiny head looks unrelated to the monitor
-        result = eagle.generate(ea_model, ids, 16, context=viasd_adapt.context(ea_model, mask=EARLY_MASK, settings=TierSettings(mode="lossy", alpha1=0.9, alpha2=0.6,
+        result = eagle.generate(ea_model, ids, 16,
+                                context=viasd_adapt.context(ea_model,
+                                                            mask=EARLY_MASK,
+                                                            settings=TierSettings(mode="lossy", alpha1=0.9, alpha2=0.6,
                                                                                               adaptive=False)))
     assert len(result.tokens) == 16 and result.metrics.resumed_full_passes == 0

@@ -56,7 +56,8 @@ def test_stock_eagenerate_in_another_thread_stays_stock_while_a_lossy_scope_is_o
     ids = prompts(ea_model, 1)[0]
     stock = _stock(second_model, ids)
     with junk_drafter_warning("eagle"):  # the tiny head looks unrelated to the monitor
-        lossy = eagle.generate(second_model, ids, 16, context=viasd_adapt.context(second_model, mask=MASK, settings=LOSSY)).tokens
+        lossy = eagle.generate(second_model, ids, 16,
+                               context=viasd_adapt.context(second_model, mask=MASK, settings=LOSSY)).tokens
     assert lossy != stock  # power: had the other thread been tiered, its output would have changed
     with eagle.tiered(ea_model, context=viasd_adapt.context(ea_model, mask=MASK, settings=LOSSY)) as session:
         join = _in_thread(lambda: _stock(second_model, ids))  # runs while the names are swapped
@@ -84,7 +85,10 @@ def test_scopes_on_two_models_in_two_threads_run_side_by_side(ea_model, second_m
     barrier = threading.Barrier(2, timeout=60)
 
     def lossless(model, strategy):
-        with eagle.tiered(model, context=viasd_adapt.context(model, mask=MASK, settings=TierSettings(mode="lossless", adaptive=False)),
+        with eagle.tiered(model,
+                          context=viasd_adapt.context(model,
+                                                      mask=MASK,
+                                                      settings=TierSettings(mode="lossless", adaptive=False)),
                           options=eagle.EagleOptions(lossless_strategy=strategy)) as session:
             barrier.wait()  # both scopes are open before either generates
             tokens = model.eagenerate(ids, max_new_tokens=20)[0, ids.shape[1] :].tolist()[:20]
@@ -101,7 +105,9 @@ def test_scopes_on_two_models_in_two_threads_run_side_by_side(ea_model, second_m
 
 def test_one_model_in_two_scopes_is_refused(ea_model):
     with eagle.tiered(ea_model, context=viasd_adapt.context(ea_model, mask=MASK, settings=LOSSY)):
-        join = _in_thread(lambda: eagle.tiered(ea_model, context=viasd_adapt.context(ea_model, settings=TierSettings(mode="none"))).__enter__())
+        join = _in_thread(lambda: eagle.tiered(ea_model,
+                                               context=viasd_adapt.context(ea_model,
+                                                                           settings=TierSettings(mode="none"))).__enter__())
         with pytest.raises(ViasdError, match="another thread"):
             join()
         assert eagle.is_patched()

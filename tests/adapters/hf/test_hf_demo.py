@@ -50,7 +50,11 @@ def run(target, drafter, prompts, mask, mode, plugins=()):
     hook = target.model.layers[s1].register_forward_pre_hook(lambda module, args: calls.append(True))
     try:
         with negative_delta_warning(expected=mode in ("lossy", "audit")), \
-                hf.tiered(target, context=viasd_adapt.context(target, mask=mask if mode != "none" else None, settings=TierSettings(mode=mode, gamma=GAMMA, adaptive=False), plugins=plugins)) as session:  # a lossy tier on the shipped mask (Delta(u) < 0) warns
+                hf.tiered(target,
+                          context=viasd_adapt.context(target,
+                                                      mask=mask if mode != "none" else None,
+                                                      settings=TierSettings(mode=mode, gamma=GAMMA, adaptive=False),
+                                                      plugins=plugins)) as session:  # a lossy tier on the shipped mask (Delta(u) < 0) warns
             for ids in prompts:
                 outputs.append(target.generate(ids, assistant_model=drafter, max_new_tokens=N_NEW, do_sample=False))
     finally:

@@ -65,7 +65,9 @@ def test_lossy_honours_stopping_criteria_and_streamers():
 def test_a_session_keeps_every_calls_metrics_and_their_sum():
     target, drafter, mask = pair()
     prompt = torch.tensor([PROMPTS[0]])
-    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossy", gamma=GAMMA))) as session:
+    with hf.tiered(target,
+                   context=viasd_adapt.context(target,
+                                               mask=mask, settings=TierSettings(mode="lossy", gamma=GAMMA))) as session:
         for seed in range(4):
             torch.manual_seed(seed)
             out = target.generate(prompt, assistant_model=drafter, max_new_tokens=16, do_sample=True,
@@ -83,7 +85,9 @@ def test_lossy_decodes_a_left_padded_batch_row_by_row():
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
     attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossy", gamma=GAMMA))) as session:
+    with hf.tiered(target,
+                   context=viasd_adapt.context(target,
+                                               mask=mask, settings=TierSettings(mode="lossy", gamma=GAMMA))) as session:
         singles = [target.generate(torch.tensor([p]), assistant_model=drafter, max_new_tokens=12, do_sample=False,
                                    eos_token_id=None)[0, len(p):].tolist() for p in prompts]
         batch = target.generate(ids, attention_mask=attention, assistant_model=drafter, max_new_tokens=12,

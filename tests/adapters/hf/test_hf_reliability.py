@@ -38,7 +38,10 @@ def models():
 
 
 def _tiered(target, drafter, mask, mode, **kwargs):
-    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode=mode, **kwargs.pop("settings", {})))) as session:
+    with hf.tiered(target,
+                   context=viasd_adapt.context(target,
+                                               mask=mask,
+                                               settings=TierSettings(mode=mode, **kwargs.pop("settings", {})))) as session:
         out = target.generate(assistant_model=drafter, do_sample=False, **kwargs)
     return out, session
 

@@ -79,7 +79,9 @@ def test_restored_after_stopping_criteria_raise_inside_generation(models, mode):
 
 def test_explicit_patch_and_idempotent_unpatch(models):
     target, drafter, mask = models
-    handle = hf.patch(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossy", adaptive=False)))
+    handle = hf.patch(target,
+                      context=viasd_adapt.context(target,
+                                                  mask=mask, settings=TierSettings(mode="lossy", adaptive=False)))
     out = target.generate(PROMPT, assistant_model=drafter, max_new_tokens=8, do_sample=False)
     assert handle.metrics.committed == out.shape[1] - PROMPT.shape[1]
     hf.unpatch(handle)
@@ -92,7 +94,10 @@ def test_nested_sessions_and_a_users_own_instance_attribute(models):
     own = lambda *a, **k: "user's own generate"  # noqa: E731
     target.generate = own
     with hf.tiered(target, context=viasd_adapt.context(target, settings=TierSettings(mode="none"))) as outer:
-        with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossy", adaptive=False))) as inner:
+        with hf.tiered(target,
+                       context=viasd_adapt.context(target,
+                                                   mask=mask,
+                                                   settings=TierSettings(mode="lossy", adaptive=False))) as inner:
             with pytest.warns(hf.ViasdFallbackWarning, match="replaced"):
                 assert target.generate(PROMPT, assistant_model=drafter, max_new_tokens=4) == "user's own generate"
         assert hf.is_patched(target)
@@ -116,7 +121,10 @@ def test_other_threads_and_other_instances_are_untouched(models):
 
     worker = threading.Thread(target=other_thread)
     worker.start()
-    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossy", adaptive=False))) as session:
+    with hf.tiered(target,
+                   context=viasd_adapt.context(target,
+                                               mask=mask,
+                                               settings=TierSettings(mode="lossy", adaptive=False))) as session:
         assert "generate" not in other.__dict__
         inside.set()
         assert done.wait(60)
@@ -133,7 +141,10 @@ def test_fallback_warns_and_runs_the_stock_path(models):
     both = dict(prompt_lookup_num_tokens=3, assistant_model=drafter, max_new_tokens=10, do_sample=False)
     stock_both = target.generate(PROMPT, **both).tolist()
     plain = target.generate(PROMPT, max_new_tokens=10, do_sample=False).tolist()
-    with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossy", adaptive=False))) as session:
+    with hf.tiered(target,
+                   context=viasd_adapt.context(target,
+                                               mask=mask,
+                                               settings=TierSettings(mode="lossy", adaptive=False))) as session:
         with pytest.warns(hf.ViasdFallbackWarning, match="both prompt_lookup_num_tokens and assistant_model"):
             assert target.generate(PROMPT, **both).tolist() == stock_both
         with pytest.warns(hf.ViasdFallbackWarning, match="no assistant_model"):
@@ -143,5 +154,7 @@ def test_fallback_warns_and_runs_the_stock_path(models):
     assert len(session.fallbacks) == 3 and session.history == []
     with warnings.catch_warnings():
         warnings.simplefilter("error", hf.ViasdFallbackWarning)
-        with hf.tiered(target, context=viasd_adapt.context(target, mask=mask, settings=TierSettings(mode="lossy", adaptive=False))):
+        with hf.tiered(target,
+                       context=viasd_adapt.context(target,
+                                                   mask=mask, settings=TierSettings(mode="lossy", adaptive=False))):
             target.generate(PROMPT, assistant_model=drafter, max_new_tokens=4, do_sample=False)

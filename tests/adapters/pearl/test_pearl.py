@@ -62,7 +62,8 @@ def test_perfect_drafter_gives_adaptive_draft_length(pair):
     """With the target as its own drafter every draft passes: after one pre-verify round every
     round is post-verify and a single run of accepted drafts spans the whole generation."""
     target, _ = pair
-    out = pearl_generate(target, target, PROMPTS[0], 21, context=viasd_adapt.context(target, settings=TierSettings(mode="none", gamma=4)), seed=0)
+    out = pearl_generate(target, target, PROMPTS[0], 21,
+                         context=viasd_adapt.context(target, settings=TierSettings(mode="none", gamma=4)), seed=0)
     assert out.tokens == greedy_reference(target, PROMPTS[0], 21)
     assert out.stats.pre_verify_rounds == 1
     assert out.stats.post_verify_rounds == out.stats.rounds - 1
@@ -93,7 +94,8 @@ def test_every_rejection_rolls_back_to_pre_verify(pair, parallel):
     expected = greedy_reference(target, PROMPTS[0], 10)
     wrong = next(t for t in range(64) if t not in expected)
     out = pearl_generate(target, ConstantDrafter(wrong, 64), PROMPTS[0], 10,
-                         context=viasd_adapt.context(target, settings=TierSettings(mode="none", gamma=4)), parallel=parallel)
+                         context=viasd_adapt.context(target, settings=TierSettings(mode="none", gamma=4)),
+                         parallel=parallel)
     assert out.tokens == expected
     assert out.stats.rounds == out.stats.pre_verify_rounds == out.metrics.full_passes == 10
     assert out.stats.post_verify_rounds == 0 and out.metrics.rejection_rate == 1.0
@@ -114,7 +116,8 @@ def test_parallel_and_sequential_agree(pair, mask, mode, sampling):
         for seed in range(3):
             runs = [
                 pearl_generate(
-                    target, drafter, PROMPTS[seed], 20, context=viasd_adapt.context(target, settings=TierSettings(mode=mode, gamma=4, adaptive=False), mask=mask),
+                    target, drafter, PROMPTS[seed], 20,
+                    context=viasd_adapt.context(target, settings=TierSettings(mode=mode, gamma=4, adaptive=False), mask=mask),
                     sampling=sampling, parallel=parallel, seed=seed,
                 )
                 for parallel in (True, False)
@@ -175,7 +178,9 @@ def test_max_new_tokens_hit_inside_a_block(pair, parallel):
     before = threading.active_count()
     expected = greedy_reference(target, PROMPTS[1], 7)
     for n in (1, 2, 3, 5, 6, 7):  # with gamma 4 these end inside pre- and post-verify blocks
-        out = pearl_generate(target, target, PROMPTS[1], n, context=viasd_adapt.context(target, settings=TierSettings(mode="none", gamma=4)), parallel=parallel)
+        out = pearl_generate(target, target, PROMPTS[1], n,
+                             context=viasd_adapt.context(target,
+                                                         settings=TierSettings(mode="none", gamma=4)), parallel=parallel)
         assert out.tokens == expected[:n]
         assert out.metrics.committed == len(out.tiers) == n
     assert threading.active_count() == before and not pearl_threads()
@@ -210,7 +215,8 @@ def test_drafter_error_propagates_without_deadlock_or_leak(pair, parallel, fail_
     def call() -> None:
         try:
             pearl_generate(target, RaisingDrafter(drafter_model, fail_at), PROMPTS[0], 30,
-                           context=viasd_adapt.context(target, settings=TierSettings(mode="none", gamma=4)), parallel=parallel, intra_op_threads=1)
+                           context=viasd_adapt.context(target, settings=TierSettings(mode="none", gamma=4)),
+                           parallel=parallel, intra_op_threads=1)
         except BaseException as err:  # noqa: BLE001 - handed to the test's thread
             raised.append(err)
 
@@ -245,7 +251,10 @@ def test_target_error_propagates_without_deadlock_or_leak(pair, mask, parallel):
     before = threading.active_count()
     with pytest.raises(ValueError, match="gate exploded"):
         pearl_generate(
-            target, drafter, PROMPTS[0], 30, context=viasd_adapt.context(target, settings=TierSettings(mode="lossy", gamma=4, adaptive=False), mask=mask, plugins=[ExplodingGate()]), parallel=parallel,
+            target, drafter, PROMPTS[0], 30,
+            context=viasd_adapt.context(target, settings=TierSettings(mode="lossy", gamma=4, adaptive=False), mask=mask,
+                                        plugins=[ExplodingGate()]),
+            parallel=parallel,
         )
     assert threading.active_count() == before and not pearl_threads()
 
@@ -267,15 +276,18 @@ def test_pearls_own_arguments(pair):
     with pytest.raises(ConfigError, match="batch size 1"):
         pearl_generate(target, drafter, torch.tensor([[1, 2], [3, 4]]), 5)
     with pytest.raises(ConfigError, match="intra_op_threads"):
-        pearl_generate(target, drafter, [1, 2], 5, intra_op_threads=0, context=viasd_adapt.context(target, settings=NONE))
+        pearl_generate(target, drafter, [1, 2], 5, intra_op_threads=0,
+                       context=viasd_adapt.context(target, settings=NONE))
     # a (1, n) tensor prompt is fine
-    assert len(pearl_generate(target, drafter, torch.tensor([[1, 2, 3]]), 4, context=viasd_adapt.context(target, settings=NONE)).tokens) == 4
+    assert len(pearl_generate(target, drafter, torch.tensor([[1, 2, 3]]), 4,
+                              context=viasd_adapt.context(target, settings=NONE)).tokens) == 4
 
 
 def test_decoder_accepts_any_drafter_object(pair):
     """The loop only needs ``propose`` and ``passes``: a framework's own drafter plugs in."""
     target, drafter_model = pair
-    out = pearl_generate(target, ModelDrafter(drafter_model, SamplingConfig()), PROMPTS[2], 10, seed=0, context=viasd_adapt.context(target, settings=NONE))
+    out = pearl_generate(target, ModelDrafter(drafter_model, SamplingConfig()), PROMPTS[2], 10, seed=0,
+                         context=viasd_adapt.context(target, settings=NONE))
     assert out.tokens == greedy_reference(target, PROMPTS[2], 10)
     assert out.metrics.draft_passes > 0 and isinstance(PearlDecoder, type)
 
@@ -288,7 +300,8 @@ def test_parallel_auto_uses_threads_except_on_one_shared_gpu(pair):
     with pytest.raises(ConfigError, match="parallel must be"):
         resolve_parallel("yes", cpu, cpu)
     target, drafter = pair
-    out = pearl_generate(target, drafter, PROMPTS[0], 8, context=viasd_adapt.context(target, settings=NONE), seed=0)  # default "auto": threads on a CPU
+    out = pearl_generate(target, drafter, PROMPTS[0], 8,
+                         context=viasd_adapt.context(target, settings=NONE), seed=0)  # default "auto": threads on a CPU
     assert out.stats.parallel and out.tokens == greedy_reference(target, PROMPTS[0], 8)
 
 

@@ -37,7 +37,10 @@ def run(demo, mode, sampling=SamplingConfig(), parallel=True):
     for seed, ids in enumerate(prompts):
         with negative_delta_warning(expected=mode in ("lossy", "audit")):  # the shipped mask's Delta(u) < 0
             out = pearl_generate(
-                target, drafter, ids, N_NEW, context=viasd_adapt.context(target, settings=TierSettings(mode=mode, gamma=GAMMA, adaptive=False), mask=mask if mode != "none" else None), sampling=sampling, parallel=parallel, seed=seed,
+                target, drafter, ids, N_NEW,
+                context=viasd_adapt.context(target, settings=TierSettings(mode=mode, gamma=GAMMA, adaptive=False),
+                                            mask=mask if mode != "none" else None),
+                sampling=sampling, parallel=parallel, seed=seed,
             )
         assert out.metrics.draft_tokens + out.metrics.slim_tokens + out.metrics.full_tokens == len(out.tokens)
         total = total.merge(out.metrics)
