@@ -255,3 +255,15 @@ def test_a_plans_notices_are_given_once_and_a_second_giving_is_counted():
         emit(planned.notices)
         emit(planned.notices)
     assert [w.category for w in again].count(TunedForAnotherDrafterWarning) == 2
+
+
+def test_bench_checks_the_drafter_once_and_gives_its_notice_once(monkeypatch):
+    """Every row of a bench runs with the plan's check: drafting with prompt lookup sets the demo
+    pair's tuned file aside once, and the user hears it once, whatever the number of rows and prompts."""
+    checks = _count_drafter_checks(monkeypatch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = invoke("bench", *TINY_BENCH, "--draft", "prompt-lookup")
+    assert result.exit_code == 0, result.output
+    assert len(checks) == 1, checks
+    assert [w.category for w in caught].count(TunedForAnotherDrafterWarning) == 1
