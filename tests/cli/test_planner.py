@@ -157,7 +157,7 @@ def test_lenience_and_adaptive_typed_on_generate_reach_the_runs_settings(monkeyp
     monkeypatch.setattr("viasd_adapt.frameworks.registry.run", run_spy)
     lenient = _explained("--framework", "engine", "--mode", "lenient", "--lenience", "0.3")
     assert lenient["lenience"] == ("0.3", "flag --lenience")
-    assert seen[-1].context.settings.lenience == 0.3 and seen[-1].context.sources["lenience"] == "flag --lenience"
+    assert seen[-1].context.settings.lenience == 0.3 and str(seen[-1].context.sources["lenience"]) == "flag --lenience"
     fixed = _explained("--framework", "engine", "--mode", "lossless", "--no-adaptive")
     assert fixed["adaptive"] == ("False", "flag --adaptive")
     assert seen[-1].context.settings.adaptive is False and seen[-1].context.plan is None

@@ -274,6 +274,6 @@ def test_viasd_generates_context_keeps_where_each_setting_came_from():
     options = run_options("lossy", None, 0.3, None, None, None, "default", None, "auto", None, None, 0, SamplingConfig())
     planned = plan_run(pair_choice("demo", None, None, None), options, "engine")
     request = planned.request(PROMPT, 4)
-    assert request.context.sources["alpha1"] == "flag --alpha1" and request.context.settings.alpha1 == 0.3
-    assert request.context.sources["mode"] == "flag --mode"
-    assert planned.context(request.settings).sources["alpha1"] == "given"
+    assert str(request.context.sources["alpha1"]) == "flag --alpha1" and request.context.settings.alpha1 == 0.3
+    assert str(request.context.sources["mode"]) == "flag --mode"
+    assert str(planned.context(request.settings).sources["alpha1"]) == "given"

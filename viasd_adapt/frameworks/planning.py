@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
+from viasd_adapt.config.provenance import Source
 from viasd_adapt.config.resolve import DEFAULT, UNREAD, RunSpec, read_settings
 from viasd_adapt.config.tuned import EAGLE_HEAD as EAGLE_HEAD_DRAFTER
 from viasd_adapt.core.notices import Notice, emit
@@ -39,7 +40,7 @@ from viasd_adapt.frameworks.requests import RunRequest
 from viasd_adapt.models.pair import LoadedPair, load_pair, named_dtype, resolve_mask_info
 
 #: ``mode``'s source when the first-run rule chose it (``--explain`` shows it).
-NO_MASK_SOURCE = "no mask for this target: untiered (viasd models add makes one)"
+NO_MASK_SOURCE = Source.rule("no mask for this target: untiered (viasd models add makes one)")
 
 #: The framework a run follows when none is named: the pair's tuned choice ``ar`` runs the target
 #: alone, anything else drafts with HF assisted generation.

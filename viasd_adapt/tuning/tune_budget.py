@@ -112,7 +112,7 @@ def ratio_table(result: Any, target: Any, prompt_ids: list[list[int]]) -> list[s
     for name, info in result.masks.items():
         mask = RoutingMask.from_bits(info["bits"])
         within = [p for p in result.points if p.mask == name and result.budget.admits(p)]
-        lossless = [p for p in within if p.family == "lossless"]
+        lossless = [p for p in within if p.family == "lossless-fixed"]
         best = min(within, key=lambda p: p.full_equivalent) if within else None
         cost = (f"lossless {lossless[0].full_equivalent:.3f} feq/token" if lossless else "lossless not measured")
         if best is not None:
