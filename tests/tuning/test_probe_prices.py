@@ -128,3 +128,15 @@ def test_the_price_lists_price_follows_what_the_sweep_times():
     grid, base = GridSize(lenience=1, lossy=1), units()
     more = tune_seconds(base, grid, 2, 0) - tune_seconds(base, grid, 1, 0)
     assert math.isclose(more, COST_REPEATS * COST_TRIES * MASK_PASSES * base.step)
+
+
+def test_a_calibration_prompt_is_priced_by_its_measured_greedy_continuation():
+    """The search's greedy calibration runs the target with its cache: a prompt's prefill once, then
+    each token. Priced from the probe's greedy runs, not as one bare decode step per token."""
+    greedy = RunPrice.fitted((2, 1.5 + 2 * 0.6), (10, 1.5 + 10 * 0.6), 0.0)
+    measured, bare = units(greedy=greedy), units()
+    assert math.isclose(measured.calibration_prompt(), 1.5 + CALIBRATION_TOKENS * 0.6)
+    assert math.isclose(bare.calibration_prompt(), CALIBRATION_TOKENS * bare.step)  # control: no greedy unit
+    per_prompt = search_seconds(measured, 5, 4, (0.45,), 0, 0) - search_seconds(measured, 4, 4, (0.45,), 0, 0)
+    assert math.isclose(per_prompt, measured.calibration_prompt() + ratio_fixed_seconds(measured, 1, 0))
+    assert "a greedy calibration token 600 ms" in units_words(measured) and "greedy" not in units_words(bare)

@@ -34,7 +34,7 @@ class TunePlan:
 def ratio_search_seconds(units: UnitCosts, ratio: float, steps: int) -> float:
     """One DIMR mask search of the tuner: greedy calibration, the objective's setup, ``steps`` steps
     (a measured mask evaluation per window and its share of a proposal, :func:`search_step_seconds`)."""
-    return (RATIO_SEARCH_PROMPTS * RATIO_SEARCH_TOKENS * units.step + SETUP_FORWARDS * RATIO_SEARCH_PROMPTS * units.window
+    return (RATIO_SEARCH_PROMPTS * units.calibration_prompt(RATIO_SEARCH_TOKENS) + SETUP_FORWARDS * RATIO_SEARCH_PROMPTS * units.window
             + steps * search_step_seconds(units, RATIO_SEARCH_PROMPTS, ratio))
 
 
