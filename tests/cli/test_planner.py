@@ -267,3 +267,43 @@ def test_bench_checks_the_drafter_once_and_gives_its_notice_once(monkeypatch):
     assert result.exit_code == 0, result.output
     assert len(checks) == 1, checks
     assert [w.category for w in caught].count(TunedForAnotherDrafterWarning) == 1
+
+
+# ----------------------------------------------------------------------------- no process-wide cache of pairs
+
+
+def process_wide_caches(source: str) -> list[int]:
+    """Lines of ``source`` that keep models or pairs beside them for the whole process: a weak map
+    keyed by model (what EAGLE's EaModel once lived in) or the old ``loaded_for`` helper."""
+    return [number for number, line in enumerate(source.splitlines(), 1)
+            if "WeakKeyDictionary" in line or "loaded_for(" in line]
+
+
+def test_no_module_keeps_a_process_wide_cache_of_pairs():
+    from tests.support import REPO_ROOT
+
+    found = [f"{path.relative_to(REPO_ROOT)}:{line}" for root in ("viasd_adapt", "adapters")
+             for path in sorted((REPO_ROOT / root).rglob("*.py")) if "adapters" not in path.relative_to(REPO_ROOT / root).parts
+             for line in process_wide_caches(path.read_text())]
+    assert found == []
+    # control: the 0.2 hand-over's old home is found
+    assert process_wide_caches("_LOADED_FOR = weakref.WeakKeyDictionary()\nloaded_for(target, key, load)\n") == [1, 2]
+
+
+def test_the_pair_holds_what_a_framework_loaded_for_it(monkeypatch):
+    """EAGLE's runner takes the EaModel the pair holds (the planner loads it once per run), nothing
+    kept beside the pair: a second pair of the same target does not see it."""
+    import torch
+
+    from tests.support.pairs import truncated_pair
+    from viasd_adapt.adapters.eagle import compat
+    from viasd_adapt.models.pair import LoadedPair
+
+    tiny = truncated_pair("llama", layers=4)
+    held = object()
+    pair = LoadedPair(tiny.target, None, None, None, torch.device("cpu"), eagle_head="head", framework_models={"eagle": held})
+    assert compat.load_for_pair(pair) is held
+    loads = []
+    monkeypatch.setattr(compat, "load_ea_model", lambda *args, **kwargs: loads.append(args) or "loaded now")
+    other = LoadedPair(tiny.target, None, None, None, torch.device("cpu"), eagle_head="head")
+    assert compat.load_for_pair(other) == "loaded now" and len(loads) == 1  # control: nothing was kept for the target
