@@ -73,7 +73,7 @@ def test_on_a_pair_it_uses_what_the_pair_read_and_reads_nothing(tiny, tmp_path, 
     mask_reads, tuned_reads = count_loads(monkeypatch, MaskArtifact), count_loads(monkeypatch, TunedSettings)
     built = viasd_adapt.context(pair)
     _same_run(built, pair.run_context())
-    assert built.settings == CHOSEN and built.evidence is pair.evidence
+    assert built.settings == CHOSEN and built.evidence is pair.files.tuned
     lossy = viasd_adapt.context(pair, settings=TierSettings(mode="lossy"), plugins=())
     _same_run(lossy, pair.run_context(TierSettings(mode="lossy")))
     assert viasd_adapt.context(pair, tuned=None).evidence is None

@@ -126,7 +126,7 @@ def test_a_new_user_adds_a_pair_then_generates_benches_and_loads_it_by_name(cach
     pair = load_pair("mine")
     assert pair.name == "mine" and pair.lookup is not None
     assert pair.mask is not None and not pair.mask.is_fallback and Path(pair.mask.source).parent == folder
-    assert pair.spec is not None and pair.spec.tuned is not None  # tuned.json's choice is what it runs with
+    assert pair.files.tuned is not None and pair.run_context().runs_tuned  # tuned.json's choice is what it runs with
 
 
 def test_an_existing_pair_name_is_refused_and_its_folder_kept(cache, user_files):

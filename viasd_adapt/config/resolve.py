@@ -181,8 +181,8 @@ class _MaskBits:
     """Each mask file read at most once per resolution; what was read travels on in the
     :class:`RunSpec` (``masks``), so loading the pair does not read it again."""
 
-    def __init__(self) -> None:
-        self.read: dict[Path, MaskArtifact] = {}
+    def __init__(self, read: Mapping[Path, MaskArtifact] | None = None) -> None:
+        self.read: dict[Path, MaskArtifact] = dict(read or {})
 
     def __call__(self, path: str | os.PathLike) -> list[int]:
         key = Path(path).expanduser()
@@ -222,6 +222,7 @@ def read_settings(
     preset: str = "default",
     flags: Mapping[str, Any] | None = None,
     tuned: Any = UNREAD,
+    read_masks: Mapping[Path, MaskArtifact] | None = None,
 ) -> RunSpec:
     """Resolves a run's settings through the layers of the module docstring, reading each file once;
     what the user should hear is in ``RunSpec.notices``, for the caller to give
@@ -236,10 +237,9 @@ def read_settings(
         has_tier: False for a framework with no verify step (``Framework.has_tier``): forces mode none.
         best_points: the bench's rows: apply the tuner's best lenient and VIA-SD points (layer 3).
         preset: ``"default"`` or a name of :data:`PRESETS`.
-        flags: TierSettings fields given on the command line (None values are "not given"),
-            keyed by field name (``{"alpha1": 0.2, "mode": None}``).
+        flags: TierSettings fields given on the command line, by name (None: not given: ``{"mode": None}``).
         tuned: the tuned file beside the mask, already loaded (or None: there is none); read
-            here when not given.
+            here when not given. read_masks: mask files already read (path -> artifact).
     """
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     unknown = sorted(set(flags) - set(SETTING_FIELDS))
@@ -247,7 +247,7 @@ def read_settings(
         raise ConfigError(f"unknown tier setting(s) {', '.join(unknown)}; known: {', '.join(SETTING_FIELDS)}")
     if preset != "default" and preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}; choose default or one of: {', '.join(PRESETS)}")
-    mask_bits = _MaskBits()
+    mask_bits = _MaskBits(read_masks)
     mask_path, mask_source, tuned, tuned_path = _mask_and_tuned(mask, pair_mask, tuned, best_points)
     settings = TierSettings()
     sources = {name: DEFAULT for name in SETTING_FIELDS}

@@ -173,7 +173,9 @@ class RunContext:
         settings are a tuned file's measured with another drafter, the defaults run instead, with
         a notice, and the file's measurements do not price the adaptive tier either."""
         priced = model if model is not None else _drafter_model(drafter)
-        mismatch = tuned_drafter_mismatch(self.spec.tuned, drafter) if self.runs_tuned and drafter is not None else None
+        checked = _same_drafter(drafter, self.drafter)  # the one this context was checked for: not checked again
+        mismatch = (tuned_drafter_mismatch(self.spec.tuned, drafter) if self.runs_tuned and drafter is not None
+                    and not checked else None)
         if mismatch is None:
             plan = adaptive_plan(self.settings, self.target, self.routing, self.evidence, priced, self.use_measured)
             return replace(self, drafter=drafter, plan=plan, notices=())
@@ -218,6 +220,17 @@ class RunContext:
         ``make`` is the class to build (a subclass, or a wrapper that records each step)."""
         return make(self.settings, framework, self.plugin_manager, adaptive=self.plan, watch_drafter=self.watch_drafter,
                     **options)
+
+
+def _same_drafter(drafter: DrafterLike, checked: DrafterLike) -> bool:
+    """Whether ``drafter`` is ``checked``, the drafter a context's settings were checked for: the same
+    object, or a shallow copy of the same model (its submodules, so its weights, are the same
+    objects: HF's block-length view of the drafter, ``adapters/hf/runner.py``)."""
+    if drafter is None or checked is None:
+        return False
+    if drafter is checked:
+        return True
+    return isinstance(drafter, nn.Module) and isinstance(checked, nn.Module) and drafter._modules is checked._modules
 
 
 def _drafter_model(drafter: DrafterLike) -> nn.Module | None:
