@@ -155,8 +155,8 @@ def study(target_pair: str, exits: tuple[int, ...], prompts: int, tokens: int, o
         calibration = build_calibration(pair.target, pair.draft, encode_prompts(pair.tokenizer, calib_texts), 48)
         score = MaskObjective(pair.target, calibration, TierSettings()).score(pair.mask.mask)
         result = tune(pair, tune_prompts, TuneConfig(tokens, TuneGrid(), Budget(), exits=exits))
-        best = {family: result.best(family) for family in ("sd", "lenient", "viasd")}
-        paper = next(p for p in result.points if p.family == "viasd" and p.mask == pair.mask.source
+        best = {family: result.best(family) for family in ("none", "lenient", "lossy-fixed")}
+        paper = next(p for p in result.points if p.family == "lossy-fixed" and p.mask == pair.mask.source
                      and p.settings.alpha1 == 0.5 and p.settings.alpha2 == 0.3 and p.settings.greedy_gates == "proposer")
         row = {
             "drafter": name, "drafter_loss": draft_loss, "target_loss": target_loss, "gap": draft_loss - target_loss,
@@ -164,15 +164,15 @@ def study(target_pair: str, exits: tuple[int, ...], prompts: int, tokens: int, o
             "tier2_per_cycle": paper.metrics["slim_tokens"] / max(1, paper.metrics["cycles"]),
             "best": {k: (v.to_dict() if v else None) for k, v in best.items()},
             "chosen": result.chosen.family,
-            "gain_vs_lenient": (1 - best["viasd"].full_equivalent / best["lenient"].full_equivalent)
-            if best["viasd"] and best["lenient"] else None,
+            "gain_vs_lenient": (1 - best["lossy-fixed"].full_equivalent / best["lenient"].full_equivalent)
+            if best["lossy-fixed"] and best["lenient"] else None,
             "seconds": round(time.perf_counter() - started, 1),
         }
         rows.append(row)
         cost = {family: f"{point.full_equivalent:.3f}" if point else "none within budget" for family, point in best.items()}
         gain = f"{row['gain_vs_lenient']:+.1%}" if row["gain_vs_lenient"] is not None else "n/a"
         print(f"{name}: gap {row['gap']:.2f}, Delta {row['delta']:+.1f}, tier-2/cycle {row['tier2_per_cycle']:.3f}, "
-              f"best SD {cost['sd']}, lenient {cost['lenient']}, VIA-SD {cost['viasd']} -> chosen {row['chosen']}, "
+              f"best SD {cost['none']}, lenient {cost['lenient']}, VIA-SD {cost['lossy-fixed']} -> chosen {row['chosen']}, "
               f"gain vs lenient {gain}", flush=True)
     data = {"target": str(paths.target), "exits": list(exits), "prompts": prompts, "tokens": tokens, "rows": rows}
     if out:

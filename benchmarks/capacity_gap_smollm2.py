@@ -127,25 +127,25 @@ def study(prompts: int, tokens: int, out: Path | None, threads: int) -> dict:
         calibration = tune_spec_bench_prompts(pair, prompts, "auto", tokens)
         # masks named relative to the pair folder: results must not hold this machine's paths
         result = tune(pair, calibration, TuneConfig(tokens, TuneGrid(**GRID), Budget())).relative_to(pair_dir)
-        best = {family: result.best(family) for family in ("sd", "lenient", "lossless", "viasd")}
-        sd = best["sd"]
+        best = {family: result.best(family) for family in ("none", "lenient", "lossless-fixed", "lossy-fixed")}
+        sd = best["none"]
         row = {
             "drafter": name, "heldout_top1_agreement": agreement,
             "tau_sd": sd.metrics["mean_accepted_length"] if sd else None,
             "best": {k: (v.to_dict() if v else None) for k, v in best.items()},
             "chosen": result.chosen.family,
-            "gain_vs_lenient": (1 - best["viasd"].full_equivalent / best["lenient"].full_equivalent)
-            if best["viasd"] and best["lenient"] else None,
+            "gain_vs_lenient": (1 - best["lossy-fixed"].full_equivalent / best["lenient"].full_equivalent)
+            if best["lossy-fixed"] and best["lenient"] else None,
             "seconds": round(time.perf_counter() - started, 1),
         }
-        plain = next((p for p in result.points if p.family == "viasd"), None)
+        plain = next((p for p in result.points if p.family == "lossy-fixed"), None)
         row["tier2_per_cycle"] = plain.metrics["slim_tokens"] / max(1, plain.metrics["cycles"]) if plain else None
         row["escalated_share"] = plain.metrics["escalated_cycles"] / max(1, plain.metrics["cycles"]) if plain else None
         rows.append(row)
         cost = {family: f"{point.full_equivalent:.3f}" if point else "none within budget" for family, point in best.items()}
         gain = f"{row['gain_vs_lenient']:+.1%}" if row["gain_vs_lenient"] is not None else "n/a"
-        print(f"{name}: agreement {agreement:.3f}, SD accepted length {row['tau_sd']}, best SD {cost['sd']}, lenient "
-              f"{cost['lenient']}, lossless {cost['lossless']}, VIA-SD {cost['viasd']} -> chosen {row['chosen']}, "
+        print(f"{name}: agreement {agreement:.3f}, SD accepted length {row['tau_sd']}, best SD {cost['none']}, lenient "
+              f"{cost['lenient']}, lossless {cost['lossless-fixed']}, VIA-SD {cost['lossy-fixed']} -> chosen {row['chosen']}, "
               f"gain vs lenient {gain} ({row['seconds']:.0f}s)", flush=True)
     data = {"target": "SmolLM2-135M-Instruct", "prompts": prompts, "tokens": tokens, "threads": threads, "rows": rows}
     if out:

@@ -55,7 +55,7 @@ def check(bench: dict, tune: dict | None = None) -> list[Goal]:
     goals: list[Goal] = []
     if tune is not None:
         best = tune["tuned"]["report"]["best_within_budget"]
-        viasd, lenient = best.get("viasd"), best.get("lenient")
+        viasd, lenient = best.get("lossy-fixed"), best.get("lenient")
         gain = None
         if viasd and lenient:
             gain = 1 - viasd["full_equivalent"] / lenient["full_equivalent"]

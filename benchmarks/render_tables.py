@@ -458,9 +458,9 @@ def render_paper_conditions(load: Loader) -> str:
 SHIPPED_PAIRS: tuple[str, ...] = ("demo", "demo-ee", "smollm2")
 
 #: How the shipped-choices table names each choice ``viasd tune`` writes.
-CHOICE_NAMES = {"ar": "the target alone (`ar`)", "sd": "untiered SD (`sd`, mode `none`)", "lenient": "lenient",
-                "lossless": "lossless (the fixed tier)", "lossless-adaptive": "lossless (the adaptive tier)",
-                "viasd": "lossy VIA-SD (the fixed tier)", "viasd-adaptive": "lossy VIA-SD (the adaptive tier)"}
+CHOICE_NAMES = {"ar": "the target alone (`ar`)", "none": "untiered SD (`none`)", "lenient": "lenient",
+                "lossless-fixed": "lossless (the fixed tier, `lossless-fixed`)", "lossless": "lossless (the adaptive tier)",
+                "lossy-fixed": "lossy VIA-SD (the fixed tier, `lossy-fixed`)", "lossy": "lossy VIA-SD (the adaptive tier)"}
 
 
 def render_shipped_choices(load: Loader, assets: Path = REPO / "viasd_adapt" / "assets") -> str:
@@ -476,8 +476,8 @@ def render_shipped_choices(load: Loader, assets: Path = REPO / "viasd_adapt" / "
         tuned = read_json(assets / pair / "tuned.json", "tuned settings file")
         choice, settings = tuned["choice"], tuned["settings"]
         reads = {"lenient": f"lenience {settings['lenience']:g}, gamma {settings['gamma']}",
-                 "viasd": f"alpha1 {settings['alpha1']:g}, alpha2 {settings['alpha2']:g}, gamma {settings['gamma']}",
-                 "ar": "-"}.get(choice.removesuffix("-adaptive"), f"gamma {settings['gamma']}")
+                 "lossy": f"alpha1 {settings['alpha1']:g}, alpha2 {settings['alpha2']:g}, gamma {settings['gamma']}",
+                 "ar": "-"}.get(choice.removesuffix("-fixed"), f"gamma {settings['gamma']}")
         measured = (tuned.get("measured") or {}).get("full_equivalent")
         drafter = tuned.get("drafter")
         drafter = "prompt lookup" if drafter == "prompt-lookup" else (

@@ -55,7 +55,7 @@ def table(points: list[dict], regrets: list[float]) -> list[dict]:
     lenient_all = [p for p in points if p["family"] == "lenient" and p["regret"] is not None]
     rows = []
     for bound in regrets:
-        viasd = admitted(points, "viasd", bound)
+        viasd = admitted(points, "lossy-fixed", bound)
         lenient = admitted(points, "lenient", bound)
         best_v = min(viasd, key=lambda p: p["full_equivalent"]) if viasd else None
         best_l = min(lenient, key=lambda p: p["full_equivalent"]) if lenient else None

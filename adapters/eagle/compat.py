@@ -263,23 +263,22 @@ SPLIT_REASON = ("eagle-llm loads its own copy of the base model on one device an
 
 
 def load_for_pair(pair: "LoadedPair") -> nn.Module:
-    """The pair's EaModel, loaded (and sanity-checked) once per target and head
-    (:func:`viasd_adapt.models.pair.loaded_for`: beside the pair, which is immutable)."""
-    from viasd_adapt.models.pair import loaded_for
-
+    """The pair's EaModel: the one it holds (:attr:`~viasd_adapt.models.pair.LoadedPair.framework_models`,
+    loaded once by the planner for every request of a command), else loaded (and sanity-checked)
+    now. Nothing is kept beside the pair: a program that runs EAGLE many times loads its EaModel
+    once (:func:`load_ea_model`) and hands it to the adapter."""
+    held = pair.framework_models.get("eagle")
+    if held is not None:
+        return held
     if not pair.eagle_head:
         raise ConfigError("the eagle framework needs an EAGLE head (--eagle-head PATH, or a pair that ships eagle_head/)")
     from viasd_adapt.models.placement import refuse_split
 
     refuse_split(pair.target, "the eagle framework", SPLIT_REASON)
-
-    def load() -> nn.Module:
-        on_cpu = pair.device.type == "cpu"
-        dtype = torch.float32 if on_cpu else next(pair.target.parameters()).dtype
-        kwargs = {} if on_cpu else {"device_map": str(pair.device)}
-        return load_ea_model(pair.target_path, pair.eagle_head, dtype=dtype, **kwargs)
-
-    return loaded_for(pair.target, ("eagle", pair.eagle_head), load)
+    on_cpu = pair.device.type == "cpu"
+    dtype = torch.float32 if on_cpu else next(pair.target.parameters()).dtype
+    kwargs = {} if on_cpu else {"device_map": str(pair.device)}
+    return load_ea_model(pair.target_path, pair.eagle_head, dtype=dtype, **kwargs)
 
 
 def check_head_matches(base_model_path: str | os.PathLike, ea_model_path: str | os.PathLike) -> None:

@@ -45,6 +45,7 @@ from viasd_adapt.adapters.eagle.tree import (
     two_path_subtree,
 )
 from viasd_adapt.core.cycle import CycleOutcome, CyclePolicy, Verifiers
+from viasd_adapt.core.modes import CyclePath, mode_row
 from viasd_adapt.core.rules import rule_for
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.verify_step import MeasuredPasses, VerifyStep
@@ -109,12 +110,7 @@ def decide(context: CycleContext, cycle: TreeCycle) -> Decision:
     """The cycle's decision, per mode (module docstring), with the passes the cycle ran."""
     mode = context.settings.mode
     full_before = context.full.passes
-    if mode in (Mode.LENIENT, Mode.NONE):  # none: the adaptive tier's untiered arm
-        decided = _on_full_tree(context, cycle)
-    elif mode is Mode.LOSSLESS and context.lossless_strategy is LosslessStrategy.ROUTE:
-        decided = _route_two_paths(context, cycle) if cycle.draft.greedy else _route(context, cycle)
-    else:
-        decided = _on_one_path(context, cycle)
+    decided = _BY_PATH[mode_row(mode).path](context, cycle)  # none (full-only): also the adaptive tier's untiered arm
     slim_tree, full_tree = cycle.tree_passes
     return Decision(*decided, MeasuredPasses(slim_tree, full_tree + context.full.passes - full_before))
 
@@ -218,7 +214,7 @@ _Decided = tuple[CycleOutcome, CommitPlan, int]  # a Decision before its passes 
 
 
 def _on_one_path(context: CycleContext, cycle: TreeCycle) -> _Decided:
-    """Lossless cascade, lossy, audit: u over the tree, one path, :func:`decide_cycle`."""
+    """The cascade (its ``cascade`` strategy) and the three tiers: u over the tree, one path, :func:`decide_cycle`."""
     logits_processor = cycle.draft.logits_processor
     u_nodes = warp(cycle.slim_logits, logits_processor).cpu()
     tree = _tree(context, cycle, u_nodes.shape[-1])
@@ -297,6 +293,18 @@ def _route_two_paths(context: CycleContext, cycle: TreeCycle) -> _Decided:
     committed = [tree.root] + outcome.result.tokens[:-1]
     plan = CommitPlan(committed, outcome.result.tokens[-1], paths[k][: min(n, g) + 1], hidden[committed_rows], QCache.HOLDS)
     return outcome, plan, (j_u, j_chain)[k]
+
+
+def _cascade(context: CycleContext, cycle: TreeCycle) -> _Decided:
+    """The cascade path (lossless): as the other tier paths, on one path of u over the tree, or with
+    the ``route`` strategy, u only extending (two paths when greedy)."""
+    if context.lossless_strategy is LosslessStrategy.ROUTE:
+        return _route_two_paths(context, cycle) if cycle.draft.greedy else _route(context, cycle)
+    return _on_one_path(context, cycle)
+
+
+#: Each cycle path's decision on the tree (the mode's row says which path it runs).
+_BY_PATH = {CyclePath.FULL_ONLY: _on_full_tree, CyclePath.CASCADE: _cascade, CyclePath.THREE_TIERS: _on_one_path}
 
 
 __all__ = ["CycleContext", "Decision", "common_prefix", "decide", "drafter_probs", "first_rule", "warp"]

@@ -111,7 +111,7 @@ def _write_pair_files(folder: Path, case: Case, delta: float = -4.0, fingerprint
     """``mask.json`` (with a negative Delta) and a tuned.json whose choice was measured with it."""
     own = model_fingerprint(case.target)
     mask_path = MaskArtifact(case.mask, delta=delta, fingerprint=own).save(folder / "mask.json")
-    TunedSettings(CHOSEN, "viasd", case.mask.bits(), fingerprint if fingerprint is not None else own).save(
+    TunedSettings(CHOSEN, "lossy-fixed", case.mask.bits(), fingerprint if fingerprint is not None else own).save(
         folder / "tuned.json")
     return mask_path
 

@@ -142,7 +142,7 @@ def test_when_tune_picked_the_target_alone_the_demo_shows_one_answer_and_says_wh
     costs = {"None": {"c_full": 0.3, "c_full_block": 1.0, "c_slim": None, "c_resume": None, "c_draft": 0.1}}
     shown = SimpleNamespace(prompts=[SimpleNamespace(ids=[1, 2])], shown_text="q", shown_source="test")
     budget = SimpleNamespace(answer_tokens=4)
-    for choice, frameworks in (("ar", ["ar"]), ("sd", ["ar", "hf"])):
+    for choice, frameworks in (("ar", ["ar"]), ("none", ["ar", "hf"])):
         tuned = TunedSettings(TierSettings(mode="none"), choice, None, measured={"full_equivalent": 0.8},
                               report={"costs": costs})
         spec = RunSpec(tuned.settings, {}, tuned=tuned, tuned_applied=True)

@@ -161,7 +161,7 @@ def test_tune_prices_a_prompt_lookup_with_no_match_as_a_one_token_pass(char_pair
     result = tune(pair, [BenchPrompt(ids)], max_new_tokens=n, grid=TuneGrid(gamma=3, lenience=(0.5,), alpha1=(0.5,),
                                                                           alpha2=(0.3,), greedy_gates=("proposer",)),
                   ratios=(), cost_repeats=2, adaptive=False)
-    sd = next(p for p in result.points if p.family == "sd")
+    sd = next(p for p in result.points if p.family == "none")
     assert sd.passes["single"] == pytest.approx(single / n) and sd.per_prompt["passes"]["single"] == [single]
     passes = PassCounts(**sd.passes)
     assert passes.full == pytest.approx((out.metrics.full_passes - single) / n)

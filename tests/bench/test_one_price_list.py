@@ -63,7 +63,7 @@ def test_two_identical_settings_in_one_tune_cost_exactly_the_same(char_pair):
     config = TuneConfig(max_new_tokens=8, grid=TuneGrid(gamma=3), cost_repeats=3, adaptive=False)
     sweep = Sweep.prepare(pair, ids, {"mask.json": pair.routing}, config, lambda message: None)
     settings = config.base.with_(mode="none")
-    alone, beside = sweep.measure("sd", settings, None), sweep.measure("sd", settings, "mask.json")
+    alone, beside = sweep.measure("none", settings, None), sweep.measure("none", settings, "mask.json")
     assert alone.passes == beside.passes  # the A/A premise
     assert alone.full_equivalent == beside.full_equivalent
     assert alone.per_prompt["cost"] == beside.per_prompt["cost"]

@@ -43,6 +43,6 @@ def test_an_old_report_reads_under_todays_names(tmp_path):
 def test_tune_reports_name_its_families_as_the_bench_names_its_rows():
     from viasd_adapt.tuning.tune import FAMILIES, family_label
 
-    assert [family_label(f) for f in FAMILIES] == ["sd", "lossless-fixed", "lenient", "lossy-fixed", "lossless", "lossy"]
-    # the control: tuned.json keeps the family keys it always had, so files written before still read
-    assert FAMILIES == ("sd", "lossless", "lenient", "viasd", "lossless-adaptive", "viasd-adaptive")
+    assert [family_label(f) for f in FAMILIES] == ["none", "lossless-fixed", "lenient", "lossy-fixed", "lossless", "lossy"]
+    # one vocabulary: tuned.json's families are the names the reports, the bench rows and --mode use
+    assert FAMILIES == ("none", "lossless-fixed", "lenient", "lossy-fixed", "lossless", "lossy")

@@ -23,18 +23,19 @@ def test_the_tier_runs_on_most_cycles_of_the_demo_ee_lossy_case():
 def test_the_control_where_the_tier_does_not_pay_it_runs_on_few_cycles():
     from viasd_adapt.bench.prompt_sets import text_prompts
     from viasd_adapt.bench.run import RunPlan, run_bench
-    from viasd_adapt.bench.session import BenchConfig, load_bench_pair, resolve_bench_settings
+    from viasd_adapt.bench.session import BenchConfig, plan_bench
     from viasd_adapt.models.registry import resolve_pair
     from viasd_adapt.prompts.splits import bench_snippets
 
     paths = resolve_pair("demo")
     config = BenchConfig(paths.target, paths.draft, pair_mask=paths.mask, frameworks="hf", modes="none,lossless",
                          max_new_tokens=24, repeats=1, cost_repeats=1, task_prompts=0)
-    spec = resolve_bench_settings(config)
-    pair = load_bench_pair(config, spec)
+    planned = plan_bench(config)  # the planner: settings, pair, the one drafter check
+    pair, spec = planned.pair, planned.spec
     plan = RunPlan(frameworks=("hf",), modes=("none", "lossless"), max_new_tokens=24, repeats=1, cost_repeats=1,
                    plain_rows=False, fixed_twins=False)
-    rows = run_bench(pair, spec.settings, config.sampling, text_prompts(pair.tokenizer, bench_snippets(1)), plan).rows
+    rows = run_bench(pair, spec.settings, config.sampling, text_prompts(pair.tokenizer, bench_snippets(1)), plan,
+                     contexts=planned.context).rows
     lossless = next(r for r in rows if r["framework"] == "hf" and r["mode"] == "lossless")
     assert lossless["tier_share"] < 0.5
 

@@ -99,10 +99,10 @@ def test_a_copied_tuned_file_uses_the_masks_of_its_own_folder(pair, tmp_path):
     MaskArtifact(RoutingMask.from_skipped(6, [3, 4, 5]), 0.5, fingerprint=fingerprint).save(pair / "mask-x.json")
     viasd = TierSettings(mode="lossy", ratio=0.5)
     report = {"mask_file": str(elsewhere / "mask-x.json"),
-              "best_within_budget": {"viasd": {"settings": viasd.to_dict(), "mask": str(elsewhere / "mask-x.json")}}}
-    TunedSettings(viasd, "viasd", None, fingerprint, report=report).save(pair / "tuned.json")
+              "best_within_budget": {"lossy-fixed": {"settings": viasd.to_dict(), "mask": str(elsewhere / "mask-x.json")}}}
+    TunedSettings(viasd, "lossy-fixed", None, fingerprint, report=report).save(pair / "tuned.json")
     assert tuned_mask_path(pair / "mask.json") == pair / "mask-x.json"
-    point = TunedSettings.load(pair / "tuned.json").best("viasd")
+    point = TunedSettings.load(pair / "tuned.json").best("lossy-fixed")
     assert recorded_mask(pair / "mask.json", point.mask) == pair / "mask-x.json"
 
 
@@ -132,8 +132,8 @@ def test_tune_reuse_refuses_what_is_not_a_tune_json(pair, tmp_path):
     truncated.write_text('{"points": [{"family": "sd"')
     refused(invoke("tune", "--pair", pair, "--reuse", truncated), "not valid JSON")
     # a tune file whose point is corrupted: refused naming the file and the field, before any model loads
-    tuned = TunedSettings(TierSettings(mode="none"), "sd", None, MaskArtifact.load(pair / "mask.json").fingerprint)
-    point = {"family": "sd", "settings": TierSettings(mode="none").to_dict(), "mask": None, "full_equivalent": 0.5,
+    tuned = TunedSettings(TierSettings(mode="none"), "none", None, MaskArtifact.load(pair / "mask.json").fingerprint)
+    point = {"family": "none", "settings": TierSettings(mode="none").to_dict(), "mask": None, "full_equivalent": 0.5,
              "ll_drop": "tiny", "overrule": None, "tokens": 8}
     corrupted = tmp_path / "corrupted.json"
     corrupted.write_text(json.dumps({"points": [point], "tuned": tuned.to_json()}))

@@ -61,7 +61,7 @@ def shipped_lossy_plan() -> AdaptivePlan:
     from viasd_adapt.models.pair import load_pair
 
     tuned = TunedSettings.load(ASSETS / "tuned.json")
-    point = tuned.best("viasd")
+    point = tuned.best("lossy-fixed")
     pair = load_pair(ASSETS / "target", ASSETS / "draft", ASSETS / Path(point.mask).name, device="cpu")
     plan = adaptive_plan(point.settings.with_(adaptive=True), pair.target, pair.routing, tuned, pair.draft)
     assert any("measured points of tuned.json" in source for source in plan.sources), plan.sources
@@ -75,7 +75,7 @@ def fallback_plan() -> AdaptivePlan:
     from viasd_adapt.engine.priors import adaptive_plan
     from viasd_adapt.models.pair import load_pair
 
-    point = TunedSettings.load(ASSETS / "tuned.json").best("viasd")
+    point = TunedSettings.load(ASSETS / "tuned.json").best("lossy-fixed")
     pair = load_pair(ASSETS / "target", ASSETS / "draft", ASSETS / Path(point.mask).name, device="cpu")
     plan = adaptive_plan(point.settings.with_(adaptive=True), pair.target, pair.routing, None, pair.draft)
     assert any("nothing measured" in source for source in plan.sources), plan.sources

@@ -255,16 +255,16 @@ def test_shared_prefix_runners_catch_up_after_cycles_that_skip_a_verifier(family
 def _tuned(target, mask: RoutingMask, *, c_draft=0.001, lossless_ok=True, viasd_alpha=0.5) -> TunedSettings:
     from viasd_adapt.routing.mask import model_fingerprint
 
-    sd = {"family": "sd", "settings": TierSettings(mode="none", gamma=5).to_dict(), "full_equivalent": 0.6,
+    sd = {"family": "none", "settings": TierSettings(mode="none", gamma=5).to_dict(), "full_equivalent": 0.6,
           "metrics": {"mean_accepted_length": 2.5, "cycles": 300}}
-    lossless = {"family": "lossless", "settings": TierSettings(mode="lossless", gamma=5, adaptive=False).to_dict(),
+    lossless = {"family": "lossless-fixed", "settings": TierSettings(mode="lossless", gamma=5, adaptive=False).to_dict(),
                 "mask": "mask.json", "full_equivalent": 0.7 if lossless_ok else None,
                 "metrics": {"mean_accepted_length": 2.9, "cycles": 40}}
-    viasd = {"family": "viasd", "settings": TierSettings(mode="lossy", gamma=5, alpha1=viasd_alpha, adaptive=False).to_dict(),
+    viasd = {"family": "lossy-fixed", "settings": TierSettings(mode="lossy", gamma=5, alpha1=viasd_alpha, adaptive=False).to_dict(),
              "mask": "mask.json", "full_equivalent": 0.5, "metrics": {"mean_accepted_length": 4.2}}
     costs = {"c_draft": c_draft, "c_slim": 0.006, "c_resume": 0.009, "c_full_block": 0.01, "c_full": 0.008}
     return TunedSettings(TierSettings(mode="lenient"), "lenient", None, model_fingerprint(target),
-                         report={"best_within_budget": {"sd": sd, "lossless": lossless, "viasd": viasd, "lenient": None},
+                         report={"best_within_budget": {"none": sd, "lossless-fixed": lossless, "lossy-fixed": viasd, "lenient": None},
                                  "costs": {"None": costs, "mask.json": costs}, "masks": {"mask.json": {"bits": mask.bits()}}})
 
 
@@ -316,7 +316,7 @@ def test_an_old_tuned_file_without_the_adaptive_flag_means_the_default(tmp_path)
     import json
 
     path = tmp_path / "tuned.json"
-    TunedSettings(TierSettings(mode="lossy", adaptive=False), "viasd").save(path)
+    TunedSettings(TierSettings(mode="lossy", adaptive=False), "lossy-fixed").save(path)
     data = json.loads(path.read_text())
     assert data["settings"]["adaptive"] is False  # a file written now records the flag of its choice
     assert TunedSettings.load(path).settings.adaptive is False

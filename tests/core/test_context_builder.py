@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import viasd_adapt
+from viasd_adapt.config.provenance import SourceKind
 from tests.support.loads import count_loads
 from tests.support.pairs import truncated_pair
 from tests.support.tuned import CPU_STAMP
@@ -40,7 +41,7 @@ def tiny():
 def _tuned_folder(tiny, folder: Path, delta: float = 0.5) -> Path:
     """A mask.json and the tuned.json measured with it (choice: :data:`CHOSEN`); the mask's path."""
     path = MaskArtifact(tiny.mask, delta=delta, fingerprint=model_fingerprint(tiny.target)).save(folder / "mask.json")
-    TunedSettings(CHOSEN, "lossless", tiny.mask.bits(), model_fingerprint(tiny.target),
+    TunedSettings(CHOSEN, "lossless-fixed", tiny.mask.bits(), model_fingerprint(tiny.target),
                   drafter=model_fingerprint(tiny.drafter), hardware=CPU_STAMP).save(folder / "tuned.json")
     return path
 
@@ -60,7 +61,7 @@ def test_on_a_model_it_resolves_as_the_adapters_set_up_did(tiny, tmp_path):
     path = _tuned_folder(tiny, tmp_path)
     built = viasd_adapt.context(tiny.target, mask=path)
     _same_run(built, open_context(tiny.target, path))
-    assert built.settings == CHOSEN and built.runs_tuned and built.sources["mode"].startswith("tuned.json")
+    assert built.settings == CHOSEN and built.runs_tuned and built.sources["mode"].kind is SourceKind.TUNED
     given = viasd_adapt.context(tiny.target, mask=path, settings=TierSettings(mode="lossy"))
     _same_run(given, open_context(tiny.target, path, TierSettings(mode="lossy")))
     assert given.mode is Mode.LOSSY and not given.runs_tuned  # control: given settings are not the tuned ones
@@ -72,7 +73,7 @@ def test_on_a_pair_it_uses_what_the_pair_read_and_reads_nothing(tiny, tmp_path, 
     mask_reads, tuned_reads = count_loads(monkeypatch, MaskArtifact), count_loads(monkeypatch, TunedSettings)
     built = viasd_adapt.context(pair)
     _same_run(built, pair.run_context())
-    assert built.settings == CHOSEN and built.evidence is pair.evidence
+    assert built.settings == CHOSEN and built.evidence is pair.files.tuned
     lossy = viasd_adapt.context(pair, settings=TierSettings(mode="lossy"), plugins=())
     _same_run(lossy, pair.run_context(TierSettings(mode="lossy")))
     assert viasd_adapt.context(pair, tuned=None).evidence is None

@@ -145,6 +145,7 @@ def test_the_demo_answers_with_the_defaults_when_tunes_pick_was_measured_on_anot
     from types import SimpleNamespace
 
     from viasd_adapt.bench import demo
+    from viasd_adapt.config.provenance import Source
     from viasd_adapt.config.resolve import RunSpec
     from viasd_adapt.engine.context import spec_for_device
 
@@ -155,7 +156,7 @@ def test_the_demo_answers_with_the_defaults_when_tunes_pick_was_measured_on_anot
     shown = SimpleNamespace(prompts=[SimpleNamespace(ids=[1, 2])], shown_text="q", shown_source="test")
     for device, frameworks in (("cuda", ["ar", "hf"]), ("cpu", ["ar"])):
         tuned = TunedSettings(TierSettings(mode="none"), "ar", None, hardware=HardwareStamp(device=device))
-        spec = RunSpec(tuned.settings, {"mode": "tuned.json x (choice ar)"}, tuned=tuned, tuned_applied=True)
+        spec = RunSpec(tuned.settings, {"mode": Source.tuned("x", "choice ar")}, tuned=tuned, tuned_applied=True)
         checked = spec_for_device(spec, tiny.target)
         runs[:] = []
         demo.two_answers(None, shown, checked, SimpleNamespace(answer_tokens=4), lambda line: None, lambda text: None,

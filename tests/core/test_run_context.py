@@ -99,7 +99,7 @@ def test_two_runs_with_different_settings_on_one_pair_in_two_threads_each_run_th
     assert seen_first and seen_second
     assert {s for s in seen_first} == {first} and {s for s in seen_second} == {second}
     # the pair is as it was: nothing of either run was written on it
-    assert pair.mask.mask == truncated_pair("llama", layers=4, sharpness=8.0).mask and pair.evidence is None
+    assert pair.mask.mask == truncated_pair("llama", layers=4, sharpness=8.0).mask and pair.files.tuned is None
 
 
 def test_the_threads_check_sees_a_shared_context():
@@ -150,7 +150,7 @@ def test_a_named_pair_reads_its_mask_and_tuned_file_once_for_every_run_on_it(mon
 
     with hf.tiered(pair) as session:  # the pair's tuned choice (lenient on the demo pair)
         pair.target.generate(ids, assistant_model=pair.draft, max_new_tokens=4, do_sample=False)
-        assert session.settings == pair.spec.settings
+        assert session.settings == pair.settings
         other = noisy_copy(pair.draft, 0.02, seed=11)
         with pytest.warns(TunedForAnotherDrafterWarning), pytest.warns(NegativeDeltaWarning):
             pair.target.generate(ids, assistant_model=other, max_new_tokens=4, do_sample=False)
@@ -265,13 +265,15 @@ def test_no_source_indexes_a_loaded_side_channel(tmp_path):
 
 
 def test_viasd_generates_context_keeps_where_each_setting_came_from():
-    """The CLI's request carries the pair's resolution: each setting with its source (control: a
+    """The CLI's request carries the plan's resolution: each setting with its source (control: a
     context built from given settings says "given")."""
-    from viasd_adapt.cli.generate import load_run_pair, resolve_run, run_request
+    from viasd_adapt.cli.generate import pair_choice, run_options
+    from viasd_adapt.core.sampling import SamplingConfig
+    from viasd_adapt.frameworks.planning import plan_run
 
-    spec, choice = resolve_run("engine", None, None, None, None, "demo", alpha1=0.3, mode="lossy")
-    pair = load_run_pair("engine", spec, choice)
-    request = run_request("engine", pair, PROMPT, 4)
-    assert request.context.sources["alpha1"] == "flag --alpha1" and request.context.settings.alpha1 == 0.3
-    assert request.context.sources["mode"] == "flag --mode"
-    assert pair.run_context(request.settings).sources["alpha1"] == "given"
+    options = run_options("lossy", None, 0.3, None, None, None, "default", None, "auto", None, None, 0, SamplingConfig())
+    planned = plan_run(pair_choice("demo", None, None, None), options, "engine")
+    request = planned.request(PROMPT, 4)
+    assert str(request.context.sources["alpha1"]) == "flag --alpha1" and request.context.settings.alpha1 == 0.3
+    assert str(request.context.sources["mode"]) == "flag --mode"
+    assert str(planned.context(request.settings).sources["alpha1"]) == "given"

@@ -36,7 +36,7 @@ from viasd_adapt.engine.context import RunContext, open_context
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.engine.verifier import TieredVerifier
-from viasd_adapt.models.pair import LoadedPair, MaskInfo, loaded_for
+from viasd_adapt.models.pair import LoadedPair, MaskInfo
 
 OLD_MODULE = "viasd_adapt.engine.tier"
 
@@ -123,7 +123,29 @@ def test_loaded_pair_loaded_warns_and_still_hands_the_object_over(tiny):
     with pytest.warns(DeprecationWarning, match=r"LoadedPair\(loaded=\.\.\.\) is deprecated, use .*adapter") as record:
         pair = LoadedPair(tiny.target, None, None, None, torch.device("cpu"), eagle_head="head", loaded={"eagle": handed})
     _one_warning_here(record)
-    assert loaded_for(pair.target, ("eagle", "head"), lambda: pytest.fail("the handed-over object was not kept")) is handed
+    assert pair.framework_models["eagle"] is handed  # held by the pair itself: nothing is kept beside it
+
+
+def test_loaded_pair_spec_and_evidence_warn_and_read_the_pairs_own_files(tiny, tmp_path):
+    """0.2's per-run fields of the pair read what the pair's files resolve to, with a warning; the
+    pair holds the files (``pair.files``), not a resolution."""
+    from viasd_adapt.config.tuned import TunedSettings
+    from viasd_adapt.models.pair import PairFiles
+
+    tuned = TunedSettings(choice="lenient", settings=TierSettings(mode="lenient", lenience=0.25))
+    mask_file = tmp_path / "mask.json"
+    mask_file.write_text("{}")
+    pair = LoadedPair(tiny.target, tiny.drafter, None, MaskInfo(tiny.mask, "test mask", False), torch.device("cpu"),
+                      files=PairFiles(mask_file, tuned))
+    with pytest.warns(DeprecationWarning, match=r"LoadedPair\.spec is deprecated, use LoadedPair\.run_context\(\)\.spec") as record:
+        spec = pair.spec
+    _one_warning_here(record)
+    assert spec.settings.mode.value == "lenient" and spec.settings.lenience == 0.25
+    with pytest.warns(DeprecationWarning, match=r"LoadedPair\.evidence is deprecated") as record:
+        evidence = pair.evidence
+    _one_warning_here(record)
+    assert evidence is tuned
+    assert "spec" not in LoadedPair.__dataclass_fields__ and "evidence" not in LoadedPair.__dataclass_fields__
 
 
 def test_tiered_verifiers_0_2_constructor_warns_and_builds_the_same_step(tiny):

@@ -32,6 +32,8 @@ SNAPSHOT: dict[str, set[str]] = {
     "viasd_adapt.core.sampling": {"SamplingConfig"},
     "viasd_adapt.core.hooks": {"hookimpl", "make_plugin_manager", "TokenEvent"},
     "viasd_adapt.core.rules": {"TierRules", "BUILTIN_RULES", "rule_for"},
+    "viasd_adapt.core.modes": {"Mode", "ModeRow", "ModeRules", "Check", "CyclePath", "mode_row", "register_mode",
+                               "registered_mode"},
     "viasd_adapt.core.plugins": {"GreedyArgmaxAcceptance"},
     "viasd_adapt.core.tiers": {"Tier"},
     "viasd_adapt.core.metrics": {"TierMetrics"},

@@ -69,7 +69,7 @@ def test_rates_read_from_the_shipped_tune_results():
     points = escalation_points(data, "demo-ee")
     assert points and all(0.0 <= p.rate <= 1.0 for p in points)
     tuned = tuned_viasd_point(data, "demo-ee")
-    best = json.loads((RESULTS / "tune_demo-ee.json").read_text())["tuned"]["report"]["best_within_budget"]["viasd"]["metrics"]
+    best = json.loads((RESULTS / "tune_demo-ee.json").read_text())["tuned"]["report"]["best_within_budget"]["lossy-fixed"]["metrics"]
     assert (tuned.escalated_cycles, tuned.cycles) == (best["escalated_cycles"], best["cycles"])
     assert tuned.slim_cost is not None and 0 < tuned.slim_cost < 1
 

@@ -54,10 +54,10 @@ def test_the_shipped_tuned_files_are_served_as_their_choice_says(pair):
     if choice == "ar":
         with pytest.raises(ConfigError, match=r"recommends the target alone \(choice 'ar'\)"):
             parse_request(_request(tuned=str(path)))
-    elif choice in ("sd", "lenient"):
+    elif choice in ("none", "lenient"):
         rule = parse_request(_request(tuned=str(path)))
         assert rule.choice == choice and rule.lenience == (settings.get("lenience", 0.5) if choice == "lenient" else 0.0)
-        assert rule.is_stock is (choice == "sd")
+        assert rule.is_stock is (choice == "none")
     else:
         with pytest.raises(ConfigError, match="docs/serving.md"):
             parse_request(_request(tuned=str(path)))
@@ -70,7 +70,7 @@ def test_lenience_can_be_overridden_to_zero(demo_tuned):
 
 def test_plain_sd_choice_serves_stock(tmp_path, demo_tuned):
     data = json.loads(demo_tuned.read_text())
-    data["choice"], data["settings"]["mode"] = "sd", "none"
+    data["choice"], data["settings"]["mode"] = "none", "none"
     path = tmp_path / "tuned.json"
     path.write_text(json.dumps(data))
     assert parse_request(_request(tuned=str(path))).lenience == 0.0
@@ -78,7 +78,7 @@ def test_plain_sd_choice_serves_stock(tmp_path, demo_tuned):
 
 def test_a_slim_tier_choice_is_refused_with_the_reason(tmp_path, demo_tuned):
     data = json.loads(demo_tuned.read_text())
-    data["choice"], data["settings"]["mode"] = "viasd", "lossy"
+    data["choice"], data["settings"]["mode"] = "lossy-fixed", "lossy"
     path = tmp_path / "tuned.json"
     path.write_text(json.dumps(data))
     with pytest.raises(ConfigError, match="docs/serving.md"):
@@ -252,6 +252,6 @@ def test_a_target_alone_choice_is_refused_saying_to_serve_without_speculation(tm
     path.write_text(json.dumps(data))
     with pytest.raises(ConfigError, match=r"recommends the target alone \(choice 'ar'\).*without speculative decoding"):
         parse_request(_request(tuned=str(path)))
-    data["choice"] = "sd"
+    data["choice"] = "none"
     path.write_text(json.dumps(data))
     assert parse_request(_request(tuned=str(path))).is_stock

@@ -30,8 +30,8 @@ BEST_VIASD = TierSettings(mode="lossy", alpha1=0.1, alpha2=0.05, greedy_gates="t
 def write_tuned(pair, measured_on: str | None = None) -> TunedSettings:
     fingerprint = MaskArtifact.load(pair / "mask.json").fingerprint
     report = {"best_within_budget": {"lenient": {"settings": BEST_LENIENT.to_dict(), "ll_drop": 0.01},
-                                     "viasd": {"settings": BEST_VIASD.to_dict(), "mask": "mask.json", "ll_drop": 0.015},
-                                     "sd": None, "lossless": None},
+                                     "lossy-fixed": {"settings": BEST_VIASD.to_dict(), "mask": "mask.json", "ll_drop": 0.015},
+                                     "none": None, "lossless-fixed": None},
               "mask_file": None}
     extra = {} if measured_on is None else {"measured_on": measured_on}
     tuned = TunedSettings(LENIENT, "lenient", None, fingerprint, report=report, hardware=CPU_STAMP, **extra)
@@ -40,7 +40,7 @@ def write_tuned(pair, measured_on: str | None = None) -> TunedSettings:
 
 
 #: The families whose points run without a slim verifier (their files record no mask bits).
-_MASKLESS = ("sd", "lenient")
+_MASKLESS = ("none", "lenient")
 
 
 def shipped_tuned(pair: str) -> TunedSettings:

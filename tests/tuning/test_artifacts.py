@@ -41,7 +41,7 @@ ASSETS = REPO_ROOT / "viasd_adapt" / "assets"
 
 def _tuned(**changes) -> dict:
     point = {"settings": TierSettings(mode="lossy").to_dict(), "mask": "mask.json", "ll_drop": 0.01, "regret": 0.02}
-    data = TunedSettings(LENIENT, "lenient", None, {"arch": "x"}, report={"best_within_budget": {"viasd": point}}).to_json()
+    data = TunedSettings(LENIENT, "lenient", None, {"arch": "x"}, report={"best_within_budget": {"lossy-fixed": point}}).to_json()
     data.update(changes)
     return data
 
@@ -54,7 +54,7 @@ def test_tuned_settings_round_trip(tmp_path):
     path = tuned.save(tmp_path / "tuned.json")
     again = TunedSettings.load(path)
     assert again == tuned and again.to_json() == tuned.to_json()
-    assert again.best("viasd").ll_drop == 0.01 and again.best("viasd").settings.mode.value == "lossy"
+    assert again.best("lossy-fixed").ll_drop == 0.01 and again.best("lossy-fixed").settings.mode.value == "lossy"
     assert again.best("lenient") is None and again.measured_on == MEASURED_ON_DEFAULT
 
 
@@ -138,7 +138,7 @@ def test_shipped_tune_json_files_load_as_typed_points(path):
     assert original.get("format", TunePoints.FORMAT) == TunePoints.FORMAT
     sweep = TunePoints.load(path)
     written = sweep.to_json()
-    assert written["format"] == TunePoints.FORMAT and written["version"] == 1
+    assert written["format"] == TunePoints.FORMAT and written["version"] == TunePoints.VERSION
     assert len(written["points"]) == len(original["points"])
     assert all(_only_defaults_added(w, o) for w, o in zip(written["points"], original["points"]))
     assert _only_defaults_added(written["tuned"], original["tuned"]) and sweep.tuned == TunedSettings.from_json(original["tuned"])
@@ -147,7 +147,7 @@ def test_shipped_tune_json_files_load_as_typed_points(path):
         # a fixed-family tier point of a file older than the adaptive tier gains the "adaptive": false it ran with
         added = {"adaptive": False} if "adaptive" not in raw["settings"] and not point.settings.adaptive else {}
         assert point.to_dict()["settings"] == raw["settings"] | added
-        assert point.settings.adapts == point.family.endswith("-adaptive")
+        assert point.settings.adapts == (point.family in ("lossless", "lossy"))
 
 
 def test_a_fixed_point_of_a_file_older_than_the_adaptive_tier_reads_as_fixed():
@@ -157,12 +157,12 @@ def test_a_fixed_point_of_a_file_older_than_the_adaptive_tier_reads_as_fixed():
         return Point.from_dict({"family": family, "settings": settings, "mask": "m.json", "full_equivalent": 0.5,
                                 "ll_drop": 0.0, "overrule": 0.0, "tokens": 10})
 
-    old_lossless = point("lossless", {"mode": "lossless"})
+    old_lossless = point("lossless-fixed", {"mode": "lossless"})
     assert not old_lossless.settings.adaptive and settings_label(old_lossless.settings) == "lossless"
-    old_lossy = point("viasd", {"mode": "lossy", "alpha1": 0.5})
+    old_lossy = point("lossy-fixed", {"mode": "lossy", "alpha1": 0.5})
     assert not old_lossy.settings.adapts and "adaptive" not in settings_label(old_lossy.settings)
-    assert point("lossless-adaptive", {"mode": "lossless"}).settings.adapts  # the twin: on is the default it was written with
-    assert "adaptive" not in point("sd", {"mode": "none"}).settings.to_dict()  # no mode the flag applies to: unchanged
+    assert point("lossless", {"mode": "lossless"}).settings.adapts  # the twin: on is the default it was written with
+    assert "adaptive" not in point("none", {"mode": "none"}).settings.to_dict()  # no mode the flag applies to: unchanged
 
 
 @pytest.mark.parametrize("path", BUILD_REPORTS, ids=lambda p: p.parent.name)
@@ -280,9 +280,9 @@ def _write(tmp_path, name, data) -> Path:
 
 def test_a_corrupted_tuned_field_is_refused_with_its_name_and_file(tmp_path):
     data = _tuned()
-    data["report"]["best_within_budget"]["viasd"]["ll_drop"] = "small"
+    data["report"]["best_within_budget"]["lossy-fixed"]["ll_drop"] = "small"
     path = _write(tmp_path, "tuned.json", data)
-    with pytest.raises(ConfigError, match=rf"{path}: field 'report\.best_within_budget\.viasd\.ll_drop'"):
+    with pytest.raises(ConfigError, match=rf"{path}: field 'report\.best_within_budget\.lossy-fixed\.ll_drop'"):
         TunedSettings.load(path)
     data = _tuned()
     data["settings"]["alpha1"] = 2.0
@@ -309,10 +309,10 @@ def test_a_corrupted_mask_field_is_refused_with_its_name(tmp_path):
 
 
 @pytest.mark.parametrize("kind, data", [
-    ("tuned", lambda: _tuned(version=2)),
+    ("tuned", lambda: _tuned(version=3)),
     ("mask", lambda: MaskArtifact(RoutingMask.from_skipped(8, [1]), 1 / 8).to_json() | {"version": 2}),
     ("bench", lambda: json.loads(shipped("viasd-adapt/bench")[0].read_text()) | {"version": 4}),
-    ("tune", lambda: json.loads(TUNE_JSON[0].read_text()) | {"format": TunePoints.FORMAT, "version": 2}),
+    ("tune", lambda: json.loads(TUNE_JSON[0].read_text()) | {"format": TunePoints.FORMAT, "version": 3}),
     ("build", lambda: json.loads(BUILD_REPORTS[0].read_text()) | {"version": 2}),
     ("costs", lambda: json.loads(shipped("viasd-adapt/forward-costs")[0].read_text()) | {"version": 2}),
 ])

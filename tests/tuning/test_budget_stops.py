@@ -68,7 +68,7 @@ class _Sweep:
 
 def test_the_sweep_stops_between_settings_and_says_how_many_it_left():
     sweep = _Sweep()
-    candidates = [("sd", i, None) for i in range(6)]
+    candidates = [("none", i, None) for i in range(6)]
     measured: list[int] = []
     clock = TickClock(1.0)
     deadline = Deadline(3.5, clock)  # reads 1: ends at 4.5; each question reads once
@@ -87,6 +87,6 @@ def test_the_sweep_stops_between_settings_and_says_how_many_it_left():
 
 def test_the_first_setting_of_a_sweep_is_measured_whatever_the_clock_says():
     sweep = _Sweep()
-    points = Sweep.measured_until(sweep, [("sd", 0, None), ("sd", 1, None)], lambda *c: c[1], lambda: True)
+    points = Sweep.measured_until(sweep, [("none", 0, None), ("none", 1, None)], lambda *c: c[1], lambda: True)
     assert points == [0] and len(sweep.said) == 1
-    assert Sweep.measured_until(sweep, [("sd", 0, None)], lambda *c: c[1], lambda: True, first=False) == []
+    assert Sweep.measured_until(sweep, [("none", 0, None)], lambda *c: c[1], lambda: True, first=False) == []

@@ -128,3 +128,30 @@ def test_the_price_lists_price_follows_what_the_sweep_times():
     grid, base = GridSize(lenience=1, lossy=1), units()
     more = tune_seconds(base, grid, 2, 0) - tune_seconds(base, grid, 1, 0)
     assert math.isclose(more, COST_REPEATS * COST_TRIES * MASK_PASSES * base.step)
+
+
+def test_a_calibration_prompt_is_priced_by_its_measured_greedy_continuation():
+    """The search's greedy calibration runs the target with its cache: a prompt's prefill once, then
+    each token. Priced from the probe's greedy runs, not as one bare decode step per token."""
+    greedy = RunPrice.fitted((2, 1.5 + 2 * 0.6), (10, 1.5 + 10 * 0.6), 0.0)
+    measured, bare = units(greedy=greedy), units()
+    assert math.isclose(measured.calibration_prompt(), 1.5 + CALIBRATION_TOKENS * 0.6)
+    assert math.isclose(bare.calibration_prompt(), CALIBRATION_TOKENS * bare.step)  # control: no greedy unit
+    per_prompt = search_seconds(measured, 5, 4, (0.45,), 0, 0) - search_seconds(measured, 4, 4, (0.45,), 0, 0)
+    assert math.isclose(per_prompt, measured.calibration_prompt() + ratio_fixed_seconds(measured, 1, 0))
+    assert "a greedy calibration token 600 ms" in units_words(measured) and "greedy" not in units_words(bare)
+
+
+def test_a_setting_is_priced_at_the_length_of_the_prompts_the_sweep_runs():
+    """The probe runs one prompt; the sweep's prompts may be ten times longer (a summary). A
+    setting's per-prompt part (a prefill over the prompt, a scoring over it and the output) is priced
+    in proportion to the positions it covers; a generated token's price stays."""
+    base = units(tokens=32)
+    long = base.at_prompt_lengths([1000, 40, 60, 100], probed=88)  # mean 300 against the probe's 88
+    assert math.isclose(long.untiered.prompt, base.untiered.prompt * (300 + 32) / (88 + 32))
+    assert math.isclose(long.tiered.prompt, base.tiered.prompt * (300 + 32) / (88 + 32))
+    assert (long.untiered.token, long.tiered.token) == (base.untiered.token, base.tiered.token)
+    assert long.sd_point > base.sd_point
+    same = base.at_prompt_lengths([88, 88], probed=88)  # control: prompts as long as the probe's
+    assert math.isclose(same.sd_point, base.sd_point) and math.isclose(same.tier_point, base.tier_point)
+    assert base.at_prompt_lengths([], probed=88) == base

@@ -12,6 +12,7 @@ from viasd_adapt.config.budget import Budget
 from viasd_adapt.bench.verdict import verdict
 from viasd_adapt.errors import ConfigError, ModelMismatchError
 from viasd_adapt.models.tiny import tiny_model
+from viasd_adapt.config.provenance import Source, SourceKind
 from viasd_adapt.config.resolve import DEFAULT, resolve_settings
 from tests.support.loads import count_loads
 from viasd_adapt.config.mask import MaskArtifact
@@ -32,14 +33,15 @@ def test_every_field_names_its_source_layer_by_layer(tuned_pair, count_reads):
     tuned_file = str(tuned_pair / "tuned.json")
     spec = resolve_settings(mask, flags={"gamma": 3, "alpha2": None})
     assert spec.settings == LENIENT.with_(gamma=3)
-    assert spec.sources["gamma"] == "flag --gamma"
-    assert tuned_file in spec.sources["mode"] and "choice lenient" in spec.sources["mode"]
-    assert spec.sources["alpha2"] != "flag --alpha2"  # None means "not given"
+    assert spec.sources["gamma"] == Source(SourceKind.FLAG, "flag --gamma")
+    assert spec.sources["mode"].kind is SourceKind.TUNED  # the code asks the kind; people read the words
+    assert tuned_file in str(spec.sources["mode"]) and "choice lenient" in str(spec.sources["mode"])
+    assert spec.sources["alpha2"].kind is not SourceKind.FLAG  # None means "not given"
     assert count_reads == [tuned_file]
 
     preset = resolve_settings(mask, preset="conservative", flags={"alpha1": 0.05})
-    assert preset.settings.alpha2 == CONSERVATIVE["alpha2"] and preset.sources["alpha2"] == "preset conservative"
-    assert preset.settings.alpha1 == 0.05 and preset.sources["alpha1"] == "flag --alpha1"  # flags beat the preset
+    assert preset.settings.alpha2 == CONSERVATIVE["alpha2"] and preset.sources["alpha2"] == Source.preset("conservative")
+    assert preset.settings.alpha1 == 0.05 and str(preset.sources["alpha1"]) == "flag --alpha1"  # flags beat the preset
 
 
 def test_without_a_tuned_file_everything_is_a_default(char_pair_with_mask):
@@ -51,9 +53,9 @@ def test_without_a_tuned_file_everything_is_a_default(char_pair_with_mask):
 def test_the_bench_layer_runs_the_tuners_best_points(tuned_pair, count_reads):
     spec = resolve_settings(pair_mask=tuned_pair / "mask.json", best_points=True)
     assert spec.mask_path == tuned_pair / "mask.json"
-    assert spec.settings.lenience == BEST_LENIENT.lenience and "best lenient point" in spec.sources["lenience"]
+    assert spec.settings.lenience == BEST_LENIENT.lenience and "best lenient point" in str(spec.sources["lenience"])
     for name in ("alpha1", "alpha2", "greedy_gates", "ratio"):
-        assert getattr(spec.settings, name) == getattr(BEST_VIASD, name) and "best VIA-SD point" in spec.sources[name]
+        assert getattr(spec.settings, name) == getattr(BEST_VIASD, name) and spec.sources[name].kind is SourceKind.TUNED and "best VIA-SD point" in str(spec.sources[name])
     assert spec.settings.mode.value == "lenient"  # the choice's mode; the bench sets each row's mode
     assert any("tiered rows" in note for note in spec.notes)
     assert len(count_reads) == 1  # the mask choice and the settings share one read
@@ -65,7 +67,7 @@ def test_the_bench_layer_runs_the_tuners_best_points(tuned_pair, count_reads):
 def test_a_choice_measured_with_another_mask_is_not_applied_and_says_so(tuned_pair):
     viasd = TierSettings(mode="lossy", alpha1=0.1)
     artifact = MaskArtifact.load(tuned_pair / "mask.json")
-    TunedSettings(viasd, "viasd", [1] * artifact.mask.num_layers, artifact.fingerprint).save(tuned_pair / "tuned.json")
+    TunedSettings(viasd, "lossy-fixed", [1] * artifact.mask.num_layers, artifact.fingerprint).save(tuned_pair / "tuned.json")
     with pytest.warns(TunedForAnotherMaskWarning):
         spec = resolve_settings(tuned_pair / "mask.json")
     assert spec.settings == TierSettings() and not spec.tuned_applied
@@ -81,7 +83,8 @@ def test_a_tuned_file_of_another_model_is_refused_when_a_model_is_given(tuned_pa
 
 def test_a_framework_with_no_tier_forces_mode_none_and_refuses_a_tier(tuned_pair):
     spec = resolve_settings(tuned_pair / "mask.json", framework="ar", has_tier=False)
-    assert spec.settings.mode.value == "none" and "framework ar" in spec.sources["mode"]
+    assert spec.settings.mode.value == "none" and "framework ar" in str(spec.sources["mode"])
+    assert spec.sources["mode"].kind is SourceKind.RULE
     with pytest.raises(ConfigError, match="--framework ar has no tier"):
         resolve_settings(tuned_pair / "mask.json", framework="ar", has_tier=False, flags={"mode": "lossy"})
     # control: the name alone forces nothing; the capability does

@@ -36,7 +36,7 @@ def test_the_shipped_file_loads_without_a_word(tmp_path):
         warnings.simplefilter("error")
         tuned = _load(tmp_path, _shipped())
     assert tuned.choice and tuned.report.costs["mask.json"]["c_full_block"] > 0
-    assert tuned.best("sd").metrics["cycles"] == _shipped()["report"]["best_within_budget"]["sd"]["metrics"]["cycles"]
+    assert tuned.best("none").metrics["cycles"] == _shipped()["report"]["best_within_budget"]["none"]["metrics"]["cycles"]
 
 
 @pytest.mark.parametrize("choice", [None, "", "  "], ids=["missing", "empty", "blank"])
@@ -74,21 +74,21 @@ def test_costs_a_file_leaves_out_or_states_as_none_still_load(tmp_path):
                                           ("mean_accepted_length", math.nan), ("cycles", -3), ("cycles", math.nan)])
 def test_a_negative_or_nan_prior_is_refused_by_name(tmp_path, field, value):
     data = _shipped()
-    point = data["report"]["best_within_budget"]["sd"]
+    point = data["report"]["best_within_budget"]["none"]
     (point if field == "full_equivalent" else point["metrics"])[field] = value
-    with pytest.raises(ConfigError, match=rf"field 'report\.best_within_budget\.sd(\.metrics)?'?.*{field}"):
+    with pytest.raises(ConfigError, match=rf"field 'report\.best_within_budget\.none(\.metrics)?'?.*{field}"):
         _load(tmp_path, data)
 
 
 def test_a_prior_weight_of_a_billion_cycles_is_clamped_to_the_points_tokens_with_a_warning(tmp_path):
     data = _shipped()
-    point = data["report"]["best_within_budget"]["lossless"]
+    point = data["report"]["best_within_budget"]["lossless-fixed"]
     point["metrics"]["cycles"] = 1e9
-    with pytest.warns(TunedValueClampedWarning, match=r"tuned\.json: 'report\.best_within_budget\.lossless\.metrics\."
+    with pytest.warns(TunedValueClampedWarning, match=r"tuned\.json: 'report\.best_within_budget\.lossless-fixed\.metrics\."
                                                       r"cycles' 1000000000\.0 is more cycles than the point's 1536 tokens"):
         tuned = _load(tmp_path, data)
-    assert tuned.best("lossless").metrics["cycles"] == point["tokens"] == 1536
-    assert tuned.best("sd").metrics["cycles"] == data["report"]["best_within_budget"]["sd"]["metrics"]["cycles"]
+    assert tuned.best("lossless-fixed").metrics["cycles"] == point["tokens"] == 1536
+    assert tuned.best("none").metrics["cycles"] == data["report"]["best_within_budget"]["none"]["metrics"]["cycles"]
 
 
 def test_generate_refuses_a_pair_whose_tuned_file_has_no_choice(tmp_path):

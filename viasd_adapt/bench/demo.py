@@ -157,18 +157,20 @@ def demo_prompts(pair, budget: DemoBudget, chat: str) -> DemoPrompts:
     return DemoPrompts(text_prompts(pair.tokenizer, snippets, chat), snippets[0], "a held-out stdlib snippet")
 
 
-def show_answer(pair, framework: str, settings: TierSettings, ids: list[int], tokens: int, label: str,
+def show_answer(planned, framework: str, settings: TierSettings, ids: list[int], tokens: int, label: str,
                 echo: Callable[[str], None], write: Callable[[str], None], colour: bool, show_tiers: bool = True) -> dict:
-    """Generates one answer, streamed through ``write`` as it is committed (coloured by tier with
-    ``show_tiers``), then its size and time; returns its tokens, tiers and seconds."""
+    """Generates one answer on the plan's pair (``planned``: :class:`~viasd_adapt.frameworks.planning.PlannedRun`),
+    streamed through ``write`` as it is committed (coloured by tier with ``show_tiers``), then its
+    size and time; returns its tokens, tiers and seconds."""
     from viasd_adapt.bench.display import TokenStream
     from viasd_adapt.frameworks import registry as frameworks
-    from viasd_adapt.frameworks.requests import RunRequest
 
+    pair = planned.pair
     echo(bold(label, colour))
     stream = TokenStream(pair.tokenizer, write, show_tiers=show_tiers, colour=colour, limit=tokens, eos=pair.eos_token_ids)
     started = time.perf_counter()
-    out = frameworks.run(framework, pair, RunRequest.tiered(ids, tokens, settings, stop_at_eos=True, on_tokens=stream.push))
+    request = planned.request(ids, tokens, framework=framework, settings=settings, stop_at_eos=True, on_tokens=stream.push)
+    out = frameworks.run(framework, pair, request)
     seconds = time.perf_counter() - started
     stream.close()
     echo("")
@@ -214,9 +216,7 @@ def run_demo(
     pair is chosen from (tests); ``device``, ``dtype`` (None or auto: the pair's own) and ``device_map``
     place the models (:mod:`viasd_adapt.models.placement`). Returns ``{"answers", "bench", "hint", "tier_case"}``."""
     from viasd_adapt.bench import progress as bars
-    from viasd_adapt.bench.session import BenchConfig, load_bench_pair, quiet_transformers, resolve_bench_settings, set_threads
-    from viasd_adapt.config.resolve import resolve_settings
-    from viasd_adapt.engine.context import check_spec_model, spec_for_device
+    from viasd_adapt.bench.session import BenchConfig, plan_bench, quiet_transformers, set_threads
     from viasd_adapt.models.gguf import is_gguf_path
     from viasd_adapt.models.pair import FALLBACK_MASK_LABEL, named_dtype
     from viasd_adapt.models.registry import resolve_pair
@@ -234,20 +234,18 @@ def run_demo(
         frameworks=frameworks or DEMO_FRAMEWORKS, modes=DEMO_MODES, max_new_tokens=budget.tokens, repeats=budget.repeats,
         cost_repeats=budget.cost_repeats, task_prompts=0, costs=PROJECTION_COSTS, json_path=json_path, plot_path=plot_path,
         label=f"viasd demo ({paths.name} pair)", device=device, dtype=named_dtype(paths, dtype), device_map=device_map)
-    spec = resolve_bench_settings(config)  # the rows' settings: the tuner's best point per family
-    tuned = resolve_settings(pair_mask=paths.mask, tuned=spec.tuned)  # the answer's: tune's pick itself
     echo(f"pair: {paths.name} ({paths.source}); {threads} CPU thread(s)")
     first_load = " (a first load dequantizes the GGUF file: about 20 s)" if is_gguf_path(paths.target) else ""
     with bars.waiting(f"loading {paths.name}{first_load}", enabled=progress):
-        loaded = load_bench_pair(config, spec)
-    check_spec_model(spec, loaded.target)
-    tuned = spec_for_device(tuned, loaded.target)  # the same file: its notice, if any, was just given
+        planned = plan_bench(config)  # the planner: the rows' settings (the tuner's best point per family), the pair
+    loaded, spec = planned.pair, planned.spec
+    tuned = planned.own_spec()  # the answer's: tune's pick itself (its notices were the plan's)
     if loaded.mask is not None and loaded.mask.is_fallback:
         echo(bold(f"no mask.json shipped with this pair: using the {FALLBACK_MASK_LABEL}", colour, fg="red"))
     with bars.waiting("preparing the prompts", enabled=progress):
         shown = demo_prompts(loaded, budget, chat)
-    answers = two_answers(loaded, shown, tuned, budget, echo, write, colour)
-    data, written = small_bench(loaded, config, spec, shown.prompts, budget, threads, echo, colour, progress)
+    answers = two_answers(planned, shown, tuned, budget, echo, write, colour)
+    data, written = small_bench(planned, config, shown.prompts, budget, threads, echo, colour, progress)
     case = tier_case(budget, echo, colour, progress)
     echo(f"demo wall time {time.perf_counter() - started:.0f} s")
     for path in written:
@@ -255,7 +253,7 @@ def run_demo(
     return {"answers": answers, "bench": data, "hint": hint, "tier_case": case}
 
 
-def two_answers(pair, shown: DemoPrompts, tuned, budget: DemoBudget, echo: Callable[[str], None],
+def two_answers(planned, shown: DemoPrompts, tuned, budget: DemoBudget, echo: Callable[[str], None],
                 write: Callable[[str], None], colour: bool) -> dict:
     """Step 1: one question, answered by the target alone and by the tuned setting (``tuned``: the
     resolution of tune's pick), streamed; whether the two answers are the same."""
@@ -266,7 +264,7 @@ def two_answers(pair, shown: DemoPrompts, tuned, budget: DemoBudget, echo: Calla
     echo(shown.shown_text.rstrip("\n"))
     echo("")
     ids = shown.prompts[0].ids
-    answers = {"ar": show_answer(pair, "ar", tuned.settings.with_(mode="none"), ids, budget.answer_tokens,
+    answers = {"ar": show_answer(planned, "ar", tuned.settings.with_(mode="none"), ids, budget.answer_tokens,
                                  "answer of the target alone (AR; every token the target's own):", echo, write, colour,
                                  show_tiers=False)}
     if tuned.runs_target_alone:
@@ -280,7 +278,7 @@ def two_answers(pair, shown: DemoPrompts, tuned, budget: DemoBudget, echo: Calla
     if tuned.not_applied.startswith(OTHER_DEVICE):
         why = f"the defaults: tune's pick was {tuned.not_applied}"
     echo("")
-    answers["tuned"] = show_answer(pair, "hf", tuned.settings, ids, budget.answer_tokens,
+    answers["tuned"] = show_answer(planned, "hf", tuned.settings, ids, budget.answer_tokens,
                                    f"answer of the tuned setting (hf framework, mode {mode}: {why}):", echo, write, colour)
     echo(legend(colour))
     same = answers["ar"]["tokens"] == answers["tuned"]["tokens"]
@@ -289,10 +287,10 @@ def two_answers(pair, shown: DemoPrompts, tuned, budget: DemoBudget, echo: Calla
     return answers
 
 
-def small_bench(pair, config, spec, prompts, budget: DemoBudget, threads: int, echo: Callable[[str], None], colour: bool,
+def small_bench(planned, config, prompts, budget: DemoBudget, threads: int, echo: Callable[[str], None], colour: bool,
                 progress: bool) -> tuple[dict, list[Path]]:
-    """Step 2: the small bench of the demo's rows, its table, verdict and projection; returns the
-    bench's JSON document and the files written (``--json``, ``--plot``)."""
+    """Step 2: the small bench of the demo's rows on the plan's pair, its table, verdict and
+    projection; returns the bench's JSON document and the files written (``--json``, ``--plot``)."""
     from dataclasses import replace
 
     from viasd_adapt.bench import progress as bars
@@ -303,6 +301,7 @@ def small_bench(pair, config, spec, prompts, budget: DemoBudget, threads: int, e
     from viasd_adapt.bench.verdict import verdict
     from viasd_adapt.prompts.chat import uses_chat
 
+    pair, spec = planned.pair, planned.spec
     cost_model = load_cost_model(PROJECTION_COSTS)
     # the stock rows of hf (and eagle) are left out: stock prompt lookup is the stock row that matters
     # here; so are the fixed-tier twins (viasd bench runs them): the demo keeps to a few minutes, and
@@ -324,7 +323,8 @@ def small_bench(pair, config, spec, prompts, budget: DemoBudget, threads: int, e
             probes.stop()
 
     try:
-        result = run_bench(pair, spec.settings, config.sampling, prompts, plan, (), chat=config.chat, on_run=on_run)
+        result = run_bench(pair, spec.settings, config.sampling, prompts, plan, (), chat=config.chat, on_run=on_run,
+                           contexts=planned.context)
     finally:
         probes.stop()
         ticker.close()

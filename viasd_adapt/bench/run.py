@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -250,13 +250,17 @@ def plan_rows(pair: LoadedPair, plan: RunPlan) -> tuple[list[PlannedRow], dict[s
 
 
 def _request(row: PlannedRow, settings: TierSettings, sampling: SamplingConfig, ids: list[int], n: int, seed: int,
-             stop_at_eos: bool = False) -> RunRequest:
+             stop_at_eos: bool = False, contexts: Callable[..., Any] | None = None) -> RunRequest:
+    """The row's request; a tiered one carries ``contexts(settings, plugins)`` when given (the plan's)."""
     options = dict(sampling=sampling, seed=seed, stop_at_eos=stop_at_eos)
     if row.stock:
         return RunRequest.stock_run(ids, n, settings, **options)
     # the ar row runs the target alone: untiered; a tier row its mode, adaptive or not as its name says
-    return RunRequest.tiered(ids, n, settings.with_(mode="none") if row.is_ar else settings.with_(**label_settings(row.mode)),
-                             **options)
+    request = RunRequest.tiered(ids, n, settings.with_(mode="none") if row.is_ar else settings.with_(**label_settings(row.mode)),
+                                **options)
+    if contexts is None or not frameworks.get(row.framework).has_tier:
+        return request
+    return replace(request, context=contexts(request.settings, request.stream_plugins))
 
 
 def _sync(device: torch.device) -> None:
@@ -274,12 +278,14 @@ def run_bench(
     progress: Callable[[str], None] | None = None,
     chat: str = "auto",
     on_run: Callable[[str], None] | None = None,
+    contexts: Callable[..., Any] | None = None,
 ) -> BenchResult:
     """Runs every row on every prompt ``plan.repeats`` times and returns the median rows (overall,
     and per group when the prompts carry groups). Text prompts go through the chat template per ``chat``.
     ``on_run`` is called after every generation with its row's label (a progress bar's tick): the
     greedy references first (one per prompt), then one warm-up per row, then the timed runs (and the
-    next-line task's, when asked)."""
+    next-line task's, when asked). ``contexts``: a tiered request's context (the planner's
+    :meth:`~viasd_adapt.frameworks.planning.PlannedRun.context`); None: each runner asks the pair."""
     say = progress or (lambda message: None)
     tick = on_run or (lambda label: None)
     started = time.perf_counter()
@@ -296,7 +302,7 @@ def run_bench(
     runners = {row.key: frameworks.get(row.framework).load(kind) for row in rows}
 
     def generate(row: PlannedRow, ids: list[int], tokens: int, seed: int, run_sampling: SamplingConfig = sampling):
-        output = runners[row.key](pair, _request(row, settings, run_sampling, ids, tokens, seed, plan.stop_at_eos))
+        output = runners[row.key](pair, _request(row, settings, run_sampling, ids, tokens, seed, plan.stop_at_eos, contexts))
         tick(row.label)
         return output
 

@@ -4,9 +4,9 @@ options -> pair -> run -> tables, verdict, JSON, plot:
 
 1. :class:`BenchConfig`: every option of the invocation, checked once, when it is built (before
    any model loads); ``viasd bench`` and ``viasd demo`` build one;
-2. :func:`resolve_bench_settings` (the settings of the rows and the mask), :func:`read_text_prompts`,
-   :func:`load_bench_pair`, and for Spec-Bench :func:`spec_bench_set` (its second turns need the
-   loaded pair);
+2. :func:`read_text_prompts`, :func:`plan_bench` (the planner: the settings of the rows and the
+   mask, the pair, the settings checked once against it), and for Spec-Bench :func:`spec_bench_set`
+   (its second turns need the loaded pair);
 3. :func:`viasd_adapt.bench.run.run_bench` with :attr:`BenchConfig.plan`;
 4. :func:`setup_lines`, :func:`result_lines`, :func:`projection_report` and :func:`run_info`: what
    is printed and recorded, as pure functions of the values above;
@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -40,14 +40,15 @@ from viasd_adapt.bench.verdict import decisions, verdict
 from viasd_adapt.config.advice import delta_message
 from viasd_adapt.config.budget import DEFAULT_MAX_LL_DROP, DEFAULT_MAX_REGRET, Budget
 from viasd_adapt.config.mask import RoutingMask
-from viasd_adapt.config.resolve import UNREAD, RunSpec, resolve_settings
+from viasd_adapt.config.resolve import UNREAD, RunSpec
 from viasd_adapt.core.sampling import SamplingConfig
 from viasd_adapt.core.settings import TierSettings, label_settings
 from viasd_adapt.engine.prompt_lookup import DRAFT_NAME as PROMPT_LOOKUP
-from viasd_adapt.engine.context import EAGLE_HEAD, check_spec_model
+from viasd_adapt.frameworks import planning
+from viasd_adapt.frameworks.planning import ChosenPaths, PlannedRun, RunOptions
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.io import ensure_writable, relative_name
-from viasd_adapt.models.pair import LoadedPair, load_pair
+from viasd_adapt.models.pair import LoadedPair
 from viasd_adapt.prompts.files import read_prompts_file
 from viasd_adapt.prompts.splits import bench_snippets
 from viasd_adapt.prompts.spec_bench import is_spec_bench
@@ -209,12 +210,22 @@ def check_outputs(config: BenchConfig) -> None:
             ensure_writable(output, option)
 
 
-def resolve_bench_settings(config: BenchConfig, tuned: Any = UNREAD) -> RunSpec:
-    """The settings of the bench's rows (:func:`~viasd_adapt.config.resolve.resolve_settings` with the
-    tuner's best points) and the mask: ``--mask``, else the one the pair's tuned choice names.
-    ``tuned``: the tuned file beside the mask when the caller has already read it."""
-    return resolve_settings(config.mask_path, pair_mask=config.pair_mask if config.mask_path is None else None,
-                            best_points=True, preset=config.preset, flags=config.threshold_flags, tuned=tuned)
+def bench_options(config: BenchConfig) -> RunOptions:
+    """The bench's flags as the planner takes them: its tier settings (the rows' mode is each row's
+    own), the tuner's best points for the rows, the mask when any row needs one, placement and sampling."""
+    return RunOptions(alpha1=config.alpha1, alpha2=config.alpha2, lenience=config.lenience, gamma=config.gamma,
+                      preset=config.preset, mask=Path(config.mask_path) if config.mask_path else None,
+                      device=config.device, dtype=config.dtype, device_map=config.device_map, seed=config.seed,
+                      sampling=config.sampling, best_points=True, need_mask=config.needs_mask)
+
+
+def plan_bench(config: BenchConfig, *, pair: LoadedPair | None = None, tuned: Any = UNREAD) -> PlannedRun:
+    """The bench's run, set up by the planner (:func:`~viasd_adapt.frameworks.planning.plan_run`):
+    the rows' settings and mask (``--mask``, else the one the pair's tuned choice names), the pair
+    (``pair``: already loaded), the settings checked once against what the rows draft with, the
+    notices given once. ``tuned``: the tuned file beside the mask when the caller has read it."""
+    choice = ChosenPaths(config.target, config.draft, config.eagle_head, config.pair_mask)
+    return planning.plan_run(choice, bench_options(config), config.frameworks, loaded=pair, tuned=tuned)
 
 
 def task_examples(n: int, seed: int = TASK_SEED) -> list[tuple[str, str]]:
@@ -230,23 +241,6 @@ def read_text_prompts(config: BenchConfig) -> list[str] | None:
     if config.spec_bench:
         return None
     return read_prompts_file(config.prompts_file) if config.prompts_file else bench_snippets(config.num_prompts)
-
-
-def load_bench_pair(config: BenchConfig, spec: RunSpec) -> LoadedPair:
-    """The target, drafter, EAGLE head and the resolved mask (each mask file read once: ``spec.masks``)."""
-    return load_pair(config.target, config.draft, spec.mask_path, need_mask=config.needs_mask, device=config.device,
-                     eagle_head=config.eagle_head, ratio=spec.settings.ratio, spec=spec, dtype=config.dtype,
-                     device_map=config.device_map)
-
-
-def bench_drafter(config: BenchConfig, pair: LoadedPair):
-    """What the bench's rows draft with, checked against the tuned file's drafter: the EAGLE head when
-    every framework of the bench drafts with one (EAGLE), else the pair's drafter (prompt lookup or the model)."""
-    from viasd_adapt.frameworks.registry import get
-
-    if config.frameworks and all(get(name).drafts_with_head for name in config.frameworks):
-        return EAGLE_HEAD
-    return pair.lookup if pair.lookup is not None else pair.draft
 
 
 def spec_bench_note(config: BenchConfig) -> str:
@@ -409,20 +403,18 @@ def run_bench_session(config: BenchConfig, *, echo: Callable[[str], None] = prin
     check_outputs(config)
     threads = set_threads(config.threads)
     quiet_transformers()
-    spec = resolve_bench_settings(config, tuned)
     cost_model = load_cost_model(config.costs) if config.costs else None  # a bad file fails before any model loads
     prompts = read_text_prompts(config)
-    pair = pair or load_bench_pair(config, spec)
+    planned = plan_bench(config, pair=pair, tuned=tuned)
+    pair, spec = planned.pair, planned.spec
     if config.spec_bench:
         echo(spec_bench_note(config))
         prompts = spec_bench_set(config, pair)
-    spec = check_spec_model(spec, pair.target, bench_drafter(config, pair))
-    # the adaptive rows' prices and priors: the file already read, unless set aside for another drafter
-    pair = replace(pair, spec=spec, evidence=spec.evidence)
     for line in setup_lines(config, spec, pair, len(prompts), threads):
         echo(line)
+    # each tiered request's context comes from the plan: the tuned evidence its one drafter check kept
     result = run_bench(pair, spec.settings, config.sampling, prompts, config.plan, task_examples(config.task_examples),
-                       progress=lambda m: echo(f"  .. {m}"), chat=config.chat)
+                       progress=lambda m: echo(f"  .. {m}"), chat=config.chat, contexts=planned.context)
     judgement = verdict(result.rows, budget=config.budget, prices=result.prices)
     for line in result_lines(result, judgement):
         echo(line)

@@ -50,19 +50,19 @@ def run_tier_case(prompts: int = 2, tokens: int = 48, cost_repeats: int = 3,
     held-out snippets, one repeat, its forward costs timed in this run."""
     from viasd_adapt.bench.prompt_sets import text_prompts
     from viasd_adapt.bench.run import RunPlan, run_bench
-    from viasd_adapt.bench.session import BenchConfig, load_bench_pair, resolve_bench_settings
+    from viasd_adapt.bench.session import BenchConfig, plan_bench
     from viasd_adapt.models.registry import resolve_pair
     from viasd_adapt.prompts.splits import bench_snippets
 
     paths = resolve_pair(CASE_PAIR)
     config = BenchConfig(paths.target, paths.draft, pair_mask=paths.mask, frameworks=CASE_FRAMEWORK, modes="none,lossy",
                          max_new_tokens=tokens, repeats=1, cost_repeats=cost_repeats, task_prompts=0)
-    spec = resolve_bench_settings(config)
-    pair = load_bench_pair(config, spec)
+    planned = plan_bench(config)  # the planner: settings, pair, the one drafter check
+    pair, spec = planned.pair, planned.spec
     plan = RunPlan(frameworks=(CASE_FRAMEWORK,), modes=("none", "lossy"), max_new_tokens=tokens, repeats=1,
                    cost_repeats=cost_repeats, plain_rows=False, fixed_twins=False)
     result = run_bench(pair, spec.settings, config.sampling, text_prompts(pair.tokenizer, bench_snippets(prompts)), plan,
-                       on_run=on_run)
+                       on_run=on_run, contexts=planned.context)
     rows = {row["mode"]: row for row in result.rows if row["framework"] == CASE_FRAMEWORK}
     return TierCase(rows["lossy"]["full_equivalent_per_token"], rows["none"]["full_equivalent_per_token"],
                     rows["lossy"].get("tier_share") or 0.0, prompts, tokens)

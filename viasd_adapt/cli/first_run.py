@@ -10,14 +10,10 @@ mask still fails by name: the user asked for the tier.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
-from viasd_adapt.config.resolve import DEFAULT, RunSpec
-from viasd_adapt.core.settings import Mode
-
-#: ``mode``'s source when the first-run rule chose it (``--explain`` shows it).
-NO_MASK_SOURCE = "no mask for this target: untiered (viasd models add makes one)"
+# the rule itself is the planner's (the one set-up of a run); its source shows in --explain
+from viasd_adapt.frameworks.planning import NO_MASK_SOURCE, without_mask
 
 
 def how_to_get_a_mask(target: Path | str | None, draft: Path | str | None) -> str:
@@ -29,16 +25,6 @@ def how_to_get_a_mask(target: Path | str | None, draft: Path | str | None) -> st
     return (f"no mask for this target, so this runs untiered SD (mode none, the target's own output); for the tier, "
             f"`viasd models add {name} --target {target} --draft {draft_word}` searches a mask and tunes it (about "
             f"{DEFAULT_MINUTES:g} min here, its default --minutes budget), then use --pair {name}")
-
-
-def without_mask(spec: RunSpec) -> RunSpec | None:
-    """``spec`` run untiered when it needs a mask it lacks and its mode is only the default; None when it
-    needs nothing changed (it has a mask, or needs none) or when the user asked for the mode."""
-    if not spec.settings.mode.uses_slim or spec.mask_path is not None:
-        return None
-    if spec.sources.get("mode", DEFAULT) != DEFAULT:
-        return None
-    return replace(spec, settings=spec.settings.with_(mode=Mode.NONE), sources={**spec.sources, "mode": NO_MASK_SOURCE})
 
 
 __all__ = ["NO_MASK_SOURCE", "how_to_get_a_mask", "without_mask"]

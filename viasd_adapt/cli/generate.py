@@ -20,20 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from viasd_adapt.cli.options import (DRAFT_HELP, pair_dtype, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
+from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
                                      finite, pair_option, placement_of, placement_options, preset_option, registered_pair)
 from viasd_adapt.cli.framework_choice import FrameworkChoice
 from viasd_adapt.cli.threads import threads_option, use_threads
-from viasd_adapt.config.resolve import UNREAD
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.core.settings import Mode, TierSettings
-from viasd_adapt.engine.context import EAGLE_HEAD, check_spec_model
 
 _DEFAULTS = TierSettings()
 
 if TYPE_CHECKING:
     from viasd_adapt.cli.options import PairChoice
-    from viasd_adapt.config.resolve import RunSpec
+    from viasd_adapt.frameworks.planning import RunOptions
 
 
 def _registered_pair(name: str | None):
@@ -41,42 +39,21 @@ def _registered_pair(name: str | None):
     return registered_pair(name)
 
 
-def resolve_run(framework: str, target: Path | None, draft: Path | None, mask: Path | None, eagle_head: Path | None,
-                pair: str | None = None, preset: str = "default", tuned: Any = UNREAD,
-                **flags) -> tuple[RunSpec, PairChoice]:
-    """``(RunSpec, PairChoice)``: the paths from ``--pair`` (or the demo pair), and the settings and
-    mask from :func:`viasd_adapt.config.resolve.resolve_settings` (``preset``: ``--preset``; ``flags``:
-    the tier settings given as options), which reads the pair's tuned.json once (not at all when
-    ``tuned`` hands over the one an earlier resolution read)."""
-    from viasd_adapt.config.resolve import resolve_settings
+def run_options(mode, gamma, alpha1, alpha2, lenience, adaptive, preset, mask, device, dtype, device_map, seed,
+                sampling) -> "RunOptions":
+    """The run's flags as the planner takes them (:class:`~viasd_adapt.frameworks.planning.RunOptions`),
+    each by its name: a first run without a mask runs untiered, a flag the run's mode does not read
+    is refused."""
+    from viasd_adapt.frameworks.planning import RunOptions
 
-    choice = choose_pair(pair, target, draft, eagle_head, demo_default=True,
-                         lookup=lambda name: _registered_pair(name))
-    from viasd_adapt.frameworks.registry import DRAFTER, get
-
-    if get(framework).honours(DRAFTER) and choice.draft is None:
-        raise ConfigError(f"--framework {framework} needs --draft")
-    spec = resolve_settings(mask, pair_mask=choice.mask if mask is None else None, framework=framework,
-                            has_tier=get(framework).has_tier, preset=preset, flags=flags, tuned=tuned)
-    from viasd_adapt.cli.first_run import without_mask
-
-    spec = without_mask(spec) or spec  # a first run on the user's own target: untiered (generate says how to get the tier)
-    spec.refuse_unread_flags()  # --mode lenient --no-adaptive would change nothing: refused by name
-    if spec.settings.mode.uses_slim and spec.mask_path is None:
-        raise ConfigError(f"--mode {spec.settings.mode.value} needs --mask (a mask.json searched for this target)")
-    return spec, choice
+    return RunOptions(mode=mode, gamma=gamma, alpha1=alpha1, alpha2=alpha2, lenience=lenience, adaptive=adaptive,
+                      preset=preset, mask=mask, device=device, dtype=dtype, device_map=device_map, seed=seed,
+                      sampling=sampling, untiered_without_mask=True, refuse_unread_flags=True)
 
 
-def drafter_of(framework: str, pair):
-    """What ``framework`` drafts with on ``pair`` (checked against the tuned file's drafter): its EAGLE
-    head, prompt lookup, the drafter model, or None for the target alone."""
-    from viasd_adapt.frameworks.registry import DRAFTER, EAGLE_HEAD as HEAD_INPUT, get
-
-    if get(framework).honours(HEAD_INPUT):
-        return EAGLE_HEAD
-    if not get(framework).honours(DRAFTER):
-        return None
-    return pair.lookup if pair.lookup is not None else pair.draft
+def pair_choice(pair: str | None, target: Path | None, draft: Path | None, eagle_head: Path | None) -> "PairChoice":
+    """``--pair`` (or the shipped demo pair) or ``--target``/``--draft``, as the paths to load."""
+    return choose_pair(pair, target, draft, eagle_head, demo_default=True, lookup=lambda name: _registered_pair(name))
 
 
 def _tier_cycles(settings, metrics) -> list[str]:
@@ -143,6 +120,7 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
     from viasd_adapt.cli.run_options import given_inputs
     from viasd_adapt.core.sampling import SamplingConfig
     from viasd_adapt.frameworks import registry as frameworks
+    from viasd_adapt.frameworks.planning import plan_run
 
     check_max_new_tokens(max_new_tokens)
     drafting_options = given_inputs(mode=mode, alpha1=alpha1, alpha2=alpha2, lenience=lenience, preset=preset, mask=mask,
@@ -155,28 +133,30 @@ def generate(framework, pair, target, draft, eagle_head, mask, mode, prompt, inp
         ensure_writable(json_path, "--json")  # before any model loads
     sampling = SamplingConfig.from_temperature(temperature, top_p)
     placement_of(device, dtype, device_map)  # CUDA asked without CUDA, a bad device map: refused before any load
-    spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset,
-                               mode=mode, gamma=gamma, alpha1=alpha1,
-                               alpha2=alpha2, lenience=lenience, adaptive=adaptive)
-    if _target_alone(spec, framework_given=_given("framework"), drafting_options=drafting_options):
-        framework, reason = "ar", spec.tuned.target_alone_reason()
-        spec, choice = resolve_run(framework, target, draft, mask, eagle_head, pair, preset, tuned=spec.tuned)
-        _note(f"note: running the target alone (--framework ar): {reason}; --framework hf drafts anyway")
-    pair = load_run_pair(framework, spec, choice, device=device, dtype=dtype, device_map=device_map)
+    options = run_options(mode, gamma, alpha1, alpha2, lenience, adaptive, preset, mask, device, dtype, device_map, seed,
+                          sampling)
+    choice = pair_choice(pair, target, draft, eagle_head)
+    # no framework typed and nothing asked that only drafting reads: the pair's tuned choice decides (ar: the target alone)
+    follows_choice = not _given("framework") and not drafting_options
+    run = plan_run(choice, options, None if follows_choice else framework)
+    framework, spec = run.framework, run.spec
+    for line in run.notes:
+        _note(line)
+    pair = run.pair
     colour = sys.stdout.isatty() if colour is None else colour
     if explain:
-        for line in pair.spec.explain():
+        for line in spec.explain():
             _note(line)
     from viasd_adapt.cli.first_run import NO_MASK_SOURCE, how_to_get_a_mask
 
-    if pair.spec.sources.get("mode") == NO_MASK_SOURCE:
+    if spec.sources.get("mode") == NO_MASK_SOURCE:
         _note(f"note: {how_to_get_a_mask(choice.target, pair.draft_path or None)}")
     prompt_ids, features = _encode(pair, prompt, chat, input_features)
     use_threads(threads)
     screen = _Screen(pair, framework, colour, show_tiers, max_new_tokens)
     screen.heading(prompt or input_features, chat)
-    request = run_request(framework, pair, prompt_ids, max_new_tokens, sampling=sampling, seed=seed,
-                          input_features=features, on_tokens=screen.stream.push if screen.streams else None)
+    request = run.request(prompt_ids, max_new_tokens, input_features=features,
+                          on_tokens=screen.stream.push if screen.streams else None)
     start = time.perf_counter()
     result = frameworks.run(framework, pair, request)
     seconds = time.perf_counter() - start
@@ -200,59 +180,9 @@ def _given(option: str) -> bool:
     return source not in (None, click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP)
 
 
-def _target_alone(spec: RunSpec, framework_given: bool, drafting_options: list) -> bool:
-    """Whether this run follows the pair's tuned choice ``ar`` and runs the target alone: the tuned
-    file was applied and chose it, and nothing was asked that only drafting reads (a framework, a
-    drafter, a mode or a tier setting): those ask to draft anyway."""
-    return spec.runs_target_alone and not framework_given and not drafting_options
-
-
 def _note(line: str) -> None:
     """A line for people, on stderr (stdout is the answer's)."""
     click.echo(line, err=True)
-
-
-def load_run_pair(framework: str, spec: RunSpec, choice: PairChoice, *, device: str = "cpu", dtype: str | None = None,
-                  device_map: str | None = None):
-    """The pair the run uses, loaded once with what ``spec`` read (no file read again), its settings
-    checked against its models: refused for another model, like bench; not applied for another
-    drafter. The pair carries the checked spec and the tuned evidence for this drafter. ``device``,
-    ``dtype`` (None or auto: a ``--pair``'s own) and ``device_map``: the placement options."""
-    from dataclasses import replace
-
-    from viasd_adapt.frameworks import registry as frameworks
-    from viasd_adapt.models.pair import load_pair, resolve_mask_info
-
-    draft = choice.draft
-    if not frameworks.get(framework).honours(frameworks.DRAFTER):
-        draft = None  # the pair's drafter (--pair, the demo pair) is not loaded, nor recorded, where it is not used
-    pair = load_pair(choice.target, draft, spec.mask_path, need_mask=spec.settings.mode.uses_slim, device=device,
-                     eagle_head=choice.eagle_head, ratio=spec.settings.ratio, spec=spec, dtype=pair_dtype(choice, dtype),
-                     device_map=device_map)
-    spec = check_spec_model(spec, pair.target, drafter_of(framework, pair))
-    mask = pair.mask
-    if spec.settings.mode.uses_slim and mask is None:  # the tuned choice needed no mask, the defaults do
-        mask = resolve_mask_info(pair.target, spec.mask_path, spec.settings.ratio, read_masks=spec.masks)
-    return replace(pair, mask=mask, spec=spec, evidence=spec.evidence)
-
-
-def run_request(framework: str, pair, prompt_ids: list[int], max_new_tokens: int, **options):
-    """The request of this run, with its run context (the pair's settings, mask, tuned evidence and the
-    stream's plugin) for a framework with a tier; stock prompt lookup runs the framework as shipped."""
-    from dataclasses import replace
-
-    from viasd_adapt.frameworks import registry as frameworks
-    from viasd_adapt.frameworks.requests import RunRequest
-
-    settings = pair.spec.settings
-    if frameworks.get(framework).runs_stock_only:
-        return RunRequest.stock_run(prompt_ids, max_new_tokens, settings, **options)
-    request = RunRequest.tiered(prompt_ids, max_new_tokens, settings, **options)
-    if not frameworks.get(framework).has_tier:
-        return request
-    # the pair's own resolution (settings=None): the context keeps where each setting came from
-    context = pair.run_context(None, request.stream_plugins, drafter=drafter_of(framework, pair), advice=False)
-    return replace(request, context=context)
 
 
 def _encode(pair, prompt: str, chat: str, input_features: Path | None):

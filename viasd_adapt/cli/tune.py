@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from viasd_adapt.cli.options import (DRAFT_HELP, pair_dtype, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
+from viasd_adapt.cli.options import (DRAFT_HELP, TARGET_HELP, DraftPath, ModelPath, adaptive_option, chat_option, choose_pair,
                                      finite, pair_option, placement_of, placement_options)
 from viasd_adapt.cli.threads import threads_option
 from viasd_adapt.routing.mask import check_tuned_model
@@ -94,8 +94,9 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     from viasd_adapt.bench.session import quiet_transformers
     from viasd_adapt.errors import ConfigError
     from viasd_adapt.io import ensure_writable
-    from viasd_adapt.models.pair import load_pair
     from viasd_adapt.core.sampling import SamplingConfig
+    from viasd_adapt.frameworks.planning import RunOptions, plan_run
+    from viasd_adapt.tuning.grid import MEASURED_ON
     from viasd_adapt.config.tune_points import TunePoints
     from viasd_adapt.config.tuned import TUNED_FILENAME
     from viasd_adapt.tuning.tune import Budget, TuneConfig, TuneGrid
@@ -129,8 +130,9 @@ def tune(pair, target_path, draft_path, mask_path, ratios, search_steps, exits, 
     torch.set_num_threads(threads)
     quiet_transformers()
     # the sweep measures its own points: a tuned.json already beside the mask is not read (it is the file rewritten)
-    loaded = load_pair(target_path, draft_path, mask_path, need_mask=True, device=device, spec=None,
-                       dtype=pair_dtype(choice, dtype), device_map=device_map)
+    options = RunOptions(mask=Path(mask_path) if mask_path else None, device=device, dtype=dtype, device_map=device_map,
+                         sampling=sampling, need_mask=True, read_tuned=False)
+    loaded = plan_run(choice, options, MEASURED_ON).pair  # the planner; tune measures on this framework's loop
     if loaded.mask.is_fallback:
         click.echo(f"note: no mask.json for this pair; tuning with the {loaded.mask.source}")
     loaded_at = CLOCK()  # a --minutes budget runs from here
@@ -198,6 +200,8 @@ def _budgeted(loaded, prompts: list, minutes: float, loaded_at: float, grid, rat
     units = measure_units(loaded, ids, num_layers=find_decoder_stack(loaded.target).num_layers, ratio=ratio,
                           prompt_tokens=DEFAULTS.calibration.max_prompt_tokens, new_tokens=32, gamma=grid.gamma,
                           tokens=max_new_tokens, clock=CLOCK)
+    units = units.at_prompt_lengths([len(p.ids if hasattr(p, "ids") else encode_prompt(loaded.tokenizer, p, chat))
+                                     for p in prompts], len(ids))
     probe = CLOCK() - loaded_at
     size = grid_size(grid)
     plan = fit_tune(units, deadline.remaining(), minutes=minutes, grid=size, masks=(loaded.mask is not None) + exits,

@@ -39,6 +39,8 @@ class OnboardEstimate(Record):
     untiered_token_seconds: float = 0.0  # ... and per generated token
     tiered_prompt_seconds: float = 0.0  # the tiered setting's part once per prompt
     tiered_token_seconds: float = 0.0  # ... and per generated token
+    greedy_prompt_seconds: float | None = None  # a calibration prompt's greedy continuation: once per prompt
+    greedy_token_seconds: float | None = None  # ... and per greedy token (the target with its cache)
     probe_seconds: float = 0.0  # what the probe itself took (counted in the budget)
     calibration_prompts: int
     heldout_prompts: int

@@ -14,7 +14,7 @@ Five layers stack, later ones winning, each only where it says something:
 A flag that the run's mode does not read (``--mode lenient --no-adaptive``: lenient has no slim tier
 to choose; ``--lenience`` with lossy) would change nothing: :meth:`RunSpec.refuse_unread_flags`
 refuses it by the name typed, whichever layer chose the mode (``viasd generate``; the bench runs
-several modes, each reading what it reads). :data:`MODE_READS` says which modes read which setting.
+several modes, each reading what it reads). :func:`mode_reads` says which modes read which setting (each mode's row in the table of modes).
 
 :func:`resolve_settings` is the only function that stacks them; ``viasd generate``, ``viasd
 bench``, ``viasd demo`` and the adapters' ``settings=None`` all call it, and it reads each
@@ -32,27 +32,31 @@ from typing import Any, Mapping
 
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.config.mask import MaskArtifact
+from viasd_adapt.config.provenance import DEFAULT_SOURCE, Source, SourceKind
 from viasd_adapt.core.notices import Notice, emit
-from viasd_adapt.core.settings import ADAPTIVE_MODES, CONSERVATIVE, Mode, TierSettings
+from viasd_adapt.core.modes import SETTING_ROLES, modes_reading
+from viasd_adapt.core.settings import CONSERVATIVE, Mode, TierSettings, fixed_label
 from viasd_adapt.config.tuned import OTHER_DEVICE, OTHER_DRAFTER, TunedForAnotherMaskWarning, TunedSettings, recorded_mask, tuned_path_beside
 
 #: Source of a value nobody set.
-DEFAULT = "default"
+DEFAULT = DEFAULT_SOURCE
 #: Presets of ``--preset`` (besides "default", which changes nothing).
 PRESETS: dict[str, dict[str, Any]] = {"conservative": dict(CONSERVATIVE)}
 #: The fields the bench's tiered rows take from the tuner's best VIA-SD point.
 TIERED_POINT_FIELDS = ("alpha1", "alpha2", "greedy_gates", "escalation_rule", "ratio")
 SETTING_FIELDS = tuple(f.name for f in fields(TierSettings))
-#: The settings only some modes read (the others: every mode), with what they are for. adaptive: the
-#: controller chooses between the slim tier and untiered verification, so only the modes with a tier
-#: it may skip (audit measures lossy with the tier on every cycle); alpha1, alpha2: the gates of the
-#: three tiers; lenience: the lenient rule's tolerance.
-MODE_READS: dict[str, tuple[tuple[Mode, ...], str]] = {
-    "adaptive": (ADAPTIVE_MODES, "the tier chosen cycle by cycle"),
-    "alpha1": ((Mode.LOSSY, Mode.AUDIT), "gate 1's tolerance"),
-    "alpha2": ((Mode.LOSSY, Mode.AUDIT), "gate 2's tolerance"),
-    "lenience": ((Mode.LENIENT,), "the lenient rule's tolerance"),
-}
+#: The tuner's family whose best point the bench's tiered rows run: VIA-SD lossy with the tier on
+#: every cycle (the adaptive twin shares its settings).
+BEST_TIER_POINT = fixed_label(Mode.LOSSY)
+
+
+def mode_reads() -> dict[str, tuple[tuple[Mode, ...], str]]:
+    """The settings only some modes read (:data:`~viasd_adapt.core.modes.SETTING_ROLES`: the others,
+    every mode), each with the modes that read it (their rows' ``reads`` in the table of modes) and
+    what it is for. adaptive: the controller chooses between the slim tier and untiered verification,
+    so only the modes with a tier it may skip (audit measures lossy with the tier on every cycle);
+    alpha1, alpha2: the gates of the three tiers; lenience: the lenient rule's tolerance."""
+    return {name: (modes_reading(name), role) for name, role in SETTING_ROLES.items()}
 
 
 @dataclass
@@ -60,9 +64,9 @@ class RunSpec:
     """What a run uses, resolved once: the settings, where each came from, the mask, the tuned file."""
 
     settings: TierSettings
-    #: every TierSettings field -> where its value came from ("default", "tuned.json <path> ...",
-    #: "preset conservative", "flag --alpha1", ...)
-    sources: dict[str, str]
+    #: every TierSettings field -> where its value came from (a :class:`~viasd_adapt.config.provenance.Source`:
+    #: its kind, and its words, "default", "tuned.json <path> ...", "preset conservative", "flag --alpha1", ...)
+    sources: dict[str, Source]
     mask_path: Path | None = None
     mask_source: str = ""
     tuned: TunedSettings | None = None
@@ -92,7 +96,7 @@ class RunSpec:
         ``reason`` is what ``--explain`` says instead of "applied"."""
         from dataclasses import replace
 
-        tuned = {name for name, source in self.sources.items() if source.startswith("tuned.json")}
+        tuned = {name for name, source in self.sources.items() if source.kind is SourceKind.TUNED}
         defaults = TierSettings()
         settings = self.settings.with_(**{name: getattr(defaults, name) for name in tuned}) if tuned else self.settings
         sources = {name: (DEFAULT if name in tuned else source) for name, source in self.sources.items()}
@@ -118,24 +122,25 @@ class RunSpec:
         return self.tuned.measured_on if self.tuned is not None else None
 
     def refuse_unread_flags(self) -> None:
-        """Refuses a flag that sets a setting the run's mode does not read (:data:`MODE_READS`), and a
+        """Refuses a flag that sets a setting the run's mode does not read (:func:`mode_reads`), and a
         preset none of whose settings it reads, by the option typed: it would change nothing, yet
         ``--explain`` would list it as applied. Raises :class:`ConfigError`."""
         mode = self.settings.mode
         came_from = self.sources.get("mode", DEFAULT)
-        came_from = "the default" if came_from == DEFAULT else came_from
+        came_from = "the default" if came_from.kind is SourceKind.DEFAULT else came_from
         values = self.settings.values()
-        unread = {name for name, (modes, _) in MODE_READS.items() if mode not in modes}
+        reads = mode_reads()
+        unread = {name for name, (modes, _) in reads.items() if mode not in modes}
         for name in SETTING_FIELDS:
-            if name not in unread or not self.sources.get(name, "").startswith("flag --"):
+            if name not in unread or self.sources.get(name, DEFAULT).kind is not SourceKind.FLAG:
                 continue
-            modes, what = MODE_READS[name]
+            modes, what = reads[name]
             typed = (f"--{name}" if values[name] else f"--no-{name}") if isinstance(values[name], bool) \
                 else f"--{name} {values[name]}"
             raise ConfigError(f"{typed}: mode {mode.value} (from {came_from}) does not read {name} ({what}; read by "
                               f"{' and '.join(m.value for m in modes)}); leave the option out, or choose one of "
                               "those modes with --mode")
-        for preset in sorted({source for source in self.sources.values() if source.startswith("preset ")}):
+        for preset in sorted({source for source in self.sources.values() if source.kind is SourceKind.PRESET}, key=str):
             names = {name for name, source in self.sources.items() if source == preset}
             if names <= unread:
                 raise ConfigError(f"--{preset}: mode {mode.value} (from {came_from}) reads none of what it sets "
@@ -176,8 +181,8 @@ class _MaskBits:
     """Each mask file read at most once per resolution; what was read travels on in the
     :class:`RunSpec` (``masks``), so loading the pair does not read it again."""
 
-    def __init__(self) -> None:
-        self.read: dict[Path, MaskArtifact] = {}
+    def __init__(self, read: Mapping[Path, MaskArtifact] | None = None) -> None:
+        self.read: dict[Path, MaskArtifact] = dict(read or {})
 
     def __call__(self, path: str | os.PathLike) -> list[int]:
         key = Path(path).expanduser()
@@ -217,6 +222,7 @@ def read_settings(
     preset: str = "default",
     flags: Mapping[str, Any] | None = None,
     tuned: Any = UNREAD,
+    read_masks: Mapping[Path, MaskArtifact] | None = None,
 ) -> RunSpec:
     """Resolves a run's settings through the layers of the module docstring, reading each file once;
     what the user should hear is in ``RunSpec.notices``, for the caller to give
@@ -231,10 +237,9 @@ def read_settings(
         has_tier: False for a framework with no verify step (``Framework.has_tier``): forces mode none.
         best_points: the bench's rows: apply the tuner's best lenient and VIA-SD points (layer 3).
         preset: ``"default"`` or a name of :data:`PRESETS`.
-        flags: TierSettings fields given on the command line (None values are "not given"),
-            keyed by field name (``{"alpha1": 0.2, "mode": None}``).
+        flags: TierSettings fields given on the command line, by name (None: not given: ``{"mode": None}``).
         tuned: the tuned file beside the mask, already loaded (or None: there is none); read
-            here when not given.
+            here when not given. read_masks: mask files already read (path -> artifact).
     """
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     unknown = sorted(set(flags) - set(SETTING_FIELDS))
@@ -242,7 +247,7 @@ def read_settings(
         raise ConfigError(f"unknown tier setting(s) {', '.join(unknown)}; known: {', '.join(SETTING_FIELDS)}")
     if preset != "default" and preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}; choose default or one of: {', '.join(PRESETS)}")
-    mask_bits = _MaskBits()
+    mask_bits = _MaskBits(read_masks)
     mask_path, mask_source, tuned, tuned_path = _mask_and_tuned(mask, pair_mask, tuned, best_points)
     settings = TierSettings()
     sources = {name: DEFAULT for name in SETTING_FIELDS}
@@ -251,7 +256,7 @@ def read_settings(
     not_applied = ""
     notices: list[Notice] = []
 
-    def apply(values: Mapping[str, Any], source: str) -> None:
+    def apply(values: Mapping[str, Any], source: Source) -> None:
         nonlocal settings
         if values:
             settings = settings.with_(**values)
@@ -260,7 +265,7 @@ def read_settings(
     if tuned is not None:
         if _measured_with(tuned, mask_path, mask_bits):
             # only what the file states: a setting it leaves out is the default's, and says so
-            apply(tuned.stated_settings, f"tuned.json {tuned_path} (choice {tuned.choice})")
+            apply(tuned.stated_settings, Source.tuned(tuned_path, f"choice {tuned.choice}"))
             applied = True
         else:
             not_applied = "measured with another mask"
@@ -276,15 +281,15 @@ def read_settings(
             apply(values, source)
 
     if preset != "default":
-        apply(PRESETS[preset], f"preset {preset}")
+        apply(PRESETS[preset], Source.preset(preset))
 
     if not has_tier:
         if "mode" in flags and Mode.parse(flags["mode"]) is not Mode.NONE:
             raise ConfigError(f"--framework {framework} has no tier (use --mode none)")
         flags.pop("mode", None)
-        apply({"mode": Mode.NONE}, f"--framework {framework} (no tier)")
+        apply({"mode": Mode.NONE}, Source.rule(f"--framework {framework} (no tier)"))
     for name, value in flags.items():
-        apply({name: value}, f"flag --{name.replace('_', '-')}")
+        apply({name: value}, Source.flag(name))
     return RunSpec(settings, sources, mask_path, mask_source, tuned, tuned_path if tuned is not None else None, framework,
                    notes, applied, dict(mask_bits.read), not_applied, notices=tuple(notices))
 
@@ -309,14 +314,14 @@ def _mask_and_tuned(mask: str | os.PathLike | None, pair_mask: str | os.PathLike
 
 
 def _best_points(tuned: TunedSettings, tuned_path: Path | None, mask_path: Path | None, flags: Mapping[str, Any],
-                 mask_bits: _MaskBits, notes: list[str]) -> list[tuple[dict[str, Any], str]]:
+                 mask_bits: _MaskBits, notes: list[str]) -> list[tuple[dict[str, Any], Source]]:
     """The layer of the tuner's best points (the bench's rows), as ``(values, source)`` to apply;
     what it says for people goes to ``notes``."""
     layers = []
     lenient = tuned.best("lenient")
     if lenient is not None and "lenience" not in flags:  # the lenient rows run the tuner's best lenient point
-        layers.append(({"lenience": lenient.settings.lenience}, f"tuned.json {tuned_path} (best lenient point)"))
-    point = tuned.best("viasd") if tuned.choice not in ("viasd", "viasd-adaptive") else None
+        layers.append(({"lenience": lenient.settings.lenience}, Source.tuned(tuned_path, "best lenient point")))
+    point = tuned.best(BEST_TIER_POINT) if tuned.choice not in (BEST_TIER_POINT, Mode.LOSSY.value) else None
     point_mask = recorded_mask(mask_path, point.mask) if point is not None else None
     if (point is not None and "alpha1" not in flags and "alpha2" not in flags and point_mask is not None
             and mask_path is not None and mask_path.is_file() and mask_bits(point_mask) == mask_bits(mask_path)):
@@ -324,7 +329,7 @@ def _best_points(tuned: TunedSettings, tuned_path: Path | None, mask_path: Path 
         # defaults: a bench that pits the winner against untuned rivals proves nothing.
         tier = point.settings
         layers.append(({name: getattr(tier, name) for name in TIERED_POINT_FIELDS},
-                       f"tuned.json {tuned_path} (best VIA-SD point)"))
+                       Source.tuned(tuned_path, "best VIA-SD point")))
         notes.append(f"tiered rows: the tuner's best VIA-SD point alpha1={tier.alpha1} alpha2={tier.alpha2} "
                      f"gates={tier.greedy_gates} (measured with {point_mask.name})")
     return layers
@@ -339,7 +344,7 @@ def _pair_mask(pair_mask: Path, tuned: TunedSettings | None, tuned_path: Path | 
             return chosen, f"the mask {tuned_path} was measured with"
         return pair_mask, f"the pair's mask, which {tuned_path} was measured with"
     if best_points and tuned is not None:
-        point = tuned.best("viasd")
+        point = tuned.best(BEST_TIER_POINT)
         chosen = recorded_mask(pair_mask, point.mask) if point is not None else None
         if chosen is not None:
             return chosen, f"the mask of the best VIA-SD point in {tuned_path}"
@@ -364,4 +369,4 @@ def tuned_mask_path(mask_path: str | os.PathLike | None) -> Path | None:
     return _pair_mask(Path(mask_path), tuned, path, best_points=False)[0]
 
 
-__all__ = ["DEFAULT", "MODE_READS", "PRESETS", "UNREAD", "RunSpec", "read_settings", "resolve_settings", "tuned_mask_path"]
+__all__ = ["DEFAULT", "PRESETS", "UNREAD", "RunSpec", "read_settings", "resolve_settings", "tuned_mask_path"]

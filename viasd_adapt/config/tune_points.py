@@ -17,8 +17,9 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BeforeValidator, Field
 
-from viasd_adapt.config.schema import Artifact, Record, TierSettingsField, read_json
-from viasd_adapt.config.tuned import TunedSettings
+from viasd_adapt.config.schema import Artifact, Record, TierSettingsField, read_json, validate
+from viasd_adapt.config.tuned import TunedSettings, old_names_notice, renamed_families
+from viasd_adapt.core.notices import emit
 from viasd_adapt.errors import ConfigError
 
 
@@ -48,11 +49,18 @@ def _tuned_part(value: Any) -> Any:
         raise ValueError(f"'tuned': {err}") from None
 
 
+def _renamed_point(point: Any, version: int, found: list[str]) -> Any:
+    renamed, names = renamed_families({"choice": point.get("family")} if isinstance(point, dict) else None, version)
+    found.extend(name for name in names if name not in found)
+    return {**point, "family": renamed["choice"]} if names else point
+
+
 class TunePoints(Artifact):
     """A ``viasd tune --json`` file (module docstring)."""
 
     FORMAT: ClassVar[str] = "viasd-adapt/tune-points"
-    VERSION: ClassVar[int] = 1
+    #: 2: the points' families take the one vocabulary of modes, as tuned.json's do
+    VERSION: ClassVar[int] = 2
     WHAT: ClassVar[str] = "viasd tune --json file"
     READS_UNTAGGED: ClassVar[bool] = True
 
@@ -74,6 +82,27 @@ class TunePoints(Artifact):
         if isinstance(data, dict) and data.get("format") not in (None, cls.FORMAT):
             raise ConfigError(f"{source} is not a {cls.WHAT} (this is a {data.get('format')} file)")
         super().check_header(data, source)
+
+    @classmethod
+    def from_json(cls, data: Any, source: str | None = None) -> "TunePoints":
+        """Reads the file's JSON; one of version 1 has its points' families and its tuned part read
+        under today's names (:func:`~viasd_adapt.config.tuned.renamed_families`), with one notice."""
+        source = source or cls.WHAT
+        cls.check_header(data, source)
+        version = data.get("version", 1)
+        found: list[str] = []
+        points = data.get("points")
+        if isinstance(points, list):
+            points = [_renamed_point(point, version, found) for point in points]
+        tuned = data.get("tuned")
+        if isinstance(tuned, dict) and tuned.get("format") == TunedSettings.FORMAT:
+            tuned, in_tuned = renamed_families(tuned, tuned.get("version", 1))
+            tuned = {**tuned, "version": TunedSettings.VERSION} if in_tuned else tuned
+            found.extend(name for name in in_tuned if name not in found)
+        if found:
+            emit([old_names_notice(source, found)])
+            data = {**data, "points": points, "tuned": tuned}
+        return validate(cls, data, source)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "TunePoints":

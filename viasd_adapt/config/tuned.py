@@ -18,7 +18,7 @@ lenient tolerance included: a ``lenient`` choice that states no ``lenience`` run
 ``TierSettings().lenience`` (0.5) in ``viasd generate`` and in the vLLM plugin alike. Why the default
 and not 0: the file's ``settings`` are a TierSettings, and every other omitted setting (alpha1,
 gamma, ...) is read as its default; and a lenient choice at tolerance 0 would be plain SD, which
-the tuner records as the choice ``sd``, so reading a missing tolerance as 0 would silently turn a
+the tuner records as the choice ``none``, so reading a missing tolerance as 0 would silently turn a
 lenient choice into another one. ``viasd generate --explain`` credits such a value to the
 default, not to the file (:attr:`TunedSettings.stated_settings`).
 
@@ -39,8 +39,8 @@ says that its drafter was not recorded. Run ``viasd tune`` again to record it; t
 Values a hand-edited file can get wrong, and what each gets (the adaptive tier reads the forward
 costs as its prices and the measured points as its priors, :mod:`viasd_adapt.engine.priors`):
 
-* ``choice`` is required, a non-empty name (``viasd``, ``lenient``, ``sd``, ``lossless``, or one of
-  these with ``-adaptive``; or ``ar``, :data:`PLAIN_DECODING_CHOICE`, when the target alone was
+* ``choice`` is required, a non-empty name (``none``, ``lenient``, ``lossless``, ``lossy``, or
+  ``lossless-fixed``, ``lossy-fixed``; or ``ar``, :data:`PLAIN_DECODING_CHOICE`, when the target alone was
   cheaper than every drafting setting: ``settings`` then hold the cheapest drafting setting, for a
   run that asks to draft anyway): what ``--explain`` and the vLLM plugin say was chosen, and what
   ``viasd generate --pair`` runs. Missing or empty: **refused**, like every other required field.
@@ -73,12 +73,14 @@ from typing import Literal, Union
 
 from viasd_adapt.config.fingerprint import ModelFingerprint
 from viasd_adapt.config.hardware import HardwareStamp
-from viasd_adapt.config.schema import Artifact, SparseRecord, TierSettingsField, load_artifact
+from viasd_adapt.config.schema import Artifact, SparseRecord, TierSettingsField, load_artifact, validate
+from viasd_adapt.core.notices import Notice, emit
 from viasd_adapt.core.settings import TierSettings
 
 TUNED_FILENAME = "tuned.json"
 FORMAT = "viasd-adapt/tuned-settings"
-VERSION = 1
+#: 2: the tuner's families and choices take the one vocabulary of modes (:data:`OLD_NAMES`)
+VERSION = 2
 #: The framework whose loop ``viasd tune`` runs every candidate on. Files written before the field
 #: existed were measured there too, so that is what an old file is read as.
 MEASURED_ON_DEFAULT = "engine"
@@ -122,16 +124,72 @@ def plain_decoding_cost(costs: dict[str, Any]) -> float | None:
 
 
 #: Every ``choice`` the tuner writes: its families (:data:`viasd_adapt.tuning.grid.FAMILIES`; a test
-#: keeps the two equal) and plain decoding. Named here, so that reading tuned.json loads no tuner.
-KNOWN_CHOICES = ("sd", "lossless", "lenient", "viasd", "lossless-adaptive", "viasd-adaptive", PLAIN_DECODING_CHOICE)
+#: keeps the two equal) and plain decoding. They are the bench's row names: a mode's name is its
+#: default run (the adaptive tier for lossless and lossy), ``-fixed`` the tier on every cycle, ``none``
+#: untiered SD (:func:`viasd_adapt.core.settings.mode_label`). Named here, so that reading
+#: tuned.json loads no tuner.
+KNOWN_CHOICES = ("none", "lossless-fixed", "lenient", "lossy-fixed", "lossless", "lossy", PLAIN_DECODING_CHOICE)
+#: The names files of version 1 gave the tuner's families (the choice, the measured point, the keys
+#: of ``report.best_within_budget``) -> the one vocabulary. Still read, with an
+#: :class:`OldTunedNamesWarning`, until 0.4.0.
+OLD_NAMES = {"sd": "none", "viasd": "lossy-fixed", "viasd-adaptive": "lossy", "lossless-adaptive": "lossless"}
+#: Version 1's ``lossless`` was the tier on every cycle; in version 2 it is the default, adaptive
+#: run: which one a file means is decided by its version.
+OLD_NAMES_OF_VERSION_1 = {**OLD_NAMES, "lossless": "lossless-fixed"}
+#: When the old names stop being read.
+OLD_NAMES_REMOVED_IN = "0.4.0"
+
+
+class OldTunedNamesWarning(FutureWarning):
+    """A tuned.json (or ``viasd tune --json`` file) names the tuner's families by the names of
+    version 1 (``sd``, ``viasd``, ...): read under today's names until 0.4.0. A FutureWarning, which
+    Python shows by default: the one who can act on it is whoever runs the command, not a programmer."""
+
+
+def renamed_families(data: Any, version: int, families: Callable[[Any], Any] | None = None) -> tuple[Any, list[str]]:
+    """``data`` (a tuned.json's JSON) with the old family names (:data:`OLD_NAMES`, and version 1's
+    ``lossless``) of its choice, its measured point and its best points under today's names, and the
+    old spellings found (none: ``data`` itself). Only names are changed, never a value."""
+    table = OLD_NAMES_OF_VERSION_1 if version == 1 else OLD_NAMES
+    found: list[str] = []
+
+    def new(name: Any) -> Any:
+        if isinstance(name, str) and name in table:
+            if name not in found:
+                found.append(name)
+            return table[name]
+        return name
+
+    def point(value: Any) -> Any:
+        return {**value, "family": new(value["family"])} if isinstance(value, dict) and "family" in value else value
+
+    if not isinstance(data, dict):
+        return data, found
+    renamed = {**data, "choice": new(data.get("choice"))} if "choice" in data else dict(data)
+    if "measured" in data:
+        renamed["measured"] = point(data["measured"])
+    report = data.get("report")
+    if isinstance(report, dict) and isinstance(report.get("best_within_budget"), dict):
+        best = {new(name): point(value) for name, value in report["best_within_budget"].items()}
+        renamed["report"] = {**report, "best_within_budget": best}
+    return (renamed, found) if found else (data, found)
+
+
+def old_names_notice(source: str, found: list[str]) -> Notice:
+    """The one notice for a file read under today's names: the file, and each old spelling with its new name."""
+    table = OLD_NAMES_OF_VERSION_1
+    spelled = ", ".join(f"{old} (now {table[old]})" for old in found)
+    return Notice(OldTunedNamesWarning, (
+        f"viasd-adapt: {source} names the tuner's choices the old way: {spelled}; read under today's names, "
+        f"which are the bench's and --mode's. The old names are read until {OLD_NAMES_REMOVED_IN}: run viasd tune "
+        "again, or load and save the file (TunedSettings.load(path).save(path)), to write the new ones"))
 
 
 def _named_choice(value: str) -> str:
     """``choice``: what the tuner chose, by name; an empty or unknown one is refused (a choice no
     run knows would be "applied" as whatever its settings happen to say)."""
     if not value.strip():
-        raise ValueError("'choice' must name what viasd tune chose (viasd, lenient, sd, lossless, or one of them "
-                         "with -adaptive, or ar); it is empty")
+        raise ValueError(f"'choice' must name what viasd tune chose ({', '.join(KNOWN_CHOICES)}); it is empty")
     if value not in KNOWN_CHOICES:
         raise ValueError(f"'choice' must be one of {', '.join(KNOWN_CHOICES)}; got {value!r}")
     return value
@@ -234,8 +292,7 @@ class TunedReport(SparseRecord):
     why: str | None = None
 
     def best(self, family: str) -> TunedPoint | None:
-        """The tuner's cheapest point of ``family`` ("viasd", "lenient", "lossless", "sd", and the adaptive
-        tier's "lossless-adaptive" and "viasd-adaptive") within the budget."""
+        """The tuner's cheapest point of ``family`` (one of :data:`KNOWN_CHOICES` but ``ar``) within the budget."""
         return self.best_within_budget.get(family)
 
 
@@ -246,8 +303,9 @@ class TunedSettings(Artifact):
     VERSION: ClassVar[int] = VERSION
     WHAT: ClassVar[str] = "tuned-settings file"
 
-    #: "viasd", "lenient", "sd" (plain lossless SD), "lossless", an adaptive family ("-adaptive"), or
-    #: "ar" (the target alone was cheapest; ``settings``: the cheapest drafting setting); required
+    #: a family of :data:`KNOWN_CHOICES` ("none": untiered SD, "lenient", "lossless" and "lossy": the
+    #: adaptive tier, "-fixed": the tier on every cycle), or "ar" (the target alone was cheapest;
+    #: ``settings``: the cheapest drafting setting); required
     choice: Annotated[str, AfterValidator(_named_choice)]
     settings: TierSettingsField
     mask_bits: list[int] | None = None
@@ -290,8 +348,15 @@ class TunedSettings(Artifact):
 
     @classmethod
     def from_json(cls, data: Any, source: str | None = None) -> "TunedSettings":
-        tuned = super().from_json(data, source)
-        tuned.clamp_prior_weights(source or cls.WHAT)
+        """Reads a tuned.json's JSON; a file that names the families the old way (:data:`OLD_NAMES`)
+        is read under today's names, with one :class:`OldTunedNamesWarning` naming it."""
+        source = source or cls.WHAT
+        cls.check_header(data, source)
+        data, found = renamed_families(data, data.get("version", 1))
+        if found:
+            emit([old_names_notice(source, found)])
+        tuned = validate(cls, data, source)
+        tuned.clamp_prior_weights(source)
         return tuned
 
     def clamp_prior_weights(self, source: str) -> None:
@@ -442,6 +507,7 @@ class TunedOnUnknownDeviceWarning(UserWarning):
     its choice is applied, unchecked (:mod:`viasd_adapt.config.hardware`)."""
 
 
-__all__ = ["COST_FIELDS", "DRAFTER_MODEL", "EAGLE_HEAD", "FORMAT", "HEAD_DRAFTING_FRAMEWORKS", "KNOWN_CHOICES", "MEASURED_ON_DEFAULT", "OTHER_DEVICE", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
+__all__ = ["COST_FIELDS", "DRAFTER_MODEL", "EAGLE_HEAD", "FORMAT", "HEAD_DRAFTING_FRAMEWORKS", "KNOWN_CHOICES", "MEASURED_ON_DEFAULT", "OLD_NAMES",
+           "OldTunedNamesWarning", "OTHER_DEVICE", "OTHER_DRAFTER", "PROMPT_LOOKUP_DRAFTER", "TIERED_FRAMEWORKS", "TUNED_FILENAME", "DrafterRecord",
            "TunedBudget", "TunedForAnotherDeviceWarning", "TunedForAnotherDrafterWarning", "TunedOnUnknownDeviceWarning", "TunedForAnotherMaskWarning", "TunedPoint", "TunedReport",
            "TunedSettings", "TunedValueClampedWarning", "drafter_mismatch", "find_tuned", "recorded_mask", "tuned_path_beside"]

@@ -7,16 +7,17 @@ because whether q runs at all is part of the decision (lossy mode calls it only 
 adapters wrap whatever runs their models (a KV-cached runner, EAGLE's tree, a shared-prefix
 resume) in two callables and never decide a tier themselves.
 
-Per mode:
+Per cycle path (:class:`~viasd_adapt.core.modes.CyclePath`; each mode's row in the table of modes
+says which it runs, :data:`_PATHS` maps a path to its function):
 
-* ``none``: q verifies the drafts with the lossless SD rule (untiered SD).
-* ``lenient``: q verifies the drafts and accepts x when ``q(x) >= (1 - a) p(x)`` (sampling), or
+* full-only, ``none``: q verifies the drafts with the lossless SD rule (untiered SD).
+* full-only, ``lenient``: q verifies the drafts and accepts x when ``q(x) >= (1 - a) p(x)`` (sampling), or
   when ``q(x) >= (1 - a) max_v q(v)`` (greedy); ``a = 0`` is exactly ``none`` in both cases.
-* ``lossless``: the cascade p -> u -> q. u verifies the drafts losslessly and adds its own
+* cascade, ``lossless``: p -> u -> q. u verifies the drafts losslessly and adds its own
   correction (or bonus); q verifies those candidates against u's distribution. With
   ``CyclePolicy.slim_extends_only`` u judges no draft and only adds the token after the block
   (EAGLE's ``route`` strategy); q then verifies each candidate against the distribution it came from.
-* ``lossy`` / ``audit``: gate 1 (p -> u), the router (tier 2), escalation to q (tier 3); audit
+* three tiers, ``lossy`` / ``audit``: gate 1 (p -> u), the router (tier 2), escalation to q (tier 3); audit
   also runs q in shadow every cycle and scores each committed token against it.
 
 Everything here is pure tensor code around the callables: :mod:`viasd_adapt.core.tiers` holds the
@@ -32,6 +33,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from viasd_adapt.core.modes import CyclePath, mode_row
 from viasd_adapt.core.rules import BUILTIN_RULES, TierRules, rule_for
 from viasd_adapt.core.settings import Mode, TierSettings
 from viasd_adapt.core.tiers import (
@@ -185,12 +187,7 @@ def decide_cycle(
     ids = list(draft_ids) if draft_ids is not None else drafts.tolist()
     if len(ids) != drafts.shape[0]:
         raise ValueError(f"draft_ids has {len(ids)} ids for {drafts.shape[0]} drafts")
-    if mode in (Mode.NONE, Mode.LENIENT):
-        result, audit = _full_only(drafts, ids, p, calls, policy, generator, stop)
-    elif mode is Mode.LOSSLESS:
-        result, audit = _cascade(drafts, ids, p, calls, policy, generator, stop), None
-    else:
-        result, audit = _three_tiers(drafts, ids, p, calls, policy, generator, stop)
+    result, audit = _PATHS[mode_row(mode).path](drafts, ids, p, calls, policy, generator, stop)
     return CycleOutcome(result, calls.slim_passes, calls.full_passes, audit, calls.untiered_accept)
 
 
@@ -213,20 +210,21 @@ def _finish(result: CycleResult, ids: list[int], policy: CyclePolicy, stop: Stop
 
 
 def _full_only(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, stop) -> tuple[CycleResult, AuditRecord | None]:
-    """Modes none and lenient: q alone verifies the drafts."""
+    """The full-only path (none, lenient): q alone verifies the drafts with the mode's check; a mode
+    whose row scores its tokens (lenient) gets the audit record, which q at hand makes free."""
     g, greedy, settings, rules = drafts.shape[0], policy.greedy, policy.settings, policy.rules
     q = calls.full(drafts)
     accept = rule_for(settings.mode).drafts.accept_prob(rules, drafts, p, q, settings, greedy)
     verdict = verify_block(drafts, p, q, accept, greedy, generator)
     n = verdict.n_accepted
     result = _finish(verified_cycle(ids[:n] + [verdict.next_token], n, g, g), ids, policy, stop)
-    if settings.mode is Mode.NONE:
+    if not mode_row(settings.mode).scores:
         return result, None
     return result, audit_lenient_cycle(drafts, p, q, result, settings, greedy, rules)
 
 
-def _cascade(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, stop) -> CycleResult:
-    """Mode lossless: p -> u -> q. Every committed token is q's (argmax, or exactly q-distributed)."""
+def _cascade(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, stop) -> tuple[CycleResult, None]:
+    """The cascade path (lossless): p -> u -> q. Every committed token is q's (argmax, or exactly q-distributed)."""
     g, greedy, rules = drafts.shape[0], policy.greedy, policy.rules
     u = calls.slim(drafts)
     if policy.slim_extends_only:
@@ -244,13 +242,14 @@ def _cascade(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, stop
     # the kept drafts are known on the host; only u's own token (when q kept it) is read back
     candidate_ids = ids[: min(n, n_kept)] + (candidates[n_kept:n].tolist() if n > n_kept else [])
     result = verified_cycle(candidate_ids + [verdict.next_token], n, n_kept, g)
-    return _finish(result, ids, policy, stop)
+    return _finish(result, ids, policy, stop), None
 
 
 def _three_tiers(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, stop) -> tuple[CycleResult, AuditRecord | None]:
-    """Modes lossy and audit: gate 1, the router, and escalation to q only when u is unsure."""
+    """The three-tier path (lossy, audit): gate 1, the router, and escalation to q only when u is
+    unsure; a mode whose row scores its tokens (audit) also runs q in shadow every cycle."""
     g, greedy, settings = drafts.shape[0], policy.greedy, policy.settings
-    audit = settings.mode is Mode.AUDIT
+    audit = mode_row(settings.mode).scores
     u = calls.slim(drafts)
     q = calls.full(drafts) if audit else None  # shadow q every cycle; reused if the cycle escalates
     route = route_block(drafts, p, u, settings, greedy, generator, policy.rules)
@@ -267,6 +266,10 @@ def _three_tiers(drafts, ids, p, calls: _Calls, policy: CyclePolicy, generator, 
     result = _finish(result, ids, policy, stop)
     record = audit_cycle(drafts, p, u, q, route, result, settings, greedy, policy.rules) if audit else None
     return result, record
+
+
+#: Each cycle path's decision (the mode's row says which path it runs).
+_PATHS = {CyclePath.FULL_ONLY: _full_only, CyclePath.CASCADE: _cascade, CyclePath.THREE_TIERS: _three_tiers}
 
 
 __all__ = [

@@ -27,6 +27,7 @@ from typing import Any, Iterable
 import pluggy
 
 from viasd_adapt.core.markers import PROJECT_NAME, hookimpl, hookspec  # noqa: F401  (hookimpl: for plugin authors)
+from viasd_adapt.core.modes import rule_checks
 from viasd_adapt.core.rules import BuiltinRules, TierRules
 from viasd_adapt.errors import ConfigError
 
@@ -81,10 +82,38 @@ def forget_entry_point_plugins() -> None:
     entry_point_plugins.cache_clear()
 
 
+class _AddedRule:
+    """The signatures of an added mode's rule hook, by the verifier it asks (methods, so that pluggy
+    reads their arguments without ``self``)."""
+
+    def on_full(self, tokens, p, q, settings, greedy):
+        """Probability, per draft position, that q accepts the draft token under an added mode's rule."""
+
+    def on_slim(self, tokens, p, u, settings, greedy):
+        """Probability, per draft position, that u accepts the draft token under an added mode's rule."""
+
+
+def added_rule_specs() -> type | None:
+    """The hook specifications of the rules that rows added to the table of modes name and the built-in
+    rules do not answer (:class:`~viasd_adapt.core.modes.Check`): ``firstresult``, with the arguments
+    of the built-in rules of the same verifier (``tokens, p, q`` or ``u, settings, greedy``). None
+    when every row asks a built-in rule."""
+    known = {name for name in vars(TierRules) if name.startswith("viasd_")}
+    new = {check.hook: check.verifier for check in rule_checks() if check.hook not in known}
+    if not new:
+        return None
+    return type("AddedRuleSpecs", (), {hook: hookspec(firstresult=True)(_AddedRule.on_slim if verifier == "slim" else _AddedRule.on_full)
+                                       for hook, verifier in new.items()})
+
+
 def make_plugin_manager(plugins: Iterable[object] = (), load_entrypoints: bool = True) -> pluggy.PluginManager:
-    """A plugin manager with the built-in rules, entry-point plugins, then ``plugins``."""
+    """A plugin manager with the built-in rules, entry-point plugins, then ``plugins``; its hooks are
+    the rule and observer hooks, and the new rules of the modes added to the table of modes."""
     manager = pluggy.PluginManager(PROJECT_NAME)
     manager.add_hookspecs(ViasdHookSpec)
+    added = added_rule_specs()
+    if added is not None:  # the new rules of modes a program added to the table
+        manager.add_hookspecs(added)
     manager.register(BuiltinRules(), name=BUILTIN_PLUGIN_NAME)
     if load_entrypoints:
         for name, plugin in entry_point_plugins():

@@ -12,8 +12,9 @@ either :data:`BUILTIN_RULES` itself, or a plugin manager's ``hook`` relay
 (:func:`viasd_adapt.core.hooks.hook_rules`), which answers the same names through the plugins.
 They never import pluggy, so they stay testable in isolation.
 
-Which rule a mode applies where is one table, :func:`rule_for`: the check of the drafts by the
-mode's first verifier, and the full verifier's check after it. The cycle's decision, EAGLE's path
+Which rule a mode applies where is its row of the table of modes (:mod:`viasd_adapt.core.modes`),
+read through :func:`rule_for`: the check of the drafts by the mode's first verifier, and the full
+verifier's check after it. The cycle's decision, EAGLE's path
 choice, the audit's effective distributions and the vLLM plugin ask it, and it asks the rules
 object it is given, so a plugin that answers a rule hook decides it everywhere. No rule and no
 mode-to-rule mapping is written anywhere else (tests/core/test_rules_written_once.py).
@@ -27,6 +28,7 @@ from typing import Protocol
 import torch
 
 from viasd_adapt.core.markers import hookimpl, hookspec
+from viasd_adapt.core.modes import ModeRules, mode_row
 from viasd_adapt.core.settings import Mode, TierSettings
 
 
@@ -190,69 +192,10 @@ BUILTIN_RULES: TierRules = BuiltinRules()
 # --------------------------------------------------------------------------- which rule, where
 
 
-@dataclass(frozen=True)
-class Check:
-    """One acceptance rule asked of one verifier: the rule hook, and whose rows it reads (``"slim"``:
-    u, ``"full"``: q). :meth:`accept_prob` is the one place that maps rows to a hook's arguments."""
-
-    hook: str
-    verifier: str
-
-    def accept_prob(self, rules: TierRules, tokens: torch.Tensor, p: torch.Tensor, rows: torch.Tensor,
-                    settings: TierSettings | None, greedy: bool) -> torch.Tensor:
-        """Asks ``rules`` (:data:`BUILTIN_RULES` or a plugin manager's hook relay) whether the verifier
-        whose ``rows`` are given (one per draft, and maybe the bonus row) accepts each of ``tokens``
-        drawn from ``p``."""
-        ask = getattr(rules, self.hook)
-        if self.hook == "viasd_lossless_accept_prob":
-            return ask(tokens=tokens, proposer=p, verifier=rows[: tokens.shape[0]], greedy=greedy)
-        rows_name = "u" if self.verifier == "slim" else "q"
-        return ask(tokens=tokens, p=p, settings=settings, greedy=greedy, **{rows_name: rows})
-
-    def every_token_accept_prob(self, rules: TierRules, p_row: torch.Tensor, verifier_row: torch.Tensor,
-                                settings: TierSettings | None) -> torch.Tensor:
-        """``(V,)``: the sampling acceptance probability of each token of the vocabulary, drafted at one
-        position whose drafter and verifier distributions are ``p_row`` and ``verifier_row``.
-
-        What the audit needs to write down the distribution a cycle commits from. The rule is asked
-        with the vocabulary as the tokens and the two rows repeated (views, not copies), which a rule
-        that decides each position from its own rows answers exactly (:class:`TierRules`).
-        """
-        vocab = p_row.shape[-1]
-        tokens = torch.arange(vocab, device=p_row.device)
-        return self.accept_prob(rules, tokens, p_row.expand(vocab, vocab), verifier_row.expand(vocab + 1, vocab),
-                                settings, greedy=False)
-
-
-LOSSLESS_ON_SLIM = Check("viasd_lossless_accept_prob", "slim")
-LOSSLESS_ON_FULL = Check("viasd_lossless_accept_prob", "full")
-LENIENT_ON_FULL = Check("viasd_lenient_accept_prob", "full")
-GATE1_ON_SLIM = Check("viasd_gate1_accept_prob", "slim")
-ESCALATION_ON_FULL = Check("viasd_escalation_accept_prob", "full")
-
-
-@dataclass(frozen=True)
-class ModeRules:
-    """The checks of one mode: ``drafts``, the first verifier's check of the drafts, and ``then``,
-    the full verifier's check after it (lossless: of the cascade's candidates; lossy and audit:
-    escalation; None where q is the first verifier). The router (lossy, audit) is its own pair of
-    hooks, asked by :func:`viasd_adapt.core.tiers.route_block`."""
-
-    drafts: Check
-    then: Check | None = None
-
-
-_RULES_BY_MODE = {
-    Mode.NONE: ModeRules(LOSSLESS_ON_FULL),
-    Mode.LENIENT: ModeRules(LENIENT_ON_FULL),
-    Mode.LOSSLESS: ModeRules(LOSSLESS_ON_SLIM, LOSSLESS_ON_FULL),
-    Mode.LOSSY: ModeRules(GATE1_ON_SLIM, ESCALATION_ON_FULL),
-    Mode.AUDIT: ModeRules(GATE1_ON_SLIM, ESCALATION_ON_FULL),
-}
-
-
 def rule_for(mode: Mode | str) -> ModeRules:
-    """The checks ``mode`` applies (:class:`ModeRules`): the one table of which rule judges what."""
-    return _RULES_BY_MODE[Mode(mode)]
+    """The checks ``mode`` applies (:class:`~viasd_adapt.core.modes.ModeRules`): its row's rule in the
+    table of modes (:mod:`viasd_adapt.core.modes`), the one place that says which rule judges what."""
+    return mode_row(Mode.parse(mode)).rule
+
 
 __all__ = ["BUILTIN_RULES", "TierRules", "rule_for"]

@@ -9,55 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from enum import Enum
 from typing import Any
 
+from viasd_adapt.core.modes import Mode, adaptive_modes, mode_row
 from viasd_adapt.errors import ConfigError
-
-
-class Mode(str, Enum):
-    """How the slim tier is allowed to influence the output.
-
-    * ``NONE``: the framework runs as if viasd-adapt were not there (untiered lossless SD; the
-      baseline rows).
-    * ``LENIENT``: no slim tier either, and q accepts a draft x when ``q(x) >= (1 - a) p(x)``
-      with ``a = TierSettings.lenience``. The simple lossy baseline every VIA-SD figure is
-      compared with: if it gives equal fidelity for less, the tier has not earned its place.
-      ``lenience = 0`` is exactly ``NONE``.
-    * ``LOSSLESS``: the slim verifier is an intermediate proposer (p -> u -> q); q verifies every
-      committed token, so the output distribution is exactly the target's.
-    * ``LOSSY``: the paper's three-tier rule; q runs only on escalation.
-    * ``AUDIT``: lossy decisions, with q run in shadow every cycle to measure what lossy cost.
-    """
-
-    NONE = "none"
-    LENIENT = "lenient"
-    LOSSLESS = "lossless"
-    LOSSY = "lossy"
-    AUDIT = "audit"
-
-    @property
-    def uses_slim(self) -> bool:
-        """Whether this mode runs the slim verifier (and so needs a routing mask)."""
-        return self in (Mode.LOSSLESS, Mode.LOSSY, Mode.AUDIT)
-
-    @property
-    def is_exact(self) -> bool:
-        """Whether the output distribution is exactly the target's (greedy: its argmax)."""
-        return self in (Mode.NONE, Mode.LOSSLESS)
-
-    @classmethod
-    def parse(cls, value: "Mode | str") -> "Mode":
-        if isinstance(value, Mode):
-            return value
-        if not isinstance(value, str):  # str(None) would read as "none"
-            choices = ", ".join(m.value for m in cls)
-            raise ConfigError(f"mode must be one of: {choices} (a string or a Mode), got {value!r}")
-        try:
-            return cls(str(value).lower())
-        except ValueError:
-            choices = ", ".join(m.value for m in cls)
-            raise ConfigError(f"unknown mode {value!r}; choose one of: {choices}") from None
 
 
 @dataclass(frozen=True)
@@ -129,12 +84,12 @@ class TierSettings:
         """Whether a controller chooses each cycle's arm (tier or untiered): ``adaptive`` in lossless
         and lossy mode. Audit is a measurement of lossy, so it keeps the tier on every cycle; none
         and lenient run no slim tier to switch off."""
-        return self.adaptive and self.mode in ADAPTIVE_MODES
+        return self.adaptive and mode_row(self.mode).adaptive
 
     @property
     def escalation_tolerance(self) -> float:
         """Tolerance q applies to escalated positions: 0 means the lossless SD rule."""
-        if self.mode in (Mode.LOSSY, Mode.AUDIT) and self.escalation_rule == "tolerant":
+        if "escalation_rule" in mode_row(self.mode).reads and self.escalation_rule == "tolerant":
             return self.alpha2
         return 0.0
 
@@ -159,7 +114,8 @@ class TierSettings:
         return data
 
 
-#: The modes the adaptive tier applies to (:attr:`TierSettings.adapts`).
+#: The built-in modes the adaptive tier applies to (:attr:`TierSettings.adapts`; the table's
+#: :func:`~viasd_adapt.core.modes.adaptive_modes` has the added ones too).
 ADAPTIVE_MODES = (Mode.LOSSLESS, Mode.LOSSY)
 #: How a row (bench) that runs a mode with the tier on every cycle is named: the mode's name and
 #: this suffix, ``lossless-fixed``. The bare mode names what a default run does: the adaptive tier.
@@ -172,8 +128,14 @@ ADAPTIVE_SUFFIX = "-adaptive"
 def mode_label(settings: "TierSettings") -> str:
     """The row name of ``settings``: its mode, with :data:`FIXED_SUFFIX` when a mode that can adapt
     runs the tier on every cycle."""
-    fixed = settings.mode in ADAPTIVE_MODES and not settings.adapts
+    fixed = mode_row(settings.mode).adaptive and not settings.adapts
     return settings.mode.value + (FIXED_SUFFIX if fixed else "")
+
+
+def fixed_label(mode: "Mode | str") -> str:
+    """The row name of ``mode`` run with the tier on every cycle (``lossless-fixed``): what
+    tuned.json names the points the adaptive tier's priors read."""
+    return Mode.parse(mode).value + FIXED_SUFFIX
 
 
 def label_settings(label: str) -> dict[str, Any]:
@@ -183,13 +145,13 @@ def label_settings(label: str) -> dict[str, Any]:
     for suffix, adaptive in ((FIXED_SUFFIX, False), (ADAPTIVE_SUFFIX, True)):
         if label.endswith(suffix):
             mode = Mode.parse(label[: -len(suffix)])
-            if mode not in ADAPTIVE_MODES:
-                choices = ", ".join(m.value + suffix for m in ADAPTIVE_MODES)
+            if not mode_row(mode).adaptive:
+                choices = ", ".join(m.value + suffix for m in adaptive_modes())
                 raise ConfigError(f"{label!r}: only {choices} exist (audit keeps the tier on every cycle; "
                                   "none and lenient run no slim tier)")
             return {"mode": mode, "adaptive": adaptive}
     mode = Mode.parse(label)
-    return {"mode": mode, "adaptive": mode in ADAPTIVE_MODES}
+    return {"mode": mode, "adaptive": mode_row(mode).adaptive}
 
 
 def renamed_row(label: str) -> str:
@@ -198,7 +160,7 @@ def renamed_row(label: str) -> str:
     ``lossless`` / ``lossy`` were the tier on every cycle (now ``-fixed``), ``-adaptive`` the default."""
     if label.endswith(ADAPTIVE_SUFFIX):
         return label[: -len(ADAPTIVE_SUFFIX)]
-    if label in tuple(mode.value for mode in ADAPTIVE_MODES):
+    if label in tuple(mode.value for mode in adaptive_modes()):
         return label + FIXED_SUFFIX
     return label
 

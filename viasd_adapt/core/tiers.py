@@ -19,6 +19,7 @@ from enum import IntEnum
 
 import torch
 
+from viasd_adapt.core.modes import CyclePath, mode_row
 from viasd_adapt.core.rules import BUILTIN_RULES, TierRules, gather_token_probs, rule_for
 from viasd_adapt.core.sampling import normalise_residual, sample_or_argmax
 from viasd_adapt.core.settings import Mode, TierSettings
@@ -137,6 +138,14 @@ class RouteDecision:
     resolves: torch.Tensor
 
 
+def three_tier_checks(settings: TierSettings):
+    """The checks of the three tiers (gate 1, then escalation): the row of ``settings``' mode when it
+    runs the three tiers (lossy, audit, or a mode added to the table), else lossy's (a stage asked on
+    its own, with settings of another mode)."""
+    row = mode_row(settings.mode)
+    return row.rule if row.path is CyclePath.THREE_TIERS else rule_for(Mode.LOSSY)
+
+
 def route_block(
     tokens: torch.Tensor,
     p: torch.Tensor,
@@ -149,7 +158,7 @@ def route_block(
     """Tiers 1 and 2: gate 1 on every draft, then the router lets the slim verifier resolve the
     first rejected position (or the bonus position) itself, or asks for escalation (tier 3)."""
     _check_block(tokens, p, u)
-    gate1 = rule_for(Mode.LOSSY).drafts.accept_prob(rules, tokens, p, u, settings, greedy)
+    gate1 = three_tier_checks(settings).drafts.accept_prob(rules, tokens, p, u, settings, greedy)
     passed = _acceptance_draws(gate1, greedy, generator)
     confidence = rules.viasd_slim_confidence(p=p, u=u, settings=settings)
     resolves = rules.viasd_slim_resolves(confidence=confidence, settings=settings).bool()
@@ -181,7 +190,7 @@ def escalate(
     """Tier 3: q verifies ``tokens[start:]`` (the first of them already failed gate 1)."""
     _check_block(tokens, p, q)
     rest, p_rest, q_rest = tokens[start:], p[start:], q[start:]
-    accept = rule_for(Mode.LOSSY).then.accept_prob(rules, rest, p_rest, q_rest, settings, greedy)
+    accept = three_tier_checks(settings).then.accept_prob(rules, rest, p_rest, q_rest, settings, greedy)
     return verify_block(rest, p_rest, q_rest, accept, greedy, generator)
 
 
@@ -323,7 +332,7 @@ def effective_distribution(
     Gate 1 and escalation are asked of ``rules`` (:func:`~viasd_adapt.core.rules.rule_for`), so a
     plugin that answers them is what the audit scores.
     """
-    checks = rule_for(Mode.LOSSY)
+    checks = three_tier_checks(settings)
     if p is None:
         return q if after_escalation or not slim_resolves else u
     if after_escalation:
@@ -411,7 +420,7 @@ def audit_lenient_cycle(
     """The same audit for the lenient baseline, which has q at hand anyway (so it is free).
 
     At a draft position the lenient sampler commits each token v with probability ``p(v)`` times
-    the lenient rule's acceptance of v (asked of ``rules``), plus the leftover mass spread as
+    the mode's check of the drafts (the lenient rule, asked of ``rules``), plus the leftover mass spread as
     ``norm(max(0, q - p))``; at the bonus position it samples q itself.
     """
     g = tokens.shape[0]
@@ -419,7 +428,7 @@ def audit_lenient_cycle(
     def effective(j: int) -> torch.Tensor:
         if j >= g:
             return q[j]
-        kept = _kept_mass(rule_for(Mode.LENIENT).drafts, rules, p[j], q[j], settings)
+        kept = _kept_mass(rule_for(settings.mode).drafts, rules, p[j], q[j], settings)
         return kept + (1.0 - kept.sum()).clamp_min(0.0) * normalise_residual(q[j] - p[j], q[j])
 
     return _audit(result, q, greedy, effective)

@@ -43,6 +43,7 @@ from torch import nn
 
 from viasd_adapt.config.advice import negative_delta_notice
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
+from viasd_adapt.config.provenance import GIVEN_SOURCE, Source, SourceKind
 from viasd_adapt.config.resolve import UNREAD, RunSpec, read_settings
 from viasd_adapt.config.hardware import device_mismatch, retune_hint, unknown_device
 from viasd_adapt.config.tuned import (DRAFTER_MODEL, EAGLE_HEAD, OTHER_DEVICE, PROMPT_LOOKUP_DRAFTER,
@@ -63,7 +64,7 @@ from viasd_adapt.routing.slim import SlimVerifier
 #: :data:`EAGLE_HEAD`, or another object with a ``propose`` method (a drafter the check cannot identify).
 DrafterLike = Any
 #: ``RunContext.sources`` of a setting the caller gave (no resolution: ``settings=`` was passed).
-GIVEN = "given"
+GIVEN = GIVEN_SOURCE
 
 
 class UntieredWithoutMaskWarning(UserWarning):
@@ -139,7 +140,7 @@ class RunContext:
         return self.settings.mode
 
     @property
-    def sources(self) -> dict[str, str]:
+    def sources(self) -> dict[str, Source]:
         """Where each setting came from (``viasd generate --explain``'s column)."""
         if self.spec is not None:
             return dict(self.spec.sources)
@@ -172,7 +173,9 @@ class RunContext:
         settings are a tuned file's measured with another drafter, the defaults run instead, with
         a notice, and the file's measurements do not price the adaptive tier either."""
         priced = model if model is not None else _drafter_model(drafter)
-        mismatch = tuned_drafter_mismatch(self.spec.tuned, drafter) if self.runs_tuned and drafter is not None else None
+        checked = _same_drafter(drafter, self.drafter)  # the one this context was checked for: not checked again
+        mismatch = (tuned_drafter_mismatch(self.spec.tuned, drafter) if self.runs_tuned and drafter is not None
+                    and not checked else None)
         if mismatch is None:
             plan = adaptive_plan(self.settings, self.target, self.routing, self.evidence, priced, self.use_measured)
             return replace(self, drafter=drafter, plan=plan, notices=())
@@ -217,6 +220,17 @@ class RunContext:
         ``make`` is the class to build (a subclass, or a wrapper that records each step)."""
         return make(self.settings, framework, self.plugin_manager, adaptive=self.plan, watch_drafter=self.watch_drafter,
                     **options)
+
+
+def _same_drafter(drafter: DrafterLike, checked: DrafterLike) -> bool:
+    """Whether ``drafter`` is ``checked``, the drafter a context's settings were checked for: the same
+    object, or a shallow copy of the same model (its submodules, so its weights, are the same
+    objects: HF's block-length view of the drafter, ``adapters/hf/runner.py``)."""
+    if drafter is None or checked is None:
+        return False
+    if drafter is checked:
+        return True
+    return isinstance(drafter, nn.Module) and isinstance(checked, nn.Module) and drafter._modules is checked._modules
 
 
 def _drafter_model(drafter: DrafterLike) -> nn.Module | None:
@@ -281,7 +295,7 @@ def spec_for_device(spec: RunSpec, model: nn.Module) -> RunSpec:
     kind = run_device_kind(model)
     hint = retune_hint(_pair_name(spec), kind)
     recorded = spec.tuned.hardware
-    applied = spec.tuned_applied or any(source.startswith("tuned.json") for source in spec.sources.values())
+    applied = spec.tuned_applied or any(source.kind is SourceKind.TUNED for source in spec.sources.values())
     if unknown_device(recorded):
         note = "not recorded (a file written before devices were recorded): applied unchecked"
         notice = Notice(TunedOnUnknownDeviceWarning, (
@@ -321,7 +335,7 @@ def spec_for_drafter(spec: RunSpec, model: nn.Module, drafter: DrafterLike = Non
                 if spec.tuned.drafter is None else "the run's drafter")
         return replace(spec, drafter_note=note)
     note = mismatch.split(": ", 1)[-1]
-    if not (spec.tuned_applied or any(source.startswith("tuned.json") for source in spec.sources.values())):
+    if not (spec.tuned_applied or any(source.kind is SourceKind.TUNED for source in spec.sources.values())):
         return replace(spec, drafter_note=note)  # nothing of it was applied (another mask): nothing to take back
     untuned = spec.without_tuned(mismatch)  # --explain says why in its "not applied" clause
     return replace(untuned, notices=(*spec.notices, other_drafter_notice(spec.tuned_path, mismatch)))

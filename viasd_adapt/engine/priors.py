@@ -18,7 +18,8 @@ is believed to cost per token before the sequence shows it. Both come from the b
 **Priors**, for the first cycles (relative, worth :data:`PRIOR_WEIGHT` cycles, fading):
 
 1. ``tuned.json``'s measured points (``report.best_within_budget``), when they describe this run:
-   the ``sd`` point and the mode's point (``lossless``, or ``viasd`` for lossy) measured with this
+   the ``none`` point and the mode's point with the tier on every cycle (``lossless-fixed``,
+   ``lossy-fixed``) measured with this
    mask and the same block length (and, for lossy, the same tolerances). The tier is stated against
    the untiered arm as the sequence measures it, by the differences per cycle the two points show
    in priced passes and in tokens (:class:`~viasd_adapt.core.adaptive.RelativePrior`; the extra
@@ -51,14 +52,19 @@ from torch import nn
 from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.config.tuned import TunedPoint, TunedSettings
 from viasd_adapt.core.adaptive import AdaptivePlan, ArmPrior, PassPrices, RelativePrior
-from viasd_adapt.core.settings import Mode, TierSettings
+from viasd_adapt.core.modes import mode_row
+from viasd_adapt.core.settings import Mode, TierSettings, fixed_label
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.routing.layers import find_decoder_stack
 from viasd_adapt.routing.mask import model_mismatches
 
-#: The settings a measured tier point must share with the run to be its prior, per mode.
-_PRIOR_FIELDS = {Mode.LOSSLESS: ("gamma",), Mode.LOSSY: ("gamma", "alpha1", "alpha2", "greedy_gates", "escalation_rule")}
-_FAMILY = {Mode.LOSSLESS: "lossless", Mode.LOSSY: "viasd"}
+
+
+def prior_fields(mode: Mode) -> tuple[str, ...]:
+    """The settings a measured tier point must share with the run to be its prior: the block length,
+    and what the mode's row says it reads (:mod:`viasd_adapt.core.modes`), ``adaptive`` aside (the
+    point measured the tier on every cycle)."""
+    return ("gamma", *(name for name in mode_row(mode).reads if name != "adaptive"))
 
 
 def parameter_count(model: nn.Module) -> int:
@@ -174,9 +180,9 @@ def adaptive_plan(settings: TierSettings, target: nn.Module, routing: RoutingMas
         sources.append("prices: by layer counts of the mask and parameter counts of the drafter")
     relative = None
     if same_drafter:
-        plain, tier = tuned.best("sd"), tuned.best(_FAMILY[settings.mode])
+        plain, tier = tuned.best(Mode.NONE.value), tuned.best(fixed_label(settings.mode))
         if _describes(plain, settings, ("gamma",)) and _prior(plain) is not None \
-                and _describes(tier, settings, _PRIOR_FIELDS[settings.mode]) and tier.mask is not None \
+                and _describes(tier, settings, prior_fields(settings.mode)) and tier.mask is not None \
                 and Path(tier.mask).name == Path(name).name and _prior(tier) is not None:
             relative = _relative(_prior(plain), _prior(tier))
             sources.append("priors: the tier stated against the untiered arm by the measured points of tuned.json "

@@ -13,11 +13,10 @@ are upcast to float32 (fp16 matmuls are slow and inexact there); on CUDA they ke
 
 from __future__ import annotations
 
-import threading
-import weakref
-from dataclasses import InitVar, dataclass, replace
+from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
 
 import torch
 from torch import nn
@@ -34,7 +33,7 @@ from viasd_adapt.core.settings import TierSettings
 from viasd_adapt.config.tuned import TunedSettings
 from viasd_adapt.routing.mask import check_mask_model
 from viasd_adapt.routing.mask import load_mask
-from viasd_adapt.config.resolve import UNREAD
+from viasd_adapt.config.resolve import UNREAD, RunSpec, read_settings
 
 FALLBACK_MASK_LABEL = "FALLBACK fixed mask (every other layer from layer 1; not a DIMR mask)"
 
@@ -60,12 +59,34 @@ class MaskInfo:
         }
 
 
+@dataclass(frozen=True)
+class PairFiles:
+    """What a pair read beside its models when it loaded, kept so that no run reads it again: the
+    mask file its own settings resolve from, the ``tuned.json`` beside it (None: none there), and
+    every mask file read (path -> artifact). Files, not a resolution: what a run uses is resolved
+    per run, by the planner (:mod:`viasd_adapt.frameworks.planning`) or :meth:`LoadedPair.run_context`."""
+
+    mask: Path | None = None
+    tuned: TunedSettings | None = None
+    masks: Mapping[Path, MaskArtifact] = field(default_factory=dict)
+
+    def own_spec(self) -> RunSpec | None:
+        """The settings a run on the pair uses when it asks for none: the tuned choice beside its
+        mask, each value with its source (:func:`~viasd_adapt.config.resolve.read_settings` over
+        what was read: no file is read again); None without a mask. Its notices are the caller's."""
+        if self.mask is None:
+            return None
+        return read_settings(self.mask, tuned=self.tuned, read_masks=self.masks)
+
+
 @dataclass(frozen=True, eq=False)
 class LoadedPair:
-    """Models, tokenizer, mask and the tuned file, shared by every run of one command; immutable.
+    """Models, tokenizer, mask and the files read with them, shared by every run of one command;
+    immutable.
 
     What a run uses beyond the models (its settings, plugins, the tuned evidence for its drafter) is
-    its :class:`~viasd_adapt.engine.context.RunContext` (:meth:`run_context`), not state on the
+    its :class:`~viasd_adapt.engine.context.RunContext`, resolved per run (:meth:`run_context`, or
+    the planner's :meth:`~viasd_adapt.frameworks.planning.RunPlan.context`), not state on the
     pair: two runs with different settings on one pair, in two threads, do not see each other's.
     Compared by identity (``eq=False``): two loads of the same files are two pairs.
     """
@@ -82,14 +103,13 @@ class LoadedPair:
     lookup: PromptLookupSpec | None = None
     #: the pair's name when it was loaded by name
     name: str | None = None
-    #: the settings the pair runs with by default (``viasd tune``'s choice beside the mask, with
-    #: where each value came from: ``spec.explain()``); set when loaded by name or with a mask file
-    spec: Any = None
-    #: the tuned file beside the mask, read once, as evidence of what this pair's passes cost (the
-    #: adaptive tier's prices and priors): None without one, or when it was measured with another drafter
-    evidence: TunedSettings | None = None
+    #: the files read beside the models (the mask's tuned.json), each read once
+    files: PairFiles = field(default_factory=PairFiles)
+    #: models a framework loaded for this pair, by framework (``{"eagle": ea_model}``: EAGLE's EaModel
+    #: with its head), handed to that framework's runner with the pair; the planner loads them
+    framework_models: Mapping[str, Any] = field(default_factory=dict)
     #: 0.2's way of handing over objects a framework loaded for this pair (``{"eagle": ea_model}``):
-    #: an argument only, kept beside the pair's target (:func:`loaded_for`); ``pair.loaded`` holds nothing.
+    #: an argument only, kept in :attr:`framework_models`; ``pair.loaded`` holds nothing.
     #: Deprecated (until 0.4.0): pass the framework's object to its adapter (``eagle.tiered(ea_model, ...)``)
     loaded: InitVar[Mapping[str, Any] | None] = None
 
@@ -99,8 +119,26 @@ class LoadedPair:
 
             deprecated_use("LoadedPair(loaded=...)", "the framework's own object given to its adapter (eagle.tiered(ea_model, ...))",
                            stacklevel=3)  # __post_init__ <- the dataclass's __init__ <- user
-        for kind, value in (loaded or {}).items():
-            loaded_for(self.target, (kind, self.eagle_head), lambda value=value: value)
+        # read-only: a pair is immutable, the models a framework loaded for it included
+        object.__setattr__(self, "framework_models", MappingProxyType({**self.framework_models, **(loaded or {})}))
+
+    @property
+    def spec(self) -> RunSpec | None:
+        """The pair's own settings resolution, by its 0.2 name; deprecated (until 0.4.0): a run's
+        settings are its context's, ``pair.run_context().spec``; the pair keeps the files only."""
+        from viasd_adapt.deprecated import deprecated_use
+
+        deprecated_use("LoadedPair.spec", "LoadedPair.run_context().spec")
+        return self.files.own_spec()
+
+    @property
+    def evidence(self) -> TunedSettings | None:
+        """The tuned evidence, by its 0.2 name; deprecated (until 0.4.0): ``pair.run_context().evidence``."""
+        from viasd_adapt.deprecated import deprecated_use
+
+        deprecated_use("LoadedPair.evidence", "LoadedPair.run_context().evidence")
+        own = self.files.own_spec()
+        return own.evidence if own is not None else None
 
     @property
     def routing(self) -> RoutingMask | None:
@@ -116,8 +154,10 @@ class LoadedPair:
 
     @property
     def settings(self) -> TierSettings:
-        """The settings the pair runs with by default (:attr:`spec`), else :class:`TierSettings` defaults."""
-        return self.spec.settings if self.spec is not None else TierSettings()
+        """The settings a run on the pair uses when it asks for none (its tuned choice:
+        :meth:`PairFiles.own_spec`), else :class:`TierSettings` defaults."""
+        own = self.files.own_spec()
+        return own.settings if own is not None else TierSettings()
 
     @property
     def eos_token_ids(self) -> list[int]:
@@ -137,37 +177,24 @@ class LoadedPair:
     def run_context(self, settings: TierSettings | None = None, plugins: Iterable[object] = (), *,
                     drafter: Any = None, advice: bool = True, **options: Any):
         """The :class:`~viasd_adapt.engine.context.RunContext` of a run on this pair, from what was
-        read when it was loaded (no file is read again): ``settings``, else the pair's own
-        (:attr:`spec`: its tuned choice, with where each value came from), its mask, its tuned
-        evidence. ``drafter``: what the run drafts with when known. ``advice=False`` leaves out the
-        mask's Delta advice (a command that runs many requests gives it once, in its own report).
-        ``options`` are :func:`~viasd_adapt.engine.context.resolve_context`'s (``plugin_manager``,
-        ``build_slim``, ``use_measured``, ``evidence``). The notices are the caller's to give."""
-        from viasd_adapt.engine.context import resolve_context
+        read when it was loaded (no file is read again): ``settings``, else the pair's own (its
+        tuned choice, with where each value came from: :meth:`PairFiles.own_spec`), its mask, its
+        tuned evidence (set aside when measured on another kind of device). ``drafter``: what the
+        run drafts with when known. ``advice=False`` leaves out the mask's Delta advice (a command
+        that runs many requests gives it once, in its own report). ``options`` are
+        :func:`~viasd_adapt.engine.context.resolve_context`'s (``plugin_manager``, ``build_slim``,
+        ``use_measured``, ``evidence``). The notices are the caller's to give; the resolution's own
+        (a tuned file measured with another mask) were given when the pair loaded."""
+        from viasd_adapt.engine.context import resolve_context, spec_for_device
 
         info = self.mask
         mask = None if info is None else info.artifact if advice and info.artifact is not None else info.mask
-        options.setdefault("evidence", self.evidence)
-        # the spec's notices were given when the pair loaded
-        spec = replace(self.spec, notices=()) if settings is None and self.spec is not None else None
+        own = self.files.own_spec()
+        if "evidence" not in options:
+            options["evidence"] = spec_for_device(own, self.target).evidence if own is not None else None
+        spec = replace(own, notices=()) if settings is None and own is not None else None
         return resolve_context(self.target, settings, spec=spec, mask=mask, mask_source=info.source if info else "mask",
                                plugins=plugins, drafter=drafter, **options)
-
-
-#: Objects a framework loaded once for a target model (EAGLE's EaModel, by its head), kept beside
-#: the pairs, not on them: a pair is immutable, and the pairs of one target share them. Dropped with
-#: the target.
-_LOADED_FOR: "weakref.WeakKeyDictionary[nn.Module, dict[Any, Any]]" = weakref.WeakKeyDictionary()
-_LOADED_FOR_LOCK = threading.Lock()
-
-
-def loaded_for(target: nn.Module, key: Any, load: Callable[[], Any]) -> Any:
-    """The object ``load()`` made for ``target`` under ``key``, made once (thread-safe)."""
-    with _LOADED_FOR_LOCK:
-        made = _LOADED_FOR.setdefault(target, {})
-        if key not in made:
-            made[key] = load()
-        return made[key]
 
 
 # ----------------------------------------------------------------------------- loading
@@ -279,7 +306,8 @@ def load_pair(
         if not isinstance(draft_path, nn.Module):
             _check_draft_tokenizer(tokenizer, draft_path)
     folder = None if given else Path(target_path).expanduser().parent
-    if spec is UNREAD:
+    edge = spec is UNREAD  # no caller resolved the settings: this call reads the tuned file and gives its notices
+    if edge:
         beside = mask_path if mask_path else (_mask_in(folder) if folder is not None else None)
         spec = _spec_beside(beside) if need_mask else None
     read = dict(read_masks or {}) | (dict(spec.masks) if spec is not None else {})
@@ -287,9 +315,24 @@ def load_pair(
     mask = resolve_mask_info(target, mask_path, ratio, search, read) if need_mask else None
     target_name = _model_name(target) if given else str(target_path)
     draft_name = _model_name(draft) if isinstance(draft_path, nn.Module) else str(draft_path or "")
+    files = PairFiles(spec.mask_path, spec.tuned, read) if spec is not None else PairFiles(masks=read)
+    if edge and spec is not None:
+        give_load_notices(spec, target)
     return LoadedPair(target, draft, tokenizer, mask, dev, target_name, draft_name,
-                      str(eagle_head) if eagle_head else None, lookup=lookup, spec=spec,
-                      evidence=spec.evidence if spec is not None else None)
+                      str(eagle_head) if eagle_head else None, lookup=lookup, files=files)
+
+
+def give_load_notices(spec: RunSpec, target: nn.Module, check_model: bool = False) -> None:
+    """Gives, once, what a pair's own files say to the user as it loads (a tuned file measured with
+    another mask, or on another kind of device): the edge of a load that resolved its own settings.
+    ``check_model``: also refuse a tuned file made for another model, now (a named pair)."""
+    from viasd_adapt.core.notices import emit
+    from viasd_adapt.engine.context import spec_for_device
+    from viasd_adapt.routing.mask import check_tuned_model
+
+    if check_model and spec.tuned is not None:
+        check_tuned_model(spec.tuned, target, source=f"tuned settings {spec.tuned_path}")
+    emit(spec.notices + spec_for_device(spec, target).notices)
 
 
 def _placed_target(target_path: Any, where: Placement | None, device_map: Any) -> tuple[nn.Module, Placement | None, torch.device]:
@@ -332,13 +375,12 @@ def _mask_in(folder: Path) -> Path | None:
 def _spec_beside(mask_path: str | Path | None):
     """The settings resolved beside a mask file (its tuned choice, read once), or None without a
     tuned file there."""
-    from viasd_adapt.config.resolve import resolve_settings
     from viasd_adapt.config.tuned import tuned_path_beside
 
     beside = tuned_path_beside(mask_path) if mask_path else None
     if beside is None or not beside.is_file() or not Path(mask_path).expanduser().is_file():
         return None
-    return resolve_settings(mask_path)
+    return read_settings(mask_path)
 
 
 def load_named_pair(name: str, device: str = "auto", dtype: str | None = None,
@@ -351,19 +393,17 @@ def load_named_pair(name: str, device: str = "auto", dtype: str | None = None,
     Each file is read once; runs on the pair read none again (:meth:`LoadedPair.run_context`).
     ``dtype`` (None or ``"auto"``: the pair's own, its ``pair.json``'s) and the placement arguments
     are :func:`load_pair`'s."""
-    from viasd_adapt.config.resolve import resolve_settings
-    from viasd_adapt.engine.context import check_spec_model
     from viasd_adapt.models.registry import resolve_pair
 
     paths = resolve_pair(name)
-    spec = resolve_settings(pair_mask=paths.mask) if paths.mask is not None else None
+    spec = read_settings(pair_mask=paths.mask) if paths.mask is not None else None
     pair = load_pair(paths.target, paths.draft, spec.mask_path if spec is not None else None,
-                     need_mask=paths.mask is not None, device=device, eagle_head=paths.eagle_head, spec=spec,
-                     dtype=named_dtype(paths, dtype), device_map=device_map, max_memory=max_memory,
+                     need_mask=paths.mask is not None, device=device, eagle_head=paths.eagle_head,
+                     spec=spec, dtype=named_dtype(paths, dtype), device_map=device_map, max_memory=max_memory,
                      offload_folder=offload_folder)
-    if spec is not None:
-        spec = check_spec_model(spec, pair.target)
-    return replace(pair, name=paths.name, spec=spec)
+    if spec is not None:  # this call is the edge that read the files: it gives their notices, once
+        give_load_notices(spec, pair.target, check_model=True)
+    return replace(pair, name=paths.name)
 
 
 def named_dtype(paths: Any, asked: str | None = None) -> str | None:
@@ -380,12 +420,12 @@ __all__ = [
     "FALLBACK_MASK_LABEL",
     "LoadedPair",
     "MaskInfo",
+    "PairFiles",
     "fallback_mask",
     "load_named_pair",
     "load_model",
     "load_pair",
     "load_tokenizer",
-    "loaded_for",
     "named_dtype",
     "pick_device",
     "resolve_mask_info",

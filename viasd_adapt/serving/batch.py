@@ -137,8 +137,8 @@ def escalation_points(results: TunePoints, source: str = "results") -> list[Esca
 
 
 def tuned_viasd_point(results: TunePoints, source: str = "results") -> EscalationPoint | None:
-    """The tuner's best VIA-SD point within its budget (``tuned.report.best_within_budget.viasd``)."""
-    best = results.tuned.report.best("viasd")
+    """The tuner's best VIA-SD point within its budget (``tuned.report.best_within_budget["lossy-fixed"]``)."""
+    best = results.tuned.report.best("lossy-fixed")
     if best is None or not best.metrics.get("cycles"):
         return None
     return _escalation_point(best, results.tuned.report.costs, source, "tuned VIA-SD point: " + _point_label(best))

@@ -12,7 +12,7 @@ Keys of the ``"viasd"`` dict:
   check, the same defaults, the same check of ``measured_on``). Its ``choice`` decides the rule:
   ``lenient`` serves the lenient rule at the tuned tolerance (a file that states none: the
   TierSettings default, as ``viasd generate`` runs it; :mod:`viasd_adapt.config.tuned` says why);
-  ``sd`` (plain SD won) serves stock vLLM; ``viasd`` (the slim tier won) is refused, because the
+  ``none`` (untiered SD won) serves stock vLLM; a tiered choice (``lossy``, ``lossless``, ...) is refused, because the
   slim tier has no place in vLLM's acceptance step (``docs/serving.md`` says why and what it would take).
 * ``lenience`` (optional): overrides the tuned tolerance, e.g. 0 to check token identity with
   stock vLLM. Must be in [0, 1).
@@ -39,7 +39,7 @@ from viasd_adapt.errors import ConfigError, ModelMismatchError
 
 CONFIG_KEY = "viasd"
 KNOWN_KEYS = ("tuned", "lenience", "audit")
-SERVABLE_CHOICES = ("lenient", "sd")
+SERVABLE_CHOICES = ("lenient", "none")
 SIZE_KEYS = ("architecture", "num_layers", "hidden_size", "vocab_size")  # routing.mask._SIZE_KEYS
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from viasd_adapt.errors import ConfigError
@@ -111,6 +111,9 @@ class UnitCosts:
         tiered: one setting with a slim verifier on one tuning prompt.
         proposal: what proposing a mask adds per search step (a BoTorch proposal's time over the
             steps between proposals).
+        greedy: one calibration prompt's greedy continuation, as the search writes it (the target
+            with its cache): its prefill once and each greedy token; None prices a prompt as one
+            decode step per token.
         tokens: the tokens of one tuning prompt the sweep generates.
         evaluated_ratio: the skip ratio ``evaluation`` was measured at.
     """
@@ -123,6 +126,7 @@ class UnitCosts:
     proposal: float = 0.0
     tokens: int = TUNE_TOKENS
     evaluated_ratio: float = 0.45
+    greedy: RunPrice | None = None
 
     def __post_init__(self) -> None:
         _check_seconds(step=self.step, window=self.window, evaluation=self.evaluation, proposal=self.proposal)
@@ -138,6 +142,21 @@ class UnitCosts:
     def tier_point(self) -> float:
         """One setting with a slim verifier on one tuning prompt of :attr:`tokens` tokens, scored."""
         return self.tiered.at(self.tokens)
+
+    def at_prompt_lengths(self, lengths: list[int], probed: int) -> "UnitCosts":
+        """These units with each setting's per-prompt part (a prefill over the prompt, a scoring
+        over the prompt and its output) priced at the mean length of the prompts the sweep runs
+        (``lengths``), in proportion to the positions it covers, from the ``probed`` prompt's: a
+        sweep over long prompts (a summary's thousand tokens) is not priced at a short one's."""
+        if not lengths or probed <= 0:
+            return self
+        factor = (sum(lengths) / len(lengths) + self.tokens) / (probed + self.tokens)
+        return replace(self, untiered=RunPrice(self.untiered.prompt * factor, self.untiered.token),
+                       tiered=RunPrice(self.tiered.prompt * factor, self.tiered.token))
+
+    def calibration_prompt(self, tokens: int = CALIBRATION_TOKENS) -> float:
+        """One calibration (or held-out) prompt's greedy continuation of ``tokens`` tokens."""
+        return self.greedy.at(tokens) if self.greedy is not None else tokens * self.step
 
     def evaluation_at(self, ratio: float) -> float:
         """One mask evaluation per calibration window at ``ratio``: the measured one scaled by the
@@ -182,7 +201,8 @@ class Plan:
 
 def units_words(units: UnitCosts) -> str:
     """The probe's prices in words (what an estimate or a refusal rests on)."""
-    return (f"a decode step {units.step * 1000:.0f} ms, a calibration window {units.window:.2f}s, a mask evaluation "
+    greedy = f", a greedy calibration token {units.greedy.token * 1000:.0f} ms" if units.greedy is not None else ""
+    return (f"a decode step {units.step * 1000:.0f} ms{greedy}, a calibration window {units.window:.2f}s, a mask evaluation "
             f"{units.evaluation:.2f}s per window, one setting on one prompt {run_words(units.untiered)} untiered and "
             f"{run_words(units.tiered)} tiered")
 
@@ -227,7 +247,7 @@ def search_seconds(units: UnitCosts, n_cal: int, n_held: int, ratios: tuple[floa
                    extra_steps: int) -> float:
     """The mask search's price: greedy calibration (once, shared by every ratio), then per ratio its
     fixed part (:func:`ratio_fixed_seconds`) and its steps (:func:`search_step_seconds`)."""
-    total = (n_cal + n_held) * CALIBRATION_TOKENS * units.step
+    total = (n_cal + n_held) * units.calibration_prompt()
     for index, ratio in enumerate(ratios):
         evaluations = steps if index == 0 else extra_steps
         total += ratio_fixed_seconds(units, n_cal, n_held) + evaluations * search_step_seconds(units, n_cal, ratio)
@@ -251,7 +271,7 @@ def _calibration_sizes(units: UnitCosts, budget: float, file_prompts: int | None
         n_held = 16 if file_prompts > 16 else file_prompts // 4
         return file_prompts - n_held, n_held
     n_cal, n_held = 16, 16
-    while n_cal > 4 and (n_cal + n_held) * CALIBRATION_TOKENS * units.step > budget * SEARCH_SHARE / 2:
+    while n_cal > 4 and (n_cal + n_held) * units.calibration_prompt() > budget * SEARCH_SHARE / 2:
         n_cal, n_held = max(4, n_cal // 2), max(2, n_held // 2)
     return n_cal, n_held
 

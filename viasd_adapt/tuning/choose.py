@@ -18,19 +18,19 @@ from viasd_adapt.bench.projection import CostModel, project_costs_per_mask, repr
 from viasd_adapt.config.budget import TIE_MARGIN, Budget, recommend  # Budget: the one budget rule, shared with the bench's verdict
 from viasd_adapt.config.mask import RoutingMask
 from viasd_adapt.config.tuned import PLAIN_DECODING_CHOICE, PROMPT_LOOKUP_DRAFTER, TunedSettings, plain_decoding_cost
-from viasd_adapt.core.settings import ADAPTIVE_MODES, ADAPTIVE_SUFFIX, Mode, TierSettings
+from viasd_adapt.core.settings import FIXED_SUFFIX, Mode, TierSettings
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.pair import LoadedPair
 from viasd_adapt.routing.hardware import hardware_stamp
 from viasd_adapt.routing.mask import model_fingerprint
-from viasd_adapt.tuning.grid import FAMILIES, MEASURED_ON, TIER_FAMILIES
+from viasd_adapt.tuning.grid import FAMILIES, MEASURED_ON, SIMPLE_FAMILIES, TIER_FAMILIES
 
 
 @dataclass
 class Point:
     """One measured candidate."""
 
-    family: str  # "sd", "lossless", "lenient", "viasd", "lossless-adaptive" or "viasd-adaptive"
+    family: str  # one of tuning.grid.FAMILIES: its settings' row name ("none", "lossy-fixed", "lossy", ...)
     settings: TierSettings
     mask: str | None  # the mask's source, for tier modes
     full_equivalent: float
@@ -55,14 +55,13 @@ class Point:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Point":
-        """A point back from a tune file. A point of a fixed family (no ``-adaptive`` suffix) ran the
-        tier on every cycle: files written before the adaptive tier existed do not say
-        ``"adaptive": false``, and reading its absence as on would label (and write) a point
-        measured fixed as adaptive."""
+        """A point back from a tune file (its families in today's names: :class:`~viasd_adapt.config.tune_points.TunePoints`
+        reads older files so). A point of a fixed family (``-fixed``) ran the tier on every cycle:
+        files written before the adaptive tier existed do not say ``"adaptive": false``, and reading
+        its absence as on would label (and write) a point measured fixed as adaptive."""
         fields = {k: v for k, v in data.items() if k != "settings"}
         settings = dict(data["settings"])
-        fixed_family = not str(data.get("family", "")).endswith(ADAPTIVE_SUFFIX)
-        if fixed_family and settings.get("mode") in {mode.value for mode in ADAPTIVE_MODES}:
+        if str(data.get("family", "")).endswith(FIXED_SUFFIX):
             settings.setdefault("adaptive", False)
         return cls(settings=TierSettings(**settings), **fields)
 
@@ -148,7 +147,7 @@ def choose(points: list[Point], budget: Budget, margin: float = TIE_MARGIN) -> P
     point (plain SD, lenient) by more than ``margin``: within timing noise the simpler setting,
     which needs no mask and no slim verifier, is the better recommendation."""
     admitted = [p for p in points if budget.admits(p)]
-    _, chosen = recommend(admitted, cost=lambda p: p.full_equivalent, is_simple=lambda p: p.family in ("sd", "lenient"),
+    _, chosen = recommend(admitted, cost=lambda p: p.full_equivalent, is_simple=lambda p: p.family in SIMPLE_FAMILIES,
                           margin=margin, tie_break=lambda p: not p.exact)
     return chosen
 
@@ -180,8 +179,8 @@ def judged(points: list[Point], budget: Budget, costs: dict[str, dict], masks: d
 
 
 #: The ladder's rung of each tune family (:mod:`viasd_adapt.bench.exact_first`).
-FAMILY_RUNGS = {"sd": EXACT_RUNG, "lossless": EXACT_TIER_RUNG, "lossless" + ADAPTIVE_SUFFIX: EXACT_TIER_RUNG,
-                "lenient": LENIENT_RUNG, "viasd": LOSSY_TIER_RUNG, "viasd" + ADAPTIVE_SUFFIX: LOSSY_TIER_RUNG}
+FAMILY_RUNGS = {"none": EXACT_RUNG, "lossless-fixed": EXACT_TIER_RUNG, "lossless": EXACT_TIER_RUNG,
+                "lenient": LENIENT_RUNG, "lossy-fixed": LOSSY_TIER_RUNG, "lossy": LOSSY_TIER_RUNG}
 
 
 def ladder(points: list[Point], budget: Budget, costs: dict[str, dict], prices: PriceList | None,
@@ -199,7 +198,7 @@ def ladder(points: list[Point], budget: Budget, costs: dict[str, dict], prices: 
     first = points[0].per_prompt
     reference = PromptSums(first["reference_tokens"], first["reference_tokens"], first["reference_ll"],
                            keys=first.get("keys")) if first.get("reference_ll") is not None else None
-    candidates = [Candidate(name, s, exact=p.exact, simple=p.family in ("sd", "lenient"))
+    candidates = [Candidate(name, s, exact=p.exact, simple=p.family in SIMPLE_FAMILIES)
                   for name, p, s in zip(names, points, sums)]
     vectors = [prices.vectors(p.mask if p.family in TIER_FAMILIES else None) for p in points] if prices else None
     if plain is not None and reference is not None:
@@ -246,7 +245,7 @@ def choice_uncertainty(result: TuneResult):
     reference = PromptSums(first["reference_tokens"], first["reference_tokens"], first["reference_ll"],
                            keys=first.get("keys")) if first.get("reference_ll") is not None else None
     names = point_names(result.points)
-    candidates = [Candidate(name, s, exact=p.exact, simple=p.family in ("sd", "lenient"))
+    candidates = [Candidate(name, s, exact=p.exact, simple=p.family in SIMPLE_FAMILIES)
                   for name, p, s in zip(names, result.points, sums)]
     return bootstrap_verdict(candidates, result.budget, reference,
                              stated=names[result.points.index(result.point_estimate)])
@@ -369,13 +368,13 @@ def adaptive_candidates(fixed: TuneResult, masks: dict[str, RoutingMask]):
     lossless point, and of the cheapest lossy point within the budget (if any is)."""
     for name in masks:
         on_mask = [p for p in fixed.points if p.mask == name]
-        lossless = next((p for p in on_mask if p.family == "lossless"), None)
+        lossless = next((p for p in on_mask if p.family == "lossless-fixed"), None)
         if lossless is not None:
-            yield "lossless" + ADAPTIVE_SUFFIX, lossless.settings.with_(adaptive=True), name
-        lossy = [p for p in on_mask if p.family == "viasd" and fixed.budget.admits(p)]
+            yield "lossless", lossless.settings.with_(adaptive=True), name
+        lossy = [p for p in on_mask if p.family == "lossy-fixed" and fixed.budget.admits(p)]
         if lossy:
             best = min(lossy, key=lambda p: p.full_equivalent)
-            yield "viasd" + ADAPTIVE_SUFFIX, best.settings.with_(adaptive=True), name
+            yield "lossy", best.settings.with_(adaptive=True), name
 
 
 __all__ = ["Point", "adaptive_candidates", "TuneResult", "ar_full_equivalent", "artifact_of", "target_alone_cheapest", "choice_uncertainty", "choose", "drafter_record",

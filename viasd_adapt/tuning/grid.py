@@ -19,7 +19,7 @@ from viasd_adapt.config.budget import Budget
 from viasd_adapt.config.mask import MaskArtifact, RoutingMask
 from viasd_adapt.config.tuned import MEASURED_ON_DEFAULT
 from viasd_adapt.core.sampling import SamplingConfig
-from viasd_adapt.core.settings import ADAPTIVE_SUFFIX, Mode, TierSettings, check_real
+from viasd_adapt.core.settings import Mode, TierSettings, check_real
 from viasd_adapt.errors import ConfigError
 from viasd_adapt.models.pair import LoadedPair
 from viasd_adapt.routing.mask import model_fingerprint
@@ -28,11 +28,14 @@ from viasd_adapt.routing.mask import model_fingerprint
 #: the tier's own SD loop, the loop the HF adapter's tiered modes run. Other frameworks apply the
 #: same settings; ``viasd generate --explain`` says when a setting rests on another framework's run.
 MEASURED_ON = MEASURED_ON_DEFAULT
-#: The families of the sweep, in the order they are reported: plain SD, the lenient baseline, the
-#: tier on every cycle, and the adaptive tier (``-adaptive``, :data:`~viasd_adapt.core.settings.ADAPTIVE_SUFFIX`).
-FAMILIES = ("sd", "lossless", "lenient", "viasd", "lossless" + ADAPTIVE_SUFFIX, "viasd" + ADAPTIVE_SUFFIX)
+#: The families of the sweep, in the order they are reported, by the one vocabulary of modes (a
+#: point's family is its settings' row name, :func:`~viasd_adapt.core.settings.mode_label`): untiered
+#: SD, the tier on every cycle (``-fixed``), the lenient baseline, and the adaptive tier.
+FAMILIES = ("none", "lossless-fixed", "lenient", "lossy-fixed", "lossless", "lossy")
 #: The families that run a slim verifier (priced with their mask's forward costs).
-TIER_FAMILIES = ("lossless", "viasd", "lossless" + ADAPTIVE_SUFFIX, "viasd" + ADAPTIVE_SUFFIX)
+TIER_FAMILIES = ("lossless-fixed", "lossy-fixed", "lossless", "lossy")
+#: The families without a slim verifier: the simpler settings a tier must beat by the margin.
+SIMPLE_FAMILIES = ("none", "lenient")
 
 
 @dataclass(frozen=True)
@@ -166,15 +169,15 @@ def _search(pair: LoadedPair, ratio: float, steps: int) -> MaskArtifact:
 
 def fixed_candidates(masks: dict[str, RoutingMask], grid: TuneGrid, base: TierSettings, greedy: bool):
     """(family, settings, mask name) for every candidate of the sweep with the tier on every cycle."""
-    yield "sd", base.with_(mode=Mode.NONE), None
+    yield "none", base.with_(mode=Mode.NONE), None
     for a in grid.lenience:
         yield "lenient", base.with_(mode=Mode.LENIENT, lenience=a), None
     gates = grid.greedy_gates if greedy else ("proposer",)
     fixed = base.with_(adaptive=False)
     for name, mask in masks.items():
-        yield "lossless", fixed.with_(mode=Mode.LOSSLESS, ratio=mask.ratio), name
+        yield "lossless-fixed", fixed.with_(mode=Mode.LOSSLESS, ratio=mask.ratio), name
         for a1, a2, gate in itertools.product(grid.alpha1, grid.alpha2, gates):
-            yield "viasd", fixed.with_(mode=Mode.LOSSY, alpha1=a1, alpha2=a2, greedy_gates=gate, ratio=mask.ratio), name
+            yield "lossy-fixed", fixed.with_(mode=Mode.LOSSY, alpha1=a1, alpha2=a2, greedy_gates=gate, ratio=mask.ratio), name
 
 
-__all__ = ["FAMILIES", "MEASURED_ON", "TIER_FAMILIES", "TuneConfig", "TuneGrid"]
+__all__ = ["FAMILIES", "MEASURED_ON", "SIMPLE_FAMILIES", "TIER_FAMILIES", "TuneConfig", "TuneGrid"]

@@ -32,7 +32,8 @@ from typing import Any, Callable
 
 from viasd_adapt.process_settings import leaves_process_settings
 from viasd_adapt.config.onboard_report import REPORT_FILENAME, OnboardEstimate, OnboardReport, StageTime
-from viasd_adapt.tuning.budget_plan import MAX_TUNE_PROMPTS, TUNE_TOKENS, BudgetTooSmall, Deadline, units_words
+from viasd_adapt.tuning.budget_plan import (MAX_TUNE_PROMPTS, MIN_TUNE_PROMPTS, TUNE_TOKENS, BudgetTooSmall, Deadline,
+                                            units_words)
 from viasd_adapt.config.pair_file import DTYPES, PROMPT_LOOKUP, PairFile, PairTarget
 from viasd_adapt.config.tuned import TUNED_FILENAME
 from viasd_adapt.errors import ConfigError, ViasdError
@@ -238,8 +239,9 @@ def _add_locked(request: AddRequest, restart: bool, say: Callable[[str], None], 
 
     from viasd_adapt.bench.session import quiet_transformers
     from viasd_adapt.routing.hardware import hardware_stamp
-    from viasd_adapt.models.pair import load_pair
+    from viasd_adapt.frameworks.planning import ChosenPaths, RunOptions, plan_run
     from viasd_adapt.routing.layers import find_decoder_stack
+    from viasd_adapt.tuning.grid import MEASURED_ON
     from viasd_adapt.search.prompt_ids import count_file_prompts
 
     file_prompts = count_file_prompts(request.calib)
@@ -250,8 +252,9 @@ def _add_locked(request: AddRequest, restart: bool, say: Callable[[str], None], 
     work = open_work_folder(request, restart, note)
     began = clock()
     dtype = request.dtype if request.dtype != "float32" else None
-    pair = load_pair(request.target, request.draft, need_mask=False, device=request.device, eagle_head=request.eagle_head,
-                     dtype=dtype, device_map=request.device_map)
+    # the planner loads the pair (no mask yet: this run searches it; no tuned.json: it writes it)
+    options = RunOptions(device=request.device, dtype=dtype, device_map=request.device_map, need_mask=False, read_tuned=False)
+    pair = plan_run(ChosenPaths(request.target, request.draft, request.eagle_head), options, MEASURED_ON).pair
     num_layers = find_decoder_stack(pair.target).num_layers
     say(f"checked: {num_layers}-layer target, drafter {'prompt lookup' if pair.lookup else type(pair.draft).__name__} "
         "on the same vocabulary")
@@ -307,12 +310,18 @@ def _estimate_stage(request: AddRequest, pair: Any, num_layers: int, file_prompt
     prompts = _tune_prompts(request, pair, MAX_TUNE_PROMPTS)
     first = prompts[0]
     ids = first.ids if hasattr(first, "ids") else encode_prompt(pair.tokenizer, first, request.chat)
-    units = measure_units(pair, list(ids), num_layers=num_layers, ratio=DEFAULTS.ratio, clock=deadline.clock,
-                          prompt_tokens=DEFAULTS.calibration.max_prompt_tokens, new_tokens=DEFAULTS.calibration.new_tokens)
+    measured = measure_units(pair, list(ids), num_layers=num_layers, ratio=DEFAULTS.ratio, clock=deadline.clock,
+                             prompt_tokens=DEFAULTS.calibration.max_prompt_tokens, new_tokens=DEFAULTS.calibration.new_tokens)
     probe_seconds = deadline.clock() - began
+    lengths = [len(p.ids if hasattr(p, "ids") else encode_prompt(pair.tokenizer, p, request.chat)) for p in prompts]
+    units = measured.at_prompt_lengths(lengths[:MIN_TUNE_PROMPTS], len(ids))
     try:
         planned = plan_onboarding(units, minutes=request.minutes, probe_seconds=probe_seconds, num_layers=num_layers,
                                   ratio=DEFAULTS.ratio, file_prompts=file_prompts, tune_available=len(prompts))
+        if planned.estimate.tune_prompts > MIN_TUNE_PROMPTS:  # priced again at the prompts the plan runs
+            units = measured.at_prompt_lengths(lengths[:planned.estimate.tune_prompts], len(ids))
+            planned = plan_onboarding(units, minutes=request.minutes, probe_seconds=probe_seconds, num_layers=num_layers,
+                                      ratio=DEFAULTS.ratio, file_prompts=file_prompts, tune_available=len(prompts))
     except BudgetTooSmall:
         say(f"probe {probe_seconds:.1f}s: {units_words(units)}")  # what the refusal's minutes are priced from
         raise
@@ -379,7 +388,8 @@ def _tune_stage(request: AddRequest, pair: Any, planned: Any, prompts: list, mas
     from tqdm import tqdm
 
     from viasd_adapt.config.tuned import TunedSettings
-    from viasd_adapt.models.pair import load_pair
+    from viasd_adapt.core.settings import TierSettings
+    from viasd_adapt.models.pair import resolve_mask_info
     from viasd_adapt.routing.mask import check_tuned_model
     from viasd_adapt.tuning.tune import Budget, TuneConfig, artifact_of, describe
     from viasd_adapt.tuning.tune import tune as run_tune
@@ -389,8 +399,8 @@ def _tune_stage(request: AddRequest, pair: Any, planned: Any, prompts: list, mas
         tuned = TunedSettings.load(tuned_path)
         check_tuned_model(tuned, pair.target, source=str(tuned_path))
         return list(getattr(tuned.report, "verdict", None) or []), True, None
-    tuning = load_pair(pair.target, pair.draft if pair.lookup is None else PROMPT_LOOKUP, mask_paths[0],
-                       tokenizer=pair.tokenizer)
+    # the loaded pair with the searched mask (checked against the target): nothing is loaded again
+    tuning = replace(pair, mask=resolve_mask_info(pair.target, mask_paths[0], TierSettings().ratio))
     estimate = planned.estimate
     config = TuneConfig(TUNE_NEW_TOKENS, planned.grid, Budget(), seed=request.seed, chat=request.chat,
                         mask_files=tuple(mask_paths[1:]))

@@ -60,6 +60,8 @@ def plan_onboarding(units: UnitCosts, *, minutes: float, probe_seconds: float, n
                                untiered_prompt_seconds=round(units.untiered.prompt, 3),
                                untiered_token_seconds=round(units.untiered.token, 4),
                                tiered_prompt_seconds=round(units.tiered.prompt, 3), tiered_token_seconds=round(units.tiered.token, 4),
+                               greedy_prompt_seconds=round(units.greedy.prompt, 3) if units.greedy else None,
+                               greedy_token_seconds=round(units.greedy.token, 4) if units.greedy else None,
                                probe_seconds=round(probe_seconds, 2), calibration_prompts=plan.calibration_prompts,
                                heldout_prompts=plan.heldout_prompts, search_steps=plan.search_steps,
                                ratios=list(plan.ratios), extra_ratio_steps=plan.extra_steps if len(plan.ratios) > 1 else 0,
@@ -75,6 +77,12 @@ def plan_onboarding(units: UnitCosts, *, minutes: float, probe_seconds: float, n
 MIN_STATED_PROMPTS = 4
 
 
+def _greedy_words(estimate: OnboardEstimate) -> str:
+    """``, a greedy calibration token 610 ms`` when the probe timed one."""
+    token = estimate.greedy_token_seconds
+    return f", a greedy calibration token {token * 1000:.0f} ms" if token is not None else ""
+
+
 def estimate_line(estimate: OnboardEstimate) -> str:
     """The estimate as said before anything long starts: the time against the budget, the probe's
     units, and the sizes that will run."""
@@ -86,7 +94,8 @@ def estimate_line(estimate: OnboardEstimate) -> str:
     untiered = RunPrice(estimate.untiered_prompt_seconds, estimate.untiered_token_seconds)
     tiered = RunPrice(estimate.tiered_prompt_seconds, estimate.tiered_token_seconds)
     return (f"estimate: about {estimate.expected_minutes:.1f} min after the first load, {words} (probe "
-            f"{estimate.probe_seconds:.1f}s: a decode step {estimate.step_seconds * 1000:.0f} ms, a calibration window "
+            f"{estimate.probe_seconds:.1f}s: a decode step {estimate.step_seconds * 1000:.0f} ms{_greedy_words(estimate)}, "
+            "a calibration window "
             f"{estimate.window_seconds:.2f}s, a mask evaluation {estimate.evaluation_seconds:.2f}s per window, one setting "
             f"on one prompt {run_words(untiered)} untiered and {run_words(tiered)} tiered): calibrate on "
             f"{prompts_word(estimate.calibration_prompts)}, search {estimate.search_steps} masks{main}{others}, tune "

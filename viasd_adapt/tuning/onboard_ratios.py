@@ -111,7 +111,7 @@ def ratios_tried(masks: list[tuple[float, Path]], result: Any, work: Path, folde
                            stop_reason=getattr(report, "stop_reason", None))
         if result is not None:
             within = [p for p in result.points if p.mask == str(path) and result.budget.admits(p)]
-            lossless = [p for p in within if p.family == "lossless"]
+            lossless = [p for p in within if p.family == "lossless-fixed"]
             if lossless:
                 entry.lossless_cost = round(lossless[0].full_equivalent, 4)
             if within:

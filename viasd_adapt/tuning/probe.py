@@ -2,7 +2,8 @@
 
 :func:`measure_units` times, on the loaded pair and this machine, what the onboarding repeats:
 
-* a target decode step (the greedy calibration's unit);
+* a target decode step (the price list's unit) and a calibration prompt's greedy continuation
+  at two lengths (the calibration's unit: its prefill once, then per greedy token);
 * the mask search's own unit: a few calibration windows scored by the target the way the search
   scores them (the window's price), then one mask evaluated on them by the search's objective
   (:class:`~viasd_adapt.search.objective.MaskObjective`, from the first skipped layer on, on the
@@ -29,6 +30,8 @@ from viasd_adapt.tuning.budget_plan import RunPrice, UnitCosts
 
 #: Tokens of the probe's short and long run of a tuning setting (the slope between them is a token's price).
 SHORT_TOKENS, PROBE_TOKENS = 2, 16
+#: Greedy tokens of the probe's longer calibration run (the shorter has :data:`SHORT_TOKENS`).
+GREEDY_TOKENS = 10
 #: Calibration windows the probe scores and evaluates a mask on (the search's own windows, fewer of them).
 PROBE_WINDOWS = 2
 #: Observations the probe's BoTorch proposal is fitted to.
@@ -106,6 +109,22 @@ def search_unit_seconds(target, prompt_ids: list[int], mask, *, prompt_tokens: i
     return window, evaluation
 
 
+def greedy_price(target, prompt_ids: list[int], prompt_tokens: int, clock: Clock = time.perf_counter) -> RunPrice:
+    """One calibration prompt's greedy continuation as the search writes it
+    (:func:`~viasd_adapt.search.decoder_windows.greedy_continuation`, the target with its cache),
+    priced once per prompt (its prefill) and per greedy token: a run of :data:`SHORT_TOKENS` and one
+    of :data:`GREEDY_TOKENS` tokens on the prompt cut to ``prompt_tokens``."""
+    from viasd_adapt.search.decoder_windows import greedy_continuation
+
+    prompt = list(prompt_ids)[:prompt_tokens] or [0]
+    runs = []
+    for tokens in (SHORT_TOKENS, GREEDY_TOKENS):
+        started = clock()
+        greedy_continuation(target, prompt, tokens)
+        runs.append((tokens, clock() - started))
+    return RunPrice.fitted(runs[0], runs[1], 0.0)
+
+
 def proposal_seconds(num_layers: int, ratio: float, clock: Clock = time.perf_counter) -> float:
     """What proposing masks adds per search step: one BoTorch proposal of the search's mask space,
     fitted to :data:`PROPOSAL_OBSERVATIONS` observations, over DIMR's ``bo_every`` steps."""
@@ -181,8 +200,9 @@ def measure_units(pair, prompt_ids: list[int], *, num_layers: int, ratio: float,
                                              new_tokens=new_tokens, clock=clock)
     extra = {} if tokens is None else {"tokens": tokens}
     return UnitCosts(step=one_token_seconds(pair.target, clock), window=window, evaluation=evaluation, untiered=untiered,
-                     tiered=tiered, proposal=proposal_seconds(num_layers, ratio, clock), evaluated_ratio=mask.ratio, **extra)
+                     tiered=tiered, proposal=proposal_seconds(num_layers, ratio, clock), evaluated_ratio=mask.ratio,
+                     greedy=greedy_price(pair.target, prompt_ids, prompt_tokens, clock), **extra)
 
 
-__all__ = ["PROBE_TOKENS", "SHORT_TOKENS", "measure_units", "one_token_seconds", "probe_windows", "proposal_seconds",
+__all__ = ["GREEDY_TOKENS", "PROBE_TOKENS", "SHORT_TOKENS", "greedy_price", "measure_units", "one_token_seconds", "probe_windows", "proposal_seconds",
            "provisional_mask", "run_seconds", "search_unit_seconds", "setting_price"]

@@ -4,29 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from viasd_adapt.core.settings import ADAPTIVE_SUFFIX
 from viasd_adapt.io import save_figure
 from viasd_adapt.tuning.choose import TuneResult, pareto, settings_label, target_alone_cheapest
 from viasd_adapt.tuning.grid import FAMILIES
 
 
-#: What tune's report calls each family, as the bench names its rows: the default (adaptive) run by
-#: the mode's name, the tier on every cycle with ``-fixed``. tuned.json keeps the family keys it
-#: always had (``lossless``, ``viasd``, ``lossless-adaptive``, ``viasd-adaptive``), so old files read.
-FAMILY_LABELS = {"lossless": "lossless-fixed", "viasd": "lossy-fixed",
-                 "lossless" + ADAPTIVE_SUFFIX: "lossless", "viasd" + ADAPTIVE_SUFFIX: "lossy"}
+#: The families of the adaptive tier: reported only when the sweep measured them (their twins of the
+#: best fixed points exist only where a fixed point does).
+ADAPTIVE_FAMILIES = ("lossless", "lossy")
 
 
 def family_label(family: str) -> str:
-    """The report's name of a tune family (:data:`FAMILY_LABELS`; others as they are)."""
-    return FAMILY_LABELS.get(family, family)
+    """The report's name of a tune family: the family itself, since tuned.json, the bench's rows and
+    ``--mode`` share one vocabulary (:data:`~viasd_adapt.tuning.grid.FAMILIES`)."""
+    return family
 
 
 def describe(result: TuneResult) -> list[str]:
     """The tuner's verdict in sentences."""
     lines = []
     measured = {p.family for p in result.points}
-    best = {family: result.best(family) for family in FAMILIES if family in measured or ADAPTIVE_SUFFIX not in family}
+    best = {family: result.best(family) for family in FAMILIES if family in measured or family not in ADAPTIVE_FAMILIES}
     for family, point in best.items():
         if point is None:
             lines.append(f"{family_label(family)}: no setting within the budget")
@@ -56,11 +54,11 @@ def _verdict_line(result: TuneResult) -> str:
     label = f"{family_label(chosen.family)} ({settings_label(chosen.settings)})"
     decision = result.decision if result.decision is not None and not target_alone_cheapest(result) else result.drafting
     why = decision.reason() if decision is not None else "nothing else is within the budget"
-    if chosen.family.endswith(ADAPTIVE_SUFFIX):
+    if chosen.family in ADAPTIVE_FAMILIES:
         head = "the adaptive tier pays on this pair"
-    elif chosen.family == "viasd":
+    elif chosen.family == "lossy-fixed":
         head = "the slim tier pays on this pair: VIA-SD lossy is written"
-    elif chosen.family == "lossless":
+    elif chosen.family == "lossless-fixed":
         head = "the exact slim tier pays on this pair"
     else:
         head = "the slim tier does not pay on this pair at this budget"
@@ -96,10 +94,11 @@ def plot_frontiers(result: TuneResult, path: str | Path, title: str = "") -> Pat
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
-    styles = {"viasd": ("#d62728", "VIA-SD lossy, tier on every cycle (lossy-fixed)"), "lenient": ("#ff7f0e", "lenient baseline"),
-              "sd": ("#1f77b4", "untiered SD"), "lossless": ("#2ca02c", "lossless cascade, tier on every cycle (lossless-fixed)"),
-              "viasd" + ADAPTIVE_SUFFIX: ("#ff9896", "VIA-SD lossy (adaptive, the default)"),
-              "lossless" + ADAPTIVE_SUFFIX: ("#98df8a", "lossless cascade (adaptive, the default)")}
+    styles = {"lossy-fixed": ("#d62728", "VIA-SD lossy, tier on every cycle (lossy-fixed)"),
+              "lenient": ("#ff7f0e", "lenient baseline"), "none": ("#1f77b4", "untiered SD (none)"),
+              "lossless-fixed": ("#2ca02c", "lossless cascade, tier on every cycle (lossless-fixed)"),
+              "lossy": ("#ff9896", "VIA-SD lossy (adaptive, the default)"),
+              "lossless": ("#98df8a", "lossless cascade (adaptive, the default)")}
     panels = ((axes[0], "ll_drop", result.budget.max_ll_drop, "target log-likelihood drop per token"),
               (axes[1], "regret", result.budget.max_regret, "regret per token (nats, teacher-forced)"))
     for ax, key, limit, label in panels:

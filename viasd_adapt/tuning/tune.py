@@ -9,7 +9,8 @@ the HF adapter's tiered modes run) on calibration prompts kept apart from the be
   ``alpha1`` and ``alpha2``, and each greedy gate reading;
 * the adaptive tier (:mod:`viasd_adapt.core.adaptive`; off with ``adaptive=False``): for each mask,
   the adaptive twin of the lossless cascade and of the cheapest lossy point within the budget
-  (families ``lossless-adaptive`` and ``viasd-adaptive``). They are measured after the fixed points,
+  (families ``lossless`` and ``lossy``; the fixed ones are ``lossless-fixed`` and ``lossy-fixed``, the
+  names the bench's rows and ``--mode`` use). They are measured after the fixed points,
   starting from those points as a ``tuned.json`` would give them (its prices and priors,
   :mod:`viasd_adapt.engine.priors`), so they run as they will run from the written file. The fixed
   families run the tier on every cycle (``adaptive=False``, recorded so in tuned.json).
@@ -38,12 +39,12 @@ from viasd_adapt.tuning.choose import (Point, TuneResult, adaptive_candidates, a
 from viasd_adapt.tuning.grid import (FAMILIES, MEASURED_ON, TIER_FAMILIES, TuneConfig, TuneGrid, _search,  # noqa: F401
                                      fixed_candidates, masks_for_ratios)
 from viasd_adapt.tuning.measure import Sweep, mask_costs, prompt_sums, tune
-from viasd_adapt.tuning.report import FAMILY_LABELS, describe, family_label, plot_frontiers
+from viasd_adapt.tuning.report import describe, family_label, plot_frontiers
 
 #: The older private names (tests reach for them).
 _adaptive_candidates = adaptive_candidates
 
-__all__ = ["Budget", "FAMILIES", "FAMILY_LABELS", "MEASURED_ON", "Point", "TIER_FAMILIES", "TuneConfig", "TuneGrid", "TuneResult", "Sweep",
+__all__ = ["Budget", "FAMILIES", "MEASURED_ON", "Point", "TIER_FAMILIES", "TuneConfig", "TuneGrid", "TuneResult", "Sweep",
            "ar_full_equivalent", "artifact_of", "choice_uncertainty", "choose", "describe", "drafter_record", "family_label", "judged",
            "load_result", "mask_costs", "masks_for_ratios", "fixed_candidates", "pareto", "plot_frontiers", "point_names",
            "portable_name", "projected", "prompt_sums", "settings_label", "tune"]

@@ -34,7 +34,7 @@ class TunePlan:
 def ratio_search_seconds(units: UnitCosts, ratio: float, steps: int) -> float:
     """One DIMR mask search of the tuner: greedy calibration, the objective's setup, ``steps`` steps
     (a measured mask evaluation per window and its share of a proposal, :func:`search_step_seconds`)."""
-    return (RATIO_SEARCH_PROMPTS * RATIO_SEARCH_TOKENS * units.step + SETUP_FORWARDS * RATIO_SEARCH_PROMPTS * units.window
+    return (RATIO_SEARCH_PROMPTS * units.calibration_prompt(RATIO_SEARCH_TOKENS) + SETUP_FORWARDS * RATIO_SEARCH_PROMPTS * units.window
             + steps * search_step_seconds(units, RATIO_SEARCH_PROMPTS, ratio))
 
 
@@ -112,7 +112,7 @@ def ratio_table(result: Any, target: Any, prompt_ids: list[list[int]]) -> list[s
     for name, info in result.masks.items():
         mask = RoutingMask.from_bits(info["bits"])
         within = [p for p in result.points if p.mask == name and result.budget.admits(p)]
-        lossless = [p for p in within if p.family == "lossless"]
+        lossless = [p for p in within if p.family == "lossless-fixed"]
         best = min(within, key=lambda p: p.full_equivalent) if within else None
         cost = (f"lossless {lossless[0].full_equivalent:.3f} feq/token" if lossless else "lossless not measured")
         if best is not None:
