@@ -75,7 +75,7 @@ VERDICT_ROWS: tuple[VerdictRow, ...] = (
     VerdictRow("demo-ee", "[demo-ee](docs/results.md#viasd-bench-on-the-demo-pairs): early-exit target, same prompts",
                "bench_demo-ee.json"),
     VerdictRow("SmolLM2 + drafter", "[SmolLM2-135M-Instruct](docs/results.md#viasd-bench-with-the-distilled-drafter) + distilled "
-               "drafter, 14 Spec-Bench prompts", "bench_smollm2_drafter_spec_bench.json"),
+               "drafter, 7 Spec-Bench prompts", "bench_smollm2_drafter_spec_bench.json"),
     VerdictRow("SmolLM2 + prompt lookup", "[SmolLM2-135M-Instruct](docs/results.md#viasd-bench-with-prompt-lookup-per-spec-bench-task) + "
                "prompt lookup, 14 Spec-Bench prompts", "bench_smollm2_spec_bench.json"),
 )

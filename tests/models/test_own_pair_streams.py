@@ -9,6 +9,7 @@ GGUF target and prompts of :mod:`tests.models.test_own_pair`."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -34,9 +35,22 @@ def shell(command: list[str], redirect: str, cache_folder: Path) -> subprocess.C
     return subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=env)
 
 
+def add_in_shell(user_files, redirect: str, cache_folder: Path) -> subprocess.CompletedProcess:
+    """``models add`` with ``redirect``, on a budget the machine can keep: :data:`MINUTES`, or, where a
+    loaded machine's probe refuses that (the contract: it names the minutes it needs, on stderr), a
+    quarter more than the minutes named, so the outcome does not hang on the machine's load."""
+    done = shell([VIASD, *add_args(user_files, minutes=MINUTES)], redirect, cache_folder)
+    if done.returncode != 2 or "estimate: about" in done.stdout:
+        return done
+    asked = shell([VIASD, *add_args(user_files, minutes=MINUTES)], "2>&1", cache_folder).stdout
+    needed = re.search(r"pass --minutes ([0-9.]+) or more", asked)
+    assert needed, asked  # refused for another reason: that is the failure to show
+    return shell([VIASD, *add_args(user_files, minutes=round(float(needed.group(1)) * 1.25, 2))], redirect, cache_folder)
+
+
 def test_models_add_reports_on_stdout_and_progress_on_stderr(cache, user_files, tmp_path):  # noqa: F811
     errors = tmp_path / "stderr.txt"
-    done = shell([VIASD, *add_args(user_files, minutes=MINUTES)], f"2>{shlex.quote(str(errors))}", cache)
+    done = add_in_shell(user_files, f"2>{shlex.quote(str(errors))}", cache)
     assert done.returncode == 0, errors.read_text()
     said = errors.read_text()
     for report in ("checked:", "estimate: about", "VERDICT", "pair 'mine' ->"):
@@ -46,7 +60,7 @@ def test_models_add_reports_on_stdout_and_progress_on_stderr(cache, user_files, 
 
 @pytest.mark.parametrize("redirect", ["2>&-", "2>/dev/full"])
 def test_models_add_with_stderr_closed_or_full_still_writes_the_pair(cache, user_files, redirect):  # noqa: F811
-    done = shell([VIASD, *add_args(user_files, minutes=MINUTES)], redirect, cache)
+    done = add_in_shell(user_files, redirect, cache)
     assert done.returncode == 0, done.stdout
     assert "VERDICT" in done.stdout and f"pair 'mine' -> {cache / 'mine'}" in done.stdout
     assert {"mask.json", "pair.json", "report.json", "tuned.json"} <= {p.name for p in (cache / "mine").iterdir()}
