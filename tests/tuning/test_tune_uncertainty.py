@@ -61,7 +61,7 @@ def test_a_lossy_setting_is_written_over_the_exact_one_only_when_all_three_condi
     margin = _result(_three_conditions(n, [0.98] * n))
     assert margin.chosen.family == "none" and margin.pooled.family == "lenient"
     line = next(line for line in describe(margin) if line.startswith("VERDICT"))
-    assert "not more than the 3% margin" in line and "so none: none (exact, simpler) is written" in line
+    assert "not more than the 3% margin" in line and "so none (exact, simpler) is written" in line
     assert "the cheapest setting is lenient" not in line  # the words name what is written
     # 2. the saving is more than the margin pooled, but rests on two prompts: it does not hold in 95%
     noise = _result(_three_conditions(n, [0.3, 0.3] + [1.02] * (n - 2)))
@@ -85,7 +85,7 @@ def test_the_target_alone_against_untiered_sd_follows_the_same_rule():
     close = judged(points, Budget(), costs, {}, 1.0)
     assert target_alone_cheapest(close)
     note = next(line for line in describe(close) if line.startswith("NOTE"))
-    assert "none: none costs 0.980 against ar's 1.000 (2.0% less), not more than the 3% margin" in note
+    assert "none costs 0.980 against ar's 1.000 (2.0% less), not more than the 3% margin" in note
     points = [_point("none", "none", [0.8] * n, [0.0] * n)]
     assert not target_alone_cheapest(judged(points, Budget(), costs, {}, 1.0))
 
@@ -104,7 +104,7 @@ def test_the_note_on_a_kept_target_alone_quotes_the_step_that_kept_it():
     lossy_step = next(s for s in decision.steps if s.candidate.startswith("lossy-fixed"))
     assert not lossy_step.taken and lossy_step.against.startswith("none") and lossy_step.candidate_cost < 0.815
     note = next(line for line in describe(result) if line.startswith("NOTE"))
-    assert "none: none costs 0.815 against ar's 1.000 (18.5% less), more than the 3% margin, but it holds in only" in note
+    assert "none costs 0.815 against ar's 1.000 (18.5% less), more than the 3% margin, but it holds in only" in note
     head, _, cheapest = note.partition("; the cheapest lossy setting, ")
     assert "lossy-fixed: lossy" not in head and "1.8% less" not in head
     assert cheapest.startswith("lossy-fixed: lossy")  # named after the deciding comparison, as the cheapest refused
@@ -121,7 +121,7 @@ def test_the_verdict_names_the_cheapest_lossy_setting_refused_beside_the_step_th
     assert edge.chosen.family == "none"
     line = next(line for line in describe(edge) if line.startswith("VERDICT"))
     head, _, cheapest = line.partition("; the cheapest lossy setting, ")
-    assert "not more than the 3% margin" in head and "so none: none (exact, simpler) is written" in head
+    assert "not more than the 3% margin" in head and "so none (exact, simpler) is written" in head
     assert cheapest.startswith("lenient: lenient a=0.4 (0.600, ")
     assert "is cheaper and within the fidelity budget in only" in cheapest and "(95% needed)" in cheapest
     clear = _result(exact + [_point("lenient", "lenient", [0.6] * n, [0.0] * n, lenience=0.4)])
@@ -192,5 +192,5 @@ def test_a_tuned_ar_choice_never_says_the_target_alone_cost_less_beside_figures_
     dearer = tuned(0.895).target_alone_reason()
     assert "cost less than drafting" not in dearer and "0.895" in dearer and "0.498" in dearer
     assert "cost less than drafting (0.400" in tuned(0.4).target_alone_reason()  # the control
-    line = "none: none costs 0.980 against ar's 1.000 (2.0% less), not more than the 3% margin; so ar (exact, simpler) is written"
+    line = "none costs 0.980 against ar's 1.000 (2.0% less), not more than the 3% margin; so ar (exact, simpler) is written"
     assert tuned(0.895, why=line).target_alone_reason().endswith(line)

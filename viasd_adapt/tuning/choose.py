@@ -251,11 +251,18 @@ def choice_uncertainty(result: TuneResult):
                              stated=names[result.points.index(result.point_estimate)])
 
 
+def family_and_settings(family: str, settings: TierSettings) -> str:
+    """ "lenient: lenient a=0.4", or the family alone where its settings say nothing more ("none", not
+    "none: none")."""
+    label = settings_label(settings)
+    return family if label == family else f"{family}: {label}"
+
+
 def point_names(points: list[Point]) -> list[str]:
     """A readable, unique name per point ("lenient a=0.4", "lossy alpha1=0.3 ... on mask-r0.45.json")."""
     names = []
     for point in points:
-        name = f"{point.family}: {settings_label(point.settings)}" + (f" on {Path(point.mask).name}" if point.mask else "")
+        name = family_and_settings(point.family, point.settings) + (f" on {Path(point.mask).name}" if point.mask else "")
         names.append(name if name not in names else f"{name} #{len(names)}")
     return names
 
