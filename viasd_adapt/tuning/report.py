@@ -51,8 +51,8 @@ def _verdict_line(result: TuneResult) -> str:
     """The VERDICT line: what is written and why, from the exact-first ladder's own comparison
     (:mod:`viasd_adapt.bench.exact_first`), so the words cannot contradict the figures they quote."""
     chosen = result.chosen
-    settings = settings_label(chosen.settings)
-    label = family_label(chosen.family) + ("" if settings == family_label(chosen.family) else f" ({settings})")
+    family, settings = family_label(chosen.family), settings_label(chosen.settings)
+    label = family if settings == family else f"{family} ({settings})"  # "none", not "none (none)"
     decision = result.decision if result.decision is not None and not target_alone_cheapest(result) else result.drafting
     why = decision.reason() if decision is not None else "nothing else is within the budget"
     if chosen.family in ADAPTIVE_FAMILIES:
